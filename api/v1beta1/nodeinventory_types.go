@@ -1,0 +1,239 @@
+package v1beta1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodeInventoryResource is the plural resource name of NodeInventory.
+const NodeInventoryResource = "nodeinventories"
+
+// NodeInventory is one sandbox host's view of itself: where its sandboxd
+// listens, what it can hold, what it holds, and every sandbox on it. Its name
+// is the node name. Only that host's vk-sandbox writes it, with server-side
+// apply, every publish interval (30 s by default), and stamps publishedAt on
+// every write, even when nothing else changed.
+//
+// Readers never use an inventory directly: they read the fleet through the
+// freshness filter in shared/inventory/kubeinventory, which drops an
+// inventory whose publishedAt trails the newest one by more than the stale
+// window.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=ninv,categories=skiff
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint`
+// +kubebuilder:printcolumn:name="Sandboxes",type=integer,JSONPath=`.spec.allocated.sandboxes`
+// +kubebuilder:printcolumn:name="Slots",type=integer,JSONPath=`.spec.capacity.sandboxes`
+// +kubebuilder:printcolumn:name="Published",type=date,JSONPath=`.publishedAt`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodeInventory struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// PublishedAt is when the host's publisher wrote this inventory. It is
+	// stamped on every publish, including when nothing else changed, so that
+	// readers can tell a live host from a dead one by comparing stamps with
+	// each other rather than with their own clocks. A missing stamp counts as
+	// fresh. The CRD must be upgraded before vk-sandbox: a CRD without this
+	// field prunes it, and every node then counts as fresh.
+	// +optional
+	PublishedAt *metav1.Time `json:"publishedAt,omitempty"`
+
+	// Spec is the host's inventory.
+	// +required
+	Spec NodeInventorySpec `json:"spec"`
+}
+
+// NodeInventorySpec describes one sandbox host.
+//
+// The whole object must stay well under etcd's request limit at 2,000
+// sandboxes, which is why each sandbox entry is small and its metadata is
+// bounded (see SandboxEntry.Metadata).
+type NodeInventorySpec struct {
+	// Endpoint is the host:port of this host's sandboxd (port 27777 by
+	// default), which the apiserver and the envd proxy dial.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:Pattern=`^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$`
+	Endpoint string `json:"endpoint"`
+
+	// Capacity is what the host can hold in all.
+	// +required
+	Capacity NodeCapacity `json:"capacity"`
+
+	// Allocated is what the host's sandboxes (warm ones included) hold now.
+	// +optional
+	Allocated NodeCapacity `json:"allocated,omitempty"`
+
+	// Templates are the templates this host can start, each at one version.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	Templates []TemplateVersion `json:"templates,omitempty"`
+
+	// Pools summarises the warm pools that keep warm sandboxes on this host.
+	// +optional
+	// +listType=map
+	// +listMapKey=pool
+	// +kubebuilder:validation:MaxItems=256
+	Pools []PoolSummary `json:"pools,omitempty"`
+
+	// Sandboxes lists every sandbox on the host: running, paused and warm.
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	// +kubebuilder:validation:MaxItems=4096
+	Sandboxes []SandboxEntry `json:"sandboxes,omitempty"`
+}
+
+// NodeCapacity is an amount of host resources: what a host has, or what its
+// sandboxes hold.
+type NodeCapacity struct {
+	// CPUMilli is CPU in thousandths of a core.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CPUMilli int64 `json:"cpuMilli,omitempty"`
+
+	// MemoryMiB is memory in mebibytes.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+
+	// Sandboxes is a number of sandbox slots.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Sandboxes int32 `json:"sandboxes,omitempty"`
+}
+
+// TemplateVersion names a template and the version of its root filesystem
+// that a host holds.
+type TemplateVersion struct {
+	// Name is the SandboxTemplate's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// Version identifies the template's root filesystem (a digest or a
+	// generation); two hosts with the same version start the same files.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Version string `json:"version,omitempty"`
+}
+
+// PoolSummary is one warm pool's footprint on a host.
+type PoolSummary struct {
+	// Pool is the SandboxWarmPool, as namespace/name.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$`
+	Pool string `json:"pool"`
+
+	// Template is the template the pool keeps warm.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Template string `json:"template"`
+
+	// Warm is how many of the pool's warm sandboxes are ready on this host.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Warm int32 `json:"warm,omitempty"`
+
+	// Target is how many warm sandboxes the pool wants on this host.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Target int32 `json:"target,omitempty"`
+}
+
+// SandboxState is the life-cycle state of a sandbox on its host.
+// +kubebuilder:validation:Enum=running;paused;warm
+type SandboxState string
+
+const (
+	// SandboxRunning is a sandbox that belongs to a team and runs.
+	SandboxRunning SandboxState = "running"
+	// SandboxPaused is a sandbox whose processes are frozen or checkpointed;
+	// a resume brings it back.
+	SandboxPaused SandboxState = "paused"
+	// SandboxWarm is a started sandbox with envd ready that belongs to no one
+	// yet; a claim hands it to a team.
+	SandboxWarm SandboxState = "warm"
+)
+
+// SandboxEntry is what a list or watch of sandboxes needs to know about one
+// sandbox, kept small so that 2,000 of them fit in one inventory.
+// +kubebuilder:validation:XValidation:rule="self.state == 'warm' || has(self.team)",message="a running or paused sandbox belongs to a team"
+type SandboxEntry struct {
+	// ID is the sandbox ID: 20 characters of [a-z0-9], carrying the node tag.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]{20}$`
+	ID string `json:"id"`
+
+	// Template is the SandboxTemplate the sandbox was started from.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Template string `json:"template"`
+
+	// State is running, paused or warm.
+	// +required
+	State SandboxState `json:"state"`
+
+	// Pool is the warm pool (namespace/name) that started the sandbox, if any.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	Pool string `json:"pool,omitempty"`
+
+	// Team is the namespace of the team that owns the sandbox; empty while
+	// the sandbox is warm.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Team string `json:"team,omitempty"`
+
+	// StartedAt is when the sandbox started (for a claimed warm sandbox: when
+	// it was claimed).
+	// +required
+	StartedAt metav1.Time `json:"startedAt"`
+
+	// EndAt is the sandbox's deadline: its host kills (or, with auto-pause,
+	// pauses) it then. Unset for a warm sandbox.
+	// +optional
+	EndAt *metav1.Time `json:"endAt,omitempty"`
+
+	// CPUMilli is the CPU the sandbox holds, in thousandths of a core.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CPUMilli int64 `json:"cpuMilli,omitempty"`
+
+	// MemoryMiB is the memory the sandbox holds, in mebibytes.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+
+	// Metadata is the e2b metadata the sandbox was created with. It is
+	// bounded, so that an inventory of 2,000 sandboxes stays under 1 MiB: at
+	// most 8 entries, keys of at most 64 bytes, and at most
+	// MaxSandboxMetadataBytes bytes of keys and values together.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=8
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 64)",message="metadata keys are at most 64 bytes"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 192)",message="metadata values are at most 192 bytes"
+	// +kubebuilder:validation:XValidation:rule="self.map(k, size(k) + size(self[k])).sum() <= 192",message="metadata keys and values are at most 192 bytes together"
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// MaxSandboxMetadataBytes bounds the bytes of keys and values together in
+// SandboxEntry.Metadata; the CRD enforces it.
+const MaxSandboxMetadataBytes = 192
+
+// NodeInventoryList is a list of NodeInventory.
+//
+// +kubebuilder:object:root=true
+type NodeInventoryList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeInventory `json:"items"`
+}

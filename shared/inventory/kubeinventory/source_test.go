@@ -1,0 +1,324 @@
+package kubeinventory
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+)
+
+// now is the readers' clock in these tests; stamps are whole seconds, as
+// metav1.Time serialises them.
+var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// node is an inventory published at stamp (nil: never stamped).
+func node(name string, stamp *time.Time) *v1beta1.NodeInventory {
+	inv := &v1beta1.NodeInventory{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1beta1.NodeInventorySpec{
+			Endpoint: name + ":27777",
+			Capacity: v1beta1.NodeCapacity{CPUMilli: 8000, MemoryMiB: 16384, Sandboxes: 50},
+		},
+	}
+	if stamp != nil {
+		inv.PublishedAt = &metav1.Time{Time: *stamp}
+	}
+	return inv
+}
+
+// ago returns a stamp d before now.
+func ago(d time.Duration) *time.Time {
+	t := now.Add(-d)
+	return &t
+}
+
+func newSource(t *testing.T, opts Options, invs ...*v1beta1.NodeInventory) *Source {
+	t.Helper()
+	return New(newReader(t, invs...), opts)
+}
+
+// newReader is a fake client: the filter is pure logic over what a reader
+// returns; the control-plane test covers the real informer path.
+func newReader(t *testing.T, invs ...*v1beta1.NodeInventory) client.Reader {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	objs := make([]client.Object, 0, len(invs))
+	for _, inv := range invs {
+		objs = append(objs, inv)
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+}
+
+func withClock(o Options) Options {
+	o.Clock = clocktesting.NewFakePassiveClock(now)
+	return o
+}
+
+func listNames(t *testing.T, s *Source) []string {
+	t.Helper()
+	invs, err := s.ListNodes(t.Context())
+	if err != nil {
+		t.Fatalf("ListNodes: %v", err)
+	}
+	names := make([]string, 0, len(invs))
+	for _, inv := range invs {
+		names = append(names, inv.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func assertNames(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Fatalf("nodes = %v, want %v", got, want)
+	}
+}
+
+// A live publisher sets the reference; a dead node exactly the window behind
+// it stays, one second more and it is gone, from the list and from lookups.
+func TestDeadNodeAgainstLivePublisher(t *testing.T) {
+	s := newSource(t, withClock(NewOptions()),
+		node("live", ago(0)),
+		node("dead-90s", ago(90*time.Second)),
+		node("dead-91s", ago(91*time.Second)),
+	)
+	assertNames(t, listNames(t, s), "dead-90s", "live")
+	if got, want := s.reference.Load(), now.UnixNano(); got != want {
+		t.Fatalf("reference = %d, want %d (the live stamp)", got, want)
+	}
+	if _, err := s.NodeInventory(t.Context(), "dead-90s"); err != nil {
+		t.Fatalf("NodeInventory(dead-90s) = %v, want it kept", err)
+	}
+	if _, err := s.NodeInventory(t.Context(), "dead-91s"); !apierrors.IsNotFound(err) {
+		t.Fatalf("NodeInventory(dead-91s) = %v, want NotFound", err)
+	}
+}
+
+// A control-plane outage freezes every stamp together: ten minutes later,
+// with the reader's clock far ahead, nothing leaves.
+func TestFleetPublishOutage(t *testing.T) {
+	s := newSource(t, withClock(NewOptions()),
+		node("a", ago(10*time.Minute)),
+		node("b", ago(10*time.Minute+20*time.Second)),
+		node("c", ago(10*time.Minute+30*time.Second)),
+	)
+	assertNames(t, listNames(t, s), "a", "b", "c")
+	for _, name := range []string{"a", "b", "c"} {
+		if _, err := s.NodeCapacity(t.Context(), name); err != nil {
+			t.Errorf("NodeCapacity(%s) = %v, want fresh", name, err)
+		}
+	}
+}
+
+// A publisher whose clock runs an hour ahead does not become the reference:
+// now caps it, and live nodes stay.
+func TestRogueStampAhead(t *testing.T) {
+	s := newSource(t, withClock(NewOptions()),
+		node("rogue", ago(-time.Hour)),
+		node("a", ago(30*time.Second)),
+		node("b", ago(85*time.Second)),
+	)
+	assertNames(t, listNames(t, s), "a", "b", "rogue")
+	if got, want := s.reference.Load(), now.UnixNano(); got != want {
+		t.Fatalf("reference = %s, want now %s", time.Unix(0, got).UTC(), now)
+	}
+	if _, err := s.NodeInventory(t.Context(), "b"); err != nil {
+		t.Fatalf("NodeInventory(b) = %v, want fresh", err)
+	}
+}
+
+// Before the first list there is no reference, and every node is fresh.
+func TestLookupBeforeList(t *testing.T) {
+	s := newSource(t, withClock(NewOptions()),
+		node("live", ago(0)),
+		node("old", ago(time.Hour)),
+	)
+	if _, err := s.NodeInventory(t.Context(), "old"); err != nil {
+		t.Fatalf("NodeInventory(old) before any list = %v, want fresh", err)
+	}
+	if _, err := s.NodeCapacity(t.Context(), "old"); err != nil {
+		t.Fatalf("NodeCapacity(old) before any list = %v, want fresh", err)
+	}
+	// The first list sets the reference; from then on the lookup filters.
+	assertNames(t, listNames(t, s), "live")
+	if _, err := s.NodeInventory(t.Context(), "old"); !apierrors.IsNotFound(err) {
+		t.Fatalf("NodeInventory(old) after a list = %v, want NotFound", err)
+	}
+}
+
+func TestCustomStaleAfter(t *testing.T) {
+	opts := NewOptions()
+	opts.StaleAfter = 10 * time.Second
+	s := newSource(t, withClock(opts),
+		node("live", ago(0)),
+		node("at-window", ago(10*time.Second)),
+		node("past-window", ago(11*time.Second)),
+		node("default-window", ago(60*time.Second)),
+	)
+	assertNames(t, listNames(t, s), "at-window", "live")
+}
+
+// A node that was never stamped (an old publisher, or a CRD that pruned the
+// field) counts as fresh, and does not move the reference.
+func TestMissingStamp(t *testing.T) {
+	s := newSource(t, withClock(NewOptions()),
+		node("unstamped", nil),
+		node("live", ago(0)),
+		node("dead", ago(5*time.Minute)),
+	)
+	assertNames(t, listNames(t, s), "live", "unstamped")
+	if _, err := s.NodeInventory(t.Context(), "unstamped"); err != nil {
+		t.Fatalf("NodeInventory(unstamped) = %v, want fresh", err)
+	}
+
+	// A fleet with no readable stamp at all keeps everything and stores no
+	// reference.
+	s = newSource(t, withClock(NewOptions()), node("x", nil), node("y", nil))
+	assertNames(t, listNames(t, s), "x", "y")
+	if got := s.reference.Load(); got != 0 {
+		t.Fatalf("reference = %d, want 0 with no stamps", got)
+	}
+}
+
+// A stamp the reader cannot turn into nanoseconds counts as fresh, and never
+// becomes the reference.
+func TestUnreadableStamp(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stamp time.Time
+	}{
+		{"zero", time.Time{}},
+		{"epoch", time.Unix(0, 0)},
+		{"before epoch", time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{"past int64 nanoseconds", time.Date(2262, 4, 12, 0, 0, 0, 0, time.UTC)},
+		{"year 9999", time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSource(t, withClock(NewOptions()),
+				node("odd", &tc.stamp),
+				node("live", ago(time.Minute)),
+				node("dead", ago(time.Minute+91*time.Second)),
+			)
+			assertNames(t, listNames(t, s), "live", "odd")
+			if got, want := s.reference.Load(), now.Add(-time.Minute).UnixNano(); got != want {
+				t.Fatalf("reference = %s, want the live stamp %s", time.Unix(0, got).UTC(), now.Add(-time.Minute))
+			}
+			if _, err := s.NodeInventory(t.Context(), "odd"); err != nil {
+				t.Fatalf("NodeInventory(odd) = %v, want fresh", err)
+			}
+		})
+	}
+}
+
+func TestStampNanos(t *testing.T) {
+	last := time.Unix(maxStampSeconds-1, 999_999_999)
+	for _, tc := range []struct {
+		name   string
+		stamp  *metav1.Time
+		want   int64
+		wantOK bool
+	}{
+		{"nil", nil, 0, false},
+		{"zero", &metav1.Time{}, 0, false},
+		{"epoch", &metav1.Time{Time: time.Unix(0, 0)}, 0, false},
+		{"just before epoch", &metav1.Time{Time: time.Unix(-1, 0)}, 0, false},
+		{"first second after epoch", &metav1.Time{Time: time.Unix(1, 0)}, int64(time.Second), true},
+		{"now", &metav1.Time{Time: now}, now.UnixNano(), true},
+		{"now in another zone", &metav1.Time{Time: now.In(time.FixedZone("x", 5*3600))}, now.UnixNano(), true},
+		{"last representable second", &metav1.Time{Time: last}, last.UnixNano(), true},
+		{"first second that may overflow", &metav1.Time{Time: time.Unix(maxStampSeconds, 0)}, 0, false},
+		{"far future", &metav1.Time{Time: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := stampNanos(tc.stamp)
+			if got != tc.want || ok != tc.wantOK {
+				t.Fatalf("stampNanos = (%d, %v), want (%d, %v)", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+// Absent and stale nodes are both NotFound for nodeinventories.skiff.dev, from
+// both lookups; the stale one says why.
+func TestNotFoundContract(t *testing.T) {
+	s := newSource(t, withClock(NewOptions()), node("live", ago(0)), node("stale", ago(2*time.Minute)))
+	assertNames(t, listNames(t, s), "live")
+
+	lookups := map[string]func(ctx context.Context, name string) error{
+		"NodeInventory": func(ctx context.Context, name string) error { _, err := s.NodeInventory(ctx, name); return err },
+		"NodeCapacity":  func(ctx context.Context, name string) error { _, err := s.NodeCapacity(ctx, name); return err },
+	}
+	for lookup, fn := range lookups {
+		for _, name := range []string{"absent", "stale"} {
+			t.Run(lookup+"/"+name, func(t *testing.T) {
+				err := fn(t.Context(), name)
+				if !apierrors.IsNotFound(err) {
+					t.Fatalf("err = %v, want NotFound", err)
+				}
+				var status apierrors.APIStatus
+				if !errors.As(err, &status) {
+					t.Fatalf("err = %v, want an APIStatus inside", err)
+				}
+				d := status.Status().Details
+				if d == nil || d.Group != "skiff.dev" || d.Kind != "nodeinventories" || d.Name != name {
+					t.Fatalf("details = %+v, want nodeinventories.skiff.dev %q", d, name)
+				}
+				if name == "stale" && !strings.Contains(err.Error(), "stale, 2m0s behind") {
+					t.Fatalf("err = %q, want it to say how stale", err)
+				}
+			})
+		}
+	}
+
+	inv, err := s.NodeInventory(t.Context(), "live")
+	if err != nil || inv.Name != "live" {
+		t.Fatalf("NodeInventory(live) = %v, %v", inv, err)
+	}
+	got, err := s.NodeCapacity(t.Context(), "live")
+	if err != nil || got != node("live", nil).Spec.Capacity {
+		t.Fatalf("NodeCapacity(live) = %+v, %v", got, err)
+	}
+}
+
+// The reference follows the fleet: it moves back when the newest node leaves
+// the list, and lookups use the latest stored one.
+func TestReferenceFollowsLatestList(t *testing.T) {
+	c := clocktesting.NewFakePassiveClock(now)
+	reader := newReader(t, node("a", ago(0)), node("b", ago(80*time.Second)))
+	s := New(reader, Options{Clock: c})
+	assertNames(t, listNames(t, s), "a", "b")
+
+	// Node a leaves the cluster; b is now the newest.
+	if err := reader.(client.Client).Delete(t.Context(), node("a", nil)); err != nil {
+		t.Fatal(err)
+	}
+	assertNames(t, listNames(t, s), "b")
+	if got, want := s.reference.Load(), now.Add(-80*time.Second).UnixNano(); got != want {
+		t.Fatalf("reference = %s, want b's stamp", time.Unix(0, got).UTC())
+	}
+}
+
+func TestNewDefaults(t *testing.T) {
+	s := New(newReader(t), Options{})
+	if s.staleAfter != DefaultStaleAfter {
+		t.Errorf("staleAfter = %s, want %s", s.staleAfter, DefaultStaleAfter)
+	}
+	if s.clock == nil {
+		t.Error("clock is nil, want the real clock")
+	}
+}
