@@ -40,7 +40,7 @@ type Source struct {
 	staleAfter time.Duration
 	clock      clock.PassiveClock
 	// reference is the last computed min(newest publishedAt, now), in unix
-	// nanoseconds; zero until a list has seen a readable stamp.
+	// nanoseconds; zero before the first list and after a list that saw no readable stamp.
 	reference atomic.Int64
 }
 
@@ -129,11 +129,10 @@ func (s *Source) fresh(items []v1beta1.NodeInventory) []v1beta1.NodeInventory {
 			newest = max(newest, ts)
 		}
 	}
-	ref := s.reference.Load()
-	if newest != 0 {
-		ref = min(newest, s.clock.Now().UnixNano())
-		s.reference.Store(ref)
-	}
+	// With no readable stamp, newest and so the reference are zero: every
+	// node is fresh.
+	ref := min(newest, s.clock.Now().UnixNano())
+	s.reference.Store(ref)
 	kept := items[:0]
 	for i := range items {
 		if _, ok := s.behind(items[i].PublishedAt, ref); ok {

@@ -322,3 +322,68 @@ func TestNewDefaults(t *testing.T) {
 		t.Error("clock is nil, want the real clock")
 	}
 }
+
+// Warm candidates come only from fresh nodes, and a warm lookup advances the
+// reference like a list.
+func TestWarmCandidatesFresh(t *testing.T) {
+	warm := func(inv *v1beta1.NodeInventory, id string) *v1beta1.NodeInventory {
+		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm})
+		return inv
+	}
+	s := newSource(t, withClock(NewOptions()),
+		warm(node("live", ago(0)), "live-warm"),
+		warm(node("edge", ago(90*time.Second)), "edge-warm"),
+		warm(node("dead", ago(91*time.Second)), "dead-warm"),
+	)
+	if got, err := s.WarmCandidates(t.Context(), "base", 0); err != nil || got != nil {
+		t.Fatalf("WarmCandidates(limit 0) = %v, %v; want nothing", got, err)
+	}
+	if got := s.reference.Load(); got != 0 {
+		t.Fatalf("reference = %d after a zero-limit call, want 0", got)
+	}
+	got, err := s.WarmCandidates(t.Context(), "base", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range got {
+		ids = append(ids, c.SandboxID)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"edge-warm", "live-warm"}) {
+		t.Fatalf("WarmCandidates = %v, want the fresh nodes' two", ids)
+	}
+	if _, err := s.NodeInventory(t.Context(), "dead"); !apierrors.IsNotFound(err) {
+		t.Fatalf("NodeInventory(dead) after WarmCandidates = %v, want NotFound", err)
+	}
+}
+
+// failingReader fails every read, as a cache that is not synced or a client
+// that cannot reach the server does.
+type failingReader struct{ client.Reader }
+
+var errUnavailable = errors.New("connection refused")
+
+func (failingReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return errUnavailable
+}
+
+func (failingReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errUnavailable
+}
+
+// A read error is wrapped and passed on; it is never a NotFound, so a caller
+// cannot mistake an outage for a dead node.
+func TestReadErrors(t *testing.T) {
+	s := New(failingReader{}, withClock(NewOptions()))
+	ctx := t.Context()
+	_, listErr := s.ListNodes(ctx)
+	_, invErr := s.NodeInventory(ctx, "n")
+	_, capErr := s.NodeCapacity(ctx, "n")
+	_, warmErr := s.WarmCandidates(ctx, "base", 1)
+	for name, err := range map[string]error{"ListNodes": listErr, "NodeInventory": invErr, "NodeCapacity": capErr, "WarmCandidates": warmErr} {
+		if !errors.Is(err, errUnavailable) || apierrors.IsNotFound(err) {
+			t.Errorf("%s = %v, want the read error, not NotFound", name, err)
+		}
+	}
+}

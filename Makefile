@@ -1,0 +1,75 @@
+# Skiff's verbs. `make help` lists them. CI calls only `make test` (.ci/run).
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT := $(CURDIR)
+BIN := $(ROOT)/bin
+# Modules in go.work, in order; `go test ./...` does not cross modules.
+MODULES := $(shell go work edit -json | sed -n 's/.*"DiskPath": "\.\/\(.*\)".*/\1/p')
+TOOLS := controller-gen crd-ref-docs golangci-lint gremlins helm
+GO_TEST_FLAGS ?= -race -count=1
+BENCH ?= .
+BENCHTIME ?= 2s
+
+export KUBEBUILDER_ASSETS ?= $(shell hack/kube/build.sh --print)
+
+.PHONY: help
+help: ## Show the verbs.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: tools
+tools: $(addprefix $(BIN)/,$(TOOLS)) ## Build the pinned tools (tools/) into bin/.
+
+# Each tool is its own module under tools/, so its build is keyed by its go.mod.
+$(BIN)/%: tools/%/go.mod tools/%/go.sum
+	@mkdir -p $(BIN)
+	cd tools/$* && GOWORK=off go build -trimpath -o $(BIN)/$* "$$(GOWORK=off go list -f '{{join .Tools " "}}' -m 2>/dev/null || sed -n 's/^tool //p' go.mod)"
+
+.PHONY: kube-bins
+kube-bins: ## Build etcd, kube-apiserver and kubectl from Go modules into the cache (no-op when present).
+	hack/kube/build.sh
+
+.PHONY: generate
+generate: $(BIN)/controller-gen $(BIN)/crd-ref-docs ## Regenerate deepcopy, CRDs (api/crds) and docs/api.md.
+	cd api && go generate ./...
+	$(BIN)/crd-ref-docs --source-path=api/v1beta1 --config=hack/crd-ref-docs/config.yaml \
+		--templates-dir=hack/crd-ref-docs/templates --renderer=markdown --output-path=docs/api.md
+
+.PHONY: fmt
+fmt: ## gofmt every Go file.
+	gofmt -s -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## go vet every module.
+	for m in $(MODULES); do (cd $$m && go vet ./...); done
+
+.PHONY: tidy
+tidy: ## go mod tidy every module (workspace and tools).
+	for m in $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/); do (cd $$m && GOWORK=off go mod tidy); done
+
+.PHONY: lint
+lint: $(BIN)/golangci-lint ## golangci-lint every module.
+	for m in $(MODULES); do (cd $$m && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...); done
+
+.PHONY: verify
+verify: generate ## generate + gofmt + vet + tidy check + GOWORK=off builds + lint, then fail on any diff.
+	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt -s needed:"; echo "$$out"; exit 1; fi
+	$(MAKE) vet
+	for m in $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/); do (cd $$m && GOWORK=off go mod tidy -diff) || { echo "go.mod of $$m is not tidy: run make tidy"; exit 1; }; done
+	for m in $(MODULES); do (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...) || { echo "$$m does not build with GOWORK=off"; exit 1; }; done
+	$(MAKE) lint
+	@if [[ -n "$$(git status --porcelain)" ]]; then echo "verify left a diff (commit generated files):"; git status --porcelain; git diff --stat; exit 1; fi
+
+.PHONY: test
+test: kube-bins ## Every test, with -race, against a real kube-apiserver and etcd.
+	for m in $(MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
+
+.PHONY: bench
+bench: kube-bins ## Benchmarks (BENCH=regexp, BENCHTIME=2s).
+	for m in $(MODULES); do (cd $$m && go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem ./...); done
+
+.PHONY: mutate
+mutate: $(BIN)/gremlins ## Mutation testing of the freshness filter: every mutant must be killed.
+	hack/mutate.sh

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# mutate.sh is `make mutate`: mutation testing of the NodeInventory freshness
+# filter (shared/inventory/kubeinventory) and the warm pick (shared/inventory).
+#
+# 1. gremlins mutates every operator the tests cover (boundaries, negations,
+#    arithmetic) and must see every covered mutant killed.
+# 2. The named mutants below are the changes gremlins cannot make (a call
+#    swapped, a store or a filter removed). Each is applied through
+#    `go test -overlay`, so the tree is never touched, and must make the tests
+#    fail.
+#
+# Only the unit tests run (SKIFF_MUTATE=1 skips the control-plane test): they
+# alone must kill every mutant.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+gremlins="$root/bin/gremlins"
+export SKIFF_MUTATE=1
+
+cd "$root/shared"
+echo "== gremlins ./inventory (and kubeinventory below it)"
+"$gremlins" unleash --workers 2 --threshold-efficacy 100 ./inventory
+
+file="$root/shared/inventory/kubeinventory/source.go"
+# name ~ original ~ mutant: the original must occur exactly once in source.go;
+# \n and \t in the texts stand for a newline and a tab.
+mutants=$(cat <<'MUTANTS'
+boundary: exactly StaleAfter behind dropped (<= to <) ~ return d, d <= s.staleAfter ~ return d, d < s.staleAfter
+boundary: one second more kept (window widened by 1s) ~ return d, d <= s.staleAfter ~ return d, d <= s.staleAfter+time.Second
+min against now removed ~ ref := min(newest, s.clock.Now().UnixNano()) ~ ref := newest
+max for min ~ ref := min(newest, s.clock.Now().UnixNano()) ~ ref := max(newest, s.clock.Now().UnixNano())
+newest by min instead of max ~ newest = max(newest, ts) ~ newest = min(newest, ts)
+atomic store removed ~ s.reference.Store(ref) ~ _ = ref
+list filter removed ~ if _, ok := s.behind(items[i].PublishedAt, ref); ok { ~ if _, ok := s.behind(items[i].PublishedAt, ref); ok || true {
+lookup filter removed ~ if behind, ok := s.behind(inv.PublishedAt, ref); !ok { ~ if behind, ok := s.behind(inv.PublishedAt, ref); !ok && false {
+lookup reads a zero reference as now ~ ref := s.reference.Load()\n\tif behind ~ ref := cmp.Or(s.reference.Load(), s.clock.Now().UnixNano())\n\tif behind
+zero reference not fresh ~ if ref == 0 {\n\t\treturn 0, true ~ if ref == 0 {\n\t\treturn 0, false
+parse error ignored (unreadable read as a stamp) ~ if sec <= 0 || sec >= maxStampSeconds {\n\t\treturn 0, false ~ if sec <= 0 || sec >= maxStampSeconds {\n\t\treturn stamp.UnixNano(), true
+missing stamp not an error (nil read as a stamp) ~ if stamp == nil {\n\t\treturn 0, false ~ if stamp == nil {\n\t\treturn 0, true
+epoch boundary (<= to <) ~ sec <= 0 || ~ sec < 0 ||
+overflow boundary (>= to >) ~ sec >= maxStampSeconds ~ sec > maxStampSeconds
+unreadable stamp read as stale ~ if !ok {\n\t\treturn 0, true\n\t}\n\td := ~ if !ok {\n\t\treturn time.Duration(ref), false\n\t}\n\td :=
+MUTANTS
+)
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+killed=0 lived=0
+while IFS= read -r line; do
+	[[ -z "$line" ]] && continue
+	name="${line%% ~ *}" rest="${line#* ~ }"
+	orig="${rest%% ~ *}" mut="${rest#* ~ }"
+	if ! MUT_FILE="$file" MUT_ORIG="$orig" MUT_NEW="$mut" MUT_OUT="$tmp/source.go" go run "$root/hack/mutate/apply.go"; then
+		echo "mutant \"$name\": its original text is not in source.go exactly once; update hack/mutate.sh" >&2
+		exit 1
+	fi
+	printf '{"Replace":{"%s":"%s"}}' "$file" "$tmp/source.go" > "$tmp/overlay.json"
+	if go test -count=1 -vet=off -overlay "$tmp/overlay.json" ./inventory/kubeinventory > "$tmp/out" 2>&1; then
+		echo "LIVED   $name"
+		lived=$((lived + 1))
+	elif grep -q -e '\[build failed\]' -e '\[setup failed\]' "$tmp/out"; then
+		echo "mutant \"$name\" does not compile:" >&2
+		cat "$tmp/out" >&2
+		exit 1
+	else
+		echo "KILLED  $name"
+		killed=$((killed + 1))
+	fi
+done <<< "$mutants"
+echo "named mutants: $killed killed, $lived lived"
+[[ $lived -eq 0 ]]
