@@ -6,8 +6,8 @@ SHELL := /usr/bin/env bash
 
 ROOT := $(CURDIR)
 BIN := $(ROOT)/bin
-# Modules in go.work, in order; `go test ./...` does not cross modules.
-MODULES := $(shell go work edit -json | sed -n 's/.*"DiskPath": "\.\/\(.*\)".*/\1/p')
+# Modules in go.work; `go test ./...` does not cross modules.
+MODULES := $(shell go list -m -f '{{.Dir}}')
 TOOLS := controller-gen crd-ref-docs golangci-lint gremlins helm
 GO_TEST_FLAGS ?= -race -count=1
 BENCH ?= .
@@ -25,7 +25,7 @@ tools: $(addprefix $(BIN)/,$(TOOLS)) ## Build the pinned tools (tools/) into bin
 # Each tool is its own module under tools/, so its build is keyed by its go.mod.
 $(BIN)/%: tools/%/go.mod tools/%/go.sum
 	@mkdir -p $(BIN)
-	cd tools/$* && GOWORK=off go build -trimpath -o $(BIN)/$* "$$(GOWORK=off go list -f '{{join .Tools " "}}' -m 2>/dev/null || sed -n 's/^tool //p' go.mod)"
+	cd tools/$* && GOWORK=off go build -trimpath -o $(BIN)/$* $$(sed -n 's/^tool //p' go.mod)
 
 .PHONY: kube-bins
 kube-bins: ## Build etcd, kube-apiserver and kubectl from Go modules into the cache (no-op when present).
@@ -35,7 +35,7 @@ kube-bins: ## Build etcd, kube-apiserver and kubectl from Go modules into the ca
 generate: $(BIN)/controller-gen $(BIN)/crd-ref-docs ## Regenerate deepcopy, CRDs (api/crds) and docs/api.md.
 	cd api && go generate ./...
 	$(BIN)/crd-ref-docs --source-path=api/v1beta1 --config=hack/crd-ref-docs/config.yaml \
-		--templates-dir=hack/crd-ref-docs/templates --renderer=markdown --output-path=docs/api.md
+		--renderer=markdown --output-path=docs/api.md
 
 .PHONY: fmt
 fmt: ## gofmt every Go file.

@@ -17,20 +17,25 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"github.com/skiff-dev/skiff/api/crds"
 	"github.com/skiff-dev/skiff/api/v1beta1"
 )
+
+var logOnce sync.Once
 
 // Env is a running control plane.
 type Env struct {
@@ -46,6 +51,9 @@ type Env struct {
 // they are established. Stopping is registered with t.Cleanup.
 func Start(t testing.TB) *Env {
 	t.Helper()
+	// controller-runtime warns, with a stack trace, when nothing set its
+	// logger; tests read failures from their own output instead.
+	logOnce.Do(func() { crlog.SetLogger(logr.Discard()) })
 	assets, err := AssetsDir()
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)

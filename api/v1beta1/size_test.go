@@ -1,0 +1,57 @@
+package v1beta1_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+)
+
+// An inventory of 2,000 sandboxes, each with names of a realistic length and
+// metadata filled to its bound, stays under 1 MiB, well inside etcd's
+// request limit.
+func TestInventoryOf2000SandboxesUnder1MiB(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	end := metav1.NewTime(now.Add(time.Hour))
+	// 8 keys of 8 bytes and values of 16: 192 bytes, the bound.
+	meta := map[string]string{}
+	for i := range 8 {
+		meta[fmt.Sprintf("key-%04d", i)] = strings.Repeat("v", 16)
+	}
+	total := 0
+	for k, v := range meta {
+		total += len(k) + len(v)
+	}
+	if total != v1beta1.MaxSandboxMetadataBytes {
+		t.Fatalf("test metadata is %d bytes, want the bound %d", total, v1beta1.MaxSandboxMetadataBytes)
+	}
+	inv := v1beta1.NodeInventory{
+		TypeMeta:    metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "NodeInventory"},
+		ObjectMeta:  metav1.ObjectMeta{Name: "sandbox-host-0001.example.internal"},
+		PublishedAt: &now,
+		Spec: v1beta1.NodeInventorySpec{
+			Endpoint: "10.20.30.40:27777",
+			Capacity: v1beta1.NodeCapacity{CPUMilli: 256000, MemoryMiB: 1 << 20, Sandboxes: 2000},
+		},
+	}
+	for i := range 2000 {
+		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, v1beta1.SandboxEntry{
+			ID: fmt.Sprintf("i%019d", i), Template: "code-interpreter-v1", State: v1beta1.SandboxRunning,
+			Pool: "team-analytics/code-interp", Team: "team-analytics", StartedAt: now, EndAt: &end,
+			CPUMilli: 2000, MemoryMiB: 2048, Metadata: meta,
+		})
+	}
+	data, err := json.Marshal(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("2,000 sandboxes: %d bytes (%.0f per sandbox)", len(data), float64(len(data))/2000)
+	if len(data) >= 1<<20 {
+		t.Fatalf("inventory is %d bytes, want under 1 MiB", len(data))
+	}
+}
