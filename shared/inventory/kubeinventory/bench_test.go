@@ -8,7 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
@@ -129,24 +128,7 @@ func fleet(b *testing.B, env *kubetest.Env, nodes, sandboxes int) client.Reader 
 		}
 	})
 
-	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cacheCtx, stop := context.WithCancel(context.Background())
-	var cacheWG sync.WaitGroup
-	cacheWG.Go(func() {
-		if err := c.Start(cacheCtx); err != nil {
-			b.Errorf("cache: %v", err)
-		}
-	})
-	b.Cleanup(func() { stop(); cacheWG.Wait() })
-	if _, err := c.GetInformer(ctx, &v1beta1.NodeInventory{}); err != nil {
-		b.Fatal(err)
-	}
-	if !c.WaitForCacheSync(ctx) {
-		b.Fatal("cache did not sync")
-	}
+	c := env.StartCache(b, &v1beta1.NodeInventory{})
 	var list v1beta1.NodeInventoryList
 	if err := c.List(ctx, &list); err != nil || len(list.Items) != nodes {
 		b.Fatalf("cache holds %d inventories (%v), want %d", len(list.Items), err, nodes)

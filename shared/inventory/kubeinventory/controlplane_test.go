@@ -12,7 +12,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
@@ -74,24 +73,7 @@ func TestControlPlaneStoppedPublisherLeaves(t *testing.T) {
 	}
 
 	// Readers see the fleet through an informer cache, as in production.
-	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cacheCtx, stopCache := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := c.Start(cacheCtx); err != nil {
-			t.Errorf("cache: %v", err)
-		}
-	})
-	t.Cleanup(func() { stopCache(); wg.Wait() })
-	if _, err := c.GetInformer(ctx, &v1beta1.NodeInventory{}); err != nil {
-		t.Fatal(err)
-	}
-	if !c.WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
+	c := env.StartCache(t, &v1beta1.NodeInventory{})
 
 	opts := kubeinventory.NewOptions()
 	opts.StaleAfter = 3 * time.Second

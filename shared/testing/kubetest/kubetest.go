@@ -10,6 +10,7 @@ package kubetest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -94,6 +96,34 @@ func Start(t testing.TB) *Env {
 		t.Fatalf("kubetest: client: %v", err)
 	}
 	return &Env{Config: cfg, Client: c, Scheme: scheme}
+}
+
+// StartCache starts an informer cache, as the readers run in production, with
+// an informer for each of objs, and waits until they have synced. The cache
+// stops, and its goroutines end, when the test ends.
+func (e *Env) StartCache(tb testing.TB, objs ...client.Object) cache.Cache {
+	tb.Helper()
+	c, err := cache.New(e.Config, cache.Options{Scheme: e.Scheme})
+	if err != nil {
+		tb.Fatalf("kubetest: new cache: %v", err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := c.Start(ctx); err != nil {
+			tb.Errorf("kubetest: cache: %v", err)
+		}
+	})
+	tb.Cleanup(func() { stop(); wg.Wait() })
+	for _, obj := range objs {
+		if _, err := c.GetInformer(tb.Context(), obj); err != nil {
+			tb.Fatalf("kubetest: informer for %T: %v", obj, err)
+		}
+	}
+	if !c.WaitForCacheSync(tb.Context()) {
+		tb.Fatal("kubetest: cache did not sync")
+	}
+	return c
 }
 
 // CRDs returns the CustomResourceDefinitions embedded in api/crds.
