@@ -235,5 +235,6 @@ const MaxSandboxMetadataBytes = 192
 type NodeInventoryList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []NodeInventory `json:"items"`
+	// Items are the inventories, one per node.
+	Items []NodeInventory `json:"items"`
 }

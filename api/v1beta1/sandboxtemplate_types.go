@@ -111,5 +111,6 @@ type TemplateSource struct {
 type SandboxTemplateList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []SandboxTemplate `json:"items"`
+	// Items are the templates.
+	Items []SandboxTemplate `json:"items"`
 }

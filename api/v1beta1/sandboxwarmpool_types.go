@@ -111,5 +111,6 @@ const SandboxWarmPoolConditionReady = "Ready"
 type SandboxWarmPoolList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []SandboxWarmPool `json:"items"`
+	// Items are the warm pools.
+	Items []SandboxWarmPool `json:"items"`
 }
