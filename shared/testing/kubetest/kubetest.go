@@ -47,6 +47,9 @@ type Env struct {
 	Client client.Client
 	// Scheme has client-go's and Skiff's types.
 	Scheme *runtime.Scheme
+	// WorkDir holds everything the control plane writes; it is removed when
+	// the test ends.
+	WorkDir string
 }
 
 // Start starts etcd and kube-apiserver, installs the CRDs and waits until
@@ -71,13 +74,17 @@ func Start(t testing.TB) *Env {
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
+	work := newWorkDir(t)
 	env := &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
+		BinaryAssetsDirectory:    orphanProof(t, assets, filepath.Join(work, "bin")),
 		CRDs:                     defs,
 		Scheme:                   scheme,
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
+		WebhookInstallOptions:    envtest.WebhookInstallOptions{LocalServingCertDir: filepath.Join(work, "webhook")},
 	}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(work, "etcd")}
+	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: filepath.Join(work, "certs")}
 	start := time.Now()
 	cfg, err := env.Start()
 	// Register the stop before checking the error: a half-started plane
@@ -95,7 +102,7 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatalf("kubetest: client: %v", err)
 	}
-	return &Env{Config: cfg, Client: c, Scheme: scheme}
+	return &Env{Config: cfg, Client: c, Scheme: scheme, WorkDir: work}
 }
 
 // StartCache starts an informer cache, as the readers run in production, with
