@@ -90,6 +90,7 @@ func TestKilledTestLeavesNothing(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	t.Logf("the control plane died %s after the test binary", time.Since(deadline.Add(-10*time.Second)).Round(time.Millisecond))
 	if _, err := os.Stat(work); err != nil {
 		t.Fatalf("work folder: %v, want it left behind by the killed binary", err)
 	}
@@ -109,25 +110,25 @@ func TestHelperControlPlane(t *testing.T) {
 	time.Sleep(time.Minute)
 }
 
-// processesUsing returns the PIDs of live (not zombie) processes whose command
-// line mentions dir.
-func processesUsing(t *testing.T, dir string) []int {
+// processesUsing returns live (not zombie: their command line is empty)
+// processes whose command line mentions a path inside dir, as "pid command".
+func processesUsing(t *testing.T, dir string) []string {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pids []int
+	var procs []string
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(cmdline), dir) {
+		if err != nil || !strings.Contains(string(cmdline), dir+string(filepath.Separator)) {
 			continue
 		}
-		pids = append(pids, pid)
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		procs = append(procs, e.Name()+" "+filepath.Base(args[0]))
 	}
-	return pids
+	return procs
 }
