@@ -75,16 +75,18 @@ func Start(t testing.TB) *Env {
 		t.Fatalf("kubetest: %v", err)
 	}
 	work := newWorkDir(t)
+	etcd, apiserver := orphanProof(t, assets, filepath.Join(work, "bin"))
 	env := &envtest.Environment{
-		BinaryAssetsDirectory:    orphanProof(t, assets, filepath.Join(work, "bin")),
+		// Paths, set below, win over $KUBEBUILDER_ASSETS; this folder does not.
+		BinaryAssetsDirectory:    assets,
 		CRDs:                     defs,
 		Scheme:                   scheme,
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 		WebhookInstallOptions:    envtest.WebhookInstallOptions{LocalServingCertDir: filepath.Join(work, "webhook")},
 	}
-	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(work, "etcd")}
-	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: filepath.Join(work, "certs")}
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd, DataDir: filepath.Join(work, "etcd")}
+	env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver, CertDir: filepath.Join(work, "certs")}
 	start := time.Now()
 	cfg, err := env.Start()
 	// Register the stop before checking the error: a half-started plane

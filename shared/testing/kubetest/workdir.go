@@ -65,21 +65,25 @@ func sweepOrphans(tmp string) {
 	}
 }
 
-// orphanProof writes into bin wrappers that start etcd and kube-apiserver
-// from assets with a parent-death signal (util-linux's setpriv), so that they
-// die with the test binary even when it cannot run its cleanups: a `go test
-// -timeout` panic or a kill. Without setpriv it returns assets unchanged.
-func orphanProof(t testing.TB, assets, bin string) string {
+// orphanProof returns the paths to start etcd and kube-apiserver from:
+// wrappers, written into bin, that start the binaries in assets with a
+// parent-death signal (util-linux's setpriv), so that they die with the test
+// binary even when it cannot run its cleanups (a `go test -timeout` panic, a
+// kill). Without setpriv it returns the binaries themselves.
+func orphanProof(t testing.TB, assets, bin string) (etcd, apiserver string) {
+	etcd, apiserver = filepath.Join(assets, "etcd"), filepath.Join(assets, "kube-apiserver")
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Logf("kubetest: no setpriv; etcd and kube-apiserver outlive a test binary that is killed")
-		return assets
+		return etcd, apiserver
 	}
-	for _, name := range []string{"etcd", "kube-apiserver"} {
-		script := fmt.Sprintf("#!/bin/sh\nexec %q --pdeathsig KILL -- %q \"$@\"\n", setpriv, filepath.Join(assets, name))
-		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o700); err != nil {
+	wrap := func(target string) string {
+		wrapper := filepath.Join(bin, filepath.Base(target))
+		script := fmt.Sprintf("#!/bin/sh\nexec %q --pdeathsig KILL -- %q \"$@\"\n", setpriv, target)
+		if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
 			t.Fatalf("kubetest: %v", err)
 		}
+		return wrapper
 	}
-	return bin
+	return wrap(etcd), wrap(apiserver)
 }
