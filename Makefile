@@ -8,7 +8,7 @@ ROOT := $(CURDIR)
 BIN := $(ROOT)/bin
 # Modules in go.work; `go test ./...` does not cross modules.
 MODULES := $(shell go list -m -f '{{.Dir}}')
-TOOLS := controller-gen crd-ref-docs golangci-lint gremlins helm
+TOOLS := buf controller-gen crd-ref-docs golangci-lint gremlins helm protoc-gen-connect-go protoc-gen-go
 GO_TEST_FLAGS ?= -race -count=1
 BENCH ?= .
 BENCHTIME ?= 2s
@@ -32,8 +32,8 @@ kube-bins: ## Build etcd, kube-apiserver and kubectl from Go modules into the ca
 	hack/kube/build.sh
 
 .PHONY: generate
-generate: $(BIN)/controller-gen $(BIN)/crd-ref-docs ## Regenerate deepcopy, CRDs (api/crds) and docs/api.md.
-	cd api && go generate ./...
+generate: $(addprefix $(BIN)/,controller-gen crd-ref-docs buf protoc-gen-go protoc-gen-connect-go) ## Regenerate deepcopy, CRDs (api/crds), protobuf code and docs/api.md.
+	for m in $(MODULES); do (cd $$m && go generate ./...); done
 	$(BIN)/crd-ref-docs --source-path=api/v1beta1 --config=hack/crd-ref-docs/config.yaml \
 		--renderer=markdown --output-path=docs/api.md --log-level=ERROR
 

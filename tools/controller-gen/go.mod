@@ -1,5 +1,5 @@
-// Pins sigs.k8s.io/controller-tools/cmd/controller-gen for bin/controller-gen (make tools). One module per tool, outside go.work,
-// so that no tool's dependencies move another's.
+// Pins bin/controller-gen (make tools). One module per tool, outside go.work, so that no
+// tool's dependencies move another's.
 module github.com/skiff-dev/skiff/tools/controller-gen
 
 go 1.26.0

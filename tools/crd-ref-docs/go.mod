@@ -1,5 +1,5 @@
-// Pins github.com/elastic/crd-ref-docs for bin/crd-ref-docs (make tools). One module per tool, outside go.work,
-// so that no tool's dependencies move another's.
+// Pins bin/crd-ref-docs (make tools). One module per tool, outside go.work, so that no
+// tool's dependencies move another's.
 module github.com/skiff-dev/skiff/tools/crd-ref-docs
 
 go 1.26.0

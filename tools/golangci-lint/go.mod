@@ -1,5 +1,5 @@
-// Pins github.com/golangci/golangci-lint/v2/cmd/golangci-lint for bin/golangci-lint (make tools). One module per tool, outside go.work,
-// so that no tool's dependencies move another's.
+// Pins bin/golangci-lint (make tools). One module per tool, outside go.work, so that no
+// tool's dependencies move another's.
 module github.com/skiff-dev/skiff/tools/golangci-lint
 
 go 1.26.0

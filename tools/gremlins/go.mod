@@ -1,5 +1,5 @@
-// Pins github.com/go-gremlins/gremlins/cmd/gremlins for bin/gremlins (make tools). One module per tool, outside go.work,
-// so that no tool's dependencies move another's.
+// Pins bin/gremlins (make tools). One module per tool, outside go.work, so that no
+// tool's dependencies move another's.
 module github.com/skiff-dev/skiff/tools/gremlins
 
 go 1.26.0

@@ -1,5 +1,5 @@
-// Pins helm.sh/helm/v3/cmd/helm for bin/helm (make tools). One module per tool, outside go.work,
-// so that no tool's dependencies move another's.
+// Pins bin/helm (make tools). One module per tool, outside go.work, so that no
+// tool's dependencies move another's.
 module github.com/skiff-dev/skiff/tools/helm
 
 go 1.26.0

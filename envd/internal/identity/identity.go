@@ -1,0 +1,98 @@
+// Package identity resolves who an envd request acts as: the Unix user named
+// by HTTP Basic auth (or the username query of /files), falling back to the
+// sandbox's default user, and the paths that user's relative paths resolve
+// against.
+package identity
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ErrUnknownUser is returned for a username that does not exist in the
+// sandbox; envd answers it with unauthenticated (RPCs) or 401 (HTTP routes).
+var ErrUnknownUser = errors.New("invalid username")
+
+// User is a resolved Unix user.
+type User struct {
+	Name   string
+	UID    uint32
+	GID    uint32
+	Groups []uint32 // supplementary groups
+	Home   string
+}
+
+// Lookup resolves a username.
+func Lookup(name string) (*User, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: '%s'", ErrUnknownUser, name)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("user %s: uid %q: %w", name, u.Uid, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("user %s: gid %q: %w", name, u.Gid, err)
+	}
+	out := &User{Name: u.Username, UID: uint32(uid), GID: uint32(gid), Home: u.HomeDir}
+	if ids, err := u.GroupIds(); err == nil {
+		for _, id := range ids {
+			if g, err := strconv.ParseUint(id, 10, 32); err == nil && uint32(g) != out.GID {
+				out.Groups = append(out.Groups, uint32(g))
+			}
+		}
+	}
+	if out.Home == "" {
+		out.Home = "/"
+	}
+	return out, nil
+}
+
+// BasicUsername returns the username of an `Authorization: Basic` header
+// (envd reads only the username; the SDKs send an empty password), or "" when
+// the header is absent. A malformed header is an error.
+func BasicUsername(h http.Header) (string, error) {
+	auth := h.Get("Authorization")
+	if auth == "" {
+		return "", nil
+	}
+	scheme, payload, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return "", fmt.Errorf("%w: authorization is not Basic", ErrUnknownUser)
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(payload))
+	if err != nil {
+		return "", fmt.Errorf("%w: malformed Basic authorization", ErrUnknownUser)
+	}
+	name, _, _ := strings.Cut(string(raw), ":")
+	return name, nil
+}
+
+// ResolvePath turns a request path into an absolute, clean path for u:
+// "~" and "~/x" expand to u's home, and a relative path resolves against it.
+// An empty path is an error.
+func ResolvePath(p string, u *User) (string, error) {
+	if p == "" {
+		return "", errors.New("path is empty")
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", errors.New("path contains a NUL byte")
+	}
+	switch {
+	case p == "~":
+		p = u.Home
+	case strings.HasPrefix(p, "~/"):
+		p = filepath.Join(u.Home, p[2:])
+	case !filepath.IsAbs(p):
+		p = filepath.Join(u.Home, p)
+	}
+	return filepath.Clean(p), nil
+}

@@ -1,0 +1,124 @@
+package process
+
+import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	pb "github.com/skiff-dev/skiff/envd/proto/process"
+)
+
+// outputGrace is how long, after a process exits, its output is still read
+// before the pipes are closed: a background child that keeps them open must
+// not hold the end event back.
+const outputGrace = 100 * time.Millisecond
+
+// subscriberBuffer is how many events a slow stream may lag behind before
+// the process's output waits for it.
+const subscriberBuffer = 256
+
+// proc is one process envd started. Its output is fanned out to every stream
+// attached to it (the Start stream and any Connect streams); with none
+// attached, output is read and dropped, and the process runs on.
+type proc struct {
+	pid    uint32
+	tag    *string
+	config *pb.ProcessConfig
+	cmd    *exec.Cmd
+
+	inMu  sync.Mutex
+	stdin io.WriteCloser // nil: no stdin pipe, or closed
+	pty   *os.File       // nil: not a PTY process
+
+	mu   sync.Mutex
+	subs map[*subscriber]struct{}
+	end  *pb.ProcessEvent // set once the process has exited and its output is read
+	done chan struct{}    // closed after end is set
+}
+
+// subscriber is one attached stream.
+type subscriber struct {
+	events chan *pb.ProcessEvent
+	gone   chan struct{} // closed when the stream detaches
+}
+
+// subscribe attaches a stream and returns it with a function to detach. The
+// end event is always the last event a subscriber receives; a process that
+// already ended delivers only that.
+func (p *proc) subscribe() (*subscriber, func()) {
+	s := &subscriber{events: make(chan *pb.ProcessEvent, subscriberBuffer), gone: make(chan struct{})}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.end != nil {
+		s.events <- p.end
+		return s, func() {}
+	}
+	p.subs[s] = struct{}{}
+	var once sync.Once
+	return s, func() {
+		once.Do(func() {
+			p.mu.Lock()
+			delete(p.subs, s)
+			p.mu.Unlock()
+			close(s.gone)
+		})
+	}
+}
+
+// publish sends ev to every attached stream, waiting for a slow one until it
+// reads or detaches.
+func (p *proc) publish(ev *pb.ProcessEvent) {
+	p.mu.Lock()
+	subs := make([]*subscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	for _, s := range subs {
+		select {
+		case s.events <- ev:
+		case <-s.gone:
+		}
+	}
+}
+
+// finish records the end event, delivers it to every attached stream, and
+// marks the process done.
+func (p *proc) finish(ev *pb.ProcessEvent) {
+	p.mu.Lock()
+	p.end = ev
+	subs := p.subs
+	p.subs = nil
+	p.mu.Unlock()
+	for s := range subs {
+		select {
+		case s.events <- ev:
+		case <-s.gone:
+		}
+	}
+	close(p.done)
+}
+
+// ended reports whether the process has exited.
+func (p *proc) ended() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the process's group, so that a shell's children go
+// too, or to the process alone when it left its group.
+func (p *proc) signal(sig syscall.Signal) error {
+	err := syscall.Kill(-int(p.pid), sig)
+	if errors.Is(err, syscall.ESRCH) {
+		err = syscall.Kill(int(p.pid), sig)
+	}
+	return err
+}

@@ -1,0 +1,167 @@
+// Package server assembles envd's HTTP surface: the Connect services, the
+// plain routes (/health, /init, /envs, /metrics, /files), CORS and the access
+// token check, behind one http.Handler.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/pflag"
+
+	"github.com/skiff-dev/skiff/envd"
+	"github.com/skiff-dev/skiff/envd/internal/httperr"
+	"github.com/skiff-dev/skiff/envd/internal/process"
+	"github.com/skiff-dev/skiff/envd/internal/state"
+	"github.com/skiff-dev/skiff/envd/proto/process/processconnect"
+)
+
+// DefaultPort is where the e2b SDKs expect envd.
+const DefaultPort = 49983
+
+// Options configures envd.
+type Options struct {
+	ListenAddress string
+	Port          int
+	// MaxInitBytes bounds the body of POST /init.
+	MaxInitBytes int64
+}
+
+// NewOptions returns the defaults.
+func NewOptions() Options {
+	return Options{ListenAddress: "0.0.0.0", Port: DefaultPort, MaxInitBytes: 1 << 20}
+}
+
+// AddFlags registers envd's flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address to listen on.")
+	fs.IntVar(&o.Port, "port", o.Port, "Port to listen on; the e2b SDKs expect 49983.")
+}
+
+// Validate reports options that cannot work.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Port < 0 || o.Port > 65535 {
+		errs = append(errs, fmt.Errorf("--port must be between 0 and 65535, got %d", o.Port))
+	}
+	if o.ListenAddress == "" {
+		errs = append(errs, errors.New("--listen-address must not be empty"))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is envd's HTTP server and the services behind it.
+type Server struct {
+	sandbox *state.Sandbox
+	process *process.Service
+	handler http.Handler
+	opts    Options
+}
+
+// New assembles the services and routes.
+func New(opts Options) *Server {
+	sb := state.New()
+	s := &Server{sandbox: sb, process: process.New(sb), opts: opts}
+	mux := http.NewServeMux()
+	connectOpts := []connect.HandlerOption{connect.WithCompressMinBytes(1024)}
+	mux.Handle(processconnect.NewProcessHandler(s.process, connectOpts...))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("POST /init", s.init)
+	mux.HandleFunc("GET /envs", s.envs)
+	mux.HandleFunc("GET /metrics", metrics)
+	s.handler = cors(requireToken(sb, mux))
+	return s
+}
+
+// Close kills the processes envd started and waits for them.
+func (s *Server) Close() { s.process.Close() }
+
+// Handler is envd's whole HTTP surface.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Sandbox is the state /init sets.
+func (s *Server) Sandbox() *state.Sandbox { return s.sandbox }
+
+// Serve serves on ln until ctx ends, then stops accepting, gives open
+// requests a few seconds, and kills the processes it started.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       640 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		s.process.Close()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	if err != nil {
+		_ = srv.Close() // streams (a long Start) do not end by themselves
+	}
+	serveErr := <-errc
+	s.process.Close()
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("serve: %w", serveErr)
+}
+
+// Run listens on the configured address and serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	addr := net.JoinHostPort(s.opts.ListenAddress, strconv.Itoa(s.opts.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	slog.InfoContext(ctx, "envd listening", "address", ln.Addr().String(), "version", envd.Version)
+	return s.Serve(ctx, ln)
+}
+
+// init is POST /init, the host's hook: the access token, default user,
+// workdir and environment. Once a token is set, changing anything takes that
+// token.
+func (s *Server) init(w http.ResponseWriter, r *http.Request) {
+	if s.sandbox.TokenSet() && !s.sandbox.CheckToken(r.Header.Get(AccessTokenHeader)) {
+		httperr.Write(w, http.StatusUnauthorized, unauthorizedMessage)
+		return
+	}
+	var in state.Init
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxInitBytes))
+		if err := dec.Decode(&in); err != nil {
+			httperr.Write(w, http.StatusBadRequest, fmt.Sprintf("invalid init body: %v", err))
+			return
+		}
+	}
+	if in.DefaultUser != "" {
+		if _, err := s.sandbox.User(in.DefaultUser); err != nil {
+			httperr.Write(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	s.sandbox.Apply(in)
+	w.Header().Set("X-Envd-Version", envd.Version)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// envs is GET /envs: the default environment of every process.
+func (s *Server) envs(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s.sandbox.Env())
+}
