@@ -63,8 +63,32 @@ verify: generate ## generate + gofmt + vet + tidy check + GOWORK=off builds + li
 	@if [[ -n "$$(git status --porcelain)" ]]; then echo "verify left a diff (commit generated files):"; git status --porcelain; git diff --stat; exit 1; fi
 
 .PHONY: test
-test: kube-bins ## Every test, with -race, against a real kube-apiserver and etcd.
+test: kube-bins go-test fuzz sdk-test ## Every test: Go (with -race, on a real kube-apiserver and etcd), fuzzing, the e2b SDK suite.
+
+.PHONY: go-test
+go-test: kube-bins ## The Go tests of every module.
 	for m in $(MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
+
+FUZZTIME ?= 5s
+
+.PHONY: fuzz
+fuzz: ## Run every Go fuzz target for FUZZTIME (5s) beyond its seeds.
+	for f in $$(grep -rl --include='*_test.go' '^func Fuzz' $(MODULES)); do \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			(cd $$(dirname $$f) && go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) .) || exit 1; \
+		done; \
+	done
+
+E2B_SDKS ?= e2b e2b-2.50.0
+
+.PHONY: envd
+envd: ## Build the static envd binary into bin/envd.
+	cd envd && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o $(BIN)/envd ./cmd/envd
+
+.PHONY: sdk-test
+sdk-test: envd ## The unmodified e2b JS SDK (E2B_SDKS: 2.51.0 and 2.50.0) against a real envd.
+	cd envd/test/sdk && npm ci --no-audit --no-fund --loglevel=error
+	for sdk in $(E2B_SDKS); do (cd envd/test/sdk && ENVD_BIN=$(BIN)/envd E2B_PACKAGE=$$sdk node --test --test-concurrency=1 sdk.test.mjs) || exit 1; done
 
 .PHONY: bench
 bench: kube-bins ## Benchmarks (BENCH=regexp, BENCHTIME=2s).

@@ -81,13 +81,15 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	if err := stream.Send(&pb.StartResponse{Event: startEvent(p.pid)}); err != nil {
 		return err
 	}
-	err = s.follow(ctx, req.Header(), sub, func(ev *pb.ProcessEvent) error {
+	// The deadline is the process's lifetime, whether or not the client is
+	// still there when it passes.
+	if deadline, ok := ctx.Deadline(); ok {
+		t := time.AfterFunc(time.Until(deadline), func() { _ = p.signal(syscall.SIGKILL) })
+		go func() { <-p.done; t.Stop() }()
+	}
+	return s.follow(ctx, req.Header(), sub, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: ev})
 	})
-	if errors.Is(err, context.DeadlineExceeded) {
-		_ = p.signal(syscall.SIGKILL)
-	}
-	return err
 }
 
 // Connect re-attaches to a process by pid or tag: a start event, then its

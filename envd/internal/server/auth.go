@@ -22,7 +22,7 @@ func exempt(r *http.Request) bool {
 	case "/init":
 		return r.Method == http.MethodPost
 	case "/files":
-		return r.Method == http.MethodGet || r.Method == http.MethodPost
+		return r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodPost
 	}
 	return false
 }

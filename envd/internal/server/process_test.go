@@ -95,9 +95,11 @@ func (e *envd) run(ctx context.Context, t *testing.T, req *pb.StartRequest, head
 	return collect(stream, func() *pb.ProcessEvent { return stream.Msg().GetEvent() })
 }
 
+// bash runs script in a non-login shell: a login shell would read the host's
+// profile (slow, and a kill in the middle can leave its locks behind).
 func bash(script string) *pb.StartRequest {
 	no := false
-	return &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", script}}, Stdin: &no}
+	return &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", script}}, Stdin: &no}
 }
 
 func basic(user string) string {

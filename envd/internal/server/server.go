@@ -18,9 +18,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/skiff-dev/skiff/envd"
+	"github.com/skiff-dev/skiff/envd/internal/files"
+	"github.com/skiff-dev/skiff/envd/internal/filesystem"
 	"github.com/skiff-dev/skiff/envd/internal/httperr"
 	"github.com/skiff-dev/skiff/envd/internal/process"
 	"github.com/skiff-dev/skiff/envd/internal/state"
+	"github.com/skiff-dev/skiff/envd/proto/filesystem/filesystemconnect"
 	"github.com/skiff-dev/skiff/envd/proto/process/processconnect"
 )
 
@@ -60,19 +63,24 @@ func (o Options) Validate() error {
 
 // Server is envd's HTTP server and the services behind it.
 type Server struct {
-	sandbox *state.Sandbox
-	process *process.Service
-	handler http.Handler
-	opts    Options
+	sandbox    *state.Sandbox
+	process    *process.Service
+	filesystem *filesystem.Service
+	handler    http.Handler
+	opts       Options
 }
 
 // New assembles the services and routes.
 func New(opts Options) *Server {
 	sb := state.New()
-	s := &Server{sandbox: sb, process: process.New(sb), opts: opts}
+	s := &Server{sandbox: sb, process: process.New(sb), filesystem: filesystem.New(sb), opts: opts}
 	mux := http.NewServeMux()
 	connectOpts := []connect.HandlerOption{connect.WithCompressMinBytes(1024)}
 	mux.Handle(processconnect.NewProcessHandler(s.process, connectOpts...))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(s.filesystem, connectOpts...))
+	filesHandler := files.New(sb)
+	mux.Handle("/files", filesHandler)
+	mux.Handle("/files/compose", filesHandler)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("POST /init", s.init)
 	mux.HandleFunc("GET /envs", s.envs)
@@ -81,8 +89,12 @@ func New(opts Options) *Server {
 	return s
 }
 
-// Close kills the processes envd started and waits for them.
-func (s *Server) Close() { s.process.Close() }
+// Close stops every watcher, kills the processes envd started, and waits for
+// them.
+func (s *Server) Close() {
+	s.filesystem.Close()
+	s.process.Close()
+}
 
 // Handler is envd's whole HTTP surface.
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -104,7 +116,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		s.process.Close()
+		s.Close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -115,7 +127,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		_ = srv.Close() // streams (a long Start) do not end by themselves
 	}
 	serveErr := <-errc
-	s.process.Close()
+	s.Close()
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		return nil
 	}

@@ -1,0 +1,325 @@
+// Package entry describes filesystem entries the way envd reports them
+// (filesystem.EntryInfo) and manages the e2b metadata stored on them as
+// extended attributes named user.e2b.<key>.
+package entry
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/skiff-dev/skiff/envd/proto/filesystem"
+)
+
+// MetadataPrefix is the extended-attribute prefix of e2b metadata keys.
+const MetadataPrefix = "user.e2b."
+
+// Metadata limits enforced by SetMetadata. An xattr name is at most 255
+// bytes, so a key may use what the prefix leaves.
+const (
+	MaxKeyLen        = 255 - len(MetadataPrefix) // 246
+	MaxMetadataBytes = 4096                      // sum of all keys and values
+)
+
+// ErrInvalidMetadata is wrapped by SetMetadata errors about its input.
+var ErrInvalidMetadata = errors.New("invalid metadata")
+
+// Info describes path without following a final symlink. path should be
+// absolute; it is reported as given. A missing path yields an error for which
+// errors.Is(err, fs.ErrNotExist) holds.
+func Info(path string) (*filesystem.EntryInfo, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err // *fs.PathError "lstat <path>: …", callers quote it
+	}
+	e := &filesystem.EntryInfo{
+		Name:         filepath.Base(path),
+		Path:         path,
+		Size:         fi.Size(),
+		Mode:         uint32(fi.Mode().Perm()),
+		Permissions:  Permissions(fi.Mode()),
+		ModifiedTime: timestamppb.New(fi.ModTime()),
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		e.Type = filesystem.FileType_FILE_TYPE_SYMLINK
+		target, err := os.Readlink(path)
+		if err != nil {
+			return nil, fmt.Errorf("read link %s: %w", path, err)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		target = filepath.Clean(target)
+		e.SymlinkTarget = &target
+	case fi.IsDir():
+		e.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
+	default:
+		// Regular files and the rare special files (fifos, devices, sockets)
+		// are all reported as files, as e2b does.
+		e.Type = filesystem.FileType_FILE_TYPE_FILE
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		e.Owner = userName(st.Uid)
+		e.Group = groupName(st.Gid)
+	}
+	// Metadata is best effort: only a vanished path fails Info, so that an
+	// odd filesystem (proc, sysfs, FUSE) never hides an entry from ListDir.
+	md, err := metadata(path)
+	if err != nil && errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if err == nil && len(md) > 0 {
+		e.Metadata = md
+	}
+	return e, nil
+}
+
+// Permissions formats m like ls -l does: a type character followed by nine
+// permission characters, with s/S for setuid/setgid and t/T for sticky.
+func Permissions(m fs.FileMode) string {
+	var b [10]byte
+	switch {
+	case m&fs.ModeDir != 0:
+		b[0] = 'd'
+	case m&fs.ModeSymlink != 0:
+		b[0] = 'l'
+	case m&fs.ModeNamedPipe != 0:
+		b[0] = 'p'
+	case m&fs.ModeSocket != 0:
+		b[0] = 's'
+	case m&fs.ModeCharDevice != 0:
+		b[0] = 'c'
+	case m&fs.ModeDevice != 0:
+		b[0] = 'b'
+	default:
+		b[0] = '-'
+	}
+	const rwx = "rwxrwxrwx"
+	perm := m.Perm()
+	for i := range 9 {
+		if perm&(1<<uint(8-i)) != 0 {
+			b[i+1] = rwx[i]
+		} else {
+			b[i+1] = '-'
+		}
+	}
+	special := func(idx int, set bool, lower, upper byte) {
+		if !set {
+			return
+		}
+		if b[idx] == 'x' {
+			b[idx] = lower
+		} else {
+			b[idx] = upper
+		}
+	}
+	special(3, m&fs.ModeSetuid != 0, 's', 'S')
+	special(6, m&fs.ModeSetgid != 0, 's', 'S')
+	special(9, m&fs.ModeSticky != 0, 't', 'T')
+	return string(b[:])
+}
+
+// Name caches: only successful lookups are cached, so a user created later
+// is picked up, at the cost of re-reading /etc/passwd for unknown ids.
+var (
+	userNames  sync.Map // uint32 → string
+	groupNames sync.Map // uint32 → string
+)
+
+func userName(uid uint32) string {
+	if v, ok := userNames.Load(uid); ok {
+		return v.(string)
+	}
+	id := strconv.FormatUint(uint64(uid), 10)
+	u, err := user.LookupId(id)
+	if err != nil {
+		return id
+	}
+	userNames.Store(uid, u.Username)
+	return u.Username
+}
+
+func groupName(gid uint32) string {
+	if v, ok := groupNames.Load(gid); ok {
+		return v.(string)
+	}
+	id := strconv.FormatUint(uint64(gid), 10)
+	g, err := user.LookupGroupId(id)
+	if err != nil {
+		return id
+	}
+	groupNames.Store(gid, g.Name)
+	return g.Name
+}
+
+// unsupported reports whether err means the filesystem has no (user) xattrs.
+func unsupported(err error) bool {
+	return errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
+// listXattrs returns the names of path's extended attributes.
+func listXattrs(path string) ([]string, error) {
+	for {
+		n, err := unix.Llistxattr(path, nil)
+		if err != nil {
+			if unsupported(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("list xattrs of %s: %w", path, err)
+		}
+		if n == 0 {
+			return nil, nil
+		}
+		buf := make([]byte, n)
+		n, err = unix.Llistxattr(path, buf)
+		if errors.Is(err, unix.ERANGE) {
+			continue // grew between the two calls
+		}
+		if err != nil {
+			if unsupported(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("list xattrs of %s: %w", path, err)
+		}
+		var names []string
+		for _, name := range strings.Split(string(buf[:n]), "\x00") {
+			if name != "" {
+				names = append(names, name)
+			}
+		}
+		return names, nil
+	}
+}
+
+// getXattr reads one attribute; ok is false when it vanished meanwhile.
+func getXattr(path, name string) (value string, ok bool, err error) {
+	for {
+		n, err := unix.Lgetxattr(path, name, nil)
+		if errors.Is(err, unix.ENODATA) {
+			return "", false, nil
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("get xattr %s of %s: %w", name, path, err)
+		}
+		buf := make([]byte, n)
+		n, err = unix.Lgetxattr(path, name, buf)
+		switch {
+		case errors.Is(err, unix.ERANGE):
+			continue
+		case errors.Is(err, unix.ENODATA):
+			return "", false, nil
+		case err != nil:
+			return "", false, fmt.Errorf("get xattr %s of %s: %w", name, path, err)
+		}
+		return string(buf[:n]), true, nil
+	}
+}
+
+// metadata returns path's user.e2b.* attributes keyed without the prefix.
+func metadata(path string) (map[string]string, error) {
+	names, err := listXattrs(path)
+	if err != nil {
+		return nil, err
+	}
+	var md map[string]string
+	for _, name := range names {
+		key, ok := strings.CutPrefix(name, MetadataPrefix)
+		if !ok || key == "" {
+			continue
+		}
+		v, ok, err := getXattr(path, name)
+		if err != nil {
+			if unsupported(err) {
+				continue
+			}
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if md == nil {
+			md = make(map[string]string)
+		}
+		md[key] = v
+	}
+	return md, nil
+}
+
+// ValidateMetadata checks md against the limits SetMetadata enforces and
+// returns it with lowercased keys. Errors wrap ErrInvalidMetadata.
+func ValidateMetadata(md map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(md))
+	total := 0
+	for k, v := range md {
+		if k == "" {
+			return nil, fmt.Errorf("%w: empty key", ErrInvalidMetadata)
+		}
+		if len(k) > MaxKeyLen {
+			return nil, fmt.Errorf("%w: key %.32q… is longer than %d bytes", ErrInvalidMetadata, k, MaxKeyLen)
+		}
+		for i := 0; i < len(k); i++ {
+			if c := k[i]; c < 0x20 || c > 0x7e {
+				return nil, fmt.Errorf("%w: key %q has a non-printable or non-ASCII byte", ErrInvalidMetadata, k)
+			}
+		}
+		lk := strings.ToLower(k)
+		if _, dup := out[lk]; dup {
+			return nil, fmt.Errorf("%w: keys collide once lowercased: %q", ErrInvalidMetadata, lk)
+		}
+		out[lk] = v
+		total += len(lk) + len(v)
+	}
+	if total > MaxMetadataBytes {
+		return nil, fmt.Errorf("%w: %d bytes of keys and values, more than %d", ErrInvalidMetadata, total, MaxMetadataBytes)
+	}
+	return out, nil
+}
+
+// SetMetadata replaces every user.e2b.* attribute of path (not following a
+// final symlink) with md: keys in md are set (lowercased), others removed.
+// Bad input yields an error wrapping ErrInvalidMetadata; a filesystem
+// without user xattrs yields an error wrapping unix.ENOTSUP.
+func SetMetadata(path string, md map[string]string) error {
+	md, err := ValidateMetadata(md)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(path); err != nil {
+		return err
+	}
+	names, err := listXattrs(path)
+	if err != nil {
+		return err
+	}
+	// Set the new values first, then drop the stale keys, so a failure
+	// midway leaves no key of md missing that was there before.
+	for k, v := range md {
+		if err := unix.Lsetxattr(path, MetadataPrefix+k, []byte(v), 0); err != nil {
+			return fmt.Errorf("set xattr %s%s of %s: %w", MetadataPrefix, k, path, err)
+		}
+	}
+	for _, name := range names {
+		key, ok := strings.CutPrefix(name, MetadataPrefix)
+		if !ok {
+			continue
+		}
+		if _, keep := md[key]; keep {
+			continue
+		}
+		if err := unix.Lremovexattr(path, name); err != nil && !errors.Is(err, unix.ENODATA) {
+			return fmt.Errorf("remove xattr %s of %s: %w", name, path, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package entry
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/envd/proto/filesystem"
+)
+
+// xattrsSupported reports whether dir's filesystem takes user xattrs.
+func xattrsSupported(t *testing.T, dir string) bool {
+	t.Helper()
+	p := filepath.Join(dir, ".xattr-probe")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(p)
+	err := unix.Lsetxattr(p, "user.probe", []byte("x"), 0)
+	return err == nil
+}
+
+func TestInfo(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file.txt")
+	if err := os.WriteFile(file, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "run.sh")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(exe, 0o755); err != nil { // undo the umask
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	relLink := filepath.Join(dir, "rel-link")
+	if err := os.Symlink("file.txt", relLink); err != nil {
+		t.Fatal(err)
+	}
+	absLink := filepath.Join(sub, "abs-link")
+	if err := os.Symlink(file, absLink); err != nil {
+		t.Fatal(err)
+	}
+	dangling := filepath.Join(dir, "dangling")
+	if err := os.Symlink("../nowhere", dangling); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name     string
+		path     string
+		typ      filesystem.FileType
+		size     int64 // -1: don't check
+		mode     uint32
+		perms    string
+		target   string // "" → no symlink target
+		baseName string
+	}{
+		{"file", file, filesystem.FileType_FILE_TYPE_FILE, 5, 0o644, "-rw-r--r--", "", "file.txt"},
+		{"executable", exe, filesystem.FileType_FILE_TYPE_FILE, 10, 0o755, "-rwxr-xr-x", "", "run.sh"},
+		{"dir", sub, filesystem.FileType_FILE_TYPE_DIRECTORY, -1, 0o755, "drwxr-xr-x", "", "sub"},
+		{"relative symlink", relLink, filesystem.FileType_FILE_TYPE_SYMLINK, -1, 0o777, "lrwxrwxrwx", file, "rel-link"},
+		{"absolute symlink", absLink, filesystem.FileType_FILE_TYPE_SYMLINK, -1, 0o777, "lrwxrwxrwx", file, "abs-link"},
+		{"dangling symlink", dangling, filesystem.FileType_FILE_TYPE_SYMLINK, -1, 0o777, "lrwxrwxrwx", filepath.Join(filepath.Dir(dir), "nowhere"), "dangling"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := Info(tt.path)
+			if err != nil {
+				t.Fatalf("Info: %v", err)
+			}
+			if e.GetName() != tt.baseName || e.GetPath() != tt.path || e.GetType() != tt.typ {
+				t.Errorf("name/path/type = %q %q %v, want %q %q %v", e.GetName(), e.GetPath(), e.GetType(), tt.baseName, tt.path, tt.typ)
+			}
+			if tt.size >= 0 && e.GetSize() != tt.size {
+				t.Errorf("size = %d, want %d", e.GetSize(), tt.size)
+			}
+			if e.GetMode() != tt.mode {
+				t.Errorf("mode = %o, want %o", e.GetMode(), tt.mode)
+			}
+			if e.GetPermissions() != tt.perms {
+				t.Errorf("permissions = %q, want %q", e.GetPermissions(), tt.perms)
+			}
+			if tt.target == "" && e.SymlinkTarget != nil {
+				t.Errorf("symlink target = %q, want none", e.GetSymlinkTarget())
+			}
+			if tt.target != "" && e.GetSymlinkTarget() != tt.target {
+				t.Errorf("symlink target = %q, want %q", e.GetSymlinkTarget(), tt.target)
+			}
+			if e.GetOwner() == "" || e.GetGroup() == "" {
+				t.Errorf("owner/group empty: %q %q", e.GetOwner(), e.GetGroup())
+			}
+			if d := time.Since(e.GetModifiedTime().AsTime()); d < 0 || d > time.Minute {
+				t.Errorf("modified time %v is not recent", e.GetModifiedTime().AsTime())
+			}
+		})
+	}
+
+	t.Run("owner of root-owned file", func(t *testing.T) {
+		e, err := Info("/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.GetOwner() != "root" || e.GetGroup() != "root" {
+			t.Errorf("owner/group of / = %q/%q, want root/root", e.GetOwner(), e.GetGroup())
+		}
+	})
+
+	t.Run("missing", func(t *testing.T) {
+		_, err := Info(filepath.Join(dir, "missing"))
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("err = %v, want fs.ErrNotExist", err)
+		}
+	})
+}
+
+func TestPermissions(t *testing.T) {
+	tests := []struct {
+		mode fs.FileMode
+		want string
+	}{
+		{0o644, "-rw-r--r--"},
+		{fs.ModeDir | 0o755, "drwxr-xr-x"},
+		{fs.ModeSymlink | 0o777, "lrwxrwxrwx"},
+		{fs.ModeDir | fs.ModeSticky | 0o777, "drwxrwxrwt"},
+		{fs.ModeDir | fs.ModeSticky | 0o770, "drwxrwx--T"},
+		{fs.ModeSetuid | 0o755, "-rwsr-xr-x"},
+		{fs.ModeSetuid | fs.ModeSetgid | 0o644, "-rwSr-Sr--"},
+		{fs.ModeNamedPipe | 0o600, "prw-------"},
+		{fs.ModeSocket | 0o755, "srwxr-xr-x"},
+		{fs.ModeDevice | fs.ModeCharDevice | 0o666, "crw-rw-rw-"},
+		{fs.ModeDevice | 0o660, "brw-rw----"},
+	}
+	for _, tt := range tests {
+		if got := Permissions(tt.mode); got != tt.want {
+			t.Errorf("Permissions(%v) = %q, want %q", tt.mode, got, tt.want)
+		}
+	}
+}
+
+func TestMetadata(t *testing.T) {
+	dir := t.TempDir()
+	if !xattrsSupported(t, dir) {
+		t.Skipf("skipping metadata tests: the filesystem of %s does not support user xattrs", dir)
+	}
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// An unrelated user xattr must survive SetMetadata and stay out of Info.
+	if err := unix.Lsetxattr(file, "user.other", []byte("keep"), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	steps := []struct {
+		name string
+		set  map[string]string
+		want map[string]string // nil → no metadata
+	}{
+		{"set", map[string]string{"owner": "alice", "Tag": "x"}, map[string]string{"owner": "alice", "tag": "x"}},
+		{"replace", map[string]string{"owner": "bob", "new": ""}, map[string]string{"owner": "bob", "new": ""}},
+		{"clear", nil, nil},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			if err := SetMetadata(file, st.set); err != nil {
+				t.Fatalf("SetMetadata: %v", err)
+			}
+			e, err := Info(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := e.GetMetadata()
+			if len(got) != len(st.want) {
+				t.Fatalf("metadata = %v, want %v", got, st.want)
+			}
+			for k, v := range st.want {
+				if gv, ok := got[k]; !ok || gv != v {
+					t.Errorf("metadata[%q] = %q,%v want %q", k, gv, ok, v)
+				}
+			}
+			buf := make([]byte, 16)
+			n, err := unix.Lgetxattr(file, "user.other", buf)
+			if err != nil || string(buf[:n]) != "keep" {
+				t.Errorf("user.other = %q, %v; want kept", buf[:n], err)
+			}
+		})
+	}
+
+	t.Run("missing path", func(t *testing.T) {
+		err := SetMetadata(filepath.Join(dir, "missing"), map[string]string{"a": "b"})
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("err = %v, want fs.ErrNotExist", err)
+		}
+	})
+}
+
+func TestSetMetadataInvalid(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		md   map[string]string
+	}{
+		{"empty key", map[string]string{"": "v"}},
+		{"long key", map[string]string{strings.Repeat("k", MaxKeyLen+1): "v"}},
+		{"control byte", map[string]string{"a\nb": "v"}},
+		{"non-ascii", map[string]string{"clé": "v"}},
+		{"collision", map[string]string{"Key": "1", "key": "2"}},
+		{"too large", map[string]string{"a": strings.Repeat("v", MaxMetadataBytes)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := SetMetadata(file, tt.md); !errors.Is(err, ErrInvalidMetadata) {
+				t.Fatalf("err = %v, want ErrInvalidMetadata", err)
+			}
+		})
+	}
+	t.Run("longest key is fine", func(t *testing.T) {
+		if _, err := ValidateMetadata(map[string]string{strings.Repeat("k", MaxKeyLen): "v"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

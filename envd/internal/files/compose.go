@@ -1,0 +1,138 @@
+package files
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/skiff-dev/skiff/envd/internal/entry"
+	"github.com/skiff-dev/skiff/envd/internal/identity"
+)
+
+// Compose limits.
+const (
+	maxComposeBody    = 1 << 20
+	maxComposeSources = 10000
+)
+
+// composeRequest is the body of POST /files/compose.
+type composeRequest struct {
+	SourcePaths []string `json:"source_paths"`
+	Destination string   `json:"destination"`
+	Username    *string  `json:"username,omitempty"`
+}
+
+// compose serves POST /files/compose: it concatenates the sources into the
+// destination (replaced atomically, owned by the user), deletes the sources
+// and answers the destination's EntryInfo in the Connect JSON mapping.
+func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
+	if !h.sb.CheckToken(r.Header.Get(AccessTokenHeader)) {
+		return errUnauthorized
+	}
+	var req composeRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxComposeBody))
+	if err := dec.Decode(&req); err != nil {
+		return withStatus(http.StatusBadRequest, err, fmt.Sprintf("invalid request body: %v", err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return statusf(http.StatusBadRequest, "invalid request body: data after the JSON object")
+	}
+	switch {
+	case len(req.SourcePaths) == 0:
+		return statusf(http.StatusBadRequest, "source_paths must not be empty")
+	case len(req.SourcePaths) > maxComposeSources:
+		return statusf(http.StatusBadRequest, "source_paths has more than %d paths", maxComposeSources)
+	case req.Destination == "":
+		return statusf(http.StatusBadRequest, "destination must not be empty")
+	}
+	name := ""
+	if req.Username != nil {
+		name = *req.Username
+	}
+	u, err := h.requestUser(r, name)
+	if err != nil {
+		return err
+	}
+	dest, err := uploadPath(req.Destination, u)
+	if err != nil {
+		return err
+	}
+	sources := make([]string, len(req.SourcePaths))
+	for i, s := range req.SourcePaths {
+		if sources[i], err = identity.ResolvePath(s, u); err != nil {
+			return withStatus(http.StatusBadRequest, err, fmt.Sprintf("invalid source path %q: %v", s, err))
+		}
+		fi, err := os.Stat(sources[i])
+		if err != nil {
+			return statError(sources[i], err)
+		}
+		if err := checkRegular(sources[i], fi); err != nil {
+			return err
+		}
+	}
+
+	a, err := createDest(dest, u, replacement)
+	if err != nil {
+		return err
+	}
+	defer a.abort()
+	for _, src := range sources {
+		if err := appendFile(a.f, src); err != nil {
+			return err
+		}
+	}
+	if err := a.finish(); err != nil {
+		return err
+	}
+	if err := a.commit(); err != nil {
+		return err
+	}
+	if err := removeSources(sources, dest, a.target); err != nil {
+		return err
+	}
+
+	info, err := entry.Info(dest)
+	if err != nil {
+		return fsError(err, "stat "+dest)
+	}
+	body, err := protojson.Marshal(info)
+	if err != nil {
+		return fmt.Errorf("encode entry info: %w", err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+	return nil
+}
+
+// appendFile copies the regular file src to the end of dst.
+func appendFile(dst *os.File, src string) error {
+	f, _, err := openRegular(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := io.Copy(dst, f); err != nil {
+		return fsError(err, "copy "+src)
+	}
+	return nil
+}
+
+// removeSources deletes the composed sources, except the destination.
+func removeSources(sources []string, dest, target string) error {
+	for _, src := range sources {
+		if src == dest || src == target {
+			continue
+		}
+		if err := os.Remove(src); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fsError(err, "remove source "+src)
+		}
+	}
+	return nil
+}

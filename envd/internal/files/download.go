@@ -1,0 +1,165 @@
+package files
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io/fs"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/skiff-dev/skiff/envd/internal/identity"
+)
+
+// download serves GET (and HEAD) /files?path=…: the file's bytes through
+// http.ServeContent (Range, conditional requests), gzip-compressed when the
+// client prefers it.
+func (h *handler) download(w http.ResponseWriter, r *http.Request) error {
+	if err := h.authorize(r, opRead); err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	u, err := h.requestUser(r, q.Get(queryUsername))
+	if err != nil {
+		return err
+	}
+	p, err := identity.ResolvePath(q.Get(queryPath), u)
+	if err != nil {
+		return withStatus(http.StatusBadRequest, err, fmt.Sprintf("invalid path '%s': %v", q.Get(queryPath), err))
+	}
+	f, fi, err := openRegular(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	hdr := w.Header()
+	hdr.Add("Vary", "Accept-Encoding")
+	enc := negotiateEncoding(r.Header.Values("Accept-Encoding"), r.Header.Get("Range") != "")
+	if enc == "" {
+		return statusf(http.StatusNotAcceptable, "no acceptable content encoding: supported are %s and %s", encodingGzip, encodingIdentity)
+	}
+	name := filepath.Base(p)
+	if cd := mime.FormatMediaType("inline", map[string]string{"filename": name}); cd != "" {
+		hdr.Set("Content-Disposition", cd)
+	} else {
+		hdr.Set("Content-Disposition", "inline")
+	}
+	if enc == encodingIdentity {
+		http.ServeContent(w, r, name, fi.ModTime(), f)
+		return nil
+	}
+	// A compressed body has no byte ranges of the file: serve it whole.
+	r = r.Clone(r.Context())
+	r.Header.Del("Range")
+	r.Header.Del("If-Range")
+	gw := &gzipResponseWriter{ResponseWriter: w, head: r.Method == http.MethodHead}
+	http.ServeContent(gw, r, name, fi.ModTime(), f)
+	// The status line is out: a failure now can only cut the body short.
+	_ = gw.Close()
+	return nil
+}
+
+// openRegular opens p for reading, refusing what is not a regular file
+// without blocking on FIFOs or devices.
+func openRegular(p string) (*os.File, fs.FileInfo, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, nil, statError(p, err)
+	}
+	if err := checkRegular(p, fi); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, statError(p, err)
+	}
+	if fi, err = f.Stat(); err != nil {
+		f.Close()
+		return nil, nil, fsError(err, "stat "+p)
+	}
+	if err := checkRegular(p, fi); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// statError maps the error of looking up p: a missing path is 404 with
+// e2b's message.
+func statError(p string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return withStatus(http.StatusNotFound, err, fmt.Sprintf("path '%s' does not exist", p))
+	}
+	return fsError(err, "stat "+p)
+}
+
+// checkRegular answers 400 for a directory or another non-regular file.
+func checkRegular(p string, fi fs.FileInfo) error {
+	switch {
+	case fi.IsDir():
+		return statusf(http.StatusBadRequest, "path '%s' is a directory", p)
+	case !fi.Mode().IsRegular():
+		return statusf(http.StatusBadRequest, "path '%s' is not a regular file", p)
+	}
+	return nil
+}
+
+// gzipResponseWriter compresses the body of a 200 response; other statuses
+// (304, errors) pass through untouched.
+type gzipResponseWriter struct {
+	http.ResponseWriter
+	head        bool // HEAD: headers only, no gzip stream
+	wroteHeader bool
+	gz          *gzip.Writer
+}
+
+// WriteHeader switches a 200 response to gzip.
+func (g *gzipResponseWriter) WriteHeader(code int) {
+	if g.wroteHeader {
+		return
+	}
+	g.wroteHeader = true
+	if code == http.StatusOK {
+		hdr := g.Header()
+		hdr.Del("Content-Length")
+		hdr.Set("Content-Encoding", encodingGzip)
+		if !g.head {
+			g.gz, _ = gzip.NewWriterLevel(g.ResponseWriter, gzip.BestSpeed) // the level is valid
+		}
+	}
+	g.ResponseWriter.WriteHeader(code)
+}
+
+// Write writes body bytes, compressed when the response is gzip.
+func (g *gzipResponseWriter) Write(p []byte) (int, error) {
+	if !g.wroteHeader {
+		g.WriteHeader(http.StatusOK)
+	}
+	if g.gz != nil {
+		n, err := g.gz.Write(p)
+		if err != nil {
+			return n, fmt.Errorf("write gzip body: %w", err)
+		}
+		return n, nil
+	}
+	n, err := g.ResponseWriter.Write(p)
+	if err != nil {
+		return n, fmt.Errorf("write body: %w", err)
+	}
+	return n, nil
+}
+
+// Close ends the gzip stream, if one was started.
+func (g *gzipResponseWriter) Close() error {
+	if g.gz == nil {
+		return nil
+	}
+	if err := g.gz.Close(); err != nil {
+		return fmt.Errorf("close gzip body: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,322 @@
+package filesystem
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/envd/internal/state"
+	"github.com/skiff-dev/skiff/envd/proto/filesystem"
+	"github.com/skiff-dev/skiff/envd/proto/filesystem/filesystemconnect"
+)
+
+// newTestServer serves a Service over HTTP and returns a JSON client like
+// the SDKs'.
+func newTestServer(t *testing.T) (filesystemconnect.FilesystemClient, *Service) {
+	t.Helper()
+	svc := New(state.New())
+	path, h := filesystemconnect.NewFilesystemHandler(svc)
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		svc.Close()
+		srv.Close()
+	})
+	return filesystemconnect.NewFilesystemClient(http.DefaultClient, srv.URL, connect.WithProtoJSON()), svc
+}
+
+// as sets the Basic-auth user of req, like the SDK does.
+func as[T any](user string, msg *T) *connect.Request[T] {
+	req := connect.NewRequest(msg)
+	if user != "" {
+		req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	}
+	return req
+}
+
+func wantCode(t *testing.T, err error, code connect.Code) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("err = nil, want %v", code)
+	}
+	if got := connect.CodeOf(err); got != code {
+		t.Fatalf("code = %v (%v), want %v", got, err, code)
+	}
+}
+
+func TestStat(t *testing.T) {
+	client, _ := newTestServer(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f.txt")
+	if err := os.WriteFile(file, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	tests := []struct {
+		name string
+		user string
+		path string
+		code connect.Code // 0: success
+		msg  string       // substring of the error message
+	}{
+		{"file", "", file, 0, ""},
+		{"as root", "root", file, 0, ""},
+		{"missing", "", filepath.Join(dir, "nope"), connect.CodeNotFound, "file not found: lstat " + filepath.Join(dir, "nope")},
+		{"unknown user", "no-such-user-xyz", file, connect.CodeUnauthenticated, "invalid username: 'no-such-user-xyz'"},
+		{"empty path", "", "", connect.CodeInvalidArgument, "path"},
+		{"nul in path", "", "a\x00b", connect.CodeInvalidArgument, "NUL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := client.Stat(ctx, as(tt.user, &filesystem.StatRequest{Path: tt.path}))
+			if tt.code != 0 {
+				wantCode(t, err, tt.code)
+				var ce *connect.Error
+				if errors.As(err, &ce) && !strings.Contains(ce.Message(), tt.msg) {
+					t.Errorf("message = %q, want it to contain %q", ce.Message(), tt.msg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := resp.Msg.GetEntry()
+			if e.GetName() != "f.txt" || e.GetPath() != file || e.GetSize() != 5 || e.GetType() != filesystem.FileType_FILE_TYPE_FILE || e.GetOwner() != "root" {
+				t.Errorf("entry = %v", e)
+			}
+		})
+	}
+
+	t.Run("relative path resolves against home", func(t *testing.T) {
+		// root's home is /root; "~" must be it.
+		resp, err := client.Stat(ctx, as("root", &filesystem.StatRequest{Path: "~"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Msg.GetEntry().GetPath() != "/root" {
+			t.Errorf("path = %q, want /root", resp.Msg.GetEntry().GetPath())
+		}
+	})
+}
+
+func TestMakeDir(t *testing.T) {
+	client, _ := newTestServer(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	deep := filepath.Join(dir, "a", "b", "c")
+	resp, err := client.MakeDir(ctx, as("", &filesystem.MakeDirRequest{Path: deep}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := resp.Msg.GetEntry(); e.GetPath() != deep || e.GetType() != filesystem.FileType_FILE_TYPE_DIRECTORY || e.GetName() != "c" {
+		t.Errorf("entry = %v", e)
+	}
+
+	_, err = client.MakeDir(ctx, as("", &filesystem.MakeDirRequest{Path: deep}))
+	wantCode(t, err, connect.CodeAlreadyExists)
+
+	_, err = client.MakeDir(ctx, as("", &filesystem.MakeDirRequest{Path: file}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+
+	_, err = client.MakeDir(ctx, as("", &filesystem.MakeDirRequest{Path: filepath.Join(file, "sub")}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+
+	_, err = client.MakeDir(ctx, as("", &filesystem.MakeDirRequest{Path: ""}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+
+	_, err = client.MakeDir(ctx, as("no-such-user-xyz", &filesystem.MakeDirRequest{Path: deep}))
+	wantCode(t, err, connect.CodeUnauthenticated)
+
+	t.Run("created dirs are owned by the user", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to chown")
+		}
+		p := filepath.Join(dir, "owned", "x")
+		resp, err := client.MakeDir(ctx, as("nobody", &filesystem.MakeDirRequest{Path: p}))
+		if err != nil {
+			t.Skipf("no usable user nobody: %v", err)
+		}
+		if resp.Msg.GetEntry().GetOwner() != "nobody" {
+			t.Errorf("owner = %q, want nobody", resp.Msg.GetEntry().GetOwner())
+		}
+		for _, d := range []string{filepath.Join(dir, "owned"), p} {
+			fi, err := os.Stat(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != 65534 {
+				t.Errorf("%s uid = %d, want 65534", d, uid)
+			}
+		}
+		// The pre-existing parent keeps its owner.
+		fi, _ := os.Stat(dir)
+		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != 0 {
+			t.Errorf("%s uid changed to %d", dir, uid)
+		}
+	})
+}
+
+func TestMove(t *testing.T) {
+	client, _ := newTestServer(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	src := filepath.Join(dir, "src.txt")
+	if err := os.WriteFile(src, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "new", "parent", "dst.txt")
+	resp, err := client.Move(ctx, as("", &filesystem.MoveRequest{Source: src, Destination: dst}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := resp.Msg.GetEntry(); e.GetPath() != dst || e.GetName() != "dst.txt" || e.GetSize() != 4 {
+		t.Errorf("entry = %v", e)
+	}
+	if _, err := os.Stat(src); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("source still there: %v", err)
+	}
+
+	_, err = client.Move(ctx, as("", &filesystem.MoveRequest{Source: src, Destination: dst}))
+	wantCode(t, err, connect.CodeNotFound)
+	_, err = client.Move(ctx, as("", &filesystem.MoveRequest{Source: dst, Destination: ""}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = client.Move(ctx, as("", &filesystem.MoveRequest{Source: "", Destination: dst}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = client.Move(ctx, as("no-such-user-xyz", &filesystem.MoveRequest{Source: dst, Destination: src}))
+	wantCode(t, err, connect.CodeUnauthenticated)
+}
+
+func TestListDir(t *testing.T) {
+	client, _ := newTestServer(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	for _, d := range []string{"a/b/c", "e"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"top.txt", "a/one.txt", "a/b/two.txt", "a/b/c/three.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A symlink to a directory must be listed but not followed.
+	if err := os.Symlink(filepath.Join(dir, "a"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+
+	rel := func(entries []*filesystem.EntryInfo) []string {
+		var out []string
+		for _, e := range entries {
+			r, _ := filepath.Rel(dir, e.GetPath())
+			out = append(out, r)
+		}
+		sort.Strings(out)
+		return out
+	}
+	tests := []struct {
+		depth uint32
+		want  []string
+	}{
+		{0, []string{"a", "e", "link", "top.txt"}},
+		{1, []string{"a", "e", "link", "top.txt"}},
+		{2, []string{"a", "a/b", "a/one.txt", "e", "link", "top.txt"}},
+		{10, []string{"a", "a/b", "a/b/c", "a/b/c/three.txt", "a/b/two.txt", "a/one.txt", "e", "link", "top.txt"}},
+	}
+	for _, tt := range tests {
+		resp, err := client.ListDir(ctx, as("", &filesystem.ListDirRequest{Path: dir, Depth: tt.depth}))
+		if err != nil {
+			t.Fatalf("depth %d: %v", tt.depth, err)
+		}
+		if got := rel(resp.Msg.GetEntries()); !slices.Equal(got, tt.want) {
+			t.Errorf("depth %d: got %v, want %v", tt.depth, got, tt.want)
+		}
+		for _, e := range resp.Msg.GetEntries() {
+			if e.GetName() == "link" && (e.GetType() != filesystem.FileType_FILE_TYPE_SYMLINK || e.GetSymlinkTarget() != filepath.Join(dir, "a")) {
+				t.Errorf("link entry = %v", e)
+			}
+		}
+	}
+
+	_, err := client.ListDir(ctx, as("", &filesystem.ListDirRequest{Path: filepath.Join(dir, "top.txt")}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = client.ListDir(ctx, as("", &filesystem.ListDirRequest{Path: filepath.Join(dir, "missing")}))
+	wantCode(t, err, connect.CodeNotFound)
+	_, err = client.ListDir(ctx, as("no-such-user-xyz", &filesystem.ListDirRequest{Path: dir}))
+	wantCode(t, err, connect.CodeUnauthenticated)
+	resp, err := client.ListDir(ctx, as("", &filesystem.ListDirRequest{Path: filepath.Join(dir, "e")}))
+	if err != nil || len(resp.Msg.GetEntries()) != 0 {
+		t.Errorf("empty dir: %v, %v", resp, err)
+	}
+}
+
+func TestRemove(t *testing.T) {
+	client, _ := newTestServer(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	tree := filepath.Join(dir, "tree")
+	if err := os.MkdirAll(filepath.Join(tree, "x", "y"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "x", "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Remove(ctx, as("", &filesystem.RemoveRequest{Path: tree})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(tree); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("tree still there: %v", err)
+	}
+	if _, err := client.Remove(ctx, as("", &filesystem.RemoveRequest{Path: tree})); err != nil {
+		t.Errorf("removing a missing path: %v", err)
+	}
+	_, err := client.Remove(ctx, as("", &filesystem.RemoveRequest{Path: ""}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = client.Remove(ctx, as("no-such-user-xyz", &filesystem.RemoveRequest{Path: tree}))
+	wantCode(t, err, connect.CodeUnauthenticated)
+}
+
+func TestOSError(t *testing.T) {
+	tests := []struct {
+		err  error
+		code connect.Code
+	}{
+		{&os.PathError{Op: "open", Path: "/x", Err: syscall.ENOENT}, connect.CodeNotFound},
+		{&os.PathError{Op: "mkdir", Path: "/x", Err: syscall.EEXIST}, connect.CodeAlreadyExists},
+		{&os.PathError{Op: "open", Path: "/x", Err: syscall.EACCES}, connect.CodePermissionDenied},
+		{&os.PathError{Op: "open", Path: "/x", Err: syscall.EIO}, connect.CodeInternal},
+		{connect.NewError(connect.CodeInvalidArgument, errors.New("x")), connect.CodeInvalidArgument},
+	}
+	for _, tt := range tests {
+		if got := osError(tt.err).Code(); got != tt.code {
+			t.Errorf("osError(%v) = %v, want %v", tt.err, got, tt.code)
+		}
+	}
+}
+
+func TestKeepaliveInterval(t *testing.T) {
+	for in, want := range map[string]time.Duration{"": DefaultKeepalive, "x": DefaultKeepalive, "0": DefaultKeepalive, "-1": DefaultKeepalive, "50": 50 * time.Second} {
+		if got := keepaliveInterval(in); got != want {
+			t.Errorf("keepaliveInterval(%q) = %v, want %v", in, got, want)
+		}
+	}
+}

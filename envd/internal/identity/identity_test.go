@@ -1,0 +1,106 @@
+package identity
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var home = &User{Name: "user", Home: "/home/user"}
+
+func TestResolvePath(t *testing.T) {
+	for _, tc := range []struct{ in, want, wantErr string }{
+		{"/etc/hostname", "/etc/hostname", ""},
+		{"rel/x", "/home/user/rel/x", ""},
+		{"~", "/home/user", ""},
+		{"~/a/../b", "/home/user/b", ""},
+		{"/a//b/./c/", "/a/b/c", ""},
+		{"../../etc", "/etc", ""},
+		{"~other", "/home/user/~other", ""},
+		{"", "", "empty"},
+		{"a\x00b", "", "NUL"},
+	} {
+		got, err := ResolvePath(tc.in, home)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ResolvePath(%q) = %q, %v; want an error about %s", tc.in, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ResolvePath(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestBasicUsername(t *testing.T) {
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, tc := range []struct {
+		header, want string
+		wantErr      bool
+	}{
+		{"", "", false},
+		{"Basic " + b64("root:"), "root", false},
+		{"basic " + b64("user:ignored"), "user", false},
+		{"Basic " + b64("nocolon"), "nocolon", false},
+		{"Bearer abc", "", true},
+		{"Basic !!!", "", true},
+		{"Basic", "", true},
+	} {
+		h := http.Header{}
+		if tc.header != "" {
+			h.Set("Authorization", tc.header)
+		}
+		got, err := BasicUsername(h)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("BasicUsername(%q) = %q, %v; want %q, error %v", tc.header, got, err, tc.want, tc.wantErr)
+		}
+		if err != nil && !errors.Is(err, ErrUnknownUser) {
+			t.Errorf("BasicUsername(%q) error %v does not wrap ErrUnknownUser", tc.header, err)
+		}
+	}
+}
+
+func TestLookup(t *testing.T) {
+	u, err := Lookup("root")
+	if err != nil || u.UID != 0 || u.Home != "/root" {
+		t.Fatalf("Lookup(root) = %+v, %v", u, err)
+	}
+	if _, err := Lookup("no-such-user-here"); !errors.Is(err, ErrUnknownUser) || !strings.Contains(err.Error(), "invalid username: 'no-such-user-here'") {
+		t.Fatalf("Lookup(unknown) = %v", err)
+	}
+}
+
+// A resolved path is absolute and clean, or an error: never a panic, never a
+// relative path.
+func FuzzResolvePath(f *testing.F) {
+	for _, s := range []string{"/a", "rel", "~", "~/x", "../..", "", "a\x00", "//", "~user/x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		got, err := ResolvePath(p, home)
+		if err != nil {
+			return
+		}
+		if !filepath.IsAbs(got) || filepath.Clean(got) != got {
+			t.Fatalf("ResolvePath(%q) = %q, not absolute and clean", p, got)
+		}
+	})
+}
+
+func FuzzBasicUsername(f *testing.F) {
+	for _, s := range []string{"Basic cm9vdDo=", "Basic", "Basic =", "Bearer x", "basic dXNlcjo6Og=="} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		h := http.Header{}
+		h.Set("Authorization", header)
+		name, err := BasicUsername(h)
+		if err == nil && strings.Contains(name, ":") {
+			t.Fatalf("BasicUsername(%q) = %q, contains the password separator", header, name)
+		}
+	})
+}
