@@ -99,14 +99,13 @@ func verifySignature(q url.Values, op, token string, now time.Time) bool {
 // username of Basic auth, else the sandbox's default user. An unknown user
 // is 401 `invalid username: '<u>'`.
 func (h *handler) requestUser(r *http.Request, name string) (*identity.User, error) {
+	var u *identity.User
+	var err error
 	if name == "" {
-		basic, err := identity.BasicUsername(r.Header)
-		if err != nil {
-			return nil, withStatus(http.StatusUnauthorized, err, err.Error())
-		}
-		name = basic
+		u, err = h.sb.RequestUser(r.Header)
+	} else {
+		u, err = h.sb.User(name)
 	}
-	u, err := h.sb.User(name)
 	switch {
 	case errors.Is(err, identity.ErrUnknownUser):
 		return nil, withStatus(http.StatusUnauthorized, err, err.Error())

@@ -64,13 +64,9 @@ func (s *Service) Close() {
 
 // requestUser resolves the Basic-auth user of req, or the default user.
 func (s *Service) requestUser(req connect.AnyRequest) (*identity.User, error) {
-	name, err := identity.BasicUsername(req.Header())
+	u, err := s.sb.RequestUser(req.Header())
 	if err != nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("invalid username: '%s'", name))
-	}
-	u, err := s.sb.User(name)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("invalid username: '%s'", name))
+		return nil, connect.NewError(connect.CodeUnauthenticated, err)
 	}
 	return u, nil
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -309,14 +308,6 @@ func TestOSError(t *testing.T) {
 	for _, tt := range tests {
 		if got := osError(tt.err).Code(); got != tt.code {
 			t.Errorf("osError(%v) = %v, want %v", tt.err, got, tt.code)
-		}
-	}
-}
-
-func TestKeepaliveInterval(t *testing.T) {
-	for in, want := range map[string]time.Duration{"": DefaultKeepalive, "x": DefaultKeepalive, "0": DefaultKeepalive, "-1": DefaultKeepalive, "50": 50 * time.Second} {
-		if got := keepaliveInterval(in); got != want {
-			t.Errorf("keepaliveInterval(%q) = %v, want %v", in, got, want)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -16,12 +15,9 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/skiff-dev/skiff/envd/internal/entry"
+	"github.com/skiff-dev/skiff/envd/internal/keepalive"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem"
 )
-
-// DefaultKeepalive is the keepalive interval of a WatchDir stream whose
-// request has no usable Keepalive-Ping-Interval header.
-const DefaultKeepalive = 90 * time.Second
 
 // maxQueuedEvents bounds a polled watcher's queue. A client that stops
 // polling must not grow envd without bound, so beyond this many undrained
@@ -240,14 +236,6 @@ func (s *Service) unregister(id string) *watcher {
 	return w
 }
 
-// keepaliveInterval reads the Keepalive-Ping-Interval header (seconds).
-func keepaliveInterval(v string) time.Duration {
-	if n, err := strconv.Atoi(v); err == nil && n > 0 {
-		return time.Duration(n) * time.Second
-	}
-	return DefaultKeepalive
-}
-
 // WatchDir streams the events under a directory: a start event once the
 // watch is in place, then filesystem events, with keepalives when idle. It
 // ends when the client cancels (nil) or the request deadline passes
@@ -284,7 +272,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[filesystem.
 	if err := stream.Send(start); err != nil {
 		return streamEnd(ctx, err)
 	}
-	interval := keepaliveInterval(req.Header().Get("Keepalive-Ping-Interval"))
+	interval := keepalive.Interval(req.Header())
 	keepalive := time.NewTimer(interval)
 	defer keepalive.Stop()
 	for {

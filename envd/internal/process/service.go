@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -18,15 +17,11 @@ import (
 	"connectrpc.com/connect"
 	"github.com/creack/pty"
 
-	"github.com/skiff-dev/skiff/envd/internal/identity"
+	"github.com/skiff-dev/skiff/envd/internal/keepalive"
 	"github.com/skiff-dev/skiff/envd/internal/state"
 	pb "github.com/skiff-dev/skiff/envd/proto/process"
 	"github.com/skiff-dev/skiff/envd/proto/process/processconnect"
 )
-
-// DefaultKeepalive is the keepalive interval when a stream's request has no
-// Keepalive-Ping-Interval header.
-const DefaultKeepalive = 90 * time.Second
 
 // retainEnded is how long an exited process stays reachable by Connect, so a
 // client that reconnects late still gets its end event.
@@ -69,9 +64,9 @@ func (s *Service) Close() {
 // ends with deadline_exceeded. A client that disconnects leaves the process
 // running.
 func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
-	u, err := s.user(req.Header())
+	u, err := s.sb.RequestUser(req.Header())
 	if err != nil {
-		return err
+		return connect.NewError(connect.CodeUnauthenticated, err)
 	}
 	p, sub, detach, err := s.start(req.Msg, u)
 	if err != nil {
@@ -223,24 +218,11 @@ func (s *Service) CloseStdin(_ context.Context, req *connect.Request[pb.CloseStd
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
 }
 
-// user resolves the request's user: Basic auth, else the default.
-func (s *Service) user(h http.Header) (*identity.User, error) {
-	name, err := identity.BasicUsername(h)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
-	}
-	u, err := s.sb.User(name)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
-	}
-	return u, nil
-}
-
 // follow relays a subscriber's events to send until the end event, adding a
 // keepalive after each idle interval. It returns nil after the end event,
 // and the context's error (deadline_exceeded or canceled) if it ends first.
 func (s *Service) follow(ctx context.Context, h http.Header, sub *subscriber, send func(*pb.ProcessEvent) error) error {
-	interval := keepaliveInterval(h)
+	interval := keepalive.Interval(h)
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	for {
@@ -265,14 +247,6 @@ func (s *Service) follow(ctx context.Context, h http.Header, sub *subscriber, se
 			return connect.NewError(connect.CodeCanceled, ctx.Err())
 		}
 	}
-}
-
-// keepaliveInterval reads Keepalive-Ping-Interval (seconds).
-func keepaliveInterval(h http.Header) time.Duration {
-	if v, err := strconv.ParseFloat(h.Get("Keepalive-Ping-Interval"), 64); err == nil && v > 0 && v < 1e6 {
-		return time.Duration(v * float64(time.Second))
-	}
-	return DefaultKeepalive
 }
 
 func startEvent(pid uint32) *pb.ProcessEvent {

@@ -6,6 +6,7 @@ package state
 import (
 	"crypto/subtle"
 	"maps"
+	"net/http"
 	"sync"
 
 	"github.com/skiff-dev/skiff/envd/internal/identity"
@@ -91,6 +92,17 @@ func (s *Sandbox) User(name string) (*identity.User, error) {
 		s.mu.RUnlock()
 	}
 	return identity.Lookup(name)
+}
+
+// RequestUser resolves the user a request acts as: the username of its
+// `Authorization: Basic` header, else the default user. Its errors wrap
+// identity.ErrUnknownUser.
+func (s *Sandbox) RequestUser(h http.Header) (*identity.User, error) {
+	name, err := identity.BasicUsername(h)
+	if err != nil {
+		return nil, err
+	}
+	return s.User(name)
 }
 
 // Workdir returns the default working directory ("" means the user's home).
