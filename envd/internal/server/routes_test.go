@@ -9,7 +9,14 @@ import (
 	"testing"
 )
 
-func do(t *testing.T, method, url string, body io.Reader, headers map[string]string) (*http.Response, []byte) {
+// reply is a response read whole.
+type reply struct {
+	StatusCode int
+	Header     http.Header
+}
+
+// do sends a request and reads the whole response.
+func do(t *testing.T, method, url string, body io.Reader, headers map[string]string) (reply, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, body)
 	if err != nil {
@@ -27,7 +34,7 @@ func do(t *testing.T, method, url string, body io.Reader, headers map[string]str
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp, data
+	return reply{resp.StatusCode, resp.Header}, data
 }
 
 func TestEnvsAndMetrics(t *testing.T) {
