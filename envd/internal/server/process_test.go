@@ -421,6 +421,12 @@ func TestAccessToken(t *testing.T) {
 	if got := post("/init", `{"defaultUser":"no-such-user"}`, "other"); got != http.StatusBadRequest {
 		t.Fatalf("init with an unknown user = %d, want 400", got)
 	}
+	if got := post("/init", `{"timestamp":"yesterday"}`, "other"); got != http.StatusBadRequest {
+		t.Fatalf("init with a bad timestamp = %d, want 400", got)
+	}
+	if got := post("/init", `{"timestamp":"2026-11-29T18:25:03.998508642Z","defaultWorkdir":"/tmp"}`, "other"); got != http.StatusNoContent {
+		t.Fatalf("init with a timestamp = %d, want 204", got)
+	}
 	if got := post("/init", `{bad json`, "other"); got != http.StatusBadRequest {
 		t.Fatalf("init with bad JSON = %d, want 400", got)
 	}

@@ -166,6 +166,15 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// The host's clock: envd checks it but does not set the clock. A
+	// sandbox shares its host's kernel clock, which is already right; e2b
+	// sets it because its VMs resume from snapshots with stale clocks.
+	if in.Timestamp != "" {
+		if _, err := time.Parse(time.RFC3339Nano, in.Timestamp); err != nil {
+			httperr.Write(w, http.StatusBadRequest, fmt.Sprintf("invalid init timestamp: %v", err))
+			return
+		}
+	}
 	if in.DefaultUser != "" {
 		if _, err := s.sandbox.User(in.DefaultUser); err != nil {
 			httperr.Write(w, http.StatusBadRequest, err.Error())
