@@ -1,0 +1,10 @@
+module github.com/skiff-dev/skiff/sandboxd
+
+go 1.26.0
+
+require github.com/skiff-dev/skiff/shared v0.0.0
+
+replace (
+	github.com/skiff-dev/skiff/api => ../api
+	github.com/skiff-dev/skiff/shared => ../shared
+)

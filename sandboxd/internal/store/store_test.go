@@ -1,0 +1,197 @@
+package store
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+func record(n int) *Record {
+	id := fmt.Sprintf("%016d", n) + string(sandboxid.NodeTag("n1"))
+	return &Record{
+		ID: id, Template: "base", State: "running", Team: "team-a",
+		Metadata:  map[string]string{"n": strconv.Itoa(n)},
+		StartedAt: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), EndAt: time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC),
+		CPUMilli: 2000, MemoryMiB: 512, EnvdAccessToken: "token-" + strconv.Itoa(n), Runtime: "native",
+		RuntimeState: json.RawMessage(`{"pid":123}`), AllowInternetAccess: true,
+	}
+}
+
+func TestPutGetLoadDelete(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := record(2), record(1)
+	for _, r := range []*Record{a, b} {
+		if err := s.Put(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Get(a.ID)
+	if err != nil || got.EnvdAccessToken != a.EnvdAccessToken || got.Schema != SchemaVersion || string(got.RuntimeState) != `{"pid":123}` || !got.EndAt.Equal(a.EndAt) {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	a.State = "paused"
+	if err := s.Put(a); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Load()
+	if err != nil || len(all) != 2 || all[0].ID != b.ID || all[1].State != "paused" {
+		t.Fatalf("Load = %v, %v; want both, sorted, with a paused", all, err)
+	}
+	if err := s.Delete(a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(a.ID); err != nil {
+		t.Fatalf("second Delete = %v, want nil", err)
+	}
+	if _, err := s.Get(a.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
+	}
+	// Records hold tokens: only the owner reads them.
+	fi, err := os.Stat(filepath.Join(dir, b.ID+recordExt))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("record mode = %v, %v; want 0600", fi.Mode(), err)
+	}
+}
+
+func TestInvalidIDs(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"", "../../etc/passwd", "ABC", "x", strings.Repeat("a", 21), "aaaaaaaaaaaaaaaaaaa/"} {
+		if err := s.Put(&Record{ID: id}); err == nil {
+			t.Errorf("Put(%q) succeeded", id)
+		}
+		if _, err := s.Get(id); err == nil || errors.Is(err, ErrNotFound) {
+			t.Errorf("Get(%q) = %v, want an invalid-ID error", id, err)
+		}
+		if err := s.Delete(id); err == nil {
+			t.Errorf("Delete(%q) succeeded", id)
+		}
+	}
+}
+
+// Open removes what a crash between write and rename left; Load moves a
+// damaged or too-new record aside and still loads the others.
+func TestRecoveryFromDebris(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := record(1)
+	if err := s.Put(good); err != nil {
+		t.Fatal(err)
+	}
+	damaged, future := record(2), record(3)
+	if err := os.WriteFile(filepath.Join(dir, damaged.ID+recordExt), []byte(`{"id":"`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newer, _ := json.Marshal(map[string]any{"schema": SchemaVersion + 1, "id": future.ID})
+	if err := os.WriteFile(filepath.Join(dir, future.ID+recordExt), newer, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leftover := filepath.Join(dir, tempPrefix+"x.json-123")
+	if err := os.WriteFile(leftover, []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Fatalf("leftover temporary file: %v, want removed", err)
+	}
+	all, err := s.Load()
+	if len(all) != 1 || all[0].ID != good.ID {
+		t.Fatalf("Load = %v, want only the good record", all)
+	}
+	if err == nil || !strings.Contains(err.Error(), damaged.ID) || !strings.Contains(err.Error(), "newer than") {
+		t.Fatalf("Load error = %v, want both bad records named", err)
+	}
+	moved, _ := filepath.Glob(filepath.Join(dir, corruptDir, "*"))
+	if len(moved) != 2 {
+		t.Fatalf("corrupt/ holds %v, want the two bad records", moved)
+	}
+	if all, err := s.Load(); err != nil || len(all) != 1 {
+		t.Fatalf("second Load = %v, %v; want the good record and no error", all, err)
+	}
+}
+
+// A writer killed with SIGKILL at an arbitrary instant leaves every record
+// whole: each is the last version written or the one before, never torn.
+func TestKilledWriterLeavesWholeRecords(t *testing.T) {
+	if dir := os.Getenv("STORE_WRITER_DIR"); dir != "" {
+		writeForever(dir)
+		return
+	}
+	dir := t.TempDir()
+	for round := range 5 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestKilledWriterLeavesWholeRecords$")
+		cmd.Env = append(os.Environ(), "STORE_WRITER_DIR="+dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Kill it after it has written a while, mid-stream.
+		sc := bufio.NewScanner(out)
+		for i := 0; sc.Scan() && i < 10*(round+1); i++ {
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+
+		s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := s.Load()
+		if err != nil {
+			t.Fatalf("round %d: Load after kill: %v", round, err)
+		}
+		if len(all) == 0 {
+			t.Fatalf("round %d: no records after the writer ran", round)
+		}
+		for _, r := range all {
+			if r.Metadata["n"] == "" || r.EnvdAccessToken != "token-"+r.Metadata["n"] {
+				t.Fatalf("round %d: torn record %+v", round, r)
+			}
+		}
+	}
+}
+
+// writeForever rewrites 10 records with growing versions, printing a line
+// per write, until killed.
+func writeForever(dir string) {
+	s, err := Open(dir)
+	if err != nil {
+		panic(err)
+	}
+	for v := 0; ; v++ {
+		r := record(v % 10)
+		r.Metadata["n"] = strconv.Itoa(v)
+		r.EnvdAccessToken = "token-" + strconv.Itoa(v)
+		r.Template = strings.Repeat("t", (v%8)*(128<<10)) // records up to ~1 MB: a torn write would show
+		if err := s.Put(r); err != nil {
+			panic(err)
+		}
+		fmt.Println(v)
+	}
+}
