@@ -498,11 +498,12 @@ func TestUpload(t *testing.T) {
 	}
 }
 
-// assertNoTempFiles fails when an upload left a temporary file in dir.
+// assertNoTempFiles fails when a route left a temporary file in dir (a
+// compose's replacement, or one an upload should never write).
 func assertNoTempFiles(t *testing.T, dir string) {
 	t.Helper()
 	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && strings.HasPrefix(d.Name(), ".envd-upload-") {
+		if err == nil && strings.HasPrefix(d.Name(), ".envd-") {
 			t.Errorf("temporary file left behind: %s", p)
 		}
 		return nil

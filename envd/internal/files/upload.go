@@ -33,8 +33,8 @@ type uploadedEntry struct {
 
 // upload serves POST /files: a multipart/form-data body of `file` parts, or
 // an application/octet-stream body for the `path` query. Every file is
-// written to a temporary file first; all of them replace their targets only
-// once the whole body was read.
+// written in place, as e2b's envd does; if the body fails part-way, the files
+// this upload created are removed (files it overwrote keep what was written).
 func (h *handler) upload(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r, opWrite); err != nil {
 		return err
