@@ -1,0 +1,238 @@
+package relay
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/skiff-dev/skiff/shared/routing"
+)
+
+// resolver knows one sandbox, at 127.0.0.1, and counts lookups.
+type resolver struct{ calls atomic.Int32 }
+
+const sandboxID = "sbx0000000000000test"
+
+func (r *resolver) Resolve(_ context.Context, id string) (string, error) {
+	r.calls.Add(1)
+	if id == sandboxID {
+		return "127.0.0.1", nil
+	}
+	return "", fmt.Errorf("%w: %s", ErrUnknownSandbox, id)
+}
+
+func startRelay(t *testing.T) (*httptest.Server, *resolver) {
+	t.Helper()
+	res := &resolver{}
+	srv := httptest.NewServer(New(res))
+	t.Cleanup(srv.Close)
+	return srv, res
+}
+
+func portOf(t *testing.T, rawURL string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Port()
+}
+
+func request(t *testing.T, method, relayURL, path, port string, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, relayURL+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(routing.HeaderSandboxID, sandboxID)
+	req.Header.Set(routing.HeaderSandboxPort, port)
+	return req
+}
+
+func TestForwards(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s token=%s", r.Method, r.URL.RequestURI(), r.Header.Get("X-Access-Token"))
+	}))
+	defer upstream.Close()
+	relay, _ := startRelay(t)
+	req := request(t, http.MethodGet, relay.URL, "/files?path=%2Fa%20b", portOf(t, upstream.URL), nil)
+	req.Header.Set("X-Access-Token", "tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(body) != "GET /files?path=%2Fa%20b token=tok" {
+		t.Fatalf("relayed = %d %q", resp.StatusCode, body)
+	}
+
+	// Host routing reaches the same place.
+	hostReq, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, relay.URL+"/h", nil)
+	hostReq.Host = portOf(t, upstream.URL) + "-" + sandboxID + ".sandbox.example.com"
+	resp, err = http.DefaultClient.Do(hostReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "GET /h token=" {
+		t.Fatalf("host-routed = %d %q", resp.StatusCode, body)
+	}
+}
+
+// The response streams: the client reads the first chunk while the sandbox
+// has not finished writing. The request streams too: a 16 MB chunked body
+// arrives whole.
+func TestStreams(t *testing.T) {
+	release := make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			n, err := io.Copy(io.Discard, r.Body)
+			fmt.Fprintf(w, "%d %v", n, err)
+			return
+		}
+		fmt.Fprint(w, "first\n")
+		w.(http.Flusher).Flush()
+		<-release
+		fmt.Fprint(w, "second\n")
+	}))
+	defer upstream.Close()
+	defer close(release)
+	relay, _ := startRelay(t)
+	port := portOf(t, upstream.URL)
+
+	resp, err := http.DefaultClient.Do(request(t, http.MethodGet, relay.URL, "/stream", port, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "first\n" {
+		t.Fatalf("first chunk = %q, %v; want it before the sandbox finishes", line, err)
+	}
+
+	pr, pw := io.Pipe()
+	go func() {
+		buf := make([]byte, 1<<20)
+		for range 16 {
+			_, _ = rand.Read(buf)
+			if _, err := pw.Write(buf); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	resp2, err := http.DefaultClient.Do(request(t, http.MethodPost, relay.URL, "/upload", port, pr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp2.Body)
+	resp2.Body.Close()
+	if string(body) != strconv.Itoa(16<<20)+" <nil>" {
+		t.Fatalf("upload = %q, want 16 MiB received", body)
+	}
+}
+
+// An upgraded connection (as WebSocket uses) is relayed both ways.
+func TestUpgrade(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "want an upgrade", http.StatusBadRequest)
+			return
+		}
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		rw.Flush()
+		_, _ = io.Copy(conn, rw) // echo until the client closes
+	}))
+	defer upstream.Close()
+	relay, _ := startRelay(t)
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(relay.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n%s: %s\r\n%s: %s\r\n\r\n",
+		routing.HeaderSandboxID, sandboxID, routing.HeaderSandboxPort, portOf(t, upstream.URL))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close() // a 101 has no body; the connection carries on
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade = %d, want 101", resp.StatusCode)
+	}
+	for _, msg := range []string{"ping\n", "pong\n"} {
+		fmt.Fprint(conn, msg)
+		got, err := br.ReadString('\n')
+		if err != nil || got != msg {
+			t.Fatalf("echo = %q, %v; want %q", got, err, msg)
+		}
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	relay, res := startRelay(t)
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadPort := portOf(t, "http://"+closed.Addr().String())
+	closed.Close()
+
+	for _, tc := range []struct {
+		name      string
+		path      string
+		headers   map[string]string
+		status    int
+		body      string
+		noResolve bool
+	}{
+		{"envd /init", "/init", map[string]string{routing.HeaderSandboxID: sandboxID, routing.HeaderSandboxPort: "49983"}, 404, "404 page not found", true},
+		{"envd /upgrade", "/upgrade", map[string]string{routing.HeaderSandboxID: sandboxID, routing.HeaderSandboxPort: "49983"}, 404, "404 page not found", true},
+		{"missing port header", "/", map[string]string{routing.HeaderSandboxID: sandboxID}, 400, "missing header", true},
+		{"no target", "/", nil, 400, "names no sandbox", true},
+		{"unknown sandbox", "/", map[string]string{routing.HeaderSandboxID: "gone", routing.HeaderSandboxPort: "49983"}, 502, "The sandbox was not found", false},
+		{"port not listening", "/", map[string]string{routing.HeaderSandboxID: sandboxID, routing.HeaderSandboxPort: deadPort}, 502, "is not reachable", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := res.calls.Load()
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, relay.URL+tc.path, strings.NewReader("{}"))
+			for k, v := range tc.headers {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.body) || !json.Valid(body) {
+				t.Fatalf("= %d %q, want %d with %q in JSON", resp.StatusCode, body, tc.status, tc.body)
+			}
+			if tc.noResolve && res.calls.Load() != before {
+				t.Fatal("the resolver was asked about a refused request")
+			}
+		})
+	}
+}
