@@ -15,6 +15,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"sync"
 
 	"github.com/skiff-dev/skiff/shared/routing"
 )
@@ -36,6 +37,7 @@ func New(r Resolver) http.Handler {
 		Rewrite:       h.rewrite,
 		FlushInterval: -1, // flush every write: streams and SSE must not wait
 		ErrorHandler:  h.proxyError,
+		BufferPool:    bufferPool{},
 	}
 	return h
 }
@@ -44,6 +46,18 @@ type handler struct {
 	resolver Resolver
 	proxy    *httputil.ReverseProxy
 }
+
+// copyBuffer is the size of the buffers that copy bodies: larger than
+// ReverseProxy's 32 KiB, so a bulk download takes fewer writes and flushes.
+const copyBuffer = 256 << 10
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, copyBuffer); return &b }}
+
+// bufferPool lends ReverseProxy its copy buffers.
+type bufferPool struct{}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
 type targetKey struct{}
 

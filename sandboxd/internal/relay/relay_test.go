@@ -41,7 +41,7 @@ func startRelay(t *testing.T) (*httptest.Server, *resolver) {
 	return srv, res
 }
 
-func portOf(t *testing.T, rawURL string) string {
+func portOf(t testing.TB, rawURL string) string {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -50,7 +50,7 @@ func portOf(t *testing.T, rawURL string) string {
 	return u.Port()
 }
 
-func request(t *testing.T, method, relayURL, path, port string, body io.Reader) *http.Request {
+func request(t testing.TB, method, relayURL, path, port string, body io.Reader) *http.Request {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, relayURL+path, body)
 	if err != nil {
