@@ -1,6 +1,7 @@
 // Package sandboxd is the root of the module of sandboxd, the daemon on every
 // sandbox host that runs sandboxes, keeps them through its own crash, and
 // relays their traffic. The daemon itself is being built (issue 4); what is
-// here so far is internal/store, its crash-safe record of every sandbox, and
-// internal/relay, its traffic edge into sandbox ports.
+// here so far: internal/store, its crash-safe record of every sandbox;
+// internal/registry, the in-memory view over it (capacity reservations,
+// atomic claims); and internal/relay, its traffic edge into sandbox ports.
 package sandboxd
