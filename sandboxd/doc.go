@@ -3,5 +3,6 @@
 // relays their traffic. The daemon itself is being built (issue 4); what is
 // here so far: internal/store, its crash-safe record of every sandbox;
 // internal/registry, the in-memory view over it (capacity reservations,
-// atomic claims); and internal/relay, its traffic edge into sandbox ports.
+// atomic claims); internal/deadline, which fires at each sandbox's end time;
+// and internal/relay, its traffic edge into sandbox ports.
 package sandboxd
