@@ -4,5 +4,6 @@
 // here so far: internal/store, its crash-safe record of every sandbox;
 // internal/registry, the in-memory view over it (capacity reservations,
 // atomic claims); internal/deadline, which fires at each sandbox's end time;
-// and internal/relay, its traffic edge into sandbox ports.
+// internal/template, which unpacks OCI image archives into template root
+// filesystems; and internal/relay, its traffic edge into sandbox ports.
 package sandboxd
