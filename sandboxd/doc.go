@@ -5,5 +5,6 @@
 // internal/registry, the in-memory view over it (capacity reservations,
 // atomic claims); internal/deadline, which fires at each sandbox's end time;
 // internal/template, which unpacks OCI image archives into template root
-// filesystems; and internal/relay, its traffic edge into sandbox ports.
+// filesystems; internal/ipam, the sandboxes' address pool; and
+// internal/relay, its traffic edge into sandbox ports.
 package sandboxd
