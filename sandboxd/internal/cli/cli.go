@@ -1,0 +1,95 @@
+// Package cli is sandboxd's command line: `sandboxd template …` today, and
+// `sandboxd serve` once the daemon is built.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+)
+
+// DefaultStateDir is where sandboxd keeps its records and templates.
+const DefaultStateDir = "/var/lib/skiff/sandboxd"
+
+// NewCommand returns the sandboxd command.
+func NewCommand() *cobra.Command {
+	var stateDir string
+	root := &cobra.Command{
+		Use:           "sandboxd",
+		Short:         "The Skiff sandbox host daemon",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&stateDir, "state-dir", DefaultStateDir, "Directory of sandboxd's records and templates.")
+	root.AddCommand(templateCommand(&stateDir))
+	return root
+}
+
+func templateCommand(stateDir *string) *cobra.Command {
+	cmd := &cobra.Command{Use: "template", Short: "Manage the templates sandboxes start from"}
+	library := func() (*template.Library, error) {
+		return template.OpenLibrary(*stateDir + "/templates")
+	}
+
+	var archive, dir string
+	importCmd := &cobra.Command{
+		Use:   "import NAME (--oci-archive FILE | --dir DIR)",
+		Short: "Import a template from an OCI image archive or a directory",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (archive == "") == (dir == "") {
+				return errors.New("set exactly one of --oci-archive and --dir")
+			}
+			lib, err := library()
+			if err != nil {
+				return err
+			}
+			var t *template.Template
+			if archive != "" {
+				t, err = lib.ImportArchive(args[0], archive)
+			} else {
+				t, err = lib.ImportDir(args[0], dir)
+			}
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "imported template %s version %s\n", t.Name, t.Version)
+			return err
+		},
+	}
+	importCmd.Flags().StringVar(&archive, "oci-archive", "", "An OCI image layout tarball, or a `docker save` tarball.")
+	importCmd.Flags().StringVar(&dir, "dir", "", "A directory that is the root filesystem.")
+
+	listCmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the templates and their current versions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lib, err := library()
+			if err != nil {
+				return err
+			}
+			ts, err := lib.List()
+			if err != nil {
+				return err
+			}
+			return printTemplates(cmd.OutOrStdout(), ts)
+		},
+	}
+	cmd.AddCommand(importCmd, listCmd)
+	return cmd
+}
+
+func printTemplates(w io.Writer, ts []*template.Template) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tVERSION\tIMPORTED\tROOTFS")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, t.Version, t.Imported.UTC().Format("2006-01-02T15:04:05Z"), t.Rootfs)
+	}
+	return tw.Flush()
+}
