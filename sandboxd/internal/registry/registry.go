@@ -1,7 +1,9 @@
 // Package registry is sandboxd's in-memory view of its sandboxes, backed by
 // the crash-safe store: every change is written to the store before it is
-// visible, capacity is reserved before a sandbox starts, and a warm sandbox
-// is claimed atomically (of concurrent claims exactly one wins).
+// visible, capacity is reserved before a sandbox starts, a warm sandbox is
+// claimed atomically (of concurrent claims exactly one wins), and watchers
+// get a snapshot and then every change (the Watch RPC, which vk-sandbox
+// publishes from).
 package registry
 
 import (
@@ -57,13 +59,14 @@ type Registry struct {
 	mu        sync.Mutex
 	sandboxes map[string]*store.Record
 	reserved  Usage // admitted, not yet added
+	watchers  map[*watcher]struct{}
 }
 
 // Open loads every record from st. Records that could not be read are
 // reported in the error; the others load.
 func Open(st *store.Store, limits Limits) (*Registry, error) {
 	recs, err := st.Load()
-	r := &Registry{store: st, limits: limits, sandboxes: make(map[string]*store.Record, len(recs))}
+	r := &Registry{store: st, limits: limits, sandboxes: make(map[string]*store.Record, len(recs)), watchers: map[*watcher]struct{}{}}
 	for _, rec := range recs {
 		r.sandboxes[rec.ID] = rec
 	}
@@ -123,6 +126,7 @@ func (r *Registry) Add(v *Reservation, rec *store.Record) error {
 	}
 	r.sandboxes[rec.ID] = clone(rec)
 	v.once.Do(func() { r.reserved = sub(r.reserved, v.u) })
+	r.notifyLocked(Event{Type: Upserted, Record: clone(rec)})
 	return nil
 }
 
@@ -170,6 +174,7 @@ func (r *Registry) updateLocked(id string, fn func(*store.Record) error) (*store
 		return nil, err
 	}
 	r.sandboxes[id] = next
+	r.notifyLocked(Event{Type: Upserted, Record: clone(next)})
 	return clone(next), nil
 }
 
@@ -219,7 +224,10 @@ func (r *Registry) Remove(id string) error {
 	if err := r.store.Delete(id); err != nil {
 		return err
 	}
-	delete(r.sandboxes, id)
+	if rec, ok := r.sandboxes[id]; ok {
+		delete(r.sandboxes, id)
+		r.notifyLocked(Event{Type: Deleted, Record: clone(rec)})
+	}
 	return nil
 }
 
