@@ -6,9 +6,9 @@ import "github.com/skiff-dev/skiff/sandboxd/internal/store"
 type EventType int
 
 const (
-	// Upserted: the sandbox was added or changed.
+	// Upserted means the sandbox was added or changed.
 	Upserted EventType = iota + 1
-	// Deleted: the sandbox is gone.
+	// Deleted means the sandbox is gone.
 	Deleted
 )
 
