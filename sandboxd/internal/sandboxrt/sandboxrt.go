@@ -1,0 +1,115 @@
+// Package sandboxrt is the seam between sandboxd and the runtimes that run
+// its sandboxes (`--runtime`): native (namespaces through libcontainer) and
+// gvisor (runsc). sandboxd owns everything around a sandbox — its record,
+// network namespace, address, token and deadline — and a runtime owns only
+// the sandbox's processes, root filesystem and cgroup.
+//
+// A runtime keeps whatever it needs to find a sandbox again under its own
+// directory, so that after sandboxd is killed and restarted Status and Stop
+// work on sandboxes started by the previous process. A sandbox's processes are
+// never children that die with sandboxd.
+package sandboxrt
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned for a sandbox the runtime does not know.
+var ErrNotFound = errors.New("sandbox not known to the runtime")
+
+// Spec is one sandbox to start.
+type Spec struct {
+	// ID is the sandbox ID (shared/sandboxid).
+	ID string
+	// Rootfs is the template's read-only root filesystem on the host. The
+	// runtime gives the sandbox a private writable view of it; the template
+	// itself is never written.
+	Rootfs string
+	// CPUMilli, MemoryMiB and DiskMiB are the sandbox's limits.
+	CPUMilli  int64
+	MemoryMiB int64
+	DiskMiB   int64
+	// NetNS is the path of the network namespace sandboxd prepared for the
+	// sandbox (veth, address, routes); the sandbox joins it.
+	NetNS string
+	// Hostname inside the sandbox.
+	Hostname string
+	// Envd is the host path of the static envd binary. It is bind-mounted
+	// read-only into the sandbox and runs as its init with EnvdArgs.
+	Envd     string
+	EnvdArgs []string
+	// Files are small files written into the sandbox's root before start
+	// (for example /etc/resolv.conf and /etc/hosts), by path inside it.
+	Files map[string][]byte
+	// Log is the host path of the file that receives envd's stdout and
+	// stderr. It outlives sandboxd, unlike a pipe.
+	Log string
+}
+
+// Status is what a runtime knows of a sandbox.
+type Status int
+
+const (
+	// Stopped: no process of the sandbox runs (it exited, was killed, or
+	// never started). Stop still releases what it holds.
+	Stopped Status = iota
+	// Running: its processes run.
+	Running
+	// Paused: its processes exist but are frozen (native) or checkpointed
+	// to disk (gvisor).
+	Paused
+)
+
+func (s Status) String() string {
+	switch s {
+	case Running:
+		return "running"
+	case Paused:
+		return "paused"
+	default:
+		return "stopped"
+	}
+}
+
+// Stats is a sandbox's resource use at one instant.
+type Stats struct {
+	Time time.Time
+	// CPUUsage is the CPU time used by all its processes since start.
+	CPUUsage time.Duration
+	// MemoryUsed and MemoryLimit are in bytes.
+	MemoryUsed  int64
+	MemoryLimit int64
+	// DiskUsed is the bytes written to its private layer; DiskLimit the cap.
+	DiskUsed  int64
+	DiskLimit int64
+}
+
+// Runtime runs sandboxes. Implementations are safe for concurrent use on
+// different sandboxes; sandboxd serialises calls for one sandbox.
+type Runtime interface {
+	// Name is the --runtime value: "native" or "gvisor".
+	Name() string
+	// Start starts the sandbox and returns once its init (envd) runs.
+	// Readiness of envd itself is sandboxd's to check. On error nothing of
+	// the sandbox is left behind.
+	Start(ctx context.Context, spec *Spec) error
+	// Status reports the sandbox's state; ErrNotFound when the runtime has
+	// no trace of it.
+	Status(ctx context.Context, id string) (Status, error)
+	// Pause stops the sandbox using CPU, keeping its memory (native:
+	// freezer) or saving it to disk (gvisor).
+	Pause(ctx context.Context, id string) error
+	// Resume undoes Pause.
+	Resume(ctx context.Context, id string) error
+	// Stats reports the sandbox's resource use.
+	Stats(ctx context.Context, id string) (Stats, error)
+	// Stop kills every process of the sandbox and releases everything the
+	// runtime holds for it (mounts, cgroups, state). Stopping a sandbox that
+	// is unknown or already stopped is not an error.
+	Stop(ctx context.Context, id string) error
+	// List returns the IDs of every sandbox the runtime holds state for,
+	// running or not, so sandboxd can clean up those it has no record of.
+	List(ctx context.Context) ([]string, error)
+}
