@@ -3,6 +3,7 @@ module github.com/skiff-dev/skiff/sandboxd
 go 1.26.0
 
 require (
+	github.com/skiff-dev/skiff/envd v0.0.0
 	github.com/skiff-dev/skiff/shared v0.0.0
 	github.com/spf13/cobra v1.10.2
 	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab
@@ -25,6 +26,7 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
 	github.com/mdlayher/socket v0.5.0 // indirect
+	github.com/moby/profiles/seccomp v0.3.0 // indirect
 	github.com/moby/sys/capability v0.5.0 // indirect
 	github.com/moby/sys/mountinfo v0.7.2 // indirect
 	github.com/moby/sys/user v0.4.0 // indirect
@@ -49,6 +51,7 @@ require (
 )
 
 replace (
+	github.com/skiff-dev/skiff/envd => ../envd
 	github.com/skiff-dev/skiff/api => ../api
 	github.com/skiff-dev/skiff/shared => ../shared
 )

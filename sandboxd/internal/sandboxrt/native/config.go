@@ -1,0 +1,108 @@
+package native
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/moby/profiles/seccomp"
+	"github.com/opencontainers/cgroups"
+	devconfig "github.com/opencontainers/cgroups/devices/config"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+)
+
+// capabilities are Docker's defaults. The sandbox's root holds them in its
+// own user namespace only; envd drops them when it runs a command as the
+// sandbox's user.
+var capabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+const cpuPeriod = 100_000 // µs
+
+// config is the libcontainer configuration of a sandbox.
+func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd string) (*configs.Config, error) {
+	sc, err := defaultSeccomp()
+	if err != nil {
+		return nil, err
+	}
+	ids := []configs.IDMap{{ContainerID: 0, HostID: int64(base), Size: idRange}}
+	var rules []*devconfig.Rule
+	for _, d := range specconv.AllowedDevices {
+		rules = append(rules, &d.Rule)
+	}
+	pids := r.opts.PidsLimit
+	res := &cgroups.Resources{
+		Memory:    spec.MemoryMiB << 20,
+		PidsLimit: &pids,
+		Devices:   rules,
+	}
+	if spec.CPUMilli > 0 {
+		res.CpuQuota = spec.CPUMilli * cpuPeriod / 1000
+		res.CpuPeriod = cpuPeriod
+	}
+	const nodev = unix.MS_NOSUID | unix.MS_NOEXEC | unix.MS_NODEV
+	caps := &configs.Capabilities{Bounding: capabilities, Effective: capabilities, Permitted: capabilities}
+	return &configs.Config{
+		Rootfs:          filepath.Join(r.dir(spec.ID), "rootfs"),
+		RootPropagation: unix.MS_SLAVE | unix.MS_REC,
+		Hostname:        spec.Hostname,
+		Namespaces: configs.Namespaces{
+			{Type: configs.NEWUSER},
+			{Type: configs.NEWNS},
+			{Type: configs.NEWPID},
+			{Type: configs.NEWUTS},
+			{Type: configs.NEWIPC},
+			{Type: configs.NEWCGROUP},
+			{Type: configs.NEWNET, Path: spec.NetNS},
+		},
+		UIDMappings:     ids,
+		GIDMappings:     ids,
+		Capabilities:    caps,
+		NoNewPrivileges: true,
+		Seccomp:         sc,
+		Cgroups: &cgroups.Cgroup{
+			Path:      filepath.Join(r.opts.CgroupParent, spec.ID),
+			Resources: res,
+		},
+		Devices: specconv.AllowedDevices,
+		Mounts: []*configs.Mount{
+			{Source: "proc", Destination: "/proc", Device: "proc", Flags: nodev},
+			{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"},
+			{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620,gid=5"},
+			{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: nodev, Data: "mode=1777,size=65536k"},
+			{Source: "mqueue", Destination: "/dev/mqueue", Device: "mqueue", Flags: nodev},
+			{Source: envd, Destination: envdPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV},
+		},
+		MaskPaths: []string{
+			"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		},
+		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+	}, nil
+}
+
+// defaultSeccomp is Docker's default profile for the default capabilities,
+// built once.
+var defaultSeccomp = sync.OnceValues(seccompProfile)
+
+func seccompProfile() (*configs.Seccomp, error) {
+	lsc, err := seccomp.GetDefaultProfile(&specs.Spec{
+		Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{Bounding: capabilities}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("default seccomp profile: %w", err)
+	}
+	sc, err := specconv.SetupSeccomp(lsc)
+	if err != nil {
+		return nil, fmt.Errorf("default seccomp profile: %w", err)
+	}
+	return sc, nil
+}

@@ -1,0 +1,557 @@
+// Package native runs sandboxes in Linux namespaces through runc's
+// libcontainer, in process: user, pid, mount, uts, ipc and cgroup namespaces
+// of their own, the network namespace sandboxd prepared, cgroup limits for
+// CPU, memory and pids under sandboxd's own cgroup, Docker's default seccomp
+// profile, no_new_privs, and Docker's default capabilities — which, inside a
+// user namespace, are no capabilities on the host.
+//
+// Each sandbox's root is an overlay: the template's read-only tree, idmapped
+// into the sandbox's uid range, under a private upper directory. Each
+// sandbox gets its own range of 65536 host uids and gids (a slot), so files
+// and processes of two sandboxes never share an owner. envd is bind-mounted
+// read-only from the host and runs as the sandbox's init.
+//
+// libcontainer keeps each sandbox's state on disk, and the sandbox's
+// processes are not killed when sandboxd dies, so a restarted sandboxd
+// finds, pauses, resumes, measures and stops the sandboxes of the one before.
+//
+// A binary that uses this package must call MaybeInit first thing in main
+// (or in an init function): libcontainer starts each sandbox by running the
+// binary itself with the argument "init".
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+
+	// The cgroup device controller (libcontainer refuses device rules
+	// without it) and the C half of "init" that enters the namespaces.
+	_ "github.com/opencontainers/cgroups/devices"
+	_ "github.com/opencontainers/runc/libcontainer/nsenter"
+)
+
+// Name is the --runtime value of this runtime.
+const Name = "native"
+
+// MaybeInit runs libcontainer's container init and never returns when the
+// process was started as one (argument "init"); otherwise it does nothing.
+func MaybeInit() {
+	if len(os.Args) > 1 && os.Args[1] == "init" {
+		libcontainer.Init()
+	}
+}
+
+// Options configure the runtime.
+type Options struct {
+	// Dir holds the runtime's state: libcontainer's per sandbox, and each
+	// sandbox's upper layer and mount point.
+	Dir string
+	// UIDBase is the first host uid (and gid) given to sandboxes: slot i
+	// maps the sandbox's 0..65535 to UIDBase + i*65536 onwards. The ranges
+	// must not be used by anything else on the host.
+	UIDBase uint32
+	// Slots is the number of uid ranges, the most sandboxes at once.
+	Slots int
+	// CgroupParent is the cgroup, relative to sandboxd's own, under which
+	// each sandbox gets its cgroup.
+	CgroupParent string
+	// PidsLimit caps the processes of one sandbox.
+	PidsLimit int64
+	// Logger receives what goes wrong in the background.
+	Logger *slog.Logger
+}
+
+// DefaultOptions are the defaults sandboxd uses.
+func DefaultOptions(dir string) Options {
+	return Options{
+		Dir:          dir,
+		UIDBase:      1_000_000_000,
+		Slots:        4096,
+		CgroupParent: "skiff",
+		PidsLimit:    4096,
+		Logger:       slog.Default(),
+	}
+}
+
+// Runtime is the native runtime.
+type Runtime struct {
+	opts       Options
+	containers string // libcontainer's root
+	sandboxes  string // <Dir>/sandboxes/<id>/{rootfs,upper,work,meta.json}
+	userns     usernsCache
+	envdMu     sync.Mutex
+
+	mu    sync.Mutex
+	slots map[int]string // slot → sandbox ID
+}
+
+var _ sandboxrt.Runtime = (*Runtime)(nil)
+
+// meta is what the runtime remembers of a sandbox beyond libcontainer.
+type meta struct {
+	Slot      int   `json:"slot"`
+	UIDBase   int64 `json:"uidBase"`
+	DiskLimit int64 `json:"diskLimit"`
+}
+
+// New opens the runtime's directory, finding the slots of the sandboxes a
+// previous sandboxd left.
+func New(opts Options) (*Runtime, error) {
+	if opts.Slots <= 0 {
+		return nil, errors.New("native runtime: slots must be positive")
+	}
+	if uint64(opts.UIDBase)+uint64(opts.Slots)*idRange > 1<<32-1 {
+		return nil, fmt.Errorf("native runtime: %d uid ranges from %d pass the largest uid", opts.Slots, opts.UIDBase)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	r := &Runtime{
+		opts:       opts,
+		containers: filepath.Join(opts.Dir, "containers"),
+		sandboxes:  filepath.Join(opts.Dir, "sandboxes"),
+		slots:      map[int]string{},
+	}
+	// A sandbox's root reaches its root filesystem and envd through these
+	// directories before it pivots: they must be searchable, not readable.
+	for _, d := range []string{opts.Dir, r.containers, r.sandboxes} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("native runtime: %w", err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, fmt.Errorf("native runtime: %w", err)
+		}
+	}
+	if err := checkSearchable(opts.Dir); err != nil {
+		return nil, fmt.Errorf("native runtime: %w", err)
+	}
+	ids, err := r.List(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if m, err := r.readMeta(id); err == nil {
+			r.slots[m.Slot] = id
+		}
+	}
+	return r, nil
+}
+
+// checkSearchable fails unless every directory above dir lets others
+// search it: sandboxes start as unprivileged users of the host.
+func checkSearchable(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s (above %s) must be searchable by others (chmod o+x): sandboxes reach their root filesystem through it as unprivileged users", d, abs)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+// Close releases the cached user namespaces. Sandboxes keep running.
+func (r *Runtime) Close() error {
+	r.userns.close()
+	return nil
+}
+
+// Options returns the options the runtime was made with.
+func (r *Runtime) Options() Options { return r.opts }
+
+// Name implements sandboxrt.Runtime.
+func (r *Runtime) Name() string { return Name }
+
+func (r *Runtime) dir(id string) string { return filepath.Join(r.sandboxes, id) }
+
+func (r *Runtime) readMeta(id string) (*meta, error) {
+	data, err := os.ReadFile(filepath.Join(r.dir(id), "meta.json"))
+	if err != nil {
+		return nil, err
+	}
+	var m meta
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("sandbox %s: runtime state: %w", id, err)
+	}
+	return &m, nil
+}
+
+func (r *Runtime) takeSlot(id string) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.opts.Slots {
+		if _, used := r.slots[i]; !used {
+			r.slots[i] = id
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("all %d uid ranges are in use", r.opts.Slots)
+}
+
+func (r *Runtime) releaseSlot(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, owner := range r.slots {
+		if owner == id {
+			delete(r.slots, i)
+		}
+	}
+}
+
+// Start implements sandboxrt.Runtime.
+func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
+	if !seccompBuilt {
+		return errors.New("native runtime: sandboxd was built without seccomp support (build with CGO_ENABLED=1 -tags seccomp and libseccomp-dev)")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	slot, err := r.takeSlot(spec.ID)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	defer func() {
+		if err != nil {
+			if cerr := r.Stop(context.WithoutCancel(ctx), spec.ID); cerr != nil {
+				r.opts.Logger.Error("cleaning up a sandbox that failed to start", "sandbox", spec.ID, "err", cerr)
+			}
+			r.releaseSlot(spec.ID)
+		}
+	}()
+	base := r.opts.UIDBase + uint32(slot)*idRange
+	m := &meta{Slot: slot, UIDBase: int64(base), DiskLimit: spec.DiskMiB << 20}
+	if err := r.prepareRoot(spec, m); err != nil {
+		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	envd, err := r.envdCopy(spec.Envd)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	cfg, err := r.config(spec, base, envd)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	log, err := os.OpenFile(spec.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: open log: %w", spec.ID, err)
+	}
+	defer log.Close()
+	c, err := libcontainer.Create(r.containers, spec.ID, cfg)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: create container: %w", spec.ID, err)
+	}
+	p := &libcontainer.Process{
+		Args:   append([]string{envdPath}, spec.EnvdArgs...),
+		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
+		Cwd:    "/",
+		Stdout: log,
+		Stderr: log,
+		Init:   true,
+	}
+	if err := c.Run(p); err != nil {
+		return fmt.Errorf("sandbox %s: start envd: %w", spec.ID, err)
+	}
+	// Reap the init when it exits, while this sandboxd lives; after a
+	// restart the host's init (or subreaper) does.
+	go func() { _, _ = p.Wait() }()
+	return nil
+}
+
+// envdPath is where envd appears inside every sandbox.
+const envdPath = "/usr/bin/envd"
+
+// prepareRoot builds the sandbox's root: its directory, the overlay of the
+// idmapped template and a private upper layer, and the extra files.
+func (r *Runtime) prepareRoot(spec *sandboxrt.Spec, m *meta) error {
+	dir := r.dir(spec.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("create sandbox directory: %w", err)
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "meta.json"), data, 0o600); err != nil {
+		return fmt.Errorf("write runtime state: %w", err)
+	}
+	upper, work, rootfs := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "rootfs")
+	for _, d := range []string{upper, work, rootfs} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	// The sandbox's root directory is its root's: the upper layer's owner.
+	uid := int(m.UIDBase)
+	if err := os.Chown(upper, uid, uid); err != nil {
+		return fmt.Errorf("chown upper layer: %w", err)
+	}
+	// The sandbox's root reaches its directory through the host: let it.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return err
+	}
+	userns, err := r.userns.get(uint32(m.UIDBase))
+	if err != nil {
+		return err
+	}
+	lower, err := idmappedTree(spec.Rootfs, userns)
+	if err != nil {
+		return err
+	}
+	defer lower.Close()
+	opts := fmt.Sprintf("lowerdir=/proc/self/fd/%d,upperdir=%s,workdir=%s", lower.Fd(), upper, work)
+	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount overlay root: %w", err)
+	}
+	for name, content := range spec.Files {
+		if err := writeFile(rootfs, name, content, uid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFile writes one file into the sandbox's root, owned by its root.
+func writeFile(rootfs, name string, content []byte, uid int) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	name = strings.TrimPrefix(filepath.Clean("/"+name), "/")
+	if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	_ = root.Remove(name) // a symlink (resolv.conf often is) is replaced, not followed
+	if err := root.WriteFile(name, content, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := root.Lchown(name, uid, uid); err != nil {
+		return fmt.Errorf("chown %s: %w", name, err)
+	}
+	return nil
+}
+
+func (r *Runtime) load(id string) (*libcontainer.Container, error) {
+	c, err := libcontainer.Load(r.containers, id)
+	if errors.Is(err, libcontainer.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", sandboxrt.ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: load container: %w", id, err)
+	}
+	return c, nil
+}
+
+// Status implements sandboxrt.Runtime.
+func (r *Runtime) Status(_ context.Context, id string) (sandboxrt.Status, error) {
+	c, err := r.load(id)
+	if err != nil {
+		if _, serr := os.Stat(r.dir(id)); serr == nil && errors.Is(err, sandboxrt.ErrNotFound) {
+			return sandboxrt.Stopped, nil // a start that died half-way
+		}
+		return sandboxrt.Stopped, err
+	}
+	st, err := c.Status()
+	if err != nil {
+		return sandboxrt.Stopped, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	switch st {
+	case libcontainer.Running, libcontainer.Created:
+		return sandboxrt.Running, nil
+	case libcontainer.Paused:
+		return sandboxrt.Paused, nil
+	default:
+		return sandboxrt.Stopped, nil
+	}
+}
+
+// Pause implements sandboxrt.Runtime: the cgroup freezer stops every
+// process; memory stays.
+func (r *Runtime) Pause(_ context.Context, id string) error {
+	c, err := r.load(id)
+	if err != nil {
+		return err
+	}
+	if err := c.Pause(); err != nil {
+		return fmt.Errorf("sandbox %s: pause: %w", id, err)
+	}
+	return nil
+}
+
+// Resume implements sandboxrt.Runtime.
+func (r *Runtime) Resume(_ context.Context, id string) error {
+	c, err := r.load(id)
+	if err != nil {
+		return err
+	}
+	if err := c.Resume(); err != nil {
+		return fmt.Errorf("sandbox %s: resume: %w", id, err)
+	}
+	return nil
+}
+
+// Stats implements sandboxrt.Runtime.
+func (r *Runtime) Stats(_ context.Context, id string) (sandboxrt.Stats, error) {
+	c, err := r.load(id)
+	if err != nil {
+		return sandboxrt.Stats{}, err
+	}
+	s, err := c.Stats()
+	if err != nil {
+		return sandboxrt.Stats{}, fmt.Errorf("sandbox %s: stats: %w", id, err)
+	}
+	out := sandboxrt.Stats{Time: time.Now()}
+	if cg := s.CgroupStats; cg != nil {
+		out.CPUUsage = time.Duration(cg.CpuStats.CpuUsage.TotalUsage)
+		mem := cg.MemoryStats
+		used := mem.Usage.Usage
+		// What the kernel can drop at once is not in use (docker's rule).
+		inactive := mem.Stats["total_inactive_file"]
+		if v, ok := mem.Stats["inactive_file"]; ok && !mem.UseHierarchy {
+			inactive = v
+		}
+		if inactive < used {
+			used -= inactive
+		}
+		out.MemoryUsed = int64(used)
+		out.MemoryLimit = int64(mem.Usage.Limit)
+	}
+	if m, err := r.readMeta(id); err == nil {
+		out.DiskLimit = m.DiskLimit
+	}
+	out.DiskUsed = diskUsage(filepath.Join(r.dir(id), "upper"))
+	return out, nil
+}
+
+// diskUsage is the space the files under dir take, hard links once.
+func diskUsage(dir string) int64 {
+	var total int64
+	seen := map[uint64]bool{}
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil //nolint:nilerr // a file removed meanwhile is not used
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil //nolint:nilerr // likewise
+		}
+		st, ok := info.Sys().(*unix.Stat_t)
+		if !ok {
+			return nil
+		}
+		if st.Nlink > 1 && !d.IsDir() {
+			if seen[st.Ino] {
+				return nil
+			}
+			seen[st.Ino] = true
+		}
+		total += st.Blocks * 512
+		return nil
+	})
+	return total
+}
+
+// Stop implements sandboxrt.Runtime.
+func (r *Runtime) Stop(ctx context.Context, id string) error {
+	var errs []error
+	c, err := r.load(id)
+	switch {
+	case errors.Is(err, sandboxrt.ErrNotFound):
+	case err != nil:
+		errs = append(errs, err)
+	default:
+		if err := kill(ctx, c); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
+		} else if err := c.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: destroy container: %w", id, err))
+		}
+	}
+	rootfs := filepath.Join(r.dir(id), "rootfs")
+	if err := unix.Unmount(rootfs, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, fmt.Errorf("sandbox %s: unmount root: %w", id, err))
+	}
+	if len(errs) == 0 {
+		if err := os.RemoveAll(r.dir(id)); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: remove layers: %w", id, err))
+		}
+		r.releaseSlot(id)
+	}
+	return errors.Join(errs...)
+}
+
+// kill stops every process of the sandbox: SIGKILL to its init ends its pid
+// namespace. A frozen sandbox is thawed first, or the signal waits.
+func kill(ctx context.Context, c *libcontainer.Container) error {
+	st, err := c.Status()
+	if err != nil {
+		return err
+	}
+	if st == libcontainer.Stopped {
+		return nil
+	}
+	if st == libcontainer.Paused {
+		if err := c.Resume(); err != nil {
+			return fmt.Errorf("thaw: %w", err)
+		}
+	}
+	if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+		return fmt.Errorf("kill: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		st, err := c.Status()
+		if err != nil {
+			return err
+		}
+		if st == libcontainer.Stopped {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the sandbox to die: %w", ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}
+
+// List implements sandboxrt.Runtime.
+func (r *Runtime) List(_ context.Context) ([]string, error) {
+	var ids []string
+	for _, d := range []string{r.sandboxes, r.containers} {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			return nil, fmt.Errorf("native runtime: %w", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() && !slices.Contains(ids, e.Name()) {
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}

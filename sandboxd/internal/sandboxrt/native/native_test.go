@@ -1,0 +1,264 @@
+package native_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+func init() { native.MaybeInit() }
+
+type sandbox struct {
+	rt   *native.Runtime
+	dir  string
+	spec *sandboxrt.Spec
+	envd *sandboxtest.Envd
+}
+
+func newRuntime(t *testing.T) (*native.Runtime, string) {
+	t.Helper()
+	sandboxtest.RequireRoot(t)
+	dir := sandboxtest.Dir(t)
+	opts := native.DefaultOptions(filepath.Join(dir, "native"))
+	opts.CgroupParent = sandboxtest.CgroupParent(t)
+	rt, err := native.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt, dir
+}
+
+// start starts a sandbox on a busybox root and waits for its envd.
+func start(t *testing.T, rt *native.Runtime, dir string, edit func(*sandboxrt.Spec)) *sandbox {
+	t.Helper()
+	id, err := sandboxid.New(sandboxid.NodeTag("native-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := sandboxtest.Netns(t)
+	spec := &sandboxrt.Spec{
+		ID:        id,
+		Rootfs:    sandboxtest.BusyboxRootfs(t),
+		CPUMilli:  1000,
+		MemoryMiB: 128,
+		DiskMiB:   256,
+		NetNS:     ns,
+		Hostname:  "sbx-" + id[:6],
+		Envd:      sandboxtest.EnvdBinary(t),
+		EnvdArgs:  []string{"--port", "49983"},
+		Files:     map[string][]byte{"/etc/hosts": []byte("127.0.0.1 localhost\n")},
+		Log:       filepath.Join(dir, id+".log"),
+	}
+	if edit != nil {
+		edit(spec)
+	}
+	if err := rt.Start(context.Background(), spec); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Stop(context.Background(), id); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	e := sandboxtest.NewEnvd("http://127.0.0.1:49983", sandboxtest.NetnsDialer(ns))
+	e.WaitHealthy(t, 10*time.Second)
+	return &sandbox{rt: rt, dir: dir, spec: spec, envd: e}
+}
+
+func (s *sandbox) run(t *testing.T, user, script string) sandboxtest.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := s.envd.Run(ctx, user, "", script)
+	if err != nil {
+		t.Fatalf("run %q as %s: %v", script, user, err)
+	}
+	return res
+}
+
+func TestSandboxRunsEnvdAsInitWithUsers(t *testing.T) {
+	rt, dir := newRuntime(t)
+	s := start(t, rt, dir, nil)
+
+	if got := s.run(t, "user", "id -u; id -g; pwd; hostname"); got.Stdout != "1000\n1000\n/home/user\n"+s.spec.Hostname+"\n" {
+		t.Errorf("as user: %+v", got)
+	}
+	if got := s.run(t, "root", "id -u"); got.Stdout != "0\n" {
+		t.Errorf("as root: %+v", got)
+	}
+	// envd is the sandbox's init, and the only processes are the sandbox's.
+	if got := s.run(t, "root", "cat /proc/1/cmdline | tr '\\0' ' '; ls /proc | grep -c '^[0-9]'"); !strings.HasPrefix(got.Stdout, "/usr/bin/envd --port 49983") {
+		t.Errorf("pid 1 = %q", got.Stdout)
+	} else if n, _ := strconv.Atoi(strings.TrimSpace(strings.Fields(got.Stdout)[len(strings.Fields(got.Stdout))-1])); n > 8 {
+		t.Errorf("the sandbox sees %d processes: %q", n, got.Stdout)
+	}
+	// The host's own processes and files are not there.
+	if got := s.run(t, "root", "test -e /proc/"+strconv.Itoa(os.Getpid())+" && echo visible; test -e "+dir+" && echo host-dir; echo done"); got.Stdout != "done\n" {
+		t.Errorf("host leaks into the sandbox: %q", got.Stdout)
+	}
+	// envd is read-only; the root is writable by root only, through the
+	// sandbox's private layer, and the template is untouched.
+	if got := s.run(t, "root", "echo x > /usr/bin/envd || echo refused"); !strings.Contains(got.Stdout, "refused") {
+		t.Errorf("envd writable: %+v", got)
+	}
+	if got := s.run(t, "root", "echo hello > /etc/motd && cat /etc/motd"); got.Stdout != "hello\n" {
+		t.Errorf("write as root: %+v", got)
+	}
+	if got := s.run(t, "user", "echo x > /etc/passwd || echo denied"); !strings.Contains(got.Stdout, "denied") {
+		t.Errorf("user wrote /etc/passwd: %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(s.spec.Rootfs, "etc/motd")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the template was written: %v", err)
+	}
+	// Root in the sandbox holds no capability on the host.
+	if got := s.run(t, "root", "grep CapEff /proc/self/status; cat /proc/self/uid_map"); !strings.Contains(got.Stdout, "1000000000") {
+		t.Errorf("not in a mapped user namespace: %q", got.Stdout)
+	}
+	if got := s.run(t, "root", "mount -t tmpfs none /mnt 2>&1; umount /mnt 2>/dev/null; grep NoNewPrivs /proc/self/status"); !strings.Contains(got.Stdout, "NoNewPrivs:\t1") {
+		t.Errorf("no_new_privs not set: %q", got.Stdout)
+	}
+	if got := s.run(t, "root", "grep Seccomp: /proc/self/status"); !strings.Contains(got.Stdout, "Seccomp:\t2") {
+		t.Errorf("no seccomp filter: %q", got.Stdout)
+	}
+	if st, err := rt.Status(context.Background(), s.spec.ID); err != nil || st != sandboxrt.Running {
+		t.Errorf("status = %v, %v", st, err)
+	}
+}
+
+func TestMemoryHogIsKilledInsideTheSandbox(t *testing.T) {
+	rt, dir := newRuntime(t)
+	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.MemoryMiB = 64 })
+	got := s.run(t, "user", "head -c 300m /dev/zero | tail > /dev/null; echo exit=$?")
+	if !strings.Contains(got.Stdout, "exit=137") {
+		t.Errorf("the hog was not OOM-killed: %+v", got)
+	}
+	// The sandbox (and envd, its init) lives on.
+	if got := s.run(t, "user", "echo alive"); got.Stdout != "alive\n" {
+		t.Errorf("after the OOM kill: %+v", got)
+	}
+	st, err := rt.Stats(context.Background(), s.spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MemoryLimit != 64<<20 || st.MemoryUsed <= 0 || st.CPUUsage <= 0 {
+		t.Errorf("stats = %+v", st)
+	}
+}
+
+func TestPauseFreezesAndResumeThaws(t *testing.T) {
+	rt, dir := newRuntime(t)
+	s := start(t, rt, dir, nil)
+	ctx := context.Background()
+	s.run(t, "user", "(i=0; while :; do i=$((i+1)); echo $i > /tmp/t; mv /tmp/t /tmp/tick; sleep 0.01; done) >/dev/null 2>&1 </dev/null & sleep 0.05")
+	if err := rt.Pause(ctx, s.spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := rt.Status(ctx, s.spec.ID); st != sandboxrt.Paused {
+		t.Fatalf("status after pause = %v", st)
+	}
+	tick := filepath.Join(s.rootfsUpper(), "tmp", "tick")
+	before, err := os.ReadFile(tick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if after, _ := os.ReadFile(tick); string(after) != string(before) {
+		t.Error("processes ran while paused")
+	}
+	// Stats work on a paused sandbox.
+	if _, err := rt.Stats(ctx, s.spec.ID); err != nil {
+		t.Error(err)
+	}
+	if err := rt.Resume(ctx, s.spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.run(t, "user", "sleep 0.05; cat /tmp/tick"); got.Stdout == string(before) {
+		t.Errorf("the loop did not resume: %q", got.Stdout)
+	}
+}
+
+func (s *sandbox) rootfsUpper() string {
+	return filepath.Join(s.dir, "native", "sandboxes", s.spec.ID, "upper")
+}
+
+func TestStopRemovesEverythingAndIsIdempotent(t *testing.T) {
+	rt, dir := newRuntime(t)
+	s := start(t, rt, dir, nil)
+	ctx := context.Background()
+	// A paused sandbox stops too.
+	if err := rt.Pause(ctx, s.spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Stop(ctx, s.spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Status(ctx, s.spec.ID); !errors.Is(err, sandboxrt.ErrNotFound) {
+		t.Errorf("status after stop: %v", err)
+	}
+	if err := rt.Stop(ctx, s.spec.ID); err != nil {
+		t.Errorf("second stop: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "native", "sandboxes", s.spec.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("layers left: %v", err)
+	}
+	for _, hierarchy := range []string{"memory", "pids", "cpu", "freezer"} {
+		own := ownCgroup(t, hierarchy)
+		p := filepath.Join("/sys/fs/cgroup", hierarchy, own, rt.Options().CgroupParent, s.spec.ID)
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s left: %v", p, err)
+		}
+	}
+	if ids, _ := rt.List(ctx); len(ids) != 0 {
+		t.Errorf("runtime still lists %v", ids)
+	}
+}
+
+// ownCgroup is this process's cgroup in a v1 hierarchy.
+func ownCgroup(t *testing.T, hierarchy string) string {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && strings.Contains(","+parts[1]+",", ","+hierarchy+",") {
+			return parts[2]
+		}
+	}
+	return "/"
+}
+
+func TestANewRuntimeFindsTheSandboxesOfTheOldOne(t *testing.T) {
+	rt, dir := newRuntime(t)
+	s := start(t, rt, dir, nil)
+	ctx := context.Background()
+	again, err := native.New(rt.Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := again.Status(ctx, s.spec.ID); err != nil || st != sandboxrt.Running {
+		t.Fatalf("status through a new runtime = %v, %v", st, err)
+	}
+	if ids, _ := again.List(ctx); len(ids) != 1 || ids[0] != s.spec.ID {
+		t.Errorf("list = %v", ids)
+	}
+	// A second sandbox gets another uid range than the adopted one.
+	other := start(t, again, dir, nil)
+	if got := other.run(t, "root", "cat /proc/self/uid_map"); strings.Contains(got.Stdout, " 1000000000 ") {
+		t.Errorf("the new sandbox reuses the adopted one's uid range: %q", got.Stdout)
+	}
+	if err := again.Stop(ctx, s.spec.ID); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !(cgo && seccomp)
+
+package native
+
+const seccompBuilt = false

@@ -1,0 +1,231 @@
+// Package sandboxtest helps tests start real sandboxes: it builds envd,
+// makes small root filesystems and network namespaces, and removes all of
+// it when the test ends, whether it passed or not.
+package sandboxtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// RequireRoot skips the test unless it runs as root, as sandboxd does.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: sandboxes are namespaces, mounts and cgroups")
+	}
+}
+
+var buildEnvd = sync.OnceValues(func() (string, error) {
+	if p := os.Getenv("SKIFF_ENVD"); p != "" {
+		return p, nil
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir = filepath.Join(dir, "skiff", "test-bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".envd-*")
+	if err != nil {
+		return "", err
+	}
+	_ = tmp.Close()
+	cmd := exec.Command("go", "build", "-trimpath", "-o", tmp.Name(), "github.com/skiff-dev/skiff/envd/cmd/envd")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = os.Remove(tmp.Name())
+		return "", fmt.Errorf("build envd: %w\n%s", err, out)
+	}
+	bin := filepath.Join(dir, "envd")
+	return bin, os.Rename(tmp.Name(), bin)
+})
+
+// EnvdBinary returns the path of a static envd binary: $SKIFF_ENVD, or one built
+// from the workspace once per test binary.
+func EnvdBinary(t testing.TB) string {
+	t.Helper()
+	p, err := buildEnvd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Dir returns a new directory that unprivileged users may search (mode
+// 0711, unlike t.TempDir's 0700), as a sandbox runtime's directory must be.
+// It is removed when the test ends.
+func Dir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "skiff-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(d); err != nil {
+			t.Errorf("remove %s: %v", d, err)
+		}
+	})
+	return d
+}
+
+// BusyboxRootfs returns a small root filesystem: busybox (static) with sh
+// and bash as links to it, a root and a `user` (uid 1000, /home/user), and
+// /tmp. It needs Debian's busybox-static.
+func BusyboxRootfs(t testing.TB) string {
+	t.Helper()
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatal("busybox not found (apt-get install busybox-static)")
+	}
+	root := filepath.Join(Dir(t), "rootfs")
+	for _, d := range []string{"bin", "etc", "tmp", "root", "home/user", "proc", "dev", "usr/bin", "sbin"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(root, "home/user"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin/busybox"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bb, "--list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		_ = os.Symlink("busybox", filepath.Join(root, "bin", applet))
+	}
+	files := map[string]string{
+		// envd runs commands with /bin/bash -l -c; busybox's ash does that.
+		"bin/bash":   "#!/bin/sh\nexec /bin/sh \"$@\"\n",
+		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/bash\nnobody:x:65534:65534::/nonexistent:/bin/false\n",
+		"etc/group":  "root:x:0:\ntty:x:5:\nuser:x:1000:\nnogroup:x:65534:\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// Netns returns the path of a new network namespace with only loopback, up.
+// It is removed when the test ends.
+func Netns(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(Dir(t), "netns")
+	errc := make(chan error, 1)
+	go func() {
+		// The thread ends in the new namespace; it is never unlocked, so
+		// the runtime throws it away rather than reuse it.
+		runtime.LockOSThread()
+		errc <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("unshare: %w", err)
+			}
+			lo, err := netlink.LinkByName("lo")
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(lo); err != nil {
+				return err
+			}
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			_ = f.Close()
+			return unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path, "", unix.MS_BIND, "")
+		}()
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("network namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", path, err)
+		}
+	})
+	return path
+}
+
+// InNetns runs fn on a thread inside the network namespace at path.
+// Sockets fn opens stay in that namespace afterwards.
+func InNetns(t testing.TB, path string, fn func()) {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := netns.Set(ns); err != nil {
+			done <- err
+			return
+		}
+		fn()
+		done <- nil
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CgroupParent returns a cgroup name, unique to the test, for a runtime to
+// put its sandboxes under (relative to this process's cgroups), and removes
+// it from every hierarchy when the test ends.
+func CgroupParent(t testing.TB) string {
+	t.Helper()
+	name := filepath.Base(Dir(t))
+	t.Cleanup(func() {
+		data, err := os.ReadFile("/proc/self/cgroup")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			mount := "/sys/fs/cgroup/unified"
+			if parts[1] != "" {
+				mount = "/sys/fs/cgroup/" + strings.TrimPrefix(parts[1], "name=")
+			}
+			if _, err := os.Stat(mount); err != nil {
+				mount = "/sys/fs/cgroup" // a cgroup v2 host
+			}
+			p := filepath.Join(mount, parts[2], name)
+			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+				t.Errorf("remove cgroup %s: %v", p, err)
+			}
+		}
+	})
+	return name
+}
