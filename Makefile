@@ -14,6 +14,11 @@ BENCH ?= .
 BENCHTIME ?= 2s
 
 export KUBEBUILDER_ASSETS ?= $(shell hack/kube/build.sh --print)
+# sandboxd's native runtime needs libcontainer's seccomp support: cgo and
+# libseccomp-dev. The tag changes nothing in the other modules.
+export GOFLAGS := -tags=seccomp
+# The envd the sandbox tests bind into their sandboxes (built by `make envd`).
+export SKIFF_ENVD := $(BIN)/envd
 
 .PHONY: help
 help: ## Show the verbs.
@@ -66,7 +71,7 @@ verify: generate ## generate + gofmt + vet + tidy check + GOWORK=off builds + li
 test: kube-bins go-test fuzz sdk-test ## Every test: Go (with -race, on a real kube-apiserver and etcd), fuzzing, the e2b SDK suite.
 
 .PHONY: go-test
-go-test: kube-bins ## The Go tests of every module.
+go-test: kube-bins envd ## The Go tests of every module.
 	for m in $(MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
 
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target with
@@ -88,13 +93,17 @@ E2B_SDKS ?= e2b e2b-2.50.0
 envd: ## Build the static envd binary into bin/envd.
 	cd envd && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o $(BIN)/envd ./cmd/envd
 
+.PHONY: sandboxd
+sandboxd: envd ## Build sandboxd (cgo, seccomp) into bin/sandboxd, beside the envd it runs in sandboxes.
+	cd sandboxd && CGO_ENABLED=1 go build -trimpath -o $(BIN)/sandboxd ./cmd/sandboxd
+
 .PHONY: sdk-test
 sdk-test: envd ## The unmodified e2b JS SDK (E2B_SDKS: 2.51.0 and 2.50.0) against a real envd.
 	cd envd/test/sdk && npm ci --no-audit --no-fund --loglevel=error
 	for sdk in $(E2B_SDKS); do (cd envd/test/sdk && ENVD_BIN=$(BIN)/envd E2B_PACKAGE=$$sdk node --test --test-concurrency=1 sdk.test.mjs) || exit 1; done
 
 .PHONY: bench
-bench: kube-bins ## Benchmarks (BENCH=regexp, BENCHTIME=2s).
+bench: kube-bins envd ## Benchmarks (BENCH=regexp, BENCHTIME=2s).
 	for m in $(MODULES); do (cd $$m && go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem ./...); done
 
 .PHONY: mutate

@@ -214,14 +214,16 @@ func CgroupParent(t testing.TB) string {
 			if len(parts) != 3 {
 				continue
 			}
-			mount := "/sys/fs/cgroup/unified"
+			mount, own := "/sys/fs/cgroup/unified", parts[2]
 			if parts[1] != "" {
 				mount = "/sys/fs/cgroup/" + strings.TrimPrefix(parts[1], "name=")
 			}
 			if _, err := os.Stat(mount); err != nil {
-				mount = "/sys/fs/cgroup" // a cgroup v2 host
+				// A cgroup v2 host: libcontainer puts relative cgroups
+				// beside this process's, under its parent.
+				mount, own = "/sys/fs/cgroup", filepath.Dir(own)
 			}
-			p := filepath.Join(mount, parts[2], name)
+			p := filepath.Join(mount, own, name)
 			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 				t.Errorf("remove cgroup %s: %v", p, err)
 			}

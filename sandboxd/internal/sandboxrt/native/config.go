@@ -49,6 +49,8 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd string) (*confi
 		res.CpuPeriod = cpuPeriod
 	}
 	const nodev = unix.MS_NOSUID | unix.MS_NOEXEC | unix.MS_NODEV
+	// When the host runs out of memory, sandboxes go before sandboxd.
+	oomScoreAdj := 500
 	caps := &configs.Capabilities{Bounding: capabilities, Effective: capabilities, Permitted: capabilities}
 	return &configs.Config{
 		Rootfs:          filepath.Join(r.dir(spec.ID), "rootfs"),
@@ -68,6 +70,7 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd string) (*confi
 		Capabilities:    caps,
 		NoNewPrivileges: true,
 		Seccomp:         sc,
+		OomScoreAdj:     &oomScoreAdj,
 		Cgroups: &cgroups.Cgroup{
 			Path:      filepath.Join(r.opts.CgroupParent, spec.ID),
 			Resources: res,
