@@ -81,7 +81,44 @@ func templateCommand(stateDir *string) *cobra.Command {
 			return printTemplates(cmd.OutOrStdout(), ts)
 		},
 	}
-	cmd.AddCommand(importCmd, listCmd)
+	cmd.AddCommand(importCmd, listCmd, buildCommand(library))
+	return cmd
+}
+
+func buildCommand(library func() (*template.Library, error)) *cobra.Command {
+	var opts template.BaseOptions
+	cmd := &cobra.Command{
+		Use:   "build base",
+		Short: "Build the built-in template \"base\" (Debian with bash, python3, curl and git) with debootstrap",
+		Long: `Build the built-in template "base", the one the e2b SDKs start by default:
+Debian (debootstrap's minbase variant) with bash, coreutils, python3,
+ca-certificates, curl, git and procps, and the user "user" (uid 1000, home
+/home/user, shell /bin/bash, no sudo). Needs root and debootstrap.
+
+The finished root filesystem and the downloaded packages are cached in
+--cache-dir, so building again with the same options takes seconds and
+yields the same version.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] != template.BaseName {
+				return fmt.Errorf("only the built-in template %q can be built; import others with `sandboxd template import`", template.BaseName)
+			}
+			lib, err := library()
+			if err != nil {
+				return err
+			}
+			opts.Progress = cmd.ErrOrStderr()
+			t, err := lib.BuildBase(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "built template %s version %s\n", t.Name, t.Version)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&opts.Suite, "suite", "bookworm", "The Debian release to build.")
+	cmd.Flags().StringVar(&opts.Mirror, "mirror", "", "The Debian archive to build from (default: the host's apt mirror for the suite, else "+template.FallbackMirror+").")
+	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "Where downloaded packages and built root filesystems are kept (default: $XDG_CACHE_HOME/skiff/debootstrap, else ~/.cache/skiff/debootstrap).")
 	return cmd
 }
 

@@ -43,3 +43,54 @@ func TestTemplateCommands(t *testing.T) {
 		}
 	}
 }
+
+func TestTemplateBuild(t *testing.T) {
+	state := t.TempDir()
+	out, err := run(t, "--state-dir", state, "template", "build", "python")
+	if err == nil || !strings.Contains(err.Error(), `only the built-in template "base" can be built`) {
+		t.Errorf("build python = %q, %v", out, err)
+	}
+	for _, args := range [][]string{{"template", "build"}, {"template", "build", "base", "extra"}} {
+		if _, err := run(t, append([]string{"--state-dir", state}, args...)...); err == nil {
+			t.Errorf("%v succeeded", args)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("building needs root")
+	}
+	// A debootstrap that makes a tiny root filesystem stands in for the
+	// real one (which the template package's tests run).
+	bin := t.TempDir()
+	fake := `#!/bin/sh
+set -e
+eval "target=\${$(($# - 1))}"
+mkdir -p "$target/etc" "$target/home" "$target/tmp"
+echo 'root:x:0:0:root:/root:/bin/bash' > "$target/etc/passwd"
+echo 'root:x:0:' > "$target/etc/group"
+echo 'root:*:19000:0:99999:7:::' > "$target/etc/shadow"
+echo "I: debootstrap $*"
+`
+	if err := os.WriteFile(filepath.Join(bin, "debootstrap"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	cache := t.TempDir()
+	args := []string{"--state-dir", state, "template", "build", "base", "--suite", "trixie", "--mirror", "http://m.example/debian", "--cache-dir", cache}
+	out, err = run(t, args...)
+	if err != nil || !strings.Contains(out, "I: debootstrap --variant=minbase") || !strings.Contains(out, " trixie ") || !strings.Contains(out, "http://m.example/debian") {
+		t.Fatalf("build base = %q, %v", out, err)
+	}
+	i := strings.LastIndex(out, "built template base version ")
+	if i < 0 {
+		t.Fatalf("build base printed no version: %q", out)
+	}
+	first := out[i:]
+	out, err = run(t, args...)
+	if err != nil || !strings.Contains(out, "using the cached root filesystem "+cache) || !strings.HasSuffix(out, first) {
+		t.Errorf("second build = %q, %v; want the cached %q", out, err, first)
+	}
+	out, err = run(t, "--state-dir", state, "template", "list")
+	if err != nil || !strings.Contains(out, "base") {
+		t.Errorf("list = %q, %v", out, err)
+	}
+}
