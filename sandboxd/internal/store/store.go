@@ -49,6 +49,14 @@ type Record struct {
 	// runtime's own handle on it (a pid, cgroup and network paths, …).
 	Runtime      string          `json:"runtime"`
 	RuntimeState json.RawMessage `json:"runtimeState,omitempty"`
+	// Address is the sandbox's own IP address (its /30 from the address
+	// pool), claimed again when a restarted sandboxd re-adopts it.
+	Address string `json:"address,omitempty"`
+	// PausedAt is when the sandbox was paused; EndAt minus PausedAt is the
+	// lifetime a resume without a new timeout gives back.
+	PausedAt time.Time `json:"pausedAt,omitzero"`
+	// EnvdVersion is the version the sandbox's envd reported.
+	EnvdVersion string `json:"envdVersion,omitempty"`
 }
 
 // Store holds the records under one directory. It is safe for concurrent

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"connectrpc.com/connect"
+)
+
+// NodeTokenHeader carries the shared token on any request, relayed ones
+// included; it is removed before a request reaches a sandbox.
+const NodeTokenHeader = "Skiff-Node-Token"
+
+// authenticate lets a request through when it carries the shared token
+// (RPCs: `Authorization: Bearer` or NodeTokenHeader; relayed requests:
+// NodeTokenHeader only, since their Authorization belongs to the sandbox).
+// Without a token every request passes: mTLS already verified the caller,
+// or --insecure-no-auth said so. NodeTokenHeader never reaches the next
+// handler.
+func (s *Server) authenticate(next http.Handler, relayed func(*http.Request) bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		isRelay := relayed(r)
+		nodeToken := r.Header.Get(NodeTokenHeader)
+		if _, ok := r.Header[NodeTokenHeader]; ok {
+			r = r.WithContext(r.Context()) // a shallow copy whose headers may change
+			r.Header = r.Header.Clone()
+			r.Header.Del(NodeTokenHeader)
+		}
+		if s.token != nil {
+			ok := s.tokenMatches(nodeToken)
+			if !ok && !isRelay {
+				bearer, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+				ok = found && s.tokenMatches(strings.TrimSpace(bearer))
+			}
+			if !ok {
+				s.unauthorized(w, r, isRelay)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// tokenMatches compares in constant time, lengths included (it compares
+// digests).
+func (s *Server) tokenMatches(got string) bool {
+	if got == "" {
+		return false
+	}
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256(s.token)
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+var errUnauthenticated = errors.New("missing or wrong node token: send 'Authorization: Bearer <token>' or '" + NodeTokenHeader + ": <token>'")
+
+// unauthorized answers 401 in the protocol's own shape: a Connect error for
+// an RPC, e2b's JSON for a relayed request.
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, isRelay bool) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
+	if ew := connect.NewErrorWriter(); !isRelay && ew.IsSupported(r) {
+		_ = ew.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = fmt.Fprintf(w, `{"code":401,"message":%q}`+"\n", errUnauthenticated.Error())
+}
+
+// serverTLS is the listener's TLS configuration: nil without --tls-cert;
+// with --client-ca, callers must present a certificate it signed.
+func (o *Options) serverTLS() (*tls.Config, error) {
+	if o.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("load --tls-cert and --tls-key: %w", err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if o.ClientCA != "" {
+		pem, err := os.ReadFile(o.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("read --client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--client-ca %s holds no PEM certificate", o.ClientCA)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}

@@ -1,0 +1,110 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+// Claim hands a warm sandbox to a team: atomically through the registry (of
+// concurrent claims of one sandbox exactly one wins), then a fresh access
+// token, the team's environment and a deadline. A sandbox whose envd
+// refuses the new token is killed: nobody could use it.
+func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest]) (_ *connect.Response[pb.ClaimResponse], err error) {
+	m := req.Msg
+	var f fieldErrors
+	switch {
+	case m.GetSandboxId() != "":
+		checkID(&f, m.GetSandboxId())
+	case m.GetPool() != "":
+		checkPool(&f, m.GetPool())
+	case m.GetTemplate() != "":
+		if !templateRE.MatchString(m.GetTemplate()) {
+			f.add("template", "%q is not a template name", truncate(m.GetTemplate()))
+		}
+	default:
+		f.add("sandbox_id", "set sandbox_id, pool or template")
+	}
+	timeout := s.checkTimeout(&f, "timeout", m.GetTimeout(), true)
+	checkMetadata(&f, m.GetMetadata())
+	checkEnvVars(&f, m.GetEnvVars())
+	checkTeam(&f, m.GetTeam())
+	if err := f.err(); err != nil {
+		return nil, s.countClaim(err, 0)
+	}
+
+	began := time.Now()
+	defer func() { err = s.countClaim(err, time.Since(began)) }()
+	token := newToken()
+	var oldToken string
+	now := s.clock.Now()
+	hand := func(rec *store.Record) error {
+		oldToken = rec.EnvdAccessToken
+		rec.Team = m.GetTeam()
+		rec.Metadata = maps.Clone(m.GetMetadata())
+		rec.AutoPause = m.GetAutoPause()
+		rec.StartedAt = now
+		rec.EndAt = now.Add(timeout)
+		rec.EnvdAccessToken = token
+		return nil
+	}
+
+	var rec *store.Record
+	if id := m.GetSandboxId(); id != "" {
+		defer s.locks.lock(id)()
+		if rec, err = s.reg.Claim(id, hand); err != nil {
+			return nil, toConnect(fmt.Errorf("claim sandbox %s: %w", id, err))
+		}
+	} else {
+		if rec, err = s.reg.ClaimAny(m.GetPool(), m.GetTemplate(), hand); err != nil {
+			return nil, toConnect(fmt.Errorf("claim a warm sandbox: %w", err))
+		}
+		defer s.locks.lock(rec.ID)()
+		// A kill may have come between the claim and the lock.
+		if cur, err := s.reg.Get(rec.ID); err != nil || cur.EnvdAccessToken != token {
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("claimed sandbox %s went away", rec.ID))
+		}
+	}
+
+	if err := s.rotateToken(ctx, rec, oldToken, token, m.GetEnvVars()); err != nil {
+		s.log.WarnContext(ctx, "claimed sandbox's envd refused the new token; killing it", "sandbox", rec.ID, "error", err)
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if kerr := s.killLocked(kctx, rec, reasonClaimFailed); kerr != nil {
+			s.log.ErrorContext(ctx, "kill sandbox after failed claim", "sandbox", rec.ID, "error", kerr)
+		}
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("hand sandbox %s over: %w", rec.ID, err))
+	}
+	s.deadlines.Set(rec.ID, rec.EndAt)
+	s.log.InfoContext(ctx, "sandbox claimed", "sandbox", rec.ID, "team", rec.Team, "pool", rec.Pool, "template", rec.Template)
+	return connect.NewResponse(&pb.ClaimResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: token}), nil
+}
+
+// rotateToken gives the sandbox's envd its new owner's token and
+// environment, authenticated by the token it holds now.
+func (s *Server) rotateToken(ctx context.Context, rec *store.Record, oldToken, token string, env map[string]string) error {
+	b, err := s.blockOf(rec)
+	if err != nil {
+		return err
+	}
+	in := &EnvdInit{AccessToken: token, EnvVars: env, Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
+	_, err = s.envd.Init(ctx, s.envdAddr(b), oldToken, in)
+	return err
+}
+
+// blockOf is the address block the sandbox holds.
+func (s *Server) blockOf(rec *store.Record) (ipam.Block, error) {
+	addr, err := netip.ParseAddr(rec.Address)
+	if err != nil {
+		return ipam.Block{}, fmt.Errorf("sandbox %s: address %q: %w", rec.ID, rec.Address, err)
+	}
+	return s.ipam.Claim(rec.ID, addr)
+}

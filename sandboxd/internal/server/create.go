@@ -1,0 +1,256 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+const (
+	// sandboxHostname is every sandbox's host name, as in e2b's sandboxes.
+	sandboxHostname = "e2b"
+	// defaultUser and defaultWorkdir are what e2b's templates set through
+	// envd's /init, when the template has that user.
+	defaultUser    = "user"
+	defaultWorkdir = "/home/user"
+	// cleanupTimeout bounds the undoing of a failed create, which runs even
+	// when the caller has gone.
+	cleanupTimeout = time.Minute
+)
+
+// Create starts a sandbox for a team and returns once its envd answers and
+// holds a fresh access token.
+func (s *Server) Create(ctx context.Context, req *connect.Request[pb.CreateRequest]) (*connect.Response[pb.CreateResponse], error) {
+	m := req.Msg
+	var f fieldErrors
+	tmpl, err := s.checkTemplate(&f, m.GetTemplate())
+	if err != nil {
+		return nil, s.countCreate(kindCreate, toConnect(err))
+	}
+	l := &launch{kind: kindCreate, tmpl: tmpl, envVars: m.GetEnvVars()}
+	l.cpu, l.mem, l.disk = s.resources(&f, m.GetResources())
+	l.timeout = s.checkTimeout(&f, "timeout", m.GetTimeout(), true)
+	checkMetadata(&f, m.GetMetadata())
+	checkEnvVars(&f, m.GetEnvVars())
+	checkTeam(&f, m.GetTeam())
+	if err := f.err(); err != nil {
+		return nil, s.countCreate(kindCreate, err)
+	}
+	l.rec = store.Record{
+		State:               registry.StateRunning,
+		Team:                m.GetTeam(),
+		Metadata:            maps.Clone(m.GetMetadata()),
+		AutoPause:           m.GetAutoPause(),
+		AllowInternetAccess: m.AllowInternetAccess == nil || m.GetAllowInternetAccess(),
+	}
+	rec, token, err := s.launch(ctx, l)
+	if err != nil {
+		return nil, s.countCreate(kindCreate, toConnect(err))
+	}
+	_ = s.countCreate(kindCreate, nil)
+	return connect.NewResponse(&pb.CreateResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: token}), nil
+}
+
+// Warm starts a sandbox that belongs to no one yet, for a warm pool. Its
+// envd holds a token only sandboxd knows until a Claim replaces it.
+func (s *Server) Warm(ctx context.Context, req *connect.Request[pb.WarmRequest]) (*connect.Response[pb.WarmResponse], error) {
+	m := req.Msg
+	var f fieldErrors
+	tmpl, err := s.checkTemplate(&f, m.GetTemplate())
+	if err != nil {
+		return nil, s.countCreate(kindWarm, toConnect(err))
+	}
+	l := &launch{kind: kindWarm, tmpl: tmpl}
+	l.cpu, l.mem, l.disk = s.resources(&f, m.GetResources())
+	checkPool(&f, m.GetPool())
+	if err := f.err(); err != nil {
+		return nil, s.countCreate(kindWarm, err)
+	}
+	l.rec = store.Record{State: registry.StateWarm, Pool: m.GetPool(), AllowInternetAccess: true}
+	rec, _, err := s.launch(ctx, l)
+	if err != nil {
+		return nil, s.countCreate(kindWarm, toConnect(err))
+	}
+	_ = s.countCreate(kindWarm, nil)
+	return connect.NewResponse(&pb.WarmResponse{Sandbox: s.toSandbox(rec)}), nil
+}
+
+// launch is one sandbox to start.
+type launch struct {
+	kind           string
+	tmpl           *template.Template
+	cpu, mem, disk int64
+	envVars        map[string]string
+	timeout        time.Duration // 0 for a warm sandbox, which has no deadline
+	rec            store.Record  // the caller's part of the record
+	undo           []func(context.Context)
+}
+
+// launch starts l: capacity, ID, address, network, runtime, envd ready,
+// envd's token, record, deadline. A failed step undoes the earlier ones in
+// reverse order, so nothing of the sandbox is left.
+func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token string, err error) {
+	began := time.Now()
+	defer func() {
+		if err != nil {
+			s.log.WarnContext(ctx, "sandbox start failed; undoing it", "kind", l.kind, "template", l.tmpl.Name, "error", err)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			for i := len(l.undo) - 1; i >= 0; i-- {
+				l.undo[i](cctx)
+			}
+		}
+	}()
+	res, err := s.reg.Reserve(l.cpu, l.mem)
+	if err != nil {
+		return nil, "", fmt.Errorf("reserve capacity: %w", err)
+	}
+	l.undo = append(l.undo, func(context.Context) { res.Release() })
+	id, err := sandboxid.New(s.tag)
+	if err != nil {
+		return nil, "", fmt.Errorf("new sandbox ID: %w", err)
+	}
+	log := s.log.With("sandbox", id)
+	defer s.locks.lock(id)()
+
+	block, err := s.ipam.Allocate(id)
+	if err != nil {
+		return nil, "", fmt.Errorf("allocate address: %w", err)
+	}
+	l.undo = append(l.undo, func(context.Context) { s.ipam.Release(id) })
+	l.undo = append(l.undo, func(ctx context.Context) {
+		if err := s.net.Teardown(ctx, id, block); err != nil {
+			log.ErrorContext(ctx, "tear down network of failed sandbox", "error", err)
+		}
+	})
+	netns, err := s.net.Setup(ctx, id, block, l.rec.AllowInternetAccess)
+	if err != nil {
+		return nil, "", fmt.Errorf("set up network: %w", err)
+	}
+
+	logPath := s.logPath(id)
+	l.undo = append(l.undo, func(ctx context.Context) {
+		if err := s.rt.Stop(ctx, id); err != nil {
+			log.ErrorContext(ctx, "stop failed sandbox", "error", err)
+		}
+		_ = os.Remove(logPath)
+	})
+	if err := s.rt.Start(ctx, s.spec(id, l, block, netns, logPath)); err != nil {
+		return nil, "", fmt.Errorf("start sandbox: %w", err)
+	}
+
+	token, version, err := s.initEnvd(ctx, l, block)
+	if err != nil {
+		return nil, "", err
+	}
+	rec := s.newRecord(l, id, block, token, version)
+	if err := s.reg.Add(res, &rec); err != nil {
+		return nil, "", fmt.Errorf("record sandbox: %w", err)
+	}
+	if rec.State == registry.StateRunning {
+		s.deadlines.Set(id, rec.EndAt)
+	}
+	s.metrics.createDuration.WithLabelValues(l.kind).Observe(time.Since(began).Seconds())
+	log.InfoContext(ctx, "sandbox started", "kind", l.kind, "template", rec.Template, "state", rec.State,
+		"team", rec.Team, "pool", rec.Pool, "cpu_milli", rec.CPUMilli, "memory_mib", rec.MemoryMiB, "duration", time.Since(began))
+	return &rec, token, nil
+}
+
+// initEnvd waits for the new sandbox's envd to answer and gives it its first
+// token, the environment and (when the template has e2b's user) the default
+// user and working directory.
+func (s *Server) initEnvd(ctx context.Context, l *launch, block ipam.Block) (token, version string, err error) {
+	addr := s.envdAddr(block)
+	started := time.Now()
+	if err := waitEnvd(ctx, s.envd, addr, s.opts.EnvdReadyTimeout); err != nil {
+		return "", "", err
+	}
+	s.metrics.envdReady.Observe(time.Since(started).Seconds())
+	token = newToken()
+	in := &EnvdInit{AccessToken: token, EnvVars: l.envVars, Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
+	if hasUser(l.tmpl.Rootfs, defaultUser) {
+		in.DefaultUser, in.DefaultWorkdir = defaultUser, defaultWorkdir
+	}
+	if version, err = s.envd.Init(ctx, addr, "", in); err != nil {
+		return "", "", err
+	}
+	return token, version, nil
+}
+
+// newRecord is the record of the sandbox l started as id.
+func (s *Server) newRecord(l *launch, id string, block ipam.Block, token, version string) store.Record {
+	now := s.clock.Now()
+	rec := l.rec
+	rec.ID, rec.Template, rec.TemplateVersion = id, l.tmpl.Name, l.tmpl.Version
+	rec.StartedAt = now
+	if l.timeout > 0 {
+		rec.EndAt = now.Add(l.timeout)
+	}
+	rec.CPUMilli, rec.MemoryMiB, rec.DiskMiB = l.cpu, l.mem, l.disk
+	rec.EnvdAccessToken = token
+	rec.Runtime = s.rt.Name()
+	rec.Address = block.Sandbox.String()
+	rec.EnvdVersion = version
+	return rec
+}
+
+// spec is what the runtime needs to start sandbox id.
+func (s *Server) spec(id string, l *launch, block ipam.Block, netns, logPath string) *sandboxrt.Spec {
+	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+		block.Sandbox.String() + "\t" + sandboxHostname + "\n"
+	return &sandboxrt.Spec{
+		ID:        id,
+		Rootfs:    l.tmpl.Rootfs,
+		CPUMilli:  l.cpu,
+		MemoryMiB: l.mem,
+		DiskMiB:   l.disk,
+		NetNS:     netns,
+		Hostname:  sandboxHostname,
+		Envd:      s.opts.Envd,
+		EnvdArgs:  []string{"--port", "49983"},
+		Files: map[string][]byte{
+			"/etc/resolv.conf": s.net.ResolvConf(),
+			"/etc/hosts":       []byte(hosts),
+		},
+		Log: logPath,
+	}
+}
+
+func (s *Server) logPath(id string) string { return filepath.Join(s.logDir, id+".log") }
+
+// hasUser reports whether the root filesystem at rootfs has a user name in
+// its /etc/passwd (read inside rootfs: its symlinks cannot reach the host).
+func hasUser(rootfs, name string) bool {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return false
+	}
+	defer root.Close()
+	f, err := root.Open("etc/passwd")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if user, _, ok := strings.Cut(sc.Text(), ":"); ok && user == name {
+			return true
+		}
+	}
+	return false
+}

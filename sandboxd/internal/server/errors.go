@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+)
+
+// errWrongState is wrapped when a sandbox is not in the state an operation
+// needs (resume of a running one, pause of a paused one, …).
+var errWrongState = errors.New("sandbox is in the wrong state")
+
+// toConnect maps an error to its Connect code; it is the one place where
+// sandboxd's error categories meet the wire. Messages never carry tokens:
+// no error in this package is built from one.
+func toConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	if ce := new(connect.Error); errors.As(err, &ce) {
+		return err
+	}
+	code := connect.CodeInternal
+	switch {
+	case errors.Is(err, registry.ErrNotFound), errors.Is(err, sandboxrt.ErrNotFound):
+		code = connect.CodeNotFound
+	case errors.Is(err, registry.ErrExists):
+		code = connect.CodeAlreadyExists
+	case errors.Is(err, registry.ErrExhausted), errors.Is(err, ipam.ErrExhausted):
+		code = connect.CodeResourceExhausted
+	case errors.Is(err, registry.ErrNotWarm), errors.Is(err, errWrongState):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, errEnvd):
+		code = connect.CodeUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	}
+	return connect.NewError(code, err)
+}
+
+// fieldErrors collects what is wrong with a request, each naming its field.
+type fieldErrors []string
+
+func (f *fieldErrors) add(field, format string, args ...any) {
+	*f = append(*f, field+": "+fmt.Sprintf(format, args...))
+}
+
+// err is the invalid_argument error naming every bad field, or nil.
+func (f fieldErrors) err() error {
+	if len(f) == 0 {
+		return nil
+	}
+	return connect.NewError(connect.CodeInvalidArgument, errors.New(strings.Join(f, "; ")))
+}

@@ -1,0 +1,35 @@
+package server
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+// Info describes the host for its NodeInventory: capacity (after
+// overcommit: what placement may hand out), what is allocated (including
+// creates in flight), templates, runtime and envd version.
+func (s *Server) Info(_ context.Context, _ *connect.Request[pb.InfoRequest]) (*connect.Response[pb.InfoResponse], error) {
+	ts, err := s.templates.List()
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	limits := s.opts.Limits()
+	used := s.reg.Usage()
+	resp := &pb.InfoResponse{
+		NodeName:     s.opts.NodeName,
+		Tag:          string(s.tag),
+		Capacity:     &pb.Resources{CpuMilli: limits.CPUMilli, MemoryMib: limits.MemoryMiB},
+		MaxSandboxes: int32(min(limits.MaxSandboxes, 1<<31-1)),
+		Allocated:    &pb.Resources{CpuMilli: used.CPUMilli, MemoryMib: used.MemoryMiB},
+		Sandboxes:    int32(min(used.Sandboxes, 1<<31-1)),
+		Runtime:      s.rt.Name(),
+		EnvdVersion:  s.envdVersion,
+	}
+	for _, t := range ts {
+		resp.Templates = append(resp.Templates, &pb.TemplateVersion{Name: t.Name, Version: t.Version})
+	}
+	return connect.NewResponse(resp), nil
+}

@@ -1,0 +1,34 @@
+package server
+
+import (
+	"testing"
+
+	"connectrpc.com/connect"
+
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+func TestInfo(t *testing.T) {
+	h := newHarness(t, harnessConfig{opts: func(o *Options) { o.Overcommit = 2 }})
+	h.create(func(m *pb.CreateRequest) { m.Resources = &pb.Resources{CpuMilli: 500, MemoryMib: 256} })
+	h.warm(1)
+	resp, err := h.client.Info(t.Context(), connect.NewRequest(&pb.InfoRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := resp.Msg
+	if m.GetNodeName() != "test-node" || m.GetTag() != string(sandboxid.NodeTag("test-node")) || m.GetRuntime() != "fake" ||
+		m.GetEnvdVersion() != "0.6.4" || m.GetMaxSandboxes() != 64 || m.GetSandboxes() != 2 {
+		t.Fatalf("Info = %v", m)
+	}
+	if c := m.GetCapacity(); c.GetCpuMilli() != 512_000 || c.GetMemoryMib() != 128<<10 {
+		t.Fatalf("capacity = %v, want twice the host (overcommit 2)", c)
+	}
+	if a := m.GetAllocated(); a.GetCpuMilli() != 2500 || a.GetMemoryMib() != 768 {
+		t.Fatalf("allocated = %v", a)
+	}
+	if len(m.GetTemplates()) != 1 || m.GetTemplates()[0].GetName() != testTemplate || m.GetTemplates()[0].GetVersion() != "v1abc" {
+		t.Fatalf("templates = %v", m.GetTemplates())
+	}
+}

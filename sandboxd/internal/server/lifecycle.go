@@ -1,0 +1,252 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+// expireRetry is how soon a deadline whose kill or pause failed fires again.
+const expireRetry = time.Minute
+
+// Get returns one sandbox.
+func (s *Server) Get(_ context.Context, req *connect.Request[pb.GetRequest]) (*connect.Response[pb.GetResponse], error) {
+	if err := validID(req.Msg.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	rec, err := s.reg.Get(req.Msg.GetSandboxId())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pb.GetResponse{Sandbox: s.toSandbox(rec)}), nil
+}
+
+// List returns the host's sandboxes, of one team and some states when the
+// request says so, sorted by ID.
+func (s *Server) List(_ context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+	m := req.Msg
+	out := []*pb.Sandbox{}
+	for _, rec := range s.reg.List() {
+		if m.GetTeam() != "" && rec.Team != m.GetTeam() {
+			continue
+		}
+		if len(m.GetStates()) > 0 && !slices.Contains(m.GetStates(), toState(rec.State)) {
+			continue
+		}
+		out = append(out, s.toSandbox(rec))
+	}
+	return connect.NewResponse(&pb.ListResponse{Sandboxes: out}), nil
+}
+
+// Kill stops a sandbox and forgets it.
+func (s *Server) Kill(ctx context.Context, req *connect.Request[pb.KillRequest]) (*connect.Response[pb.KillResponse], error) {
+	id := req.Msg.GetSandboxId()
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	defer s.locks.lock(id)()
+	rec, err := s.reg.Get(id)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if err := s.killLocked(ctx, rec, reasonAPI); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pb.KillResponse{}), nil
+}
+
+// Kill reasons, a metric label.
+const (
+	reasonAPI         = "api"
+	reasonDeadline    = "deadline"
+	reasonClaimFailed = "claim_failed"
+)
+
+// killLocked stops the sandbox, releases its network and address, and
+// removes its record and log. If the runtime cannot stop it, the record
+// stays, so a retry (or a restart's recovery) finds it again.
+func (s *Server) killLocked(ctx context.Context, rec *store.Record, reason string) (err error) {
+	defer func() { s.metrics.kills.WithLabelValues(reason, resultOf(toConnect(err))).Inc() }()
+	if err := s.rt.Stop(ctx, rec.ID); err != nil {
+		return fmt.Errorf("stop sandbox %s: %w", rec.ID, err)
+	}
+	s.releaseNetwork(ctx, rec)
+	if err := s.reg.Remove(rec.ID); err != nil {
+		return fmt.Errorf("remove record of %s: %w", rec.ID, err)
+	}
+	s.deadlines.Cancel(rec.ID)
+	s.samples.forget(rec.ID)
+	if err := os.Remove(s.logPath(rec.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.WarnContext(ctx, "remove sandbox log", "sandbox", rec.ID, "error", err)
+	}
+	s.log.InfoContext(ctx, "sandbox killed", "sandbox", rec.ID, "reason", reason, "team", rec.Team)
+	return nil
+}
+
+// releaseNetwork tears down the sandbox's network and frees its address.
+// An address whose network could not be torn down stays taken (a new
+// sandbox must not collide with leftovers); the next start's orphan sweep
+// tears it down.
+func (s *Server) releaseNetwork(ctx context.Context, rec *store.Record) {
+	b, err := s.blockOf(rec)
+	if err != nil {
+		s.log.ErrorContext(ctx, "find sandbox address", "sandbox", rec.ID, "error", err)
+	}
+	if err := s.net.Teardown(ctx, rec.ID, b); err != nil {
+		s.log.ErrorContext(ctx, "tear down sandbox network; its address stays taken until restart", "sandbox", rec.ID, "error", err)
+		return
+	}
+	s.ipam.Release(rec.ID)
+}
+
+// SetTimeout sets a running sandbox's deadline to now + timeout.
+func (s *Server) SetTimeout(_ context.Context, req *connect.Request[pb.SetTimeoutRequest]) (*connect.Response[pb.SetTimeoutResponse], error) {
+	m := req.Msg
+	var f fieldErrors
+	checkID(&f, m.GetSandboxId())
+	timeout := s.checkTimeout(&f, "timeout", m.GetTimeout(), true)
+	if err := f.err(); err != nil {
+		return nil, err
+	}
+	defer s.locks.lock(m.GetSandboxId())()
+	rec, err := s.reg.Update(m.GetSandboxId(), func(r *store.Record) error {
+		if r.State != registry.StateRunning {
+			return fmt.Errorf("%w: sandbox %s is %s; only a running sandbox has a deadline", errWrongState, r.ID, r.State)
+		}
+		r.EndAt = s.clock.Now().Add(timeout)
+		return nil
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	s.deadlines.Set(rec.ID, rec.EndAt)
+	return connect.NewResponse(&pb.SetTimeoutResponse{Sandbox: s.toSandbox(rec)}), nil
+}
+
+// Pause freezes a running sandbox; it has no deadline while paused.
+func (s *Server) Pause(ctx context.Context, req *connect.Request[pb.PauseRequest]) (*connect.Response[pb.PauseResponse], error) {
+	id := req.Msg.GetSandboxId()
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	defer s.locks.lock(id)()
+	rec, err := s.reg.Get(id)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if rec.State != registry.StateRunning {
+		return nil, toConnect(fmt.Errorf("%w: sandbox %s is %s, not running", errWrongState, id, rec.State))
+	}
+	if rec, err = s.pauseLocked(ctx, rec); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pb.PauseResponse{Sandbox: s.toSandbox(rec)}), nil
+}
+
+// pauseLocked pauses a running sandbox and records when, which a resume
+// without a timeout needs.
+func (s *Server) pauseLocked(ctx context.Context, rec *store.Record) (*store.Record, error) {
+	if err := s.rt.Pause(ctx, rec.ID); err != nil {
+		return nil, fmt.Errorf("pause sandbox %s: %w", rec.ID, err)
+	}
+	now := s.clock.Now()
+	updated, err := s.reg.Update(rec.ID, func(r *store.Record) error {
+		r.State, r.PausedAt = registry.StatePaused, now
+		return nil
+	})
+	if err != nil {
+		if rerr := s.rt.Resume(ctx, rec.ID); rerr != nil {
+			s.log.ErrorContext(ctx, "resume sandbox after failing to record its pause", "sandbox", rec.ID, "error", rerr)
+		}
+		return nil, fmt.Errorf("record pause of %s: %w", rec.ID, err)
+	}
+	s.deadlines.Cancel(rec.ID)
+	s.log.InfoContext(ctx, "sandbox paused", "sandbox", rec.ID)
+	return updated, nil
+}
+
+// Resume thaws a paused sandbox, with a new lifetime from now or the one it
+// had left when paused.
+func (s *Server) Resume(ctx context.Context, req *connect.Request[pb.ResumeRequest]) (*connect.Response[pb.ResumeResponse], error) {
+	m := req.Msg
+	var f fieldErrors
+	checkID(&f, m.GetSandboxId())
+	timeout := s.checkTimeout(&f, "timeout", m.GetTimeout(), false)
+	if err := f.err(); err != nil {
+		return nil, err
+	}
+	id := m.GetSandboxId()
+	defer s.locks.lock(id)()
+	rec, err := s.reg.Get(id)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if rec.State != registry.StatePaused {
+		return nil, toConnect(fmt.Errorf("%w: sandbox %s is %s, not paused", errWrongState, id, rec.State))
+	}
+	lifetime := timeout
+	if lifetime == 0 {
+		if lifetime = rec.EndAt.Sub(rec.PausedAt); lifetime <= 0 {
+			f.add("timeout", "required: sandbox %s was paused at its deadline and has no lifetime left", id)
+			return nil, f.err()
+		}
+	}
+	if err := s.rt.Resume(ctx, id); err != nil {
+		return nil, toConnect(fmt.Errorf("resume sandbox %s: %w", id, err))
+	}
+	endAt := s.clock.Now().Add(lifetime)
+	rec, err = s.reg.Update(id, func(r *store.Record) error {
+		r.State, r.PausedAt, r.EndAt = registry.StateRunning, time.Time{}, endAt
+		return nil
+	})
+	if err != nil {
+		if perr := s.rt.Pause(ctx, id); perr != nil {
+			s.log.ErrorContext(ctx, "pause sandbox again after failing to record its resume", "sandbox", id, "error", perr)
+		}
+		return nil, toConnect(fmt.Errorf("record resume of %s: %w", id, err))
+	}
+	s.deadlines.Set(id, endAt)
+	s.log.InfoContext(ctx, "sandbox resumed", "sandbox", id, "end_at", endAt)
+	return connect.NewResponse(&pb.ResumeResponse{Sandbox: s.toSandbox(rec)}), nil
+}
+
+// expire is the deadline's callback: it kills the sandbox, or pauses it
+// with auto-pause. A failure tries again after expireRetry.
+func (s *Server) expire(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	defer s.locks.lock(id)()
+	rec, err := s.reg.Get(id)
+	if err != nil || rec.State != registry.StateRunning {
+		return // killed or paused meanwhile
+	}
+	if s.clock.Now().Before(rec.EndAt) {
+		return // SetTimeout moved the deadline while this call waited
+	}
+	if rec.AutoPause {
+		_, err = s.pauseLocked(ctx, rec)
+	} else {
+		err = s.killLocked(ctx, rec, reasonDeadline)
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "act on sandbox deadline; trying again later", "sandbox", id, "auto_pause", rec.AutoPause, "error", err, "retry_in", expireRetry)
+		s.deadlines.Set(id, s.clock.Now().Add(expireRetry))
+	}
+}
+
+// validID answers invalid_argument for a malformed sandbox ID.
+func validID(id string) error {
+	var f fieldErrors
+	checkID(&f, id)
+	return f.err()
+}

@@ -1,0 +1,160 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+// Recover re-adopts the sandboxes the records name, as a restarted
+// sandboxd must before it serves: a sandbox the runtime still runs (or
+// holds paused) gets its address back and its deadline re-armed (one that
+// passed while sandboxd was down fires at once); a sandbox that is gone is
+// cleaned up and its record removed (a Watch delete). Then whatever the
+// runtime or the network holds without a record is stopped or torn down.
+//
+// A sandbox whose status cannot be read is left alone, record and all: a
+// passing error must not cost it.
+func (s *Server) Recover(ctx context.Context) error {
+	var errs []error
+	adopted, gone := 0, 0
+	for _, rec := range s.reg.List() {
+		ok, err := s.recoverOne(ctx, rec)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			adopted++
+		} else if err == nil {
+			gone++
+		}
+	}
+	orphans, err := s.sweepOrphans(ctx)
+	errs = append(errs, err)
+	s.recovered.Store(true)
+	s.log.InfoContext(ctx, "recovered sandboxes", "adopted", adopted, "gone", gone, "orphans", orphans)
+	return errors.Join(errs...)
+}
+
+// recoverOne re-adopts one sandbox, or cleans it up when the runtime no
+// longer has it. It reports whether the sandbox lives on.
+func (s *Server) recoverOne(ctx context.Context, rec *store.Record) (bool, error) {
+	defer s.locks.lock(rec.ID)()
+	log := s.log.With("sandbox", rec.ID)
+	st, err := s.rt.Status(ctx, rec.ID)
+	switch {
+	case errors.Is(err, sandboxrt.ErrNotFound):
+		st = sandboxrt.Stopped
+	case err != nil:
+		log.ErrorContext(ctx, "read sandbox status; leaving it as recorded", "error", err)
+		s.adopt(ctx, rec)
+		return true, fmt.Errorf("status of sandbox %s: %w", rec.ID, err)
+	}
+	if st == sandboxrt.Stopped {
+		log.WarnContext(ctx, "sandbox is gone; removing its record", "state", rec.State, "team", rec.Team)
+		if err := s.rt.Stop(ctx, rec.ID); err != nil {
+			return false, fmt.Errorf("stop gone sandbox %s: %w", rec.ID, err)
+		}
+		s.releaseNetwork(ctx, rec)
+		if err := s.reg.Remove(rec.ID); err != nil {
+			return false, fmt.Errorf("remove record of gone sandbox %s: %w", rec.ID, err)
+		}
+		_ = os.Remove(s.logPath(rec.ID))
+		return false, nil
+	}
+	if err := s.reconcile(ctx, rec, st); err != nil {
+		log.ErrorContext(ctx, "bring sandbox to its recorded state", "state", rec.State, "runtime", st.String(), "error", err)
+	}
+	s.adopt(ctx, rec)
+	return true, nil
+}
+
+// reconcile makes the runtime match the record, which is what callers were
+// told: a crash between the runtime's pause and the record's leaves a
+// running record over a paused sandbox, and the record wins.
+func (s *Server) reconcile(ctx context.Context, rec *store.Record, st sandboxrt.Status) error {
+	wantPaused := rec.State == registry.StatePaused
+	switch {
+	case wantPaused && st == sandboxrt.Running:
+		return s.rt.Pause(ctx, rec.ID)
+	case !wantPaused && st == sandboxrt.Paused:
+		return s.rt.Resume(ctx, rec.ID)
+	}
+	return nil
+}
+
+// adopt claims the sandbox's address again and re-arms its deadline.
+func (s *Server) adopt(ctx context.Context, rec *store.Record) {
+	if _, err := s.blockOf(rec); err != nil {
+		s.log.ErrorContext(ctx, "claim sandbox address", "sandbox", rec.ID, "error", err)
+	}
+	if rec.State == registry.StateRunning && !rec.EndAt.IsZero() {
+		s.deadlines.Set(rec.ID, rec.EndAt)
+	}
+}
+
+// sweepOrphans stops the runtime's sandboxes and tears down the networks
+// that no record names: leftovers of a create that sandboxd died in.
+func (s *Server) sweepOrphans(ctx context.Context) (int, error) {
+	known := map[string]bool{}
+	for _, rec := range s.reg.List() {
+		known[rec.ID] = true
+	}
+	var errs []error
+	orphans := map[string]bool{}
+	ids, err := s.rt.List(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list runtime sandboxes: %w", err))
+	}
+	for _, id := range ids {
+		if known[id] {
+			continue
+		}
+		orphans[id] = true
+		s.log.WarnContext(ctx, "stopping sandbox without a record", "sandbox", id)
+		if err := s.rt.Stop(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("stop orphan sandbox %s: %w", id, err))
+		}
+		_ = os.Remove(s.logPath(id))
+	}
+	nets, err := s.net.List()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list sandbox networks: %w", err))
+	}
+	for _, id := range nets {
+		if known[id] {
+			continue
+		}
+		orphans[id] = true
+		s.log.WarnContext(ctx, "tearing down network without a record", "sandbox", id)
+		if err := s.net.Teardown(ctx, id, ipam.Block{}); err != nil {
+			errs = append(errs, fmt.Errorf("tear down orphan network %s: %w", id, err))
+		}
+	}
+	s.sweepLogs(ctx, known)
+	return len(orphans), errors.Join(errs...)
+}
+
+// sweepLogs removes the logs of sandboxes that no record names.
+func (s *Server) sweepLogs(ctx context.Context, known map[string]bool) {
+	entries, err := os.ReadDir(s.logDir)
+	if err != nil {
+		s.log.WarnContext(ctx, "list sandbox logs", "error", err)
+		return
+	}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".log")
+		if ok && e.Type().IsRegular() && sandboxid.Valid(id) && !known[id] {
+			_ = os.Remove(filepath.Join(s.logDir, e.Name()))
+		}
+	}
+}

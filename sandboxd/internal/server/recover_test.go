@@ -1,0 +1,143 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/netip"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+// TestRecover restarts sandboxd over the same state directory, runtime and
+// network: the sandboxes the runtime still has are re-adopted as they were,
+// the gone one is cleaned up, the orphans are stopped, and deadlines fire
+// again (one that passed while sandboxd was down at once).
+func TestRecover(t *testing.T) {
+	dir := t.TempDir()
+	n := newFakeNetwork()
+	rt := newFakeRuntime(t, n)
+	a := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt})
+	c := a.clock
+
+	run := a.create(func(m *pb.CreateRequest) {
+		m.Metadata = map[string]string{"k": "v"}
+		m.Timeout = durationpb.New(10 * time.Minute)
+	}).GetSandbox().GetId()
+	paused := a.create().GetSandbox().GetId()
+	if _, err := a.client.Pause(t.Context(), connect.NewRequest(&pb.PauseRequest{SandboxId: paused})); err != nil {
+		t.Fatal(err)
+	}
+	gone := a.create().GetSandbox().GetId()
+	past := a.create(func(m *pb.CreateRequest) { m.Timeout = durationpb.New(time.Minute) }).GetSandbox().GetId()
+	warm := a.warm(1)[0]
+	before := map[string]*pb.Sandbox{}
+	tokens := map[string]string{}
+	for _, id := range []string{run, paused, warm} {
+		before[id], _ = a.get(id)
+		rec, _ := a.reg.Get(id)
+		tokens[id] = rec.EnvdAccessToken
+	}
+	a.stop()
+
+	// While sandboxd is down: one sandbox dies, the paused one is found
+	// running (a crash mid-pause), leftovers of an unrecorded create
+	// appear, and two minutes pass.
+	rt.setStatus(gone, sandboxrt.Stopped)
+	rt.setStatus(paused, sandboxrt.Running)
+	const orphanRT, orphanNet = "orphan0000000000rt00", "orphan000000000net00"
+	rt.setStatus(orphanRT, sandboxrt.Running)
+	n.mu.Lock()
+	n.blocks[orphanNet] = ipam.Block{}
+	n.mu.Unlock()
+	c.Step(2 * time.Minute)
+
+	b := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt, clock: c})
+	for _, id := range []string{run, paused, warm} {
+		got, err := b.get(id)
+		if err != nil {
+			t.Fatalf("%s not re-adopted: %v", id, err)
+		}
+		if !sameSandbox(got, before[id]) {
+			t.Fatalf("re-adopted %s = %v, was %v", id, got, before[id])
+		}
+		if rec, _ := b.reg.Get(id); rec.EnvdAccessToken != tokens[id] {
+			t.Fatalf("%s lost its token", id)
+		}
+	}
+	if at, ok := b.srv.deadlines.Deadline(run); !ok || !at.Equal(before[run].GetEndAt().AsTime()) {
+		t.Fatalf("deadline of %s = %v %v, want %v", run, at, ok, before[run].GetEndAt().AsTime())
+	}
+	for _, id := range []string{paused, warm} {
+		if _, ok := b.srv.deadlines.Deadline(id); ok {
+			t.Fatalf("%s has a deadline", id)
+		}
+	}
+	if st, _ := rt.Status(t.Context(), paused); st != sandboxrt.Paused {
+		t.Fatalf("recorded-paused sandbox is %s in the runtime, want paused", st)
+	}
+	if !b.gone(gone) || !rt.wasStopped(gone) || n.has(gone) {
+		t.Fatalf("gone sandbox: record gone %v, stopped %v, network left %v", b.gone(gone), rt.wasStopped(gone), n.has(gone))
+	}
+	eventually(t, "the deadline that passed while down to fire", func() bool { return b.gone(past) })
+	if rt.running(orphanRT) || n.has(orphanNet) {
+		t.Fatal("orphans were left running")
+	}
+
+	// The re-adopted addresses are taken: a new sandbox gets another.
+	taken := map[string]bool{}
+	for _, id := range []string{run, paused, warm} {
+		rec, _ := b.reg.Get(id)
+		taken[rec.Address] = true
+		if _, err := b.pool.Claim("intruder", netip.MustParseAddr(rec.Address)); err == nil {
+			t.Fatalf("address of %s is free after recovery", id)
+		}
+	}
+	fresh := b.create().GetSandbox().GetId()
+	if rec, _ := b.reg.Get(fresh); taken[rec.Address] {
+		t.Fatalf("new sandbox got re-adopted address %s", rec.Address)
+	}
+
+	// The re-armed deadline kills at the recorded time.
+	c.Step(8 * time.Minute)
+	eventually(t, "the re-armed deadline to fire", func() bool { return b.gone(run) })
+}
+
+func sameSandbox(a, b *pb.Sandbox) bool {
+	return a.GetId() == b.GetId() && a.GetState() == b.GetState() && a.GetTeam() == b.GetTeam() &&
+		maps.Equal(a.GetMetadata(), b.GetMetadata()) && a.GetStartedAt().AsTime().Equal(b.GetStartedAt().AsTime()) &&
+		a.GetEndAt().AsTime().Equal(b.GetEndAt().AsTime()) && a.GetPool() == b.GetPool()
+}
+
+// TestRecoverLeavesUnreadable keeps a sandbox whose status the runtime
+// cannot read: a passing error must not cost it.
+func TestRecoverLeavesUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	n := newFakeNetwork()
+	rt := newFakeRuntime(t, n)
+	a := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt})
+	id := a.create().GetSandbox().GetId()
+	a.stop()
+	b := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt, clock: a.clock,
+		wrap: func(r *fakeRuntime) sandboxrt.Runtime { return &statusFails{r} }})
+	if _, err := b.get(id); err != nil {
+		t.Fatalf("sandbox dropped on a status error: %v", err)
+	}
+	if rec, _ := b.reg.Get(id); rec.State != registry.StateRunning {
+		t.Fatalf("state = %s", rec.State)
+	}
+}
+
+type statusFails struct{ *fakeRuntime }
+
+func (s *statusFails) Status(context.Context, string) (sandboxrt.Status, error) {
+	return sandboxrt.Stopped, errors.New("cgroup unreadable")
+}

@@ -1,0 +1,190 @@
+// Package server is sandboxd's API: the Connect service SandboxdService
+// (create, warm, claim, kill, pause, resume, watch, …), the relay into
+// sandbox ports on the same listener, and the admin endpoints (/metrics,
+// /healthz).
+//
+// The server owns everything around a sandbox — its record in the
+// registry, its address, network namespace, access token and deadline — and
+// leaves its processes to a runtime (sandboxrt). A create reserves capacity
+// first and undoes every step in reverse order when a later one fails, so a
+// failed create leaves nothing behind. Operations on one sandbox are
+// serialised; a restarted sandboxd re-adopts the sandboxes its records name
+// (Recover) and cleans up what no record names.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/deadline"
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	"github.com/skiff-dev/skiff/shared/routing"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+// Network gives each sandbox its network namespace: a veth pair on its
+// address block and, unless denied, a route out.
+type Network interface {
+	// Setup prepares the sandbox's namespace and returns its path.
+	Setup(ctx context.Context, id string, b ipam.Block, allowInternet bool) (netnsPath string, err error)
+	// Teardown removes what Setup made; tearing down what is not there is
+	// not an error. b is the zero Block for an orphan found by List, whose
+	// block sandboxd no longer knows.
+	Teardown(ctx context.Context, id string, b ipam.Block) error
+	// List returns the IDs of every sandbox that has a namespace.
+	List() ([]string, error)
+	// ResolvConf is the /etc/resolv.conf every sandbox gets.
+	ResolvConf() []byte
+}
+
+// Templates are the root filesystems sandboxes start from.
+type Templates interface {
+	// Get returns a template's current version, or an error wrapping
+	// fs.ErrNotExist when the host does not have it.
+	Get(name string) (*template.Template, error)
+	List() ([]*template.Template, error)
+}
+
+// Deps are what the server works with. Runtime, Network, Templates,
+// Registry, IPAM and LogDir are required.
+type Deps struct {
+	Runtime   sandboxrt.Runtime
+	Network   Network
+	Templates Templates
+	Registry  *registry.Registry
+	IPAM      *ipam.Pool
+	// LogDir holds each sandbox's envd log, <LogDir>/<id>.log
+	// (<state-dir>/logs).
+	LogDir string
+
+	// Clock drives deadlines, timestamps and the metrics sampler; the
+	// real clock by default.
+	Clock clock.WithTickerAndDelayedExecution
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Envd reaches the envd in each sandbox; an EnvdClient by default.
+	Envd Envd
+	// EnvdAddr is where a sandbox's envd listens, by default its address
+	// at port 49983.
+	EnvdAddr func(ipam.Block) string
+	// EnvdVersion is the version the envd binary advertises; by default
+	// New asks the binary (EnvdVersion).
+	EnvdVersion string
+}
+
+// Server is sandboxd's API. Build it with New, then Run it.
+type Server struct {
+	opts        Options
+	rt          sandboxrt.Runtime
+	net         Network
+	templates   Templates
+	reg         *registry.Registry
+	ipam        *ipam.Pool
+	logDir      string
+	clock       clock.WithTickerAndDelayedExecution
+	log         *slog.Logger
+	envd        Envd
+	envdAddr    func(ipam.Block) string
+	envdVersion string
+	tag         sandboxid.Tag
+
+	token     []byte      // the shared caller token; nil without one
+	tlsConfig *tls.Config // nil without TLS
+
+	deadlines *deadline.Scheduler
+	locks     keyedMutex
+	samples   *sampler
+	metrics   *metrics
+
+	// watchSource is the registry's Watch; tests replace it.
+	watchSource func() ([]*store.Record, <-chan registry.Event, func())
+
+	recovered atomic.Bool
+	// stopping closes when Serve shuts down, so Watch streams end.
+	stopping chan struct{}
+}
+
+var _ sandboxdv1connect.SandboxdServiceHandler = (*Server)(nil)
+
+// New checks deps, loads the token and TLS material the options name, asks
+// the envd binary its version (unless deps gives it) and returns the server.
+func New(opts Options, deps Deps) (*Server, error) {
+	if deps.Runtime == nil || deps.Network == nil || deps.Templates == nil || deps.Registry == nil || deps.IPAM == nil || deps.LogDir == "" {
+		return nil, errors.New("new server: Runtime, Network, Templates, Registry, IPAM and LogDir are required")
+	}
+	if err := os.MkdirAll(deps.LogDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create log directory: %w", err)
+	}
+	s := &Server{
+		opts: opts, rt: deps.Runtime, net: deps.Network, templates: deps.Templates,
+		reg: deps.Registry, ipam: deps.IPAM, logDir: deps.LogDir,
+		clock: deps.Clock, log: deps.Logger, envd: deps.Envd, envdAddr: deps.EnvdAddr,
+		envdVersion: deps.EnvdVersion, tag: sandboxid.NodeTag(opts.NodeName),
+		stopping: make(chan struct{}),
+	}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.envd == nil {
+		s.envd = NewEnvdClient(max(opts.EnvdReadyTimeout, defaultEnvdRequestTimeout))
+	}
+	if s.envdAddr == nil {
+		s.envdAddr = func(b ipam.Block) string {
+			return net.JoinHostPort(b.Sandbox.String(), strconv.Itoa(routing.EnvdPort))
+		}
+	}
+	if s.envdVersion == "" {
+		v, err := EnvdVersion(context.Background(), opts.Envd)
+		if err != nil {
+			return nil, fmt.Errorf("new server: %w", err)
+		}
+		s.envdVersion = v
+	}
+	tok, err := opts.ReadToken()
+	if err != nil {
+		return nil, err
+	}
+	if tok != "" {
+		s.token = []byte(tok)
+	}
+	if s.tlsConfig, err = opts.serverTLS(); err != nil {
+		return nil, err
+	}
+	s.watchSource = s.reg.Watch
+	s.deadlines = deadline.New(asyncClock{s.clock}, s.expire)
+	s.samples = newSampler(opts.MetricsSamples)
+	s.metrics = newMetrics(s)
+	return s, nil
+}
+
+// defaultEnvdRequestTimeout bounds one request to envd.
+const defaultEnvdRequestTimeout = 10 * time.Second
+
+// asyncClock runs AfterFunc callbacks on their own goroutine, as the real
+// clock does. A fake clock calls them while it holds its own lock, where a
+// deadline's kill (which reads the clock) would deadlock.
+type asyncClock struct {
+	clock.WithDelayedExecution
+}
+
+func (c asyncClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return c.WithDelayedExecution.AfterFunc(d, func() { go f() })
+}

@@ -1,0 +1,74 @@
+package server
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+// Watch streams the host's sandboxes: a snapshot, then every change. A
+// watcher that falls too far behind is dropped by the registry; the stream
+// then starts over with a fresh snapshot, as an informer relists. It ends
+// when the client goes away or the server shuts down.
+func (s *Server) Watch(ctx context.Context, _ *connect.Request[pb.WatchRequest], stream *connect.ServerStream[pb.WatchResponse]) error {
+	return s.watch(ctx, stream.Send)
+}
+
+// watch is Watch over any sender.
+func (s *Server) watch(ctx context.Context, send func(*pb.WatchResponse) error) error {
+	for {
+		snapshot, events, stop := s.watchSource()
+		err := s.watchOnce(ctx, send, snapshot, events)
+		stop()
+		if err != nil || ctx.Err() != nil || s.isStopping() {
+			return err
+		}
+		s.metrics.watchResyncs.Inc()
+	}
+}
+
+// watchOnce sends the snapshot and then the events until the channel
+// closes (the watcher was dropped), the client goes away or the server
+// stops.
+func (s *Server) watchOnce(ctx context.Context, send func(*pb.WatchResponse) error, snapshot []*store.Record, events <-chan registry.Event) error {
+	snap := &pb.WatchResponse_Snapshot{Sandboxes: make([]*pb.Sandbox, 0, len(snapshot))}
+	for _, rec := range snapshot {
+		snap.Sandboxes = append(snap.Sandboxes, s.toSandbox(rec))
+	}
+	if err := send(&pb.WatchResponse{Event: &pb.WatchResponse_Snapshot_{Snapshot: snap}}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stopping:
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				return nil
+			}
+			typ := pb.WatchResponse_CHANGE_TYPE_UPSERTED
+			if ev.Type == registry.Deleted {
+				typ = pb.WatchResponse_CHANGE_TYPE_DELETED
+			}
+			change := &pb.WatchResponse_Change{Type: typ, Sandbox: s.toSandbox(ev.Record)}
+			if err := send(&pb.WatchResponse{Event: &pb.WatchResponse_Change_{Change: change}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (s *Server) isStopping() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
+	}
+}
