@@ -1,6 +1,5 @@
-// Command sandboxd runs sandboxes on a Skiff host. Today it manages
-// templates (`sandboxd template import|list`); `sandboxd serve` arrives with
-// the daemon.
+// Command sandboxd runs sandboxes on a Skiff host: `sandboxd serve` is the
+// daemon, `sandboxd template …` manages templates.
 package main
 
 import (
@@ -11,7 +10,12 @@ import (
 	"syscall"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/cli"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 )
+
+// The native runtime starts each sandbox by running this binary as
+// "sandboxd init"; that process must become the sandbox, nothing else.
+func init() { native.MaybeInit() }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -1,5 +1,5 @@
-// Package cli is sandboxd's command line: `sandboxd template …` today, and
-// `sandboxd serve` once the daemon is built.
+// Package cli is sandboxd's command line: `sandboxd serve` runs the daemon,
+// `sandboxd template …` manages the templates sandboxes start from.
 package cli
 
 import (
@@ -26,7 +26,7 @@ func NewCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&stateDir, "state-dir", DefaultStateDir, "Directory of sandboxd's records and templates.")
-	root.AddCommand(templateCommand(&stateDir))
+	root.AddCommand(templateCommand(&stateDir), serveCommand(&stateDir))
 	return root
 }
 

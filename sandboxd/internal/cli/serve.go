@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+	"github.com/skiff-dev/skiff/sandboxd/internal/network"
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
+	"github.com/skiff-dev/skiff/sandboxd/internal/server"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+)
+
+// DefaultRunDir holds what lives as long as the host's boot: the sandboxes'
+// network namespaces.
+const DefaultRunDir = "/run/skiff/sandboxd"
+
+// serveOptions are serve's own flags, beside the server's.
+type serveOptions struct {
+	server      server.Options
+	runtime     string
+	runDir      string
+	uidBase     uint32
+	pidsLimit   int64
+	cgroup      string
+	ifacePrefix string
+	nftTable    string
+}
+
+func serveCommand(stateDir *string) *cobra.Command {
+	o := serveOptions{server: server.NewOptions()}
+	nativeDefaults := native.DefaultOptions("")
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the daemon: the sandbox API, the traffic relay and the admin port",
+		Long: `Run the daemon. It re-adopts the sandboxes a previous sandboxd left
+(running and paused ones keep their IDs, tokens and deadlines; those that
+died meanwhile are cleaned up), then serves until SIGTERM. Sandboxes are not
+its children: stopping sandboxd leaves them running.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd.Context(), *stateDir, &o)
+		},
+	}
+	o.server.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&o.runtime, "runtime", native.Name, "The sandbox runtime: native (namespaces through libcontainer).")
+	cmd.Flags().StringVar(&o.runDir, "run-dir", DefaultRunDir, "Directory of the sandboxes' network namespaces (a tmpfs such as /run: they end with the boot).")
+	cmd.Flags().Uint32Var(&o.uidBase, "uid-base", nativeDefaults.UIDBase, "First host uid and gid of the sandboxes' ranges: each sandbox gets 65536 ids from here; nothing else on the host may use them.")
+	cmd.Flags().Int64Var(&o.pidsLimit, "pids-limit", nativeDefaults.PidsLimit, "Most processes in one sandbox.")
+	cmd.Flags().StringVar(&o.cgroup, "cgroup-parent", nativeDefaults.CgroupParent, "Cgroup, relative to sandboxd's own (cgroup v1) or beside it (v2), under which each sandbox gets one.")
+	cmd.Flags().StringVar(&o.ifacePrefix, "iface-prefix", network.DefaultIfacePrefix, "Start of the host-side name of every sandbox's veth; no other interface may start with it.")
+	cmd.Flags().StringVar(&o.nftTable, "nft-table", network.DefaultTable, "The nftables table (inet) of the sandboxes' isolation and NAT rules; sandboxd owns it.")
+	return cmd
+}
+
+func serve(ctx context.Context, stateDir string, o *serveOptions) error {
+	if err := o.server.Validate(); err != nil {
+		return err
+	}
+	log := slog.Default()
+	if err := os.MkdirAll(stateDir, 0o711); err != nil {
+		return err
+	}
+	st, err := store.Open(filepath.Join(stateDir, "records"))
+	if err != nil {
+		return err
+	}
+	reg, err := registry.Open(st, o.server.Limits())
+	if err != nil {
+		// Unreadable records were moved aside; the others load.
+		log.Error("some sandbox records could not be read", "err", err)
+	}
+	pool, err := ipam.New(o.server.SandboxCIDR)
+	if err != nil {
+		return err
+	}
+	prefix, err := netip.ParsePrefix(o.server.SandboxCIDR)
+	if err != nil {
+		return err
+	}
+	lib, err := template.OpenLibrary(filepath.Join(stateDir, "templates"))
+	if err != nil {
+		return err
+	}
+	nm, err := network.New(network.Options{
+		RunDir: o.runDir, Table: o.nftTable, IfacePrefix: o.ifacePrefix, Pool: prefix,
+	})
+	if err != nil {
+		return err
+	}
+	if err := nm.Init(ctx); err != nil {
+		return err
+	}
+	defer nm.Close()
+	rt, err := newRuntime(stateDir, o, log)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(o.server, server.Deps{
+		Runtime:   rt,
+		Network:   networkAdapter{nm},
+		Templates: lib,
+		Registry:  reg,
+		IPAM:      pool,
+		LogDir:    filepath.Join(stateDir, "logs"),
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+	return srv.Run(ctx)
+}
+
+func newRuntime(stateDir string, o *serveOptions, log *slog.Logger) (sandboxrt.Runtime, error) {
+	switch o.runtime {
+	case native.Name:
+		opts := native.DefaultOptions(filepath.Join(stateDir, native.Name))
+		opts.UIDBase, opts.PidsLimit, opts.CgroupParent, opts.Logger = o.uidBase, o.pidsLimit, o.cgroup, log
+		opts.Slots = o.server.MaxSandboxes
+		return native.New(opts)
+	default:
+		return nil, fmt.Errorf("--runtime %q: not one of %q", o.runtime, []string{native.Name})
+	}
+}
+
+// networkAdapter gives the server the namespace path of a set-up network.
+type networkAdapter struct{ *network.Manager }
+
+func (a networkAdapter) Setup(ctx context.Context, id string, b ipam.Block, allowInternet bool) (string, error) {
+	sb, err := a.Manager.Setup(ctx, id, b, allowInternet)
+	if err != nil {
+		return "", err
+	}
+	return sb.NetNS, nil
+}

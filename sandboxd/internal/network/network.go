@@ -1,0 +1,530 @@
+// Package network gives each sandbox its own network namespace.
+//
+// A sandbox's namespace is bind-mounted at RunDir/netns/<id>, as `ip netns
+// add` does, and linked to the host by a veth pair. The host end is named
+// IfacePrefix plus a hash of the sandbox ID, holds the Host address of the
+// sandbox's /30 block (ipam.Block) and is its gateway; the sandbox end is
+// eth0 with the block's Sandbox address. A sandbox allowed internet access
+// has a default route through its gateway; any other has no route beyond its
+// /30.
+//
+// One nftables table (family inet) isolates the sandboxes, which it knows by
+// the name prefix of their host interfaces:
+//
+//   - forward: a packet from a sandbox is dropped when it goes to another
+//     sandbox or anywhere in the pool, has a source address that is not
+//     routed back through the interface it came in on (spoofed), is not IPv4,
+//     goes to a link-local TCP port other than DNS (cloud metadata services),
+//     or comes from an address not in the egress set; the rest is accepted.
+//     A packet to a sandbox passes only as a reply (established or related),
+//     so nothing outside opens connections to a sandbox.
+//   - input: packets from sandboxes to the host itself pass only as replies.
+//     sandboxd connects into its sandboxes, but no sandbox reaches any port
+//     of the host, sandboxd's admin port included.
+//   - postrouting: traffic from the pool to outside it is masqueraded.
+//
+// Init enables IPv4 forwarding for the whole host (net.ipv4.ip_forward=1),
+// without which no sandbox traffic is routed. This table does not restrict
+// forwarding between the host's other interfaces, and base chains of other
+// tables (for example a forward policy of drop set up by Docker) still apply
+// and can drop what this table accepts.
+//
+// The Manager keeps no state in memory: Teardown, SetEgress and List work
+// from the sandbox ID and block alone, so a restarted sandboxd sets up,
+// adopts and cleans up sandboxes of its predecessor.
+package network
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+)
+
+const (
+	// DefaultTable is the nftables table when Options.Table is empty.
+	DefaultTable = "skiff"
+	// DefaultIfacePrefix starts host interface names when
+	// Options.IfacePrefix is empty.
+	DefaultIfacePrefix = "sk"
+
+	// maxPrefixLen leaves at least 7 hex digits (28 bits) of the ID's hash
+	// in an interface name of at most 15 characters (IFNAMSIZ-1).
+	maxPrefixLen = 8
+	maxIfaceLen  = unix.IFNAMSIZ - 1
+	maxIDLen     = 64
+	// sandboxIface is the sandbox end of its veth pair.
+	sandboxIface = "eth0"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// RunDir holds the namespaces' bind mounts, as RunDir/netns/<id>.
+	RunDir string
+	// Table is the nftables table (family inet) of the rules; DefaultTable
+	// if empty.
+	Table string
+	// IfacePrefix starts the name of every host end of a veth pair and is
+	// how the rules know sandbox interfaces, so no other interface of the
+	// host may start with it; DefaultIfacePrefix if empty. At most 8 of
+	// [a-z0-9_-].
+	IfacePrefix string
+	// Pool is the IPv4 prefix the sandboxes' blocks come from.
+	Pool netip.Prefix
+	// MTU of both ends of every veth pair; the kernel's default (1500) if
+	// 0. It should not exceed the MTU of the host's uplink.
+	MTU int
+}
+
+// Manager sets up and tears down sandboxes' network namespaces. It is safe
+// for concurrent use.
+type Manager struct {
+	nsDir  string
+	prefix string
+	pool   netip.Prefix
+	mtu    int
+	table  *nftables.Table
+
+	// nftMu serializes nftables batches on nft, a lasting connection
+	// (dialling one per batch costs more than the batch).
+	nftMu sync.Mutex
+	nft   *nftables.Conn
+}
+
+// Sandbox is the network of one sandbox.
+type Sandbox struct {
+	ID string
+	// NetNS is the path of the namespace's bind mount, for the runtime to
+	// join.
+	NetNS string
+	// HostIface is the host end of the veth pair.
+	HostIface string
+	Block     ipam.Block
+}
+
+// New checks opts and returns a Manager. It changes nothing on the host;
+// Init does.
+func New(opts Options) (*Manager, error) {
+	if opts.RunDir == "" {
+		return nil, errors.New("network: RunDir is required")
+	}
+	if opts.Table == "" {
+		opts.Table = DefaultTable
+	}
+	if opts.IfacePrefix == "" {
+		opts.IfacePrefix = DefaultIfacePrefix
+	}
+	if len(opts.IfacePrefix) > maxPrefixLen || !validName(opts.IfacePrefix) {
+		return nil, fmt.Errorf("network: interface prefix %q is not 1 to %d of [a-z0-9_-]", opts.IfacePrefix, maxPrefixLen)
+	}
+	if !opts.Pool.IsValid() || !opts.Pool.Addr().Is4() || opts.Pool.Bits() < 8 || opts.Pool.Bits() > 30 {
+		return nil, fmt.Errorf("network: sandbox pool %v is not an IPv4 prefix between /8 and /30", opts.Pool)
+	}
+	if opts.MTU < 0 {
+		return nil, fmt.Errorf("network: MTU %d is negative", opts.MTU)
+	}
+	return &Manager{
+		nsDir:  filepath.Join(opts.RunDir, "netns"),
+		prefix: opts.IfacePrefix,
+		pool:   opts.Pool.Masked(),
+		mtu:    opts.MTU,
+		table:  &nftables.Table{Name: opts.Table, Family: nftables.TableFamilyINet},
+	}, nil
+}
+
+// Init prepares the host: it creates RunDir/netns as a shared mount point
+// (as `ip netns` does, so that unmounting a namespace also unmounts the
+// copies other mount namespaces took of it), enables IPv4 forwarding, and
+// replaces the nftables table with the current rules in one transaction.
+// The egress set survives the replacement, so running sandboxes keep their
+// internet access across a restart of sandboxd.
+func (m *Manager) Init(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(m.nsDir, 0o755); err != nil {
+		return fmt.Errorf("create namespace directory: %w", err)
+	}
+	if err := makeShared(m.nsDir); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", m.nsDir, err)
+	}
+	if err := enableForwarding(); err != nil {
+		return err
+	}
+	err := m.nftBatch(func(cc *nftables.Conn) error {
+		keep, err := m.egressElements(cc)
+		if err != nil {
+			return fmt.Errorf("read egress set: %w", err)
+		}
+		return m.writeRules(cc, keep)
+	})
+	if err != nil {
+		return fmt.Errorf("install nftables table %s: %w", m.table.Name, err)
+	}
+	return nil
+}
+
+// Remove undoes Init but for IPv4 forwarding: it deletes the nftables table
+// and, if no sandbox namespace is left, unmounts RunDir/netns. It is for
+// tests and uninstalling.
+func (m *Manager) Remove(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := m.nftBatch(func(cc *nftables.Conn) error {
+		cc.AddTable(m.table) // adding first makes the deletion succeed when the table is gone
+		cc.DelTable(m.table)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete nftables table %s: %w", m.table.Name, err)
+	}
+	ids, err := m.List()
+	if err != nil || len(ids) > 0 {
+		return err
+	}
+	if err := unix.Unmount(m.nsDir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", m.nsDir, err)
+	}
+	return nil
+}
+
+// Close releases the Manager's nftables connection. It changes nothing on
+// the host, and a Manager used after Close opens a new connection.
+func (m *Manager) Close() error {
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
+	if m.nft == nil {
+		return nil
+	}
+	err := m.nft.CloseLasting()
+	m.nft = nil
+	return err
+}
+
+// Setup creates sandbox id's network namespace and veth pair with the
+// addresses of block b, and gives it internet access if allowInternet. Init
+// must have run, in this process or an earlier one. Setup fails, changing
+// nothing, if the sandbox already has a namespace; on any other error it
+// undoes what it did.
+func (m *Manager) Setup(ctx context.Context, id string, b ipam.Block, allowInternet bool) (_ *Sandbox, err error) {
+	if err := m.check(id, b); err != nil {
+		return nil, fmt.Errorf("set up network of sandbox %s: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sb := &Sandbox{ID: id, NetNS: m.nsPath(id), HostIface: m.hostIface(id), Block: b}
+	f, err := os.OpenFile(sb.NetNS, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return nil, fmt.Errorf("create network namespace file for sandbox %s: %w", id, err)
+	}
+	_ = f.Close()
+	linked := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if linked {
+			err = errors.Join(err, deleteLink(sb.HostIface))
+		}
+		err = errors.Join(err, removeNS(sb.NetNS))
+	}()
+
+	// A netlink socket stays in the namespace it was opened in: this one,
+	// opened here, configures the host end from the sandbox's thread.
+	host, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink for sandbox %s: %w", id, err)
+	}
+	defer host.Close()
+	err = onNSThread(
+		func() error { return unix.Unshare(unix.CLONE_NEWNET) },
+		func(hostNS netns.NsHandle) error { return m.configure(sb, hostNS, host, allowInternet, &linked) },
+	)
+	if err != nil {
+		return nil, fmt.Errorf("set up network of sandbox %s: %w", id, err)
+	}
+	// Removing the address as well when internet access is off overwrites
+	// what a stale entry may say.
+	if err := m.setEgress(b.Sandbox, allowInternet); err != nil {
+		return nil, fmt.Errorf("set egress of sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// configure runs on a thread in the sandbox's new namespace. It pins the
+// namespace to its file, sets its sysctls, brings up lo, creates the veth
+// pair with its host end in hostNS, and addresses and brings up both ends,
+// the host end through host, a netlink handle in hostNS.
+func (m *Manager) configure(sb *Sandbox, hostNS netns.NsHandle, host *netlink.Handle, allowInternet bool, linked *bool) error {
+	if err := unix.Mount("/proc/thread-self/ns/net", sb.NetNS, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mount namespace: %w", err)
+	}
+	for _, s := range []struct{ name, value string }{
+		{"net/ipv4/ip_unprivileged_port_start", "0"},
+		{"net/ipv4/ping_group_range", "0 2147483647"},
+		// eth0 is created after this and gets no IPv6: sandboxes have
+		// IPv4 only, and lo keeps its ::1.
+		{"net/ipv6/conf/default/disable_ipv6", "1"},
+	} {
+		if err := writeSysctl(s.name, s.value); err != nil {
+			return err
+		}
+	}
+	in, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer in.Close()
+	// lo always has index 1 in a new namespace.
+	if err := in.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: 1}}); err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name, attrs.MTU, attrs.Flags = sandboxIface, m.mtu, net.FlagUp
+	// A veth pair has as many queues as the host has CPUs unless told
+	// otherwise; without XDP they serve no purpose but cost time and memory.
+	attrs.NumTxQueues, attrs.NumRxQueues = 1, 1
+	eth0 := netlink.NewVeth(attrs)
+	eth0.PeerName, eth0.PeerNamespace = sb.HostIface, netlink.NsFd(hostNS)
+	eth0.PeerNumTxQueues, eth0.PeerNumRxQueues = 1, 1
+	if err := in.LinkAdd(eth0); err != nil {
+		return fmt.Errorf("create veth pair %s: %w", sb.HostIface, err)
+	}
+	*linked = true
+	if err := in.AddrAdd(eth0, addr(sb.Block.Sandbox)); err != nil {
+		return fmt.Errorf("address %s: %w", sandboxIface, err)
+	}
+	if allowInternet {
+		if err := in.RouteAdd(defaultRoute(eth0.Index, sb.Block.Host)); err != nil {
+			return fmt.Errorf("add default route: %w", err)
+		}
+	}
+
+	hostEnd, err := host.LinkByName(sb.HostIface)
+	if err != nil {
+		return fmt.Errorf("find host interface %s: %w", sb.HostIface, err)
+	}
+	if err := host.AddrAdd(hostEnd, addr(sb.Block.Host)); err != nil {
+		return fmt.Errorf("address host interface %s: %w", sb.HostIface, err)
+	}
+	if err := host.LinkSetUp(hostEnd); err != nil {
+		return fmt.Errorf("bring up host interface %s: %w", sb.HostIface, err)
+	}
+	// eth0 came up before its peer, without a carrier, so it transmits
+	// only once the kernel's link watch has seen the carrier. Asking for
+	// its state has the kernel do that now instead of some time later, so
+	// that the first packets of the sandbox are not dropped.
+	if _, err := in.LinkByIndex(eth0.Index); err != nil {
+		return fmt.Errorf("sync %s: %w", sandboxIface, err)
+	}
+	return nil
+}
+
+// Teardown removes sandbox id's network: its address from the egress set,
+// its veth pair, and its namespace's bind mount and file. The namespace
+// itself goes when the last process in it exits. Teardown of a sandbox with
+// nothing left succeeds. If b is the zero Block (not known), the egress set
+// is left alone; the next Setup of its address overwrites the entry.
+func (m *Manager) Teardown(ctx context.Context, id string, b ipam.Block) error {
+	if !validID(id) {
+		return fmt.Errorf("tear down network of sandbox %q: invalid ID", id)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var errs []error
+	if b.Sandbox.Is4() {
+		if err := m.setEgress(b.Sandbox, false); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("remove egress of sandbox %s: %w", id, err))
+		}
+	}
+	if err := deleteLink(m.hostIface(id)); err != nil {
+		errs = append(errs, fmt.Errorf("delete veth pair of sandbox %s: %w", id, err))
+	}
+	if err := removeNS(m.nsPath(id)); err != nil {
+		errs = append(errs, fmt.Errorf("remove network namespace of sandbox %s: %w", id, err))
+	}
+	return errors.Join(errs...)
+}
+
+// SetEgress turns sandbox id's internet access on or off: its default route
+// and its entry in the egress set. Connections already open are cut when
+// access is turned off.
+func (m *Manager) SetEgress(id string, b ipam.Block, allow bool) error {
+	if err := m.check(id, b); err != nil {
+		return fmt.Errorf("set egress of sandbox %s: %w", id, err)
+	}
+	if !allow {
+		if err := m.setEgress(b.Sandbox, false); err != nil {
+			return fmt.Errorf("remove egress of sandbox %s: %w", id, err)
+		}
+	}
+	err := onNSThread(enterPath(m.nsPath(id)), func(netns.NsHandle) error {
+		link, err := netlink.LinkByName(sandboxIface)
+		if err != nil {
+			return err
+		}
+		r := defaultRoute(link.Attrs().Index, b.Host)
+		if allow {
+			return netlink.RouteReplace(r)
+		}
+		if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("set default route of sandbox %s: %w", id, err)
+	}
+	if allow {
+		if err := m.setEgress(b.Sandbox, true); err != nil {
+			return fmt.Errorf("add egress of sandbox %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// List returns the IDs of the sandboxes with a namespace file, sorted; after
+// a crash, those without a sandbox are for Teardown.
+func (m *Manager) List() ([]string, error) {
+	entries, err := os.ReadDir(m.nsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list network namespaces: %w", err)
+	}
+	var ids []string
+	for _, e := range entries {
+		if validID(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// ResolvConf returns a resolv.conf for sandboxes: the host's IPv4
+// nameservers outside loopback and the pool, from /etc/resolv.conf or, when
+// that has none (a local stub resolver such as systemd-resolved's
+// 127.0.0.53, which a sandbox cannot reach), from systemd-resolved's list of
+// upstream servers. Search domains and options are not copied. A nameserver
+// at another of the host's own addresses is kept but unreachable too: the
+// input rules drop whatever sandboxes send to the host.
+func (m *Manager) ResolvConf() []byte {
+	return m.resolvConf("/etc/resolv.conf", "/run/systemd/resolve/resolv.conf")
+}
+
+func (m *Manager) resolvConf(paths ...string) []byte {
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var out bytes.Buffer
+		for line := range strings.Lines(string(data)) {
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != "nameserver" {
+				continue
+			}
+			a, err := netip.ParseAddr(f[1])
+			if err == nil && a.Is4() && !a.IsLoopback() && !a.IsUnspecified() && !m.pool.Contains(a) {
+				fmt.Fprintf(&out, "nameserver %s\n", a)
+			}
+		}
+		if out.Len() > 0 {
+			return out.Bytes()
+		}
+	}
+	return []byte("# the host has no nameserver that sandboxes can reach\n")
+}
+
+func (m *Manager) nsPath(id string) string { return filepath.Join(m.nsDir, id) }
+
+// hostIface is the name of the host end of sandbox id's veth pair: the
+// prefix and as much of the hex SHA-256 of the ID as fits.
+func (m *Manager) hostIface(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return m.prefix + hex.EncodeToString(sum[:])[:maxIfaceLen-len(m.prefix)]
+}
+
+func (m *Manager) check(id string, b ipam.Block) error {
+	if !validID(id) {
+		return errors.New("invalid ID")
+	}
+	if b.Prefix.Bits() != 30 || !b.Host.Is4() || !b.Sandbox.Is4() || b.Host == b.Sandbox ||
+		!b.Prefix.Contains(b.Host) || !b.Prefix.Contains(b.Sandbox) || !m.pool.Contains(b.Sandbox) {
+		return fmt.Errorf("block %+v is not a /30 of the pool %s", b, m.pool)
+	}
+	return nil
+}
+
+// validID reports whether id can name a namespace file: 1 to 64 of
+// [a-zA-Z0-9_-] (sandbox IDs are 20 of [a-z0-9]).
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > maxIDLen {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validName reports whether s is a non-empty string of [a-z0-9_-].
+func validName(s string) bool {
+	for _, c := range []byte(s) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// addr is a's /30 as netlink wants it.
+func addr(a netip.Addr) *netlink.Addr {
+	return &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(30, 32)}}
+}
+
+func defaultRoute(linkIndex int, gw netip.Addr) *netlink.Route {
+	return &netlink.Route{
+		LinkIndex: linkIndex, Gw: gw.AsSlice(),
+		Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+	}
+}
+
+// deleteLink deletes the host interface name, and with it its veth peer; an
+// interface that is not there is not an error.
+func deleteLink(name string) error {
+	link, err := netlink.LinkByName(name)
+	if _, ok := errors.AsType[netlink.LinkNotFoundError](err); ok {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return err
+	}
+	return nil
+}

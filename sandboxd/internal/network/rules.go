@@ -1,0 +1,209 @@
+package network
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// egressSetName is the set of sandbox addresses allowed out.
+	egressSetName = "egress"
+	// fromSandboxChain holds the forward rules for packets from sandboxes.
+	fromSandboxChain = "from_sandbox"
+
+	// IPv4 header offsets.
+	ipSrcOffset = 12
+	ipDstOffset = 16
+)
+
+func (m *Manager) egressSet() *nftables.Set {
+	// An explicit ID keeps AddSet from using the library's unsynchronized
+	// ID counter.
+	return &nftables.Set{Table: m.table, Name: egressSetName, KeyType: nftables.TypeIPAddr, ID: 1}
+}
+
+// setEgress adds addr to the egress set or removes it from the set. A
+// removal adds and deletes in one transaction, so it succeeds whether or
+// not addr was in the set.
+func (m *Manager) setEgress(addr netip.Addr, allow bool) error {
+	return m.nftBatch(func(cc *nftables.Conn) error {
+		set, elem := m.egressSet(), []nftables.SetElement{{Key: addr.AsSlice()}}
+		if err := cc.SetAddElements(set, elem); err != nil {
+			return err
+		}
+		if !allow {
+			return cc.SetDeleteElements(set, elem)
+		}
+		return nil
+	})
+}
+
+// nftBatch has queue queue a batch on the Manager's nftables connection and
+// sends it. After an error the connection is dropped, so that neither
+// queued messages nor unread replies carry over to the next batch.
+func (m *Manager) nftBatch(queue func(*nftables.Conn) error) error {
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
+	if m.nft == nil {
+		cc, err := nftables.New(nftables.AsLasting())
+		if err != nil {
+			return fmt.Errorf("open nftables: %w", err)
+		}
+		m.nft = cc
+	}
+	err := queue(m.nft)
+	if err == nil {
+		err = m.nft.Flush()
+	}
+	if err != nil {
+		_ = m.nft.CloseLasting()
+		m.nft = nil
+	}
+	return err
+}
+
+// egressElements returns the addresses of the pool in the egress set of the
+// current table, if there is one.
+func (m *Manager) egressElements(cc *nftables.Conn) ([]nftables.SetElement, error) {
+	tables, err := cc.ListTablesOfFamily(m.table.Family)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == m.table.Name }) {
+		return nil, nil
+	}
+	sets, err := cc.GetSets(m.table)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == egressSetName })
+	if i < 0 {
+		return nil, nil
+	}
+	elems, err := cc.GetSetElements(sets[i])
+	if err != nil {
+		return nil, err
+	}
+	var keep []nftables.SetElement
+	for _, e := range elems {
+		if a, ok := netip.AddrFromSlice(e.Key); ok && a.Is4() && m.pool.Contains(a) {
+			keep = append(keep, nftables.SetElement{Key: e.Key})
+		}
+	}
+	return keep, nil
+}
+
+// writeRules queues the replacement of the table, its egress set holding
+// egress. See the package doc for what the rules do.
+func (m *Manager) writeRules(cc *nftables.Conn, egress []nftables.SetElement) error {
+	t := m.table
+	cc.AddTable(t) // adding first makes the deletion succeed when the table is new
+	cc.DelTable(t)
+	cc.AddTable(t)
+	set := m.egressSet()
+	if err := cc.AddSet(set, egress); err != nil {
+		return err
+	}
+	forward := cc.AddChain(&nftables.Chain{
+		Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
+	})
+	fromSandbox := cc.AddChain(&nftables.Chain{Name: fromSandboxChain, Table: t})
+	input := cc.AddChain(&nftables.Chain{
+		Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter,
+	})
+	postrouting := cc.AddChain(&nftables.Chain{
+		Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
+	})
+	add := func(c *nftables.Chain, exprs ...[]expr.Any) {
+		cc.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: slices.Concat(exprs...)})
+	}
+	fromSandboxIf := ifname(expr.MetaKeyIIFNAME, m.prefix)
+	toSandboxIf := ifname(expr.MetaKeyOIFNAME, m.prefix)
+	linkLocal := netip.PrefixFrom(netip.AddrFrom4([4]byte{169, 254}), 16)
+
+	add(forward, fromSandboxIf, verdict(expr.VerdictGoto, fromSandboxChain))
+	add(forward, toSandboxIf, ctReply(), verdict(expr.VerdictAccept, ""))
+	add(forward, toSandboxIf, verdict(expr.VerdictDrop, ""))
+
+	drop := verdict(expr.VerdictDrop, "")
+	add(fromSandbox, toSandboxIf, drop)
+	add(fromSandbox, []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}, drop)
+	add(fromSandbox, []expr.Any{ // fib saddr . iif oif missing
+		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+	}, drop)
+	add(fromSandbox, ipIn(ipDstOffset, m.pool), drop)
+	add(fromSandbox, ipIn(ipDstOffset, linkLocal), []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
+	}, drop)
+	add(fromSandbox, []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipSrcOffset, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	}, verdict(expr.VerdictAccept, ""))
+	add(fromSandbox, drop)
+
+	add(input, fromSandboxIf, ctReply(), verdict(expr.VerdictAccept, ""))
+	add(input, fromSandboxIf, drop)
+
+	add(postrouting, []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}, ipIn(ipSrcOffset, m.pool), ipNotIn(ipDstOffset, m.pool), []expr.Any{&expr.Masq{}})
+	return nil
+}
+
+// ifname matches interface names starting with prefix (a comparison
+// shorter than the name, as nft's "sk*").
+func ifname(key expr.MetaKey, prefix string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(prefix)},
+	}
+}
+
+// ctReply matches "ct state established,related".
+func ctReply() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{
+			SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  make([]byte, 4),
+		},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// ipIn matches an IPv4 packet whose address at offset is in p.
+func ipIn(offset uint32, p netip.Prefix) []expr.Any { return ipPrefix(offset, p, expr.CmpOpEq) }
+
+// ipNotIn matches an IPv4 packet whose address at offset is not in p.
+func ipNotIn(offset uint32, p netip.Prefix) []expr.Any { return ipPrefix(offset, p, expr.CmpOpNeq) }
+
+func ipPrefix(offset uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: net.CIDRMask(p.Bits(), 32), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: op, Register: 1, Data: p.Masked().Addr().AsSlice()},
+	}
+}
+
+func verdict(kind expr.VerdictKind, chain string) []expr.Any {
+	return []expr.Any{&expr.Verdict{Kind: kind, Chain: chain}}
+}
