@@ -60,7 +60,12 @@ type Envd struct {
 // default dialer).
 func NewEnvd(url string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *Envd {
 	tr := &http.Transport{DialContext: dial, DisableKeepAlives: true}
-	hc := &http.Client{Transport: tr}
+	return NewEnvdWithClient(url, &http.Client{Transport: tr})
+}
+
+// NewEnvdWithClient returns a client of the envd at url that sends its
+// requests with hc.
+func NewEnvdWithClient(url string, hc *http.Client) *Envd {
 	return &Envd{URL: url, HTTP: hc, Process: processconnect.NewProcessClient(hc, url)}
 }
 

@@ -1,0 +1,310 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+func TestCreateRunKill(t *testing.T) {
+	h := newHost(t)
+	ctx := context.Background()
+	created := h.create(func(r *sandboxdv1.CreateRequest) {
+		r.EnvVars = map[string]string{"GREETING": "ahoy"}
+		r.Metadata = map[string]string{"purpose": "e2e"}
+	})
+	sb, token := created.GetSandbox(), created.GetEnvdAccessToken()
+	if !sandboxid.Valid(sb.GetId()) || token == "" || sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING {
+		t.Fatalf("created %+v (token %q)", sb, token)
+	}
+	// A command runs as user `user`, with the env vars given at create.
+	if got := h.mustRun(sb.GetId(), token, "user", "id -u; echo $HOME; echo $GREETING"); got.Stdout != "1000\n/home/user\nahoy\n" {
+		t.Errorf("command as user: %+v", got)
+	}
+	// envd refuses a request without the sandbox's token.
+	if _, err := h.run(sb.GetId(), "", "user", "true"); code(err) != connect.CodeUnauthenticated {
+		t.Errorf("without the access token: %v", err)
+	}
+	// The relay refuses envd's internal routes.
+	req, _ := http.NewRequest(http.MethodPost, "http://"+h.listen+"/init", strings.NewReader("{}"))
+	resp, err := relayHeaders{id: sb.GetId(), token: h.token, next: http.DefaultTransport}.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/init through the relay: %d", resp.StatusCode)
+	}
+	got, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: sb.GetId()}))
+	if err != nil || got.Msg.GetSandbox().GetMetadata()["purpose"] != "e2e" || got.Msg.GetSandbox().GetTeam() != "team-a" {
+		t.Errorf("get: %+v, %v", got, err)
+	}
+	if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: sb.GetId()})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: sb.GetId()})); code(err) != connect.CodeNotFound {
+		t.Errorf("get after kill: %v", err)
+	}
+	// Its traffic now gets e2b's 502, and nothing of it is left.
+	if _, err := h.run(sb.GetId(), token, "user", "true"); err == nil || !strings.Contains(err.Error(), "502") {
+		t.Errorf("run after kill: %v", err)
+	}
+	for _, p := range []string{
+		filepath.Join(h.netOpts.RunDir, "netns", sb.GetId()),
+		filepath.Join(h.state, "native", "sandboxes", sb.GetId()),
+		filepath.Join(h.state, "native", "containers", sb.GetId()),
+	} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after kill: %v", p, err)
+		}
+	}
+}
+
+func TestIsolation(t *testing.T) {
+	h := newHost(t)
+	a := h.create(nil)
+	b := h.create(func(r *sandboxdv1.CreateRequest) { r.AllowInternetAccess = new(false) })
+	ida, idb := a.GetSandbox().GetId(), b.GetSandbox().GetId()
+	addrB := strings.TrimSpace(h.mustRun(idb, b.GetEnvdAccessToken(), "user", "ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1").Stdout)
+	gwA := strings.TrimSpace(h.mustRun(ida, a.GetEnvdAccessToken(), "user", "ip route | awk '/default/ {print $3}'").Stdout)
+	if addrB == "" || gwA == "" {
+		t.Fatalf("addresses: b=%q gateway of a=%q", addrB, gwA)
+	}
+	_, adminPort, _ := strings.Cut(h.admin, ":")
+	_, apiPort, _ := strings.Cut(h.listen, ":")
+	for _, target := range []string{
+		addrB + ":49983", // another sandbox's envd
+		gwA + ":" + apiPort,
+		gwA + ":" + adminPort, // sandboxd's ports on the host (bound to loopback, and on every address for the API in production)
+		gwA + ":22",
+	} {
+		host, port, _ := strings.Cut(target, ":")
+		got := h.mustRun(ida, a.GetEnvdAccessToken(), "user", "nc -z -w 1 "+host+" "+port+" && echo reached || echo blocked")
+		if strings.TrimSpace(got.Stdout) != "blocked" {
+			t.Errorf("sandbox a reached %s: %+v", target, got)
+		}
+	}
+	// Without internet access there is no route out.
+	if got := h.mustRun(idb, b.GetEnvdAccessToken(), "user", "ip route; nc -z -w 1 192.0.2.1 80 2>&1; echo rc=$?"); strings.Contains(got.Stdout, "default") || !strings.Contains(got.Stdout, "rc=1") {
+		t.Errorf("sandbox without internet access: %+v", got)
+	}
+	// The sandbox sees none of the host's processes or files.
+	if got := h.mustRun(ida, a.GetEnvdAccessToken(), "root", "ls /proc | grep -c '^[0-9]'; test -e "+h.state+" && echo state-visible; true"); strings.Contains(got.Stdout, "visible") {
+		t.Errorf("host visible: %+v", got)
+	}
+}
+
+func TestPauseResumeAndDeadlines(t *testing.T) {
+	h := newHost(t)
+	ctx := context.Background()
+	c := h.create(nil)
+	id, token := c.GetSandbox().GetId(), c.GetEnvdAccessToken()
+	h.mustRun(id, token, "user", "echo before > /tmp/state")
+	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id})); code(err) != connect.CodeFailedPrecondition {
+		t.Errorf("second pause: %v", err)
+	}
+	if _, err := h.run(id, token, "user", "true"); err == nil {
+		t.Error("a paused sandbox answered")
+	}
+	if _, err := h.api.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.mustRun(id, token, "user", "cat /tmp/state"); got.Stdout != "before\n" {
+		t.Errorf("after resume: %+v", got)
+	}
+	// SetTimeout moves the deadline; at the deadline the sandbox is killed.
+	if _, err := h.api.SetTimeout(ctx, connect.NewRequest(&sandboxdv1.SetTimeoutRequest{SandboxId: id, Timeout: durationpb.New(time.Second)})); err != nil {
+		t.Fatal(err)
+	}
+	// With auto-pause it is paused instead.
+	ap := h.create(func(r *sandboxdv1.CreateRequest) { r.AutoPause = true; r.Timeout = durationpb.New(time.Second) })
+	waitFor(t, 15*time.Second, "the deadline to kill the sandbox", func() bool {
+		_, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: id}))
+		return code(err) == connect.CodeNotFound
+	})
+	waitFor(t, 15*time.Second, "the deadline to pause the auto-pause sandbox", func() bool {
+		got, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: ap.GetSandbox().GetId()}))
+		return err == nil && got.Msg.GetSandbox().GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED
+	})
+}
+
+func TestWarmAndConcurrentClaims(t *testing.T) {
+	h := newHost(t)
+	ctx := context.Background()
+	const warm, claims = 10, 100
+	var wg sync.WaitGroup
+	errs := make(chan error, claims)
+	for range warm {
+		wg.Go(func() {
+			if _, err := h.api.Warm(ctx, connect.NewRequest(&sandboxdv1.WarmRequest{Template: h.template, Pool: "ns/pool", Resources: &sandboxdv1.Resources{CpuMilli: 500, MemoryMib: 128}})); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("warm: %v", err)
+	}
+	type won struct{ id, token string }
+	wins := make(chan won, claims)
+	failures := make(chan error, claims)
+	for range claims {
+		wg.Go(func() {
+			resp, err := h.api.Claim(ctx, connect.NewRequest(&sandboxdv1.ClaimRequest{Pool: "ns/pool", Team: "team-b", Timeout: durationpb.New(time.Minute)}))
+			if err != nil {
+				failures <- err
+				return
+			}
+			wins <- won{resp.Msg.GetSandbox().GetId(), resp.Msg.GetEnvdAccessToken()}
+		})
+	}
+	wg.Wait()
+	close(wins)
+	close(failures)
+	seen := map[string]bool{}
+	for w := range wins {
+		if seen[w.id] {
+			t.Errorf("%s claimed twice", w.id)
+		}
+		seen[w.id] = true
+		if got := h.mustRun(w.id, w.token, "user", "echo mine"); got.Stdout != "mine\n" {
+			t.Errorf("claimed %s: %+v", w.id, got)
+		}
+	}
+	if len(seen) != warm {
+		t.Errorf("%d claims won, want %d", len(seen), warm)
+	}
+	for err := range failures {
+		if c := code(err); c != connect.CodeNotFound && c != connect.CodeFailedPrecondition {
+			t.Errorf("a losing claim: %v", err)
+		}
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	h := newHost(t, "--max-sandboxes", "1")
+	ctx := context.Background()
+	for name, req := range map[string]*sandboxdv1.CreateRequest{
+		"template": {Template: "no-such-template", Timeout: durationpb.New(time.Minute)},
+		"timeout":  {Template: h.template},
+		"metadata": {Template: h.template, Timeout: durationpb.New(time.Minute), Metadata: map[string]string{strings.Repeat("k", 65): "v"}},
+	} {
+		_, err := h.api.Create(ctx, connect.NewRequest(req))
+		if code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	h.create(nil)
+	if _, err := h.api.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{Template: h.template, Timeout: durationpb.New(time.Minute)})); code(err) != connect.CodeResourceExhausted {
+		t.Errorf("over --max-sandboxes: %v", err)
+	}
+	if _, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: "aaaaaaaaaaaaaaaaaaaa"})); code(err) != connect.CodeNotFound {
+		t.Errorf("unknown sandbox: %v", err)
+	}
+	// Without the node token nothing is served.
+	resp, err := http.Post("http://"+h.listen+"/skiff.sandboxd.v1.SandboxdService/List", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without the node token: %d", resp.StatusCode)
+	}
+}
+
+func TestKill9KeepsEverySandbox(t *testing.T) {
+	h := newHost(t)
+	ctx := context.Background()
+	running := h.create(func(r *sandboxdv1.CreateRequest) { r.Metadata = map[string]string{"keep": "me"} })
+	paused := h.create(nil)
+	doomed := h.create(nil)
+	idR, idP, idD := running.GetSandbox().GetId(), paused.GetSandbox().GetId(), doomed.GetSandbox().GetId()
+	h.mustRun(idR, running.GetEnvdAccessToken(), "user", "echo kept > /tmp/file")
+	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: idP})); err != nil {
+		t.Fatal(err)
+	}
+	before, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: idR}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidR, pidD := h.initPid(idR), h.initPid(idD)
+
+	h.kill9()
+	// The sandboxes are not sandboxd's children: they live on.
+	if err := syscall.Kill(pidR, 0); err != nil {
+		t.Fatalf("the running sandbox died with sandboxd: %v", err)
+	}
+	// One dies while sandboxd is down.
+	if err := syscall.Kill(pidD, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the doomed sandbox to die", func() bool { return syscall.Kill(pidD, 0) != nil })
+	h.start()
+
+	after, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: idR}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := after.Msg.GetSandbox(), before.Msg.GetSandbox(); !a.GetEndAt().AsTime().Equal(b.GetEndAt().AsTime()) || a.GetMetadata()["keep"] != "me" || a.GetState() != b.GetState() {
+		t.Errorf("re-adopted as %+v, was %+v", a, b)
+	}
+	// Its traffic works again, with the same token, and its files are there.
+	if got := h.mustRun(idR, running.GetEnvdAccessToken(), "user", "cat /tmp/file"); got.Stdout != "kept\n" {
+		t.Errorf("after restart: %+v", got)
+	}
+	p, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: idP}))
+	if err != nil || p.Msg.GetSandbox().GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
+		t.Fatalf("paused sandbox after restart: %+v, %v", p, err)
+	}
+	if _, err := h.api.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: idP})); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.mustRun(idP, paused.GetEnvdAccessToken(), "user", "echo back"); got.Stdout != "back\n" {
+		t.Errorf("resumed after restart: %+v", got)
+	}
+	// The dead one is reported gone and cleaned up.
+	if _, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: idD})); code(err) != connect.CodeNotFound {
+		t.Errorf("the dead sandbox: %v", err)
+	}
+	for _, p := range []string{
+		filepath.Join(h.netOpts.RunDir, "netns", idD),
+		filepath.Join(h.state, "native", "sandboxes", idD),
+	} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after the dead sandbox was cleaned up: %v", p, err)
+		}
+	}
+	// A clean stop leaves sandboxes running too.
+	h.stop()
+	if err := syscall.Kill(pidR, 0); err != nil {
+		t.Errorf("SIGTERM of sandboxd killed a sandbox: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,340 @@
+// Package e2e runs sandboxd as its own process, as on a host — this test
+// binary re-executed as `sandboxd serve` — and drives it through its Connect
+// API and relay with real sandboxes, including kill -9 of the daemon.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/cli"
+	"github.com/skiff-dev/skiff/sandboxd/internal/network"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
+	"github.com/skiff-dev/skiff/sandboxd/internal/server"
+	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+)
+
+const asSandboxd = "SKIFF_E2E_AS_SANDBOXD"
+
+func init() {
+	native.MaybeInit()
+	if os.Getenv(asSandboxd) == "1" {
+		cmd := cli.NewCommand()
+		cmd.SetArgs(os.Args[1:])
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		err := cmd.ExecuteContext(ctx)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sandboxd:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// host is one sandbox host: a state directory and the sandboxd serving it,
+// which a test may kill and start again.
+type host struct {
+	t        *testing.T
+	state    string
+	args     []string
+	listen   string
+	admin    string
+	token    string
+	log      string
+	proc     *exec.Cmd
+	exited   chan error
+	api      sandboxdv1connect.SandboxdServiceClient
+	netOpts  network.Options
+	template string
+}
+
+// newHost prepares a host with the busybox template and starts sandboxd.
+func newHost(t *testing.T, extra ...string) *host {
+	t.Helper()
+	sandboxtest.RequireRoot(t)
+	dir := sandboxtest.Dir(t)
+	h := &host{t: t, state: filepath.Join(dir, "state"), log: filepath.Join(dir, "sandboxd.log"), template: "busybox"}
+	lib, err := template.OpenLibrary(filepath.Join(h.state, "templates"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lib.ImportDir(h.template, sandboxtest.BusyboxRootfs(t)); err != nil {
+		t.Fatal(err)
+	}
+	h.token = fmt.Sprintf("e2e-token-%016x", rand.Uint64())
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(h.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.listen, h.admin = freeAddr(t), freeAddr(t)
+	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
+	pool := netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/24", 100+rand.IntN(100), rand.IntN(256)))
+	h.netOpts = network.Options{RunDir: filepath.Join(dir, "run"), Table: "skiff_e2e_" + suffix, IfacePrefix: "e2" + suffix, Pool: pool}
+	h.args = append([]string{
+		"serve", "--state-dir", h.state, "--run-dir", h.netOpts.RunDir,
+		"--listen", h.listen, "--admin-listen", h.admin, "--auth-token-file", tokenFile,
+		"--node-name", "e2e-" + suffix, "--sandbox-cidr", pool.String(), "--max-sandboxes", "32",
+		"--iface-prefix", h.netOpts.IfacePrefix, "--nft-table", h.netOpts.Table,
+		"--cgroup-parent", sandboxtest.CgroupParent(t), "--envd", sandboxtest.EnvdBinary(t),
+		"--envd-ready-timeout", "20s", "--overcommit", "32",
+	}, extra...)
+	forward := readForwarding(t)
+	h.api = sandboxdv1connect.NewSandboxdServiceClient(http.DefaultClient, "http://"+h.listen,
+		connect.WithInterceptors(bearer(h.token)))
+	t.Cleanup(func() {
+		h.cleanup()
+		writeForwarding(t, forward)
+	})
+	h.start()
+	return h
+}
+
+// start runs sandboxd and waits until its admin port says it is healthy
+// (which it does once it has re-adopted the sandboxes it found).
+func (h *host) start() {
+	h.t.Helper()
+	logf, err := os.OpenFile(h.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command("/proc/self/exe", h.args...)
+	cmd.Env = append(os.Environ(), asSandboxd+"=1")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own session, so it is the daemon, not part of the test's group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.proc = cmd
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			h.t.Fatalf("sandboxd exited: %v\n%s", err, h.logTail())
+		default:
+		}
+		resp, err := http.Get("http://" + h.admin + "/healthz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				h.exited = exited
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.t.Fatalf("sandboxd not healthy within 30s\n%s", h.logTail())
+}
+
+// kill9 kills sandboxd at once, as a crash would.
+func (h *host) kill9() {
+	h.t.Helper()
+	if err := syscall.Kill(h.proc.Process.Pid, syscall.SIGKILL); err != nil {
+		h.t.Fatal(err)
+	}
+	<-h.exited
+	h.proc = nil
+}
+
+// stop ends sandboxd cleanly (SIGTERM).
+func (h *host) stop() {
+	h.t.Helper()
+	if h.proc == nil {
+		return
+	}
+	_ = syscall.Kill(h.proc.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-h.exited:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(h.proc.Process.Pid, syscall.SIGKILL)
+		<-h.exited
+		h.t.Error("sandboxd did not stop on SIGTERM within 20s")
+	}
+	h.proc = nil
+}
+
+// cleanup kills every sandbox through the API (starting sandboxd if a test
+// left it dead), stops sandboxd and removes its network rules.
+func (h *host) cleanup() {
+	if h.proc == nil {
+		h.start()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if list, err := h.api.List(ctx, connect.NewRequest(&sandboxdv1.ListRequest{})); err == nil {
+		for _, sb := range list.Msg.GetSandboxes() {
+			if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: sb.GetId()})); err != nil {
+				h.t.Errorf("kill %s: %v", sb.GetId(), err)
+			}
+		}
+	} else {
+		h.t.Errorf("list: %v", err)
+	}
+	h.stop()
+	nm, err := network.New(h.netOpts)
+	if err == nil {
+		err = nm.Remove(ctx)
+		_ = nm.Close()
+	}
+	if err != nil {
+		h.t.Errorf("remove the network rules: %v", err)
+	}
+	if h.t.Failed() {
+		h.t.Logf("sandboxd log:\n%s", h.logTail())
+	}
+}
+
+func (h *host) logTail() string {
+	data, _ := os.ReadFile(h.log)
+	if len(data) > 8000 {
+		data = data[len(data)-8000:]
+	}
+	return string(data)
+}
+
+// create starts a sandbox from the host's template.
+func (h *host) create(edit func(*sandboxdv1.CreateRequest)) *sandboxdv1.CreateResponse {
+	h.t.Helper()
+	req := &sandboxdv1.CreateRequest{
+		Template: h.template, Team: "team-a", Timeout: durationpb.New(5 * time.Minute),
+		Resources: &sandboxdv1.Resources{CpuMilli: 1000, MemoryMib: 256},
+	}
+	if edit != nil {
+		edit(req)
+	}
+	resp, err := h.api.Create(context.Background(), connect.NewRequest(req))
+	if err != nil {
+		h.t.Fatalf("create: %v\n%s", err, h.logTail())
+	}
+	return resp.Msg
+}
+
+// envd is a client of a sandbox's envd through sandboxd's relay.
+func (h *host) envd(id string) *sandboxtest.Envd {
+	hc := &http.Client{Transport: relayHeaders{id: id, token: h.token, next: &http.Transport{DisableKeepAlives: true}}}
+	return sandboxtest.NewEnvdWithClient("http://"+h.listen, hc)
+}
+
+// run runs a script in a sandbox as user through the relay.
+func (h *host) run(id, token, user, script string) (sandboxtest.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return h.envd(id).Run(ctx, user, token, script)
+}
+
+func (h *host) mustRun(id, token, user, script string) sandboxtest.Result {
+	h.t.Helper()
+	res, err := h.run(id, token, user, script)
+	if err != nil {
+		h.t.Fatalf("run %q in %s: %v", script, id, err)
+	}
+	return res
+}
+
+type relayHeaders struct {
+	id, token string
+	next      http.RoundTripper
+}
+
+func (r relayHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("E2b-Sandbox-Id", r.id)
+	req.Header.Set("E2b-Sandbox-Port", "49983")
+	req.Header.Set(server.NodeTokenHeader, r.token)
+	return r.next.RoundTrip(req)
+}
+
+func bearer(token string) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+const forwardingSysctl = "/proc/sys/net/ipv4/ip_forward"
+
+func readForwarding(t *testing.T) []byte {
+	t.Helper()
+	v, err := os.ReadFile(forwardingSysctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// writeForwarding puts back the host's ip_forward, which sandboxd sets.
+func writeForwarding(t *testing.T, v []byte) {
+	if bytes.Equal(readForwarding(t), v) {
+		return
+	}
+	if err := os.WriteFile(forwardingSysctl, v, 0o644); err != nil {
+		t.Errorf("restore ip_forward: %v", err)
+	}
+}
+
+// initPid is the host pid of a sandbox's init (envd), from the native
+// runtime's state.
+func (h *host) initPid(id string) int {
+	h.t.Helper()
+	data, err := os.ReadFile(filepath.Join(h.state, native.Name, "containers", id, "state.json"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	const key = `"init_process_pid":`
+	i := bytes.Index(data, []byte(key))
+	if i < 0 {
+		h.t.Fatalf("no init pid in the state of %s", id)
+	}
+	rest := data[i+len(key):]
+	end := bytes.IndexAny(rest, ",}")
+	pid, err := strconv.Atoi(strings.TrimSpace(string(rest[:end])))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return pid
+}
+
+func code(err error) connect.Code {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code()
+	}
+	return connect.CodeUnknown
+}
