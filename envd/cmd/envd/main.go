@@ -1,12 +1,14 @@
 // Command envd is the agent inside every Skiff sandbox, wire-compatible with
 // e2b's envd: the e2b SDKs run commands, move files and watch directories
-// through it.
+// through it. It runs as the sandbox's init (PID 1): it reaps orphaned
+// processes, and logs JSON lines on stdout for sandboxd (docs/envd.md).
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,14 +16,16 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/skiff-dev/skiff/envd"
+	"github.com/skiff-dev/skiff/envd/internal/logs"
+	"github.com/skiff-dev/skiff/envd/internal/reap"
 	"github.com/skiff-dev/skiff/envd/internal/server"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout))
 }
 
-func run(args []string) int {
+func run(args []string, stdout io.Writer) int {
 	opts := server.NewOptions()
 	fs := pflag.NewFlagSet("envd", pflag.ContinueOnError)
 	version := fs.Bool("version", false, "Print the envd version and exit.")
@@ -33,18 +37,42 @@ func run(args []string) int {
 		return 2
 	}
 	if *version {
-		fmt.Println(envd.Version)
+		fmt.Fprintln(stdout, envd.Version)
 		return 0
 	}
+	opts.ResolveDefaults(fs)
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "envd:", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+
+	// A log reader that goes away must not kill envd (and so the sandbox)
+	// with SIGPIPE. Handled, not ignored: processes must not inherit SIG_IGN.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	opts.Log = logs.New(stdout, logs.Config{
+		Output:      opts.LogProcessOutput,
+		OutputLimit: int64(opts.LogOutputLimit),
+		Limit:       int64(opts.LogLimit),
+	})
+	logger := opts.Log.Logger()
+	logger.Info("envd starting", "version", envd.Version, "init", opts.Init, "log_process_output", opts.LogProcessOutput)
+	if opts.Init {
+		r, err := reap.Start()
+		if err != nil {
+			logger.Error("envd cannot reap orphans", "error", err.Error())
+			return 1
+		}
+		opts.Reaper = r
+	}
+	// As PID 1, envd gets only the signals it handles.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	if err := server.New(opts).Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "envd:", err)
+	err := server.New(opts).Run(ctx)
+	opts.Reaper.Close()
+	if err != nil {
+		logger.Error("envd failed", "error", err.Error())
 		return 1
 	}
+	logger.Info("envd stopped", "orphans_reaped", opts.Reaper.Reaped())
 	return 0
 }

@@ -29,6 +29,9 @@ type proc struct {
 	tag    *string
 	config *pb.ProcessConfig
 	cmd    *exec.Cmd
+	user   string
+	// release tells the reaper that cmd.Wait has reaped the process.
+	release func()
 
 	inMu  sync.Mutex
 	stdin io.WriteCloser // nil: no stdin pipe, or closed

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"sync"
@@ -18,6 +19,8 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/skiff-dev/skiff/envd/internal/keepalive"
+	"github.com/skiff-dev/skiff/envd/internal/logs"
+	"github.com/skiff-dev/skiff/envd/internal/reap"
 	"github.com/skiff-dev/skiff/envd/internal/state"
 	pb "github.com/skiff-dev/skiff/envd/proto/process"
 	"github.com/skiff-dev/skiff/envd/proto/process/processconnect"
@@ -32,7 +35,10 @@ const readChunk = 32 << 10
 
 // Service implements processconnect.ProcessHandler.
 type Service struct {
-	sb *state.Sandbox
+	sb     *state.Sandbox
+	log    *logs.Log
+	logger *slog.Logger
+	reaper *reap.Reaper
 
 	mu    sync.Mutex
 	procs map[uint32]*proc // running, and ended within retainEnded
@@ -41,9 +47,15 @@ type Service struct {
 
 var _ processconnect.ProcessHandler = (*Service)(nil)
 
-// New returns a Service that starts processes with sb's defaults.
-func New(sb *state.Sandbox) *Service {
-	return &Service{sb: sb, procs: map[uint32]*proc{}}
+// New returns a Service that starts processes with sb's defaults. It logs
+// their start and exit to log, and their output when log says so. With a
+// reaper (envd is init), it registers every process it starts, so that the
+// reaper leaves their exit statuses to it; reaper may be nil.
+func New(sb *state.Sandbox, log *logs.Log, reaper *reap.Reaper) *Service {
+	if log == nil {
+		log = logs.Discard()
+	}
+	return &Service{sb: sb, log: log, logger: log.Logger(), reaper: reaper, procs: map[uint32]*proc{}}
 }
 
 // Close kills every running process and waits until each has ended.

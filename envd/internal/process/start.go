@@ -12,6 +12,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/skiff-dev/skiff/envd/internal/identity"
+	"github.com/skiff-dev/skiff/envd/internal/logs"
 	pb "github.com/skiff-dev/skiff/envd/proto/process"
 )
 
@@ -22,21 +23,30 @@ func (s *Service) start(req *pb.StartRequest, u *identity.User) (*proc, *subscri
 	if err != nil {
 		return nil, nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	p := &proc{tag: req.Tag, config: req.GetProcess(), cmd: cmd, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
+	p := &proc{tag: req.Tag, config: req.GetProcess(), cmd: cmd, user: u.Name, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
 
 	var outputs []output
 	if size := req.GetPty().GetSize(); req.Pty != nil {
 		attrs := cmd.SysProcAttr
 		attrs.Setsid, attrs.Setctty = true, true
 		ws := &pty.Winsize{Cols: uint16(max(size.GetCols(), 1)), Rows: uint16(max(size.GetRows(), 1))}
-		ptmx, err := pty.StartWithAttrs(cmd, ws, attrs)
+		var ptmx *os.File
+		p.release, err = s.reaper.Spawn(func() (int, error) {
+			f, err := pty.StartWithAttrs(cmd, ws, attrs)
+			if err != nil {
+				return 0, err
+			}
+			ptmx = f
+			return cmd.Process.Pid, nil
+		})
 		if err != nil {
+			s.logger.Warn("process start failed", "cmd", logs.Truncate(cmd.Args[0], maxAttr), "error", logs.Truncate(err.Error(), maxAttr))
 			return nil, nil, nil, startError(err)
 		}
 		p.pty = ptmx
 		outputs = append(outputs, output{ptmx, func(b []byte) *pb.ProcessEvent_DataEvent {
 			return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Pty{Pty: b}}
-		}})
+		}, logs.Stdout})
 	} else {
 		cmd.SysProcAttr.Setpgid = true
 		outR, outW, err := os.Pipe()
@@ -55,22 +65,29 @@ func (s *Service) start(req *pb.StartRequest, u *identity.User) (*proc, *subscri
 				return nil, nil, nil, startError(err)
 			}
 		}
-		err = cmd.Start()
+		p.release, err = s.reaper.Spawn(func() (int, error) {
+			if err := cmd.Start(); err != nil {
+				return 0, err
+			}
+			return cmd.Process.Pid, nil
+		})
 		closeAll(outW, errW) // the child has its copies
 		if err != nil {
 			closeAll(outR, errR)
+			s.logger.Warn("process start failed", "cmd", logs.Truncate(cmd.Args[0], maxAttr), "error", logs.Truncate(err.Error(), maxAttr))
 			return nil, nil, nil, startError(err)
 		}
 		outputs = append(outputs,
 			output{outR, func(b []byte) *pb.ProcessEvent_DataEvent {
 				return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
-			}},
+			}, logs.Stdout},
 			output{errR, func(b []byte) *pb.ProcessEvent_DataEvent {
 				return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}}
-			}})
+			}, logs.Stderr})
 	}
 	p.pid = uint32(cmd.Process.Pid)
 	sub, detach := p.subscribe()
+	s.logStart(p, req.Pty != nil)
 
 	s.mu.Lock()
 	s.procs[p.pid] = p
@@ -84,10 +101,12 @@ func (s *Service) start(req *pb.StartRequest, u *identity.User) (*proc, *subscri
 	return p, sub, detach, nil
 }
 
-// output is one stream of a process's output and how to wrap a chunk of it.
+// output is one stream of a process's output, how to wrap a chunk of it, and
+// the source of its lines in envd's log.
 type output struct {
-	r    *os.File
-	wrap func([]byte) *pb.ProcessEvent_DataEvent
+	r      *os.File
+	wrap   func([]byte) *pb.ProcessEvent_DataEvent
+	source logs.Source
 }
 
 // run reads a started process's output until it exits, then publishes its
@@ -96,10 +115,13 @@ func (s *Service) run(p *proc, outputs []output) {
 	var readers sync.WaitGroup
 	for _, o := range outputs {
 		readers.Go(func() {
+			lines := s.log.Lines(o.source, p.pid, p.pty != nil)
+			defer lines.Close()
 			for {
 				buf := make([]byte, readChunk)
 				n, err := o.r.Read(buf)
 				if n > 0 {
+					lines.Write(buf[:n])
 					p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: o.wrap(buf[:n])}})
 				}
 				if err != nil {
@@ -108,7 +130,9 @@ func (s *Service) run(p *proc, outputs []output) {
 			}
 		})
 	}
+	started := time.Now()
 	waitErr := p.cmd.Wait()
+	p.release()
 
 	// Output written before the exit is in the pipes: read it, but do not
 	// wait for a background child that holds them open.
@@ -129,8 +153,42 @@ func (s *Service) run(p *proc, outputs []output) {
 		p.stdin = nil
 	}
 	p.inMu.Unlock()
-	p.finish(exitEvent(p.cmd.ProcessState, waitErr))
+	end := exitEvent(p.cmd.ProcessState, waitErr)
+	s.logger.Info("process exited", "pid", p.pid, "exit_code", end.GetEnd().GetExitCode(), "status", end.GetEnd().GetStatus(),
+		"duration_ms", time.Since(started).Milliseconds())
+	p.finish(end)
 	s.forget(p)
+}
+
+// maxAttr bounds a logged attribute that comes from a request, and
+// maxArgs the logged arguments of a command, all together.
+const (
+	maxAttr = 1 << 10
+	maxArgs = 2 << 10
+)
+
+// logStart logs a process's start: its pid, command, arguments (cut at
+// maxArgs in all), user, tag and working directory; never its environment.
+func (s *Service) logStart(p *proc, pty bool) {
+	args := make([]string, 0, len(p.config.GetArgs()))
+	budget := maxArgs
+	for _, a := range p.config.GetArgs() {
+		if budget <= 0 {
+			args = append(args, "…")
+			break
+		}
+		a = logs.Truncate(a, budget)
+		budget -= len(a)
+		args = append(args, a)
+	}
+	attrs := []any{"pid", p.pid, "cmd", logs.Truncate(p.config.GetCmd(), maxAttr), "args", args, "user", p.user, "cwd", logs.Truncate(p.cmd.Dir, maxAttr)}
+	if p.tag != nil {
+		attrs = append(attrs, "tag", logs.Truncate(*p.tag, maxAttr))
+	}
+	if pty {
+		attrs = append(attrs, "pty", true)
+	}
+	s.logger.Info("process started", attrs...)
 }
 
 // startError maps a failure to spawn: a missing or non-executable command is

@@ -1,6 +1,10 @@
 package server
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/spf13/pflag"
+)
 
 func TestOptionsValidate(t *testing.T) {
 	for _, tc := range []struct {
@@ -13,6 +17,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"negative port", func(o *Options) { o.Port = -1 }, true},
 		{"port too high", func(o *Options) { o.Port = 65536 }, true},
 		{"no address", func(o *Options) { o.ListenAddress = "" }, true},
+		{"no output budget", func(o *Options) { o.LogOutputLimit = 0 }, true},
+		{"no log budget", func(o *Options) { o.LogLimit = 0 }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewOptions()
@@ -21,5 +27,30 @@ func TestOptionsValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, wantErr %v", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// --log-process-output follows --init unless given.
+func TestResolveDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--init"}, true},
+		{[]string{"--init", "--log-process-output=false"}, false},
+		{[]string{"--log-process-output"}, true},
+	} {
+		o := NewOptions()
+		o.Init = false // not PID 1
+		fs := pflag.NewFlagSet("envd", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		o.ResolveDefaults(fs)
+		if o.LogProcessOutput != tc.want {
+			t.Errorf("%v: LogProcessOutput = %v, want %v", tc.args, o.LogProcessOutput, tc.want)
+		}
 	}
 }

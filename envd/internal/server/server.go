@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 	"github.com/skiff-dev/skiff/envd/internal/files"
 	"github.com/skiff-dev/skiff/envd/internal/filesystem"
 	"github.com/skiff-dev/skiff/envd/internal/httperr"
+	"github.com/skiff-dev/skiff/envd/internal/logs"
 	"github.com/skiff-dev/skiff/envd/internal/process"
+	"github.com/skiff-dev/skiff/envd/internal/reap"
 	"github.com/skiff-dev/skiff/envd/internal/state"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem/filesystemconnect"
 	"github.com/skiff-dev/skiff/envd/proto/process/processconnect"
@@ -36,17 +39,54 @@ type Options struct {
 	Port          int
 	// MaxInitBytes bounds the body of POST /init.
 	MaxInitBytes int64
+
+	// Init makes envd the sandbox's init: it reaps orphaned processes.
+	// Its flag defaults to whether envd is PID 1.
+	Init bool
+	// LogProcessOutput logs the output lines of processes; its flag
+	// defaults to Init (see ResolveDefaults).
+	LogProcessOutput bool
+	// LogOutputLimit and LogLimit bound, in bytes over envd's lifetime,
+	// the output lines and all lines of the log.
+	LogOutputLimit ByteSize
+	LogLimit       ByteSize
+
+	// Log is where envd logs (not a flag); nil logs nothing.
+	Log *logs.Log
+	// Reaper is the orphan reaper when envd is init (not a flag); nil
+	// otherwise.
+	Reaper *reap.Reaper
 }
 
 // NewOptions returns the defaults.
 func NewOptions() Options {
-	return Options{ListenAddress: "0.0.0.0", Port: DefaultPort, MaxInitBytes: 1 << 20}
+	return Options{
+		ListenAddress:  "0.0.0.0",
+		Port:           DefaultPort,
+		MaxInitBytes:   1 << 20,
+		Init:           os.Getpid() == 1,
+		LogOutputLimit: logs.DefaultOutputLimit,
+		LogLimit:       logs.DefaultLimit,
+	}
 }
 
 // AddFlags registers envd's flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address to listen on.")
 	fs.IntVar(&o.Port, "port", o.Port, "Port to listen on; the e2b SDKs expect 49983.")
+	fs.BoolVar(&o.Init, "init", o.Init, "Act as the sandbox's init: reap orphaned processes. Defaults to true when envd is PID 1; "+
+		"when it is not, --init makes it a child subreaper (for tests).")
+	fs.BoolVar(&o.LogProcessOutput, "log-process-output", o.LogProcessOutput, "Log the output lines of processes (source stdout/stderr). Defaults to --init.")
+	fs.Var(&o.LogOutputLimit, "log-output-limit", "Most bytes of process output lines logged in envd's lifetime (suffixes KiB, MiB, GiB).")
+	fs.Var(&o.LogLimit, "log-limit", "Most bytes envd logs in its lifetime, all lines together (suffixes KiB, MiB, GiB).")
+}
+
+// ResolveDefaults sets the defaults that depend on other flags once fs is
+// parsed: --log-process-output follows --init unless given.
+func (o *Options) ResolveDefaults(fs *pflag.FlagSet) {
+	if !fs.Changed("log-process-output") {
+		o.LogProcessOutput = o.Init
+	}
 }
 
 // Validate reports options that cannot work.
@@ -58,11 +98,18 @@ func (o Options) Validate() error {
 	if o.ListenAddress == "" {
 		errs = append(errs, errors.New("--listen-address must not be empty"))
 	}
+	if o.LogOutputLimit <= 0 {
+		errs = append(errs, errors.New("--log-output-limit must be positive"))
+	}
+	if o.LogLimit <= 0 {
+		errs = append(errs, errors.New("--log-limit must be positive"))
+	}
 	return errors.Join(errs...)
 }
 
 // Server is envd's HTTP server and the services behind it.
 type Server struct {
+	logger     *slog.Logger
 	sandbox    *state.Sandbox
 	process    *process.Service
 	filesystem *filesystem.Service
@@ -72,8 +119,11 @@ type Server struct {
 
 // New assembles the services and routes.
 func New(opts Options) *Server {
+	if opts.Log == nil {
+		opts.Log = logs.Discard()
+	}
 	sb := state.New()
-	s := &Server{sandbox: sb, process: process.New(sb), filesystem: filesystem.New(sb), opts: opts}
+	s := &Server{logger: opts.Log.Logger(), sandbox: sb, process: process.New(sb, opts.Log, opts.Reaper), filesystem: filesystem.New(sb), opts: opts}
 	mux := http.NewServeMux()
 	connectOpts := []connect.HandlerOption{connect.WithCompressMinBytes(1024)}
 	mux.Handle(processconnect.NewProcessHandler(s.process, connectOpts...))
@@ -125,6 +175,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	s.logger.Info("envd shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := srv.Shutdown(shutdownCtx)
@@ -146,7 +197,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	slog.InfoContext(ctx, "envd listening", "address", ln.Addr().String(), "version", envd.Version)
+	s.logger.InfoContext(ctx, "envd listening", "address", ln.Addr().String())
 	return s.Serve(ctx, ln)
 }
 
@@ -155,6 +206,7 @@ func (s *Server) Run(ctx context.Context) error {
 // token.
 func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 	if s.sandbox.TokenSet() && !s.sandbox.CheckToken(r.Header.Get(AccessTokenHeader)) {
+		s.logger.Warn("init refused: missing or wrong access token")
 		httperr.Write(w, http.StatusUnauthorized, unauthorizedMessage)
 		return
 	}
@@ -182,6 +234,7 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.sandbox.Apply(in)
+	s.logInit(in)
 	w.Header().Set("X-Envd-Version", envd.Version)
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -190,4 +243,27 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 func (s *Server) envs(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(s.sandbox.Env())
+}
+
+// logInit logs what an /init changed, never a value of the token or of an
+// environment variable.
+func (s *Server) logInit(in state.Init) {
+	token := "unchanged"
+	if in.AccessToken != nil {
+		token = "set"
+		if *in.AccessToken == "" {
+			token = "cleared"
+		}
+	}
+	attrs := []any{"access_token", token, "env_vars", len(in.EnvVars)}
+	if in.DefaultUser != "" {
+		attrs = append(attrs, "default_user", in.DefaultUser)
+	}
+	if in.DefaultWorkdir != "" {
+		attrs = append(attrs, "default_workdir", logs.Truncate(in.DefaultWorkdir, 1<<10))
+	}
+	if in.Timestamp != "" {
+		attrs = append(attrs, "timestamp", in.Timestamp)
+	}
+	s.logger.Info("init", attrs...)
 }

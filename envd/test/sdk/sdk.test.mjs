@@ -22,6 +22,7 @@ if (!envdBin) throw new Error('set ENVD_BIN to the envd binary')
 const version = execFileSync(envdBin, ['--version']).toString().trim()
 
 let envd, url, sbx, work
+let envdLog = ''
 const token = randomBytes(16).toString('hex')
 
 function freePort() {
@@ -38,7 +39,12 @@ function freePort() {
 before(async () => {
   const port = await freePort()
   url = `http://127.0.0.1:${port}`
-  envd = spawn(envdBin, ['--listen-address', '127.0.0.1', '--port', String(port)], { stdio: ['ignore', 'inherit', 'inherit'] })
+  // --init: as in a sandbox, where envd is PID 1 (here a child subreaper),
+  // reaps orphans and logs process output. Its log (stdout) is kept for the
+  // last test.
+  envd = spawn(envdBin, ['--listen-address', '127.0.0.1', '--port', String(port), '--init'], { stdio: ['ignore', 'pipe', 'inherit'] })
+  envd.stdout.setEncoding('utf8')
+  envd.stdout.on('data', (d) => { envdLog += d })
   const deadline = Date.now() + 10_000
   for (;;) {
     try {
@@ -222,4 +228,35 @@ test(`${pkg}: watchDir recursive with includeEntry`, async () => {
   assert.ok(withEntry, 'events carry their entry')
   assert.equal(withEntry.entry.path, join(d, 'inner', 'w.txt'))
   await handle.stop()
+})
+
+// Last: envd's log is JSON lines for sandboxd, with each command's start,
+// exit and output, and never the access token, an environment value or a
+// file's contents.
+test(`${pkg}: envd's log has commands and output but no secrets`, async () => {
+  const envSecret = `env-${randomBytes(8).toString('hex')}`
+  const fileSecret = `file-${randomBytes(8).toString('hex')}`
+  await sbx.files.write(join(work, 'secret.txt'), fileSecret)
+  assert.equal(await sbx.files.read(join(work, 'secret.txt')), fileSecret)
+  const h = await sbx.commands.run('test -n "$LOG_SECRET" && echo log-marker', { envs: { LOG_SECRET: envSecret }, background: true })
+  const r = await h.wait()
+  assert.equal(r.stdout, 'log-marker\n')
+  const deadline = Date.now() + 5_000
+  let lines
+  for (;;) {
+    const whole = envdLog.slice(0, envdLog.lastIndexOf('\n')) // lines still being written wait
+    lines = whole.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l))
+    if (lines.some((l) => l.line === 'process exited' && l.pid === h.pid)) break
+    assert.ok(Date.now() < deadline, 'no exit line for the command')
+    await new Promise((res) => setTimeout(res, 20))
+  }
+  for (const l of lines) {
+    assert.ok(['envd', 'stdout', 'stderr'].includes(l.source), JSON.stringify(l))
+    assert.ok(!Number.isNaN(Date.parse(l.time)) && l.time.endsWith('Z'), JSON.stringify(l))
+    assert.equal(typeof l.line, 'string')
+  }
+  for (const secret of [token, envSecret, fileSecret]) assert.ok(!envdLog.includes(secret), `the log holds ${secret}`)
+  assert.ok(lines.some((l) => l.line === 'init' && l.access_token === 'set'))
+  assert.ok(lines.some((l) => l.line === 'process started' && l.pid === h.pid && l.cmd === '/bin/bash'))
+  assert.ok(lines.some((l) => l.source === 'stdout' && l.pid === h.pid && l.line === 'log-marker'))
 })
