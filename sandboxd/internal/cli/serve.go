@@ -66,6 +66,12 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 	if err := o.server.Validate(); err != nil {
 		return err
 	}
+	if o.runtime == native.Name {
+		// Once, so that no sandbox start copies the binary (see there).
+		if err := native.ReexecSealed(); err != nil {
+			return err
+		}
+	}
 	log := slog.Default()
 	if err := os.MkdirAll(stateDir, 0o711); err != nil {
 		return err

@@ -56,22 +56,24 @@ func init() {
 // host is one sandbox host: a state directory and the sandboxd serving it,
 // which a test may kill and start again.
 type host struct {
-	t        *testing.T
-	state    string
-	args     []string
-	listen   string
-	admin    string
-	token    string
-	log      string
-	proc     *exec.Cmd
-	exited   chan error
-	api      sandboxdv1connect.SandboxdServiceClient
-	netOpts  network.Options
-	template string
+	t      testing.TB
+	state  string
+	args   []string
+	listen string
+	admin  string
+	token  string
+	log    string
+	proc   *exec.Cmd
+	exited chan error
+	// cleanedUp: cleanup already ran (a benchmark that measured it).
+	cleanedUp bool
+	api       sandboxdv1connect.SandboxdServiceClient
+	netOpts   network.Options
+	template  string
 }
 
 // newHost prepares a host with the busybox template and starts sandboxd.
-func newHost(t *testing.T, extra ...string) *host {
+func newHost(t testing.TB, extra ...string) *host {
 	t.Helper()
 	sandboxtest.RequireRoot(t)
 	dir := sandboxtest.Dir(t)
@@ -181,6 +183,9 @@ func (h *host) stop() {
 // cleanup kills every sandbox through the API (starting sandboxd if a test
 // left it dead), stops sandboxd and removes its network rules.
 func (h *host) cleanup() {
+	if h.cleanedUp {
+		return
+	}
 	if h.proc == nil {
 		h.start()
 	}
@@ -278,7 +283,7 @@ func bearer(token string) connect.UnaryInterceptorFunc {
 	}
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -290,7 +295,7 @@ func freeAddr(t *testing.T) string {
 
 const forwardingSysctl = "/proc/sys/net/ipv4/ip_forward"
 
-func readForwarding(t *testing.T) []byte {
+func readForwarding(t testing.TB) []byte {
 	t.Helper()
 	v, err := os.ReadFile(forwardingSysctl)
 	if err != nil {
@@ -300,7 +305,7 @@ func readForwarding(t *testing.T) []byte {
 }
 
 // writeForwarding puts back the host's ip_forward, which sandboxd sets.
-func writeForwarding(t *testing.T, v []byte) {
+func writeForwarding(t testing.TB, v []byte) {
 	if bytes.Equal(readForwarding(t), v) {
 		return
 	}

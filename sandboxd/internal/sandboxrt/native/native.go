@@ -30,11 +30,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/exeseal"
 	"golang.org/x/sys/unix"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
@@ -554,4 +557,43 @@ func (r *Runtime) List(_ context.Context) ([]string, error) {
 	}
 	slices.Sort(ids)
 	return ids, nil
+}
+
+// sealedEnv marks the run of sandboxd that ReexecSealed started.
+const sealedEnv = "_SKIFF_SEALED_EXE"
+
+// ReexecSealed makes this process run from a sealed in-memory copy of its
+// binary, re-executing it once. libcontainer starts every sandbox by running
+// /proc/self/exe, and unless that is such a copy it makes one — a copy of
+// the whole binary — for each sandbox, so a sandbox can never overwrite the
+// host's binary. Sealing once at start-up keeps that protection and takes
+// the copy off every create. When the copy cannot be sealed it returns nil
+// and libcontainer copies per start as before.
+func ReexecSealed() error {
+	if os.Getenv(sealedEnv) != "" {
+		return os.Unsetenv(sealedEnv)
+	}
+	if exeseal.IsSelfExeCloned() {
+		return nil
+	}
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer self.Close()
+	st, err := self.Stat()
+	if err != nil {
+		return err
+	}
+	clone, err := exeseal.CloneBinary(self, st.Size(), "/proc/self/exe", os.TempDir())
+	if err != nil {
+		return fmt.Errorf("seal a copy of this binary: %w", err)
+	}
+	if !exeseal.IsCloned(clone) {
+		return clone.Close()
+	}
+	if err := os.Setenv(sealedEnv, "1"); err != nil {
+		return err
+	}
+	return syscall.Exec("/proc/self/fd/"+strconv.Itoa(int(clone.Fd())), os.Args, os.Environ())
 }

@@ -16,7 +16,12 @@ import (
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
 
-func init() { native.MaybeInit() }
+func init() {
+	native.MaybeInit()
+	if err := native.ReexecSealed(); err != nil {
+		panic(err)
+	}
+}
 
 type sandbox struct {
 	rt   *native.Runtime

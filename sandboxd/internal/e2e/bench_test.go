@@ -1,0 +1,116 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+func reportPercentiles(b *testing.B, took []time.Duration) {
+	slices.Sort(took)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(took[len(took)/2]), "p50-ms")
+	b.ReportMetric(ms(took[len(took)*99/100]), "p99-ms")
+}
+
+// BenchmarkColdCreate is Create through the API until envd is ready and
+// holds its token: network namespace, root, cgroups, envd /health, /init.
+func BenchmarkColdCreate(b *testing.B) {
+	h := newHost(b)
+	ctx := context.Background()
+	var took []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		resp, err := h.api.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{Template: h.template, Timeout: durationpb.New(time.Hour)}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+		b.StopTimer()
+		if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: resp.Msg.GetSandbox().GetId()})); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	reportPercentiles(b, took)
+}
+
+// BenchmarkClaim is Claim of a warm sandbox: the atomic hand-over and a
+// fresh token through envd's /init.
+func BenchmarkClaim(b *testing.B) {
+	h := newHost(b)
+	ctx := context.Background()
+	var took []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		w, err := h.api.Warm(ctx, connect.NewRequest(&sandboxdv1.WarmRequest{Template: h.template, Pool: "ns/bench"}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if _, err := h.api.Claim(ctx, connect.NewRequest(&sandboxdv1.ClaimRequest{SandboxId: w.Msg.GetSandbox().GetId(), Team: "t", Timeout: durationpb.New(time.Hour)})); err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+		b.StopTimer()
+		if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: w.Msg.GetSandbox().GetId()})); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	reportPercentiles(b, took)
+}
+
+// BenchmarkIdleSandboxMemory starts 200 idle sandboxes and reports what
+// each costs the host: the drop in MemAvailable per sandbox (sandbox
+// processes, kernel objects, page cache of their layers, sandboxd's records).
+func BenchmarkIdleSandboxMemory(b *testing.B) {
+	const n = 200
+	for b.Loop() {
+		b.StopTimer()
+		h := newHost(b, "--max-sandboxes", "256")
+		ctx := context.Background()
+		before := memAvailable(b)
+		b.StartTimer()
+		for range n {
+			if _, err := h.api.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{Template: h.template, Timeout: durationpb.New(time.Hour)})); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		time.Sleep(2 * time.Second) // let the sandboxes settle into idleness
+		after := memAvailable(b)
+		b.ReportMetric(float64(before-after)/n/(1<<20), "MiB/sandbox")
+		h.cleanup()
+		h.cleanedUp = true
+	}
+}
+
+// memAvailable is the host's MemAvailable in bytes.
+func memAvailable(b *testing.B) int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no MemAvailable in /proc/meminfo")
+	return 0
+}
