@@ -48,6 +48,35 @@ func TestCreateRunKill(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("/init through the relay: %d", resp.StatusCode)
 	}
+	// The command's output is in the sandbox's log; the token is not.
+	logs, err := h.api.Logs(ctx, connect.NewRequest(&sandboxdv1.LogsRequest{SandboxId: sb.GetId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sawOutput bool
+	for _, l := range logs.Msg.GetLogs() {
+		sawOutput = sawOutput || (l.GetSource() == "stdout" && l.GetLine() == "ahoy")
+		if strings.Contains(l.GetLine(), token) {
+			t.Errorf("the access token is in the log: %q", l.GetLine())
+		}
+	}
+	if !sawOutput {
+		t.Errorf("no stdout line \"ahoy\" in %d log lines", len(logs.Msg.GetLogs()))
+	}
+	metrics, err := h.api.Metrics(ctx, connect.NewRequest(&sandboxdv1.MetricsRequest{SandboxId: sb.GetId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := metrics.Msg.GetMetrics(); len(ms) == 0 || ms[len(ms)-1].GetMemTotal() != 256<<20 || ms[len(ms)-1].GetMemUsed() <= 0 || ms[len(ms)-1].GetCpuCount() != 1 {
+		t.Errorf("metrics: %v", ms)
+	}
+	info, err := h.api.Info(ctx, connect.NewRequest(&sandboxdv1.InfoRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := info.Msg; i.GetSandboxes() != 1 || i.GetRuntime() != "native" || i.GetAllocated().GetMemoryMib() != 256 || len(i.GetTemplates()) != 1 || i.GetTag() != sb.GetId()[16:] {
+		t.Errorf("info: %v", i)
+	}
 	got, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: sb.GetId()}))
 	if err != nil || got.Msg.GetSandbox().GetMetadata()["purpose"] != "e2e" || got.Msg.GetSandbox().GetTeam() != "team-a" {
 		t.Errorf("get: %+v, %v", got, err)
