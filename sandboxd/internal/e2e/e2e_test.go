@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
@@ -335,5 +338,23 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestBaseTemplate runs what the e2b SDK runs by default: the built-in base
+// template (Debian from debootstrap, cached in ~/.cache/skiff/debootstrap),
+// commands through `bash -l -c` as user.
+func TestBaseTemplate(t *testing.T) {
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		t.Fatal("the base template needs debootstrap (apt-get install debootstrap)")
+	}
+	h := newHostWith(t, func(lib *template.Library) (*template.Template, error) {
+		return lib.BuildBase(context.Background(), template.BaseOptions{Progress: io.Discard})
+	})
+	c := h.create(nil)
+	got := h.mustRun(c.GetSandbox().GetId(), c.GetEnvdAccessToken(), "user",
+		`exec bash -l -c 'whoami; pwd; python3 -c "print(6*7)"; git --version >/dev/null && curl --version >/dev/null && echo tools; sudo true 2>/dev/null || echo no-sudo; getent hosts localhost >/dev/null && echo hosts'`)
+	if got.Stdout != "user\n/home/user\n42\ntools\nno-sudo\nhosts\n" || got.ExitCode != 0 {
+		t.Errorf("in the base template: %+v", got)
 	}
 }

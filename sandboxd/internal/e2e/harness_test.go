@@ -75,16 +75,27 @@ type host struct {
 // newHost prepares a host with the busybox template and starts sandboxd.
 func newHost(t testing.TB, extra ...string) *host {
 	t.Helper()
+	return newHostWith(t, func(lib *template.Library) (*template.Template, error) {
+		return lib.ImportDir("busybox", sandboxtest.BusyboxRootfs(t))
+	}, extra...)
+}
+
+// newHostWith prepares a host with the template addTemplate puts in its
+// library and starts sandboxd.
+func newHostWith(t testing.TB, addTemplate func(*template.Library) (*template.Template, error), extra ...string) *host {
+	t.Helper()
 	sandboxtest.RequireRoot(t)
 	dir := sandboxtest.Dir(t)
-	h := &host{t: t, state: filepath.Join(dir, "state"), log: filepath.Join(dir, "sandboxd.log"), template: "busybox"}
+	h := &host{t: t, state: filepath.Join(dir, "state"), log: filepath.Join(dir, "sandboxd.log")}
 	lib, err := template.OpenLibrary(filepath.Join(h.state, "templates"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lib.ImportDir(h.template, sandboxtest.BusyboxRootfs(t)); err != nil {
+	tmpl, err := addTemplate(lib)
+	if err != nil {
 		t.Fatal(err)
 	}
+	h.template = tmpl.Name
 	h.token = fmt.Sprintf("e2e-token-%016x", rand.Uint64())
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(h.token+"\n"), 0o600); err != nil {
