@@ -42,6 +42,35 @@ func BenchmarkColdCreate(b *testing.B) {
 		b.StartTimer()
 	}
 	reportPercentiles(b, took)
+	reportSteps(b, h)
+}
+
+// reportSteps reports the median of each step of the creates, from the
+// durations sandboxd logs with every "sandbox started".
+func reportSteps(b *testing.B, h *host) {
+	data, err := os.ReadFile(h.log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	steps := map[string][]time.Duration{}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if !strings.Contains(line, "sandbox started") {
+			continue
+		}
+		for field := range strings.FieldsSeq(line) {
+			k, v, ok := strings.Cut(field, "=")
+			if !ok || !slices.Contains([]string{"network", "runtime", "envd", "record"}, k) {
+				continue
+			}
+			if d, err := time.ParseDuration(v); err == nil {
+				steps[k] = append(steps[k], d)
+			}
+		}
+	}
+	for k, ds := range steps {
+		slices.Sort(ds)
+		b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, k+"-p50-ms")
+	}
 }
 
 // BenchmarkClaim is Claim of a warm sandbox: the atomic hand-over and a

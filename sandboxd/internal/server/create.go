@@ -138,10 +138,12 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 			log.ErrorContext(ctx, "tear down network of failed sandbox", "error", err)
 		}
 	})
+	step := time.Now()
 	netns, err := s.net.Setup(ctx, id, block, l.rec.AllowInternetAccess)
 	if err != nil {
 		return nil, "", fmt.Errorf("set up network: %w", err)
 	}
+	tookNet, step := time.Since(step), time.Now()
 
 	logPath := s.logPath(id)
 	l.undo = append(l.undo, func(ctx context.Context) {
@@ -153,21 +155,25 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 	if err := s.rt.Start(ctx, s.spec(id, l, block, netns, logPath)); err != nil {
 		return nil, "", fmt.Errorf("start sandbox: %w", err)
 	}
+	tookRuntime, step := time.Since(step), time.Now()
 
 	token, version, err := s.initEnvd(ctx, l, block)
 	if err != nil {
 		return nil, "", err
 	}
+	tookEnvd, step := time.Since(step), time.Now()
 	rec := s.newRecord(l, id, block, token, version)
 	if err := s.reg.Add(res, &rec); err != nil {
 		return nil, "", fmt.Errorf("record sandbox: %w", err)
 	}
+	tookRecord := time.Since(step)
 	if rec.State == registry.StateRunning {
 		s.deadlines.Set(id, rec.EndAt)
 	}
 	s.metrics.createDuration.WithLabelValues(l.kind).Observe(time.Since(began).Seconds())
 	log.InfoContext(ctx, "sandbox started", "kind", l.kind, "template", rec.Template, "state", rec.State,
-		"team", rec.Team, "pool", rec.Pool, "cpu_milli", rec.CPUMilli, "memory_mib", rec.MemoryMiB, "duration", time.Since(began))
+		"team", rec.Team, "pool", rec.Pool, "cpu_milli", rec.CPUMilli, "memory_mib", rec.MemoryMiB, "duration", time.Since(began),
+		"network", tookNet, "runtime", tookRuntime, "envd", tookEnvd, "record", tookRecord)
 	return &rec, token, nil
 }
 

@@ -122,7 +122,9 @@ func envdMessage(body []byte) string {
 func waitEnvd(ctx context.Context, e Envd, addr string, timeout time.Duration) error {
 	waitCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	backoff := time.Millisecond
+	// Short, capped waits: until envd listens, a try is one refused
+	// connection, and a long wait would only add to the create.
+	backoff := 500 * time.Microsecond
 	for {
 		err := e.Health(waitCtx, addr)
 		if err == nil {
@@ -138,7 +140,7 @@ func waitEnvd(ctx context.Context, e Envd, addr string, timeout time.Duration) e
 			return fmt.Errorf("%w did not answer within %s: %w", errEnvd, timeout, err)
 		case <-t.C:
 		}
-		backoff = min(backoff*2, 50*time.Millisecond)
+		backoff = min(backoff*2, 4*time.Millisecond)
 	}
 }
 
