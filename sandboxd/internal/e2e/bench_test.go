@@ -112,7 +112,10 @@ func BenchmarkIdleSandboxMemory(b *testing.B) {
 		before := memAvailable(b)
 		b.StartTimer()
 		for range n {
-			if _, err := h.api.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{Template: h.template, Timeout: durationpb.New(time.Hour)})); err != nil {
+			if _, err := h.api.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{
+				Template: h.template, Timeout: durationpb.New(time.Hour),
+				Resources: &sandboxdv1.Resources{CpuMilli: 250, MemoryMib: 128},
+			})); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -121,7 +124,7 @@ func BenchmarkIdleSandboxMemory(b *testing.B) {
 		after := memAvailable(b)
 		b.ReportMetric(float64(before-after)/n/(1<<20), "MiB/sandbox")
 		h.cleanup()
-		h.cleanedUp = true
+		b.StartTimer()
 	}
 }
 

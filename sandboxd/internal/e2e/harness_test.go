@@ -67,6 +67,9 @@ type host struct {
 	exited chan error
 	// cleanedUp: cleanup already ran (a benchmark that measured it).
 	cleanedUp bool
+	// served: sandboxd became healthy at least once, so cleanup may start
+	// it again to kill the sandboxes.
+	served bool
 	api       sandboxdv1connect.SandboxdServiceClient
 	netOpts   network.Options
 	template  string
@@ -103,7 +106,8 @@ func newHostWith(t testing.TB, addTemplate func(*template.Library) (*template.Te
 	}
 	h.listen, h.admin = freeAddr(t), freeAddr(t)
 	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
-	pool := netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/24", 100+rand.IntN(100), rand.IntN(256)))
+	// A /21: 512 sandboxes' /30s, more than any test asks for.
+	pool := netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/21", 100+rand.IntN(100), rand.IntN(32)*8))
 	h.netOpts = network.Options{RunDir: filepath.Join(dir, "run"), Table: "skiff_e2e_" + suffix, IfacePrefix: "e2" + suffix, Pool: pool}
 	h.args = append([]string{
 		"serve", "--state-dir", h.state, "--run-dir", h.netOpts.RunDir,
@@ -155,13 +159,29 @@ func (h *host) start() {
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				h.exited = exited
+				h.exited, h.served = exited, true
 				return
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	h.t.Fatalf("sandboxd not healthy within 30s\n%s", h.logTail())
+}
+
+// killAll kills every sandbox through the API.
+func (h *host) killAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	list, err := h.api.List(ctx, connect.NewRequest(&sandboxdv1.ListRequest{}))
+	if err != nil {
+		h.t.Errorf("list: %v", err)
+		return
+	}
+	for _, sb := range list.Msg.GetSandboxes() {
+		if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: sb.GetId()})); err != nil {
+			h.t.Errorf("kill %s: %v", sb.GetId(), err)
+		}
+	}
 }
 
 // kill9 kills sandboxd at once, as a crash would.
@@ -197,21 +217,16 @@ func (h *host) cleanup() {
 	if h.cleanedUp {
 		return
 	}
-	if h.proc == nil {
-		h.start()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if list, err := h.api.List(ctx, connect.NewRequest(&sandboxdv1.ListRequest{})); err == nil {
-		for _, sb := range list.Msg.GetSandboxes() {
-			if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: sb.GetId()})); err != nil {
-				h.t.Errorf("kill %s: %v", sb.GetId(), err)
-			}
+	h.cleanedUp = true
+	if h.served {
+		if h.proc == nil {
+			h.start()
 		}
-	} else {
-		h.t.Errorf("list: %v", err)
+		h.killAll()
 	}
 	h.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	nm, err := network.New(h.netOpts)
 	if err == nil {
 		err = nm.Remove(ctx)
