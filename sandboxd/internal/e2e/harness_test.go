@@ -56,23 +56,24 @@ func init() {
 // host is one sandbox host: a state directory and the sandboxd serving it,
 // which a test may kill and start again.
 type host struct {
-	t      testing.TB
-	state  string
-	args   []string
-	listen string
-	admin  string
-	token  string
-	log    string
-	proc   *exec.Cmd
-	exited chan error
+	t       testing.TB
+	state   string
+	args    []string
+	listen  string
+	admin   string
+	token   string
+	log     string
+	proc    *exec.Cmd
+	exited  chan struct{} // closed when sandboxd has exited
+	exitErr error         // then: how it ended
 	// cleanedUp: cleanup already ran (a benchmark that measured it).
 	cleanedUp bool
 	// served: sandboxd became healthy at least once, so cleanup may start
 	// it again to kill the sandboxes.
-	served bool
-	api       sandboxdv1connect.SandboxdServiceClient
-	netOpts   network.Options
-	template  string
+	served   bool
+	api      sandboxdv1connect.SandboxdServiceClient
+	netOpts  network.Options
+	template string
 }
 
 // newHost prepares a host with the busybox template and starts sandboxd.
@@ -146,13 +147,16 @@ func (h *host) start() {
 		h.t.Fatal(err)
 	}
 	h.proc = cmd
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() {
+		h.exitErr = cmd.Wait()
+		close(exited)
+	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-exited:
-			h.t.Fatalf("sandboxd exited: %v\n%s", err, h.logTail())
+		case <-exited:
+			h.t.Fatalf("sandboxd exited: %v\n%s", h.exitErr, h.logTail())
 		default:
 		}
 		resp, err := http.Get("http://" + h.admin + "/healthz")

@@ -52,13 +52,13 @@ type Spec struct {
 type Status int
 
 const (
-	// Stopped: no process of the sandbox runs (it exited, was killed, or
-	// never started). Stop still releases what it holds.
+	// Stopped means no process of the sandbox runs (it exited, was killed,
+	// or never started). Stop still releases what it holds.
 	Stopped Status = iota
-	// Running: its processes run.
+	// Running means its processes run.
 	Running
-	// Paused: its processes exist but are frozen (native) or checkpointed
-	// to disk (gvisor).
+	// Paused means its processes exist but are frozen (native) or
+	// checkpointed to disk (gvisor).
 	Paused
 )
 
