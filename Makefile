@@ -19,6 +19,8 @@ export KUBEBUILDER_ASSETS ?= $(shell hack/kube/build.sh --print)
 export GOFLAGS := -tags=seccomp
 # The envd the sandbox tests bind into their sandboxes (built by `make envd`).
 export SKIFF_ENVD := $(BIN)/envd
+# gVisor's runsc, which the gvisor runtime's tests run (built by `make runsc`).
+export SKIFF_RUNSC ?= $(shell hack/runsc/build.sh --print)
 
 .PHONY: help
 help: ## Show the verbs.
@@ -31,6 +33,10 @@ tools: $(addprefix $(BIN)/,$(TOOLS)) ## Build the pinned tools (tools/) into bin
 $(BIN)/%: tools/%/go.mod tools/%/go.sum
 	@mkdir -p $(BIN)
 	cd tools/$* && GOWORK=off go build -trimpath -o $(BIN)/$* $$(sed -n 's/^tool //p' go.mod)
+
+.PHONY: runsc
+runsc: ## Build gVisor's runsc from the Go module proxy into the cache (no-op when present).
+	hack/runsc/build.sh
 
 .PHONY: kube-bins
 kube-bins: ## Build etcd, kube-apiserver and kubectl from Go modules into the cache (no-op when present).
@@ -52,7 +58,7 @@ vet: ## go vet every module.
 
 .PHONY: tidy
 tidy: ## go mod tidy every module (workspace and tools).
-	for m in $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/); do (cd $$m && GOWORK=off go mod tidy); done
+	for m in $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/) hack/runsc; do (cd $$m && GOWORK=off go mod tidy); done
 
 .PHONY: lint
 lint: $(BIN)/golangci-lint ## golangci-lint every module.
@@ -62,7 +68,7 @@ lint: $(BIN)/golangci-lint ## golangci-lint every module.
 verify: generate ## generate + gofmt + vet + tidy check + GOWORK=off builds + lint, then fail on any diff.
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt -s needed:"; echo "$$out"; exit 1; fi
 	$(MAKE) vet
-	for m in $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/); do (cd $$m && GOWORK=off go mod tidy -diff) || { echo "go.mod of $$m is not tidy: run make tidy"; exit 1; }; done
+	for m in $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/) hack/runsc; do (cd $$m && GOWORK=off go mod tidy -diff) || { echo "go.mod of $$m is not tidy: run make tidy"; exit 1; }; done
 	for m in $(MODULES); do (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...) || { echo "$$m does not build with GOWORK=off"; exit 1; }; done
 	$(MAKE) lint
 	@if [[ -n "$$(git status --porcelain)" ]]; then echo "verify left a diff (commit generated files):"; git status --porcelain; git diff --stat; exit 1; fi
@@ -71,7 +77,7 @@ verify: generate ## generate + gofmt + vet + tidy check + GOWORK=off builds + li
 test: kube-bins go-test fuzz sdk-test ## Every test: Go (with -race, on a real kube-apiserver and etcd), fuzzing, the e2b SDK suite.
 
 .PHONY: go-test
-go-test: kube-bins envd ## The Go tests of every module.
+go-test: kube-bins envd runsc ## The Go tests of every module.
 	for m in $(MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
 
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target with
@@ -103,7 +109,7 @@ sdk-test: envd ## The unmodified e2b JS SDK (E2B_SDKS: 2.51.0 and 2.50.0) agains
 	for sdk in $(E2B_SDKS); do (cd envd/test/sdk && ENVD_BIN=$(BIN)/envd E2B_PACKAGE=$$sdk node --test --test-concurrency=1 sdk.test.mjs) || exit 1; done
 
 .PHONY: bench
-bench: kube-bins envd ## Benchmarks (BENCH=regexp, BENCHTIME=2s).
+bench: kube-bins envd runsc ## Benchmarks (BENCH=regexp, BENCHTIME=2s).
 	for m in $(MODULES); do (cd $$m && go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem ./...); done
 
 .PHONY: mutate

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/network"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/gvisor"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 	"github.com/skiff-dev/skiff/sandboxd/internal/server"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
@@ -34,6 +36,8 @@ type serveOptions struct {
 	cgroup      string
 	ifacePrefix string
 	nftTable    string
+	runsc       string
+	platform    string
 }
 
 func serveCommand(stateDir *string) *cobra.Command {
@@ -52,7 +56,9 @@ its children: stopping sandboxd leaves them running.`,
 		},
 	}
 	o.server.AddFlags(cmd.Flags())
-	cmd.Flags().StringVar(&o.runtime, "runtime", native.Name, "The sandbox runtime: native (namespaces through libcontainer).")
+	cmd.Flags().StringVar(&o.runtime, "runtime", native.Name, "The sandbox runtime: native (namespaces through libcontainer) or gvisor (gVisor's runsc, a user-space kernel).")
+	cmd.Flags().StringVar(&o.runsc, "runsc", "runsc", "With --runtime gvisor: the static runsc binary (a path, or a name looked up in PATH).")
+	cmd.Flags().StringVar(&o.platform, "runsc-platform", "systrap", "With --runtime gvisor: runsc's --platform.")
 	cmd.Flags().StringVar(&o.runDir, "run-dir", DefaultRunDir, "Directory of the sandboxes' network namespaces (a tmpfs such as /run: they end with the boot).")
 	cmd.Flags().Uint32Var(&o.uidBase, "uid-base", nativeDefaults.UIDBase, "First host uid and gid of the sandboxes' ranges: each sandbox gets 65536 ids from here; nothing else on the host may use them.")
 	cmd.Flags().Int64Var(&o.pidsLimit, "pids-limit", nativeDefaults.PidsLimit, "Most processes in one sandbox.")
@@ -73,6 +79,10 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 		}
 	}
 	log := slog.Default()
+	stateDir, err := filepath.Abs(stateDir)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(stateDir, 0o711); err != nil {
 		return err
 	}
@@ -111,6 +121,8 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// Releases what the runtime holds for itself; sandboxes keep running.
+	defer rt.Close()
 	srv, err := server.New(o.server, server.Deps{
 		Runtime:   rt,
 		Network:   networkAdapter{nm},
@@ -126,15 +138,29 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 	return srv.Run(ctx)
 }
 
-func newRuntime(stateDir string, o *serveOptions, log *slog.Logger) (sandboxrt.Runtime, error) {
+// runtime is a sandbox runtime that holds something of its own to release.
+type runtime interface {
+	sandboxrt.Runtime
+	Close() error
+}
+
+func newRuntime(stateDir string, o *serveOptions, log *slog.Logger) (runtime, error) {
 	switch o.runtime {
 	case native.Name:
 		opts := native.DefaultOptions(filepath.Join(stateDir, native.Name))
 		opts.UIDBase, opts.PidsLimit, opts.CgroupParent, opts.Logger = o.uidBase, o.pidsLimit, o.cgroup, log
 		opts.Slots = o.server.MaxSandboxes
 		return native.New(opts)
+	case gvisor.Name:
+		runsc, err := exec.LookPath(o.runsc)
+		if err != nil {
+			return nil, fmt.Errorf("--runsc: %w (build it with make runsc)", err)
+		}
+		opts := gvisor.DefaultOptions(filepath.Join(stateDir, gvisor.Name), runsc)
+		opts.Platform, opts.PidsLimit, opts.CgroupParent, opts.Logger = o.platform, o.pidsLimit, o.cgroup, log
+		return gvisor.New(opts)
 	default:
-		return nil, fmt.Errorf("--runtime %q: not one of %q", o.runtime, []string{native.Name})
+		return nil, fmt.Errorf("--runtime %q: not one of %q", o.runtime, []string{native.Name, gvisor.Name})
 	}
 }
 

@@ -358,3 +358,35 @@ func TestBaseTemplate(t *testing.T) {
 		t.Errorf("in the base template: %+v", got)
 	}
 }
+
+// TestGvisorRuntime runs the same daemon with --runtime gvisor: a command as
+// user under gVisor's kernel, a pause that checkpoints the sandbox to disk
+// and a resume that restores its memory, then kill.
+func TestGvisorRuntime(t *testing.T) {
+	runsc := os.Getenv("SKIFF_RUNSC")
+	if _, err := os.Stat(runsc); err != nil {
+		t.Fatalf("SKIFF_RUNSC=%q: %v (make runsc builds it)", runsc, err)
+	}
+	h := newHost(t, "--runtime", "gvisor", "--runsc", runsc)
+	ctx := context.Background()
+	c := h.create(nil)
+	id, token := c.GetSandbox().GetId(), c.GetEnvdAccessToken()
+	if got := h.mustRun(id, token, "user", "id -u; dmesg 2>/dev/null | grep -c gVisor; echo kept > /tmp/mem"); !strings.HasPrefix(got.Stdout, "1000\n") || strings.HasPrefix(got.Stdout, "1000\n0\n") {
+		t.Errorf("under gVisor: %+v", got)
+	}
+	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.api.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.mustRun(id, token, "user", "cat /tmp/mem"); got.Stdout != "kept\n" {
+		t.Errorf("after checkpoint and restore: %+v", got)
+	}
+	if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(h.state, "gvisor", "sandboxes", id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the sandbox's bundle is left: %v", err)
+	}
+}
