@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"unsafe"
 
 	"github.com/spf13/pflag"
 
@@ -49,6 +50,7 @@ func run(args []string, stdout io.Writer) int {
 	// A log reader that goes away must not kill envd (and so the sandbox)
 	// with SIGPIPE. Handled, not ignored: processes must not inherit SIG_IGN.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	defaultSignals()
 	opts.Log = logs.New(stdout, logs.Config{
 		Output:      opts.LogProcessOutput,
 		OutputLimit: int64(opts.LogOutputLimit),
@@ -75,4 +77,19 @@ func run(args []string, stdout io.Writer) int {
 	}
 	logger.Info("envd stopped", "orphans_reaped", opts.Reaper.Reaped())
 	return 0
+}
+
+// defaultSignals gives back their default disposition to the signals that
+// whoever started envd ignored and that Go leaves as they are (32 and up:
+// GNU make, for one, runs its commands with 32 and 33 ignored). An ignored
+// signal stays ignored across execve, so every process envd starts would
+// inherit it. Go's runtime neither uses nor handles these signals in a
+// static binary, so setting them to SIG_DFL takes nothing from it.
+func defaultSignals() {
+	var dfl [4]uint64 // struct sigaction: SIG_DFL, no flags, no restorer, empty mask
+	for sig := 32; sig <= 64; sig++ {
+		if signal.Ignored(syscall.Signal(sig)) {
+			_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0)
+		}
+	}
 }
