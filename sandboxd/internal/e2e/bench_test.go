@@ -25,7 +25,13 @@ func reportPercentiles(b *testing.B, took []time.Duration) {
 // BenchmarkColdCreate is Create through the API until envd is ready and
 // holds its token: network namespace, root, cgroups, envd /health, /init.
 func BenchmarkColdCreate(b *testing.B) {
-	h := newHost(b)
+	b.Run("runtime=native", func(b *testing.B) { benchmarkColdCreate(b, newHost(b)) })
+	b.Run("runtime=gvisor", func(b *testing.B) {
+		benchmarkColdCreate(b, newHost(b, "--runtime", "gvisor", "--runsc", os.Getenv("SKIFF_RUNSC")))
+	})
+}
+
+func benchmarkColdCreate(b *testing.B, h *host) {
 	ctx := context.Background()
 	var took []time.Duration
 	for b.Loop() {
@@ -42,19 +48,19 @@ func BenchmarkColdCreate(b *testing.B) {
 		b.StartTimer()
 	}
 	reportPercentiles(b, took)
-	reportSteps(b, h)
+	reportSteps(b, h, "sandbox started")
 }
 
-// reportSteps reports the median of each step of the creates, from the
-// durations sandboxd logs with every "sandbox started".
-func reportSteps(b *testing.B, h *host) {
+// reportSteps reports the median of each step of the creates or claims,
+// from the durations sandboxd logs with each message.
+func reportSteps(b *testing.B, h *host, message string) {
 	data, err := os.ReadFile(h.log)
 	if err != nil {
 		b.Fatal(err)
 	}
 	steps := map[string][]time.Duration{}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if !strings.Contains(line, "sandbox started") {
+		if !strings.Contains(line, message) {
 			continue
 		}
 		for field := range strings.FieldsSeq(line) {
@@ -98,6 +104,7 @@ func BenchmarkClaim(b *testing.B) {
 		b.StartTimer()
 	}
 	reportPercentiles(b, took)
+	reportSteps(b, h, "sandbox claimed")
 }
 
 // BenchmarkIdleSandboxMemory starts 200 idle sandboxes and reports what

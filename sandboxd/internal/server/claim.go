@@ -74,6 +74,7 @@ func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest
 		}
 	}
 
+	tookRecord, step := time.Since(began), time.Now()
 	if err := s.rotateToken(ctx, rec, oldToken, token, m.GetEnvVars()); err != nil {
 		s.log.WarnContext(ctx, "claimed sandbox's envd refused the new token; killing it", "sandbox", rec.ID, "error", err)
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -84,7 +85,8 @@ func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("hand sandbox %s over: %w", rec.ID, err))
 	}
 	s.deadlines.Set(rec.ID, rec.EndAt)
-	s.log.InfoContext(ctx, "sandbox claimed", "sandbox", rec.ID, "team", rec.Team, "pool", rec.Pool, "template", rec.Template)
+	s.log.InfoContext(ctx, "sandbox claimed", "sandbox", rec.ID, "team", rec.Team, "pool", rec.Pool, "template", rec.Template,
+		"duration", time.Since(began), "record", tookRecord, "envd", time.Since(step))
 	return connect.NewResponse(&pb.ClaimResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: token}), nil
 }
 

@@ -49,9 +49,12 @@ func NewEnvdClient(timeout time.Duration) *EnvdClient {
 	return &EnvdClient{client: &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
-			Proxy:             nil, // a sandbox's address is never behind the host's proxy
-			DisableKeepAlives: true,
-			ForceAttemptHTTP2: false,
+			Proxy: nil, // a sandbox's address is never behind the host's proxy
+			// One kept connection per sandbox: a claim's /init then costs
+			// no new connection into the sandbox's network namespace.
+			MaxIdleConnsPerHost: 1,
+			IdleConnTimeout:     30 * time.Minute,
+			ForceAttemptHTTP2:   false,
 		},
 	}}
 }
@@ -85,6 +88,9 @@ func (c *EnvdClient) Init(ctx context.Context, addr, currentToken string, in *En
 		return "", fmt.Errorf("%w init: %w", errEnvd, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// /init sets state; repeating it changes nothing. Saying so lets the
+	// transport retry it on a kept connection envd closed meanwhile.
+	req.Header.Set("Idempotency-Key", "")
 	if currentToken != "" {
 		req.Header.Set("X-Access-Token", currentToken)
 	}
