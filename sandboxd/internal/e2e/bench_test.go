@@ -65,7 +65,7 @@ func reportSteps(b *testing.B, h *host, message string) {
 		}
 		for field := range strings.FieldsSeq(line) {
 			k, v, ok := strings.Cut(field, "=")
-			if !ok || !slices.Contains([]string{"network", "runtime", "envd", "record"}, k) {
+			if !ok || !slices.Contains([]string{"network", "runtime", "envd", "record", "duration"}, k) {
 				continue
 			}
 			if d, err := time.ParseDuration(v); err == nil {
@@ -152,4 +152,18 @@ func memAvailable(b *testing.B) int64 {
 	}
 	b.Fatal("no MemAvailable in /proc/meminfo")
 	return 0
+}
+
+// BenchmarkGet is the floor of an RPC: Get of a sandbox, through auth, the
+// Connect handler and the registry.
+func BenchmarkGet(b *testing.B) {
+	h := newHost(b)
+	ctx := context.Background()
+	c := h.create(nil)
+	req := connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: c.GetSandbox().GetId()})
+	for b.Loop() {
+		if _, err := h.api.Get(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -65,6 +65,10 @@ type Registry struct {
 // Open loads every record from st. Records that could not be read are
 // reported in the error; the others load.
 func Open(st *store.Store, limits Limits) (*Registry, error) {
+	// Only a paused sandbox could outlive the host's uptime (a checkpoint
+	// on disk); the others die with the host, records or not. So only
+	// their records pay for an fsync (see package store).
+	st.SetSync(func(rec *store.Record) bool { return rec.State == StatePaused })
 	recs, err := st.Load()
 	r := &Registry{store: st, limits: limits, sandboxes: make(map[string]*store.Record, len(recs)), watchers: map[*watcher]struct{}{}}
 	for _, rec := range recs {

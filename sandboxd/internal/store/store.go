@@ -1,8 +1,15 @@
 // Package store is sandboxd's memory across its own restarts: one record per
 // sandbox, each a JSON file under the state directory written atomically
-// (temporary file, fsync, rename, fsync of the directory). A sandboxd killed
-// at any instant leaves every record either as it was or as it became, never
-// half-written, so a restart can re-adopt every sandbox.
+// (temporary file, rename). A sandboxd killed at any instant leaves every
+// record either as it was or as it became, never half-written, so a restart
+// can re-adopt every sandbox.
+//
+// Surviving a power loss or a kernel crash is another matter: that needs an
+// fsync of the file and of the directory, which costs more than a millisecond
+// on the build machines — most of a warm claim. A record is fsynced when the
+// store's sync policy says so (SetSync; by default always). sandboxd asks it
+// only for what could outlive the host's uptime: a running sandbox's
+// processes die with the host, so its record is as good as gone too.
 package store
 
 import (
@@ -62,8 +69,17 @@ type Record struct {
 // Store holds the records under one directory. It is safe for concurrent
 // use; writes of one record are serialised.
 type Store struct {
-	dir string
-	mu  sync.Mutex
+	dir  string
+	mu   sync.Mutex
+	sync func(*Record) bool
+}
+
+// SetSync sets which records are written durably (fsync of the file and the
+// directory); nil means all of them. Call it before the first Put.
+func (s *Store) SetSync(policy func(*Record) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sync = policy
 }
 
 const (
@@ -104,7 +120,7 @@ func (s *Store) Put(r *Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.writeAtomic(r.ID+recordExt, data)
+	return s.writeAtomic(r.ID+recordExt, data, s.sync == nil || s.sync(r))
 }
 
 // Get reads one record.
@@ -198,7 +214,7 @@ func (s *Store) quarantine(name string, cause error) error {
 
 // writeAtomic replaces dir/name with data: a temporary file in the same
 // directory, fsync, rename over the name, fsync of the directory.
-func (s *Store) writeAtomic(name string, data []byte) error {
+func (s *Store) writeAtomic(name string, data []byte, durable bool) error {
 	f, err := os.CreateTemp(s.dir, tempPrefix+name+"-*")
 	if err != nil {
 		return fmt.Errorf("create temporary record: %w", err)
@@ -214,8 +230,10 @@ func (s *Store) writeAtomic(name string, data []byte) error {
 	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", tmp, err)
+	if durable {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", tmp, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp, err)
@@ -224,6 +242,9 @@ func (s *Store) writeAtomic(name string, data []byte) error {
 		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
 	ok = true
+	if !durable {
+		return nil
+	}
 	return syncDir(s.dir)
 }
 
