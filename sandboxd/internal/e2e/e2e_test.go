@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -318,10 +319,21 @@ func TestKill9KeepsEverySandbox(t *testing.T) {
 	for _, p := range []string{
 		filepath.Join(h.netOpts.RunDir, "netns", idD),
 		filepath.Join(h.state, "native", "sandboxes", idD),
+		filepath.Join(h.state, "native", "containers", idD),
+		filepath.Join("/sys/fs/cgroup/pids", ownCgroup(t, "pids"), h.cgroupParent, idD),
+		filepath.Join("/sys/fs/cgroup/memory", ownCgroup(t, "memory"), h.cgroupParent, idD),
 	} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left after the dead sandbox was cleaned up: %v", p, err)
 		}
+	}
+	// The same paths exist for a live sandbox: the checks above look where
+	// things would be.
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", ownCgroup(t, "memory"), h.cgroupParent, idR)); err != nil {
+		t.Errorf("the live sandbox's memory cgroup: %v", err)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), idD) {
+		t.Errorf("a mount of the dead sandbox is left")
 	}
 	// A clean stop leaves sandboxes running too.
 	h.stop()
@@ -389,4 +401,20 @@ func TestGvisorRuntime(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.state, "gvisor", "sandboxes", id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the sandbox's bundle is left: %v", err)
 	}
+}
+
+// ownCgroup is this process's cgroup in a v1 hierarchy ("/" if none).
+func ownCgroup(t *testing.T, hierarchy string) string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), hierarchy) {
+			return parts[2]
+		}
+	}
+	return "/"
 }

@@ -70,10 +70,12 @@ type host struct {
 	cleanedUp bool
 	// served: sandboxd became healthy at least once, so cleanup may start
 	// it again to kill the sandboxes.
-	served   bool
-	api      sandboxdv1connect.SandboxdServiceClient
-	netOpts  network.Options
-	template string
+	served  bool
+	api     sandboxdv1connect.SandboxdServiceClient
+	netOpts network.Options
+	// cgroupParent holds the sandboxes' cgroups, below this process's.
+	cgroupParent string
+	template     string
 }
 
 // newHost prepares a host with the busybox template and starts sandboxd.
@@ -106,6 +108,7 @@ func newHostWith(t testing.TB, addTemplate func(*template.Library) (*template.Te
 		t.Fatal(err)
 	}
 	h.listen, h.admin = freeAddr(t), freeAddr(t)
+	h.cgroupParent = sandboxtest.CgroupParent(t)
 	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
 	// A /21: 512 sandboxes' /30s, more than any test asks for.
 	pool := netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/21", 100+rand.IntN(100), rand.IntN(32)*8))
@@ -115,7 +118,7 @@ func newHostWith(t testing.TB, addTemplate func(*template.Library) (*template.Te
 		"--listen", h.listen, "--admin-listen", h.admin, "--auth-token-file", tokenFile,
 		"--node-name", "e2e-" + suffix, "--sandbox-cidr", pool.String(), "--max-sandboxes", "32",
 		"--iface-prefix", h.netOpts.IfacePrefix, "--nft-table", h.netOpts.Table,
-		"--cgroup-parent", sandboxtest.CgroupParent(t), "--envd", sandboxtest.EnvdBinary(t),
+		"--cgroup-parent", h.cgroupParent, "--envd", sandboxtest.EnvdBinary(t),
 		"--envd-ready-timeout", "20s", "--overcommit", "32",
 	}, extra...)
 	forward := readForwarding(t)
