@@ -1,0 +1,311 @@
+// Package hostinventory mirrors one sandboxd — its Info and, through its
+// Watch stream, every sandbox on it — as the NodeInventory that describes the
+// host to the fleet. vk-sandbox publishes that object to Kubernetes; the
+// apiserver's single-host mode feeds it straight into a static inventory
+// source. Both build it here, so a host looks the same to every reader.
+package hostinventory
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+)
+
+// Options tune a Host.
+type Options struct {
+	// InfoInterval is how often Info (capacity, templates) is asked again
+	// while the Watch stream runs. Default 30 s.
+	InfoInterval time.Duration
+	// MinBackoff and MaxBackoff bound the wait before reconnecting after
+	// the stream or Info failed. Defaults 100 ms and 5 s.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.InfoInterval <= 0 {
+		o.InfoInterval = 30 * time.Second
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(5*time.Second, o.MinBackoff)
+	}
+}
+
+// Host mirrors one sandboxd. Run keeps the mirror current; Inventory reads
+// it. It is safe for concurrent use.
+type Host struct {
+	client   sandboxdv1connect.SandboxdServiceClient
+	endpoint string
+	opts     Options
+
+	mu        sync.Mutex
+	info      *pb.InfoResponse
+	sandboxes map[string]*pb.Sandbox
+	synced    bool // a snapshot arrived on the current stream
+	lastErr   error
+	changed   chan struct{}
+}
+
+// New returns a mirror of the sandboxd that client talks to, which the
+// fleet reaches at endpoint (the NodeInventory's spec.endpoint).
+func New(client sandboxdv1connect.SandboxdServiceClient, endpoint string, opts Options) *Host {
+	opts.defaults()
+	return &Host{client: client, endpoint: endpoint, opts: opts, changed: make(chan struct{}, 1)}
+}
+
+// Changed receives after the mirror changed: a sandbox came, went or
+// changed, the host's Info changed, or the mirror lost or regained sync.
+// Changes between two receives coalesce into one.
+func (h *Host) Changed() <-chan struct{} { return h.changed }
+
+func (h *Host) notify() {
+	select {
+	case h.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Synced reports whether the mirror follows a live stream, and if not why.
+func (h *Host) Synced() (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.synced && h.info != nil, h.lastErr
+}
+
+// Run follows the host until ctx ends: Info, then the Watch stream (a
+// snapshot, then each change), asking Info again every InfoInterval. When
+// either fails the mirror is marked out of sync — readers must not trust a
+// host they cannot hear — and Run reconnects with capped exponential
+// backoff. It returns ctx's error.
+func (h *Host) Run(ctx context.Context) error {
+	backoff := h.opts.MinBackoff
+	for {
+		started := time.Now()
+		err := h.follow(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		h.lose(err)
+		if time.Since(started) > h.opts.MaxBackoff {
+			backoff = h.opts.MinBackoff // it ran a while: start over
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, h.opts.MaxBackoff)
+	}
+}
+
+// lose marks the mirror out of sync after err.
+func (h *Host) lose(err error) {
+	h.mu.Lock()
+	h.synced, h.lastErr = false, err
+	h.mu.Unlock()
+	h.notify()
+}
+
+// follow runs one stream until it fails.
+func (h *Host) follow(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := h.refreshInfo(ctx); err != nil {
+		return err
+	}
+	stream, err := h.client.Watch(ctx, connect.NewRequest(&pb.WatchRequest{}))
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", h.endpoint, err)
+	}
+	defer stream.Close()
+	infoErr := make(chan error, 1)
+	go func() {
+		t := time.NewTicker(h.opts.InfoInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := h.refreshInfo(ctx); err != nil {
+					infoErr <- err
+					cancel() // ends Receive below
+					return
+				}
+			}
+		}
+	}()
+	for stream.Receive() {
+		h.apply(stream.Msg())
+	}
+	select {
+	case err := <-infoErr:
+		return err
+	default:
+	}
+	if err := stream.Err(); err != nil {
+		return fmt.Errorf("watch %s: %w", h.endpoint, err)
+	}
+	return fmt.Errorf("watch %s: the stream ended", h.endpoint)
+}
+
+func (h *Host) refreshInfo(ctx context.Context) error {
+	resp, err := h.client.Info(ctx, connect.NewRequest(&pb.InfoRequest{}))
+	if err != nil {
+		return fmt.Errorf("info of %s: %w", h.endpoint, err)
+	}
+	h.mu.Lock()
+	h.info = resp.Msg
+	h.mu.Unlock()
+	h.notify()
+	return nil
+}
+
+// apply takes one message of the Watch stream.
+func (h *Host) apply(m *pb.WatchResponse) {
+	h.mu.Lock()
+	switch ev := m.GetEvent().(type) {
+	case *pb.WatchResponse_Snapshot_:
+		h.sandboxes = make(map[string]*pb.Sandbox, len(ev.Snapshot.GetSandboxes()))
+		for _, sb := range ev.Snapshot.GetSandboxes() {
+			h.sandboxes[sb.GetId()] = sb
+		}
+		h.synced, h.lastErr = true, nil
+	case *pb.WatchResponse_Change_:
+		sb := ev.Change.GetSandbox()
+		if h.sandboxes == nil {
+			h.sandboxes = map[string]*pb.Sandbox{}
+		}
+		switch ev.Change.GetType() {
+		case pb.WatchResponse_CHANGE_TYPE_DELETED:
+			delete(h.sandboxes, sb.GetId())
+		default:
+			h.sandboxes[sb.GetId()] = sb
+		}
+	default:
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	h.notify()
+}
+
+// ErrNotSynced is returned by Inventory while the mirror does not follow a
+// live stream.
+var ErrNotSynced = errors.New("host mirror is not in sync")
+
+// Inventory is the host's NodeInventory as of now, without publishedAt
+// (the publisher stamps it). Sandboxes are sorted by ID and templates by
+// name, so equal hosts give equal objects. It fails with ErrNotSynced
+// until the first snapshot and whenever the stream is down.
+func (h *Host) Inventory() (*v1beta1.NodeInventory, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.synced || h.info == nil {
+		if h.lastErr != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNotSynced, h.lastErr)
+		}
+		return nil, ErrNotSynced
+	}
+	sandboxes := make([]*pb.Sandbox, 0, len(h.sandboxes))
+	for _, sb := range h.sandboxes {
+		sandboxes = append(sandboxes, sb)
+	}
+	inv := &v1beta1.NodeInventory{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "NodeInventory"},
+		ObjectMeta: metav1.ObjectMeta{Name: h.info.GetNodeName()},
+		Spec:       Spec(h.endpoint, h.info, sandboxes),
+	}
+	return inv, nil
+}
+
+// Spec is the NodeInventory spec of a host with info and sandboxes.
+// Allocation counts the sandboxes themselves, so it agrees with the list
+// even between two Info calls.
+func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1beta1.NodeInventorySpec {
+	spec := v1beta1.NodeInventorySpec{
+		Endpoint: endpoint,
+		Capacity: v1beta1.NodeCapacity{
+			CPUMilli:  info.GetCapacity().GetCpuMilli(),
+			MemoryMiB: info.GetCapacity().GetMemoryMib(),
+			Sandboxes: info.GetMaxSandboxes(),
+		},
+	}
+	for _, t := range info.GetTemplates() {
+		spec.Templates = append(spec.Templates, v1beta1.TemplateVersion{Name: t.GetName(), Version: t.GetVersion()})
+	}
+	slices.SortFunc(spec.Templates, func(a, b v1beta1.TemplateVersion) int { return cmp.Compare(a.Name, b.Name) })
+	pools := map[string]*v1beta1.PoolSummary{}
+	for _, sb := range sandboxes {
+		e := Entry(sb)
+		spec.Sandboxes = append(spec.Sandboxes, e)
+		spec.Allocated.CPUMilli += e.CPUMilli
+		spec.Allocated.MemoryMiB += e.MemoryMiB
+		spec.Allocated.Sandboxes++
+		if e.Pool != "" {
+			p := pools[e.Pool]
+			if p == nil {
+				p = &v1beta1.PoolSummary{Pool: e.Pool, Template: e.Template}
+				pools[e.Pool] = p
+			}
+			if e.State == v1beta1.SandboxWarm {
+				p.Warm++
+			}
+		}
+	}
+	slices.SortFunc(spec.Sandboxes, func(a, b v1beta1.SandboxEntry) int { return cmp.Compare(a.ID, b.ID) })
+	for _, p := range pools {
+		spec.Pools = append(spec.Pools, *p)
+	}
+	slices.SortFunc(spec.Pools, func(a, b v1beta1.PoolSummary) int { return cmp.Compare(a.Pool, b.Pool) })
+	return spec
+}
+
+// Entry is a sandbox as the NodeInventory lists it.
+func Entry(sb *pb.Sandbox) v1beta1.SandboxEntry {
+	e := v1beta1.SandboxEntry{
+		ID:        sb.GetId(),
+		Template:  sb.GetTemplate(),
+		State:     State(sb.GetState()),
+		Pool:      sb.GetPool(),
+		Team:      sb.GetTeam(),
+		StartedAt: metav1.NewTime(sb.GetStartedAt().AsTime()),
+		CPUMilli:  sb.GetResources().GetCpuMilli(),
+		MemoryMiB: sb.GetResources().GetMemoryMib(),
+	}
+	if sb.GetEndAt() != nil {
+		end := metav1.NewTime(sb.GetEndAt().AsTime())
+		e.EndAt = &end
+	}
+	if len(sb.GetMetadata()) > 0 {
+		e.Metadata = sb.GetMetadata()
+	}
+	return e
+}
+
+// State maps sandboxd's state onto the inventory's.
+func State(s pb.SandboxState) v1beta1.SandboxState {
+	switch s {
+	case pb.SandboxState_SANDBOX_STATE_PAUSED:
+		return v1beta1.SandboxPaused
+	case pb.SandboxState_SANDBOX_STATE_WARM:
+		return v1beta1.SandboxWarm
+	default:
+		return v1beta1.SandboxRunning
+	}
+}

@@ -1,0 +1,211 @@
+package hostinventory
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+)
+
+// fakeSandboxd serves Info and a Watch stream the test drives: each stream
+// sends the current snapshot, then whatever the test pushes, until the test
+// breaks it.
+type fakeSandboxd struct {
+	sandboxdv1connect.UnimplementedSandboxdServiceHandler
+	mu        sync.Mutex
+	info      *pb.InfoResponse
+	sandboxes []*pb.Sandbox
+	events    chan *pb.WatchResponse
+	breaks    chan struct{}
+	streams   int
+	down      bool // Watch refuses, as a sandboxd that is not up
+}
+
+func (f *fakeSandboxd) Info(context.Context, *connect.Request[pb.InfoRequest]) (*connect.Response[pb.InfoResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return connect.NewResponse(f.info), nil
+}
+
+func (f *fakeSandboxd) Watch(ctx context.Context, _ *connect.Request[pb.WatchRequest], s *connect.ServerStream[pb.WatchResponse]) error {
+	f.mu.Lock()
+	if f.down {
+		f.mu.Unlock()
+		return connect.NewError(connect.CodeUnavailable, errors.New("down"))
+	}
+	f.streams++
+	snap := &pb.WatchResponse{Event: &pb.WatchResponse_Snapshot_{Snapshot: &pb.WatchResponse_Snapshot{Sandboxes: f.sandboxes}}}
+	f.mu.Unlock()
+	if err := s.Send(snap); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-f.breaks:
+			return connect.NewError(connect.CodeUnavailable, errors.New("sandboxd restarting"))
+		case ev := <-f.events:
+			if err := s.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func sandbox(id, state string) *pb.Sandbox {
+	st := map[string]pb.SandboxState{"running": pb.SandboxState_SANDBOX_STATE_RUNNING, "paused": pb.SandboxState_SANDBOX_STATE_PAUSED, "warm": pb.SandboxState_SANDBOX_STATE_WARM}[state]
+	sb := &pb.Sandbox{
+		Id: id, Template: "base", State: st, Team: "team-a",
+		StartedAt: timestamppb.New(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)),
+		EndAt:     timestamppb.New(time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC)),
+		Resources: &pb.Resources{CpuMilli: 1000, MemoryMib: 256},
+		Metadata:  map[string]string{"k": "v"},
+	}
+	if state == "warm" {
+		sb.Team, sb.Pool = "", "ns/pool"
+	}
+	return sb
+}
+
+func start(t *testing.T, f *fakeSandboxd) *Host {
+	t.Helper()
+	f.events, f.breaks = make(chan *pb.WatchResponse, 16), make(chan struct{}, 1)
+	mux := http.NewServeMux()
+	mux.Handle(sandboxdv1connect.NewSandboxdServiceHandler(f))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	h := New(sandboxdv1connect.NewSandboxdServiceClient(srv.Client(), srv.URL), "10.0.0.1:27777",
+		Options{InfoInterval: 50 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v", err)
+		}
+	})
+	return h
+}
+
+// eventually polls the mirror until cond holds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestMirrorFollowsSnapshotAndChanges(t *testing.T) {
+	f := &fakeSandboxd{
+		info: &pb.InfoResponse{NodeName: "host-1", Capacity: &pb.Resources{CpuMilli: 8000, MemoryMib: 16384}, MaxSandboxes: 64,
+			Templates: []*pb.TemplateVersion{{Name: "python", Version: "b"}, {Name: "base", Version: "a"}}},
+		sandboxes: []*pb.Sandbox{sandbox("bbbbbbbbbbbbbbbbtag1", "running"), sandbox("aaaaaaaaaaaaaaaatag1", "warm")},
+	}
+	h := start(t, f)
+	eventually(t, "the snapshot", func() bool { ok, _ := h.Synced(); return ok })
+	inv, err := h.Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.Name != "host-1" || inv.Spec.Endpoint != "10.0.0.1:27777" || inv.PublishedAt != nil {
+		t.Errorf("object: %+v", inv.ObjectMeta)
+	}
+	s := inv.Spec
+	if s.Capacity != (v1beta1.NodeCapacity{CPUMilli: 8000, MemoryMiB: 16384, Sandboxes: 64}) ||
+		s.Allocated != (v1beta1.NodeCapacity{CPUMilli: 2000, MemoryMiB: 512, Sandboxes: 2}) {
+		t.Errorf("capacity %+v allocated %+v", s.Capacity, s.Allocated)
+	}
+	if len(s.Templates) != 2 || s.Templates[0].Name != "base" {
+		t.Errorf("templates not sorted: %+v", s.Templates)
+	}
+	if len(s.Sandboxes) != 2 || s.Sandboxes[0].ID != "aaaaaaaaaaaaaaaatag1" || s.Sandboxes[0].State != v1beta1.SandboxWarm || s.Sandboxes[1].Metadata["k"] != "v" || s.Sandboxes[1].EndAt == nil {
+		t.Errorf("sandboxes: %+v", s.Sandboxes)
+	}
+	if len(s.Pools) != 1 || s.Pools[0] != (v1beta1.PoolSummary{Pool: "ns/pool", Template: "base", Warm: 1}) {
+		t.Errorf("pools: %+v", s.Pools)
+	}
+
+	// A change and a deletion arrive on the stream.
+	f.events <- &pb.WatchResponse{Event: &pb.WatchResponse_Change_{Change: &pb.WatchResponse_Change{Type: pb.WatchResponse_CHANGE_TYPE_UPSERTED, Sandbox: sandbox("aaaaaaaaaaaaaaaatag1", "paused")}}}
+	f.events <- &pb.WatchResponse{Event: &pb.WatchResponse_Change_{Change: &pb.WatchResponse_Change{Type: pb.WatchResponse_CHANGE_TYPE_DELETED, Sandbox: &pb.Sandbox{Id: "bbbbbbbbbbbbbbbbtag1"}}}}
+	eventually(t, "the changes", func() bool {
+		inv, err := h.Inventory()
+		return err == nil && len(inv.Spec.Sandboxes) == 1 && inv.Spec.Sandboxes[0].State == v1beta1.SandboxPaused && inv.Spec.Allocated.Sandboxes == 1
+	})
+}
+
+func TestMirrorLosesSyncWhenTheStreamBreaksAndComesBack(t *testing.T) {
+	f := &fakeSandboxd{info: &pb.InfoResponse{NodeName: "host-2"}, sandboxes: []*pb.Sandbox{sandbox("aaaaaaaaaaaaaaaatag2", "running")}}
+	h := start(t, f)
+	eventually(t, "the snapshot", func() bool { ok, _ := h.Synced(); return ok })
+	// sandboxd goes away; meanwhile a sandbox comes.
+	f.mu.Lock()
+	f.down = true
+	f.sandboxes = append(f.sandboxes, sandbox("bbbbbbbbbbbbbbbbtag2", "running"))
+	f.mu.Unlock()
+	f.breaks <- struct{}{}
+	// Readers never get the mirror of a host they cannot hear.
+	eventually(t, "the mirror to lose sync", func() bool {
+		_, err := h.Inventory()
+		return errors.Is(err, ErrNotSynced)
+	})
+	time.Sleep(30 * time.Millisecond) // a few reconnect attempts, all refused
+	if _, err := h.Inventory(); !errors.Is(err, ErrNotSynced) {
+		t.Fatalf("in sync while sandboxd refuses: %v", err)
+	}
+	f.mu.Lock()
+	f.down = false
+	f.mu.Unlock()
+	eventually(t, "a second stream with the new snapshot", func() bool {
+		inv, err := h.Inventory()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.streams >= 2 && err == nil && len(inv.Spec.Sandboxes) == 2
+	})
+}
+
+func TestMirrorIsNotSyncedWithoutAHost(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close() // nothing listens there any more
+	h := New(sandboxdv1connect.NewSandboxdServiceClient(http.DefaultClient, srv.URL), "x:1", Options{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := h.Run(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := h.Inventory(); !errors.Is(err, ErrNotSynced) {
+		t.Fatalf("Inventory of an unreachable host: %v", err)
+	}
+	if ok, err := h.Synced(); ok || err == nil {
+		t.Errorf("Synced = %v, %v; want false with the cause", ok, err)
+	}
+}
+
+func TestInfoIsAskedAgain(t *testing.T) {
+	f := &fakeSandboxd{info: &pb.InfoResponse{NodeName: "host-3"}}
+	h := start(t, f)
+	eventually(t, "the snapshot", func() bool { ok, _ := h.Synced(); return ok })
+	f.mu.Lock()
+	f.info = &pb.InfoResponse{NodeName: "host-3", Templates: []*pb.TemplateVersion{{Name: "new", Version: "1"}}}
+	f.mu.Unlock()
+	eventually(t, "the new template", func() bool {
+		inv, err := h.Inventory()
+		return err == nil && len(inv.Spec.Templates) == 1 && inv.Spec.Templates[0].Name == "new"
+	})
+}
