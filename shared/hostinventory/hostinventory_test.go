@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/inventory"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 )
@@ -208,4 +209,38 @@ func TestInfoIsAskedAgain(t *testing.T) {
 		inv, err := h.Inventory()
 		return err == nil && len(inv.Spec.Templates) == 1 && inv.Spec.Templates[0].Name == "new"
 	})
+}
+
+func TestFeedAppliesAndRemoves(t *testing.T) {
+	f := &fakeSandboxd{info: &pb.InfoResponse{NodeName: "host-4"}, sandboxes: []*pb.Sandbox{sandbox("aaaaaaaaaaaaaaaatag4", "running")}}
+	h := start(t, f)
+	src := inventory.NewStaticSource()
+	ctx, cancel := context.WithCancel(context.Background())
+	fed := make(chan struct{})
+	go func() {
+		Feed(ctx, h, src, time.Now)
+		close(fed)
+	}()
+	inSource := func() int {
+		nodes, _ := src.ListNodes(context.Background())
+		if len(nodes) == 1 && nodes[0].PublishedAt == nil {
+			t.Error("applied without publishedAt")
+		}
+		return len(nodes)
+	}
+	eventually(t, "the host in the source", func() bool { return inSource() == 1 })
+	f.mu.Lock()
+	f.down = true
+	f.mu.Unlock()
+	f.breaks <- struct{}{}
+	eventually(t, "the host to leave the source", func() bool { return inSource() == 0 })
+	f.mu.Lock()
+	f.down = false
+	f.mu.Unlock()
+	eventually(t, "the host back in the source", func() bool { return inSource() == 1 })
+	cancel()
+	<-fed
+	if inSource() != 0 {
+		t.Error("the host stayed in the source after Feed ended")
+	}
 }
