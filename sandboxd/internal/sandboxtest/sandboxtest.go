@@ -16,6 +16,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 )
 
 // RequireRoot skips the test unless it runs as root, as sandboxd does.
@@ -204,29 +206,8 @@ func CgroupParent(t testing.TB) string {
 	t.Helper()
 	name := filepath.Base(Dir(t))
 	t.Cleanup(func() {
-		data, err := os.ReadFile("/proc/self/cgroup")
-		if err != nil {
+		if err := sandboxrt.RemoveCgroups(name); err != nil {
 			t.Error(err)
-			return
-		}
-		for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
-			parts := strings.SplitN(line, ":", 3)
-			if len(parts) != 3 {
-				continue
-			}
-			mount, own := "/sys/fs/cgroup/unified", parts[2]
-			if parts[1] != "" {
-				mount = "/sys/fs/cgroup/" + strings.TrimPrefix(parts[1], "name=")
-			}
-			if _, err := os.Stat(mount); err != nil {
-				// A cgroup v2 host: libcontainer puts relative cgroups
-				// beside this process's, under its parent.
-				mount, own = "/sys/fs/cgroup", filepath.Dir(own)
-			}
-			p := filepath.Join(mount, own, name)
-			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-				t.Errorf("remove cgroup %s: %v", p, err)
-			}
 		}
 	})
 	return name

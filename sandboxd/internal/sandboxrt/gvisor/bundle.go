@@ -19,17 +19,6 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 )
 
-// capabilities are Docker's defaults: envd, root in the sandbox, needs
-// setuid and setgid to run commands as the sandbox's user. They are the
-// sentry's to grant, inside gVisor; the host sees none of them.
-var capabilities = []string{
-	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
-	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
-	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
-}
-
-const cpuPeriod = 100_000 // µs
-
 // upperTarAnnotation names a tar file runsc unpacks into the root overlay's
 // upper layer when the sandbox starts (needs --allow-rootfs-tar-annotation).
 const upperTarAnnotation = "dev.gvisor.tar.rootfs.upper"
@@ -44,7 +33,7 @@ func (r *Runtime) config(spec *sandboxrt.Spec, rootfs, envd, upperTar string) *s
 		res.Memory = &specs.LinuxMemory{Limit: &limit}
 	}
 	if spec.CPUMilli > 0 {
-		quota, period := spec.CPUMilli*cpuPeriod/1000, uint64(cpuPeriod)
+		quota, period := spec.CPUMilli*sandboxrt.CPUPeriod/1000, uint64(sandboxrt.CPUPeriod)
 		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
 	}
 	if r.opts.PidsLimit > 0 {
@@ -60,7 +49,7 @@ func (r *Runtime) config(spec *sandboxrt.Spec, rootfs, envd, upperTar string) *s
 	if spec.NetNS != "" {
 		namespaces = append(namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: spec.NetNS})
 	}
-	caps := slices.Clone(capabilities)
+	caps := slices.Clone(sandboxrt.DefaultCapabilities)
 	s := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{

@@ -49,7 +49,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -103,7 +102,7 @@ type Runtime struct {
 	opts      Options
 	root      string // runsc --root, shared by every sandbox
 	sandboxes string // <Dir>/sandboxes/<id>: bundle, meta, upper layer, checkpoint
-	envdMu    sync.Mutex
+	envd      sandboxrt.EnvdCopies
 }
 
 var _ sandboxrt.Runtime = (*Runtime)(nil)
@@ -161,6 +160,7 @@ func New(opts Options) (*Runtime, error) {
 		opts:      opts,
 		root:      filepath.Join(dir, "runsc-root"),
 		sandboxes: filepath.Join(dir, "sandboxes"),
+		envd:      sandboxrt.EnvdCopies{Dir: filepath.Join(dir, "bin"), Perm: 0o700},
 	}
 	for _, d := range []string{dir, r.root, r.sandboxes} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -307,7 +307,7 @@ func (r *Runtime) prepare(spec *sandboxrt.Spec) (*meta, error) {
 	} else if !st.IsDir() {
 		return nil, fmt.Errorf("template %s is not a directory", rootfs)
 	}
-	envd, err := r.envdCopy(spec.Envd)
+	envd, err := r.envd.Copy(spec.Envd)
 	if err != nil {
 		return nil, err
 	}
@@ -744,7 +744,7 @@ func (r *Runtime) destroy(ctx context.Context, id string, m *meta, pid int) erro
 			errs = append(errs, err)
 		}
 	}
-	if err := removeCgroups(filepath.Join(r.opts.CgroupParent, id)); err != nil {
+	if err := sandboxrt.RemoveCgroups(filepath.Join(r.opts.CgroupParent, id)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

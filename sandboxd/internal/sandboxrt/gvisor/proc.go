@@ -3,7 +3,6 @@ package gvisor
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,36 +44,6 @@ func waitDead(ctx context.Context, pid int, timeout time.Duration) error {
 		}
 	}
 	return nil
-}
-
-// removeCgroups removes the cgroup at rel (relative to this process's
-// cgroups) from every hierarchy, where runsc left it. It must be empty.
-func removeCgroups(rel string) error {
-	data, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		mount, own := "/sys/fs/cgroup/unified", parts[2]
-		if parts[1] != "" {
-			mount = "/sys/fs/cgroup/" + strings.TrimPrefix(parts[1], "name=")
-		}
-		if _, err := os.Stat(mount); err != nil {
-			// A cgroup v2 host: runsc puts relative cgroups beside this
-			// process's, under its parent.
-			mount, own = "/sys/fs/cgroup", filepath.Dir(own)
-		}
-		p := filepath.Join(mount, own, rel)
-		if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", p, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // filestoreUsage is the disk space of the file that backs the root

@@ -18,17 +18,6 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 )
 
-// capabilities are Docker's defaults. The sandbox's root holds them in its
-// own user namespace only; envd drops them when it runs a command as the
-// sandbox's user.
-var capabilities = []string{
-	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
-	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
-	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
-}
-
-const cpuPeriod = 100_000 // µs
-
 // config is the libcontainer configuration of a sandbox.
 func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd string) (*configs.Config, error) {
 	sc, err := defaultSeccomp()
@@ -47,13 +36,13 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd string) (*confi
 		Devices:   rules,
 	}
 	if spec.CPUMilli > 0 {
-		res.CpuQuota = spec.CPUMilli * cpuPeriod / 1000
-		res.CpuPeriod = cpuPeriod
+		res.CpuQuota = spec.CPUMilli * sandboxrt.CPUPeriod / 1000
+		res.CpuPeriod = sandboxrt.CPUPeriod
 	}
 	const nodev = unix.MS_NOSUID | unix.MS_NOEXEC | unix.MS_NODEV
 	// When the host runs out of memory, sandboxes go before sandboxd.
 	oomScoreAdj := 500
-	caps := &configs.Capabilities{Bounding: capabilities, Effective: capabilities, Permitted: capabilities}
+	caps := &configs.Capabilities{Bounding: sandboxrt.DefaultCapabilities, Effective: sandboxrt.DefaultCapabilities, Permitted: sandboxrt.DefaultCapabilities}
 	return &configs.Config{
 		Rootfs:          filepath.Join(r.dir(spec.ID), "rootfs"),
 		RootPropagation: unix.MS_SLAVE | unix.MS_REC,
@@ -100,7 +89,7 @@ var defaultSeccomp = sync.OnceValues(seccompProfile)
 
 func seccompProfile() (*configs.Seccomp, error) {
 	lsc, err := seccomp.GetDefaultProfile(&specs.Spec{
-		Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{Bounding: capabilities}},
+		Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{Bounding: sandboxrt.DefaultCapabilities}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("default seccomp profile: %w", err)

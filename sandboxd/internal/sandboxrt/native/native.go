@@ -97,7 +97,7 @@ type Runtime struct {
 	containers string // libcontainer's root
 	sandboxes  string // <Dir>/sandboxes/<id>/{rootfs,upper,work,meta.json}
 	userns     usernsCache
-	envdMu     sync.Mutex
+	envd       sandboxrt.EnvdCopies
 
 	mu    sync.Mutex
 	slots map[int]string // slot → sandbox ID
@@ -129,6 +129,7 @@ func New(opts Options) (*Runtime, error) {
 		containers: filepath.Join(opts.Dir, "containers"),
 		sandboxes:  filepath.Join(opts.Dir, "sandboxes"),
 		slots:      map[int]string{},
+		envd:       sandboxrt.EnvdCopies{Dir: filepath.Join(opts.Dir, "bin"), Perm: 0o711},
 	}
 	// A sandbox's root reaches its root filesystem and envd through these
 	// directories before it pivots: they must be searchable, not readable.
@@ -249,7 +250,7 @@ func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
 	if err := r.prepareRoot(spec, m); err != nil {
 		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
-	envd, err := r.envdCopy(spec.Envd)
+	envd, err := r.envd.Copy(spec.Envd)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}

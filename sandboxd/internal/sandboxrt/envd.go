@@ -1,4 +1,4 @@
-package native
+package sandboxrt
 
 import (
 	"crypto/sha256"
@@ -7,14 +7,27 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 )
 
-// envdCopy returns a copy of the envd binary at path inside the runtime's
-// directory, which sandboxes can reach (the original may sit under a
-// directory they cannot search, like /root) and which an upgrade of the
-// original does not change under running sandboxes. One copy is made per
-// distinct binary.
-func (r *Runtime) envdCopy(path string) (string, error) {
+// EnvdCopies keeps the copies of envd binaries that a runtime's sandboxes
+// run, in a directory of the runtime's own. A copy is what sandboxes can
+// reach (the original may sit under a directory they cannot search, like
+// /root), and what an upgrade of the original does not change under running
+// sandboxes — nor under paused ones, so a restore finds the binary its
+// checkpoint was taken with. One copy is made per distinct binary (path,
+// size and modification time).
+type EnvdCopies struct {
+	// Dir holds the copies; Perm is its mode.
+	Dir  string
+	Perm os.FileMode
+
+	mu sync.Mutex
+}
+
+// Copy returns the path of the copy of the envd binary at path, making it
+// if there is none yet.
+func (c *EnvdCopies) Copy(path string) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return "", fmt.Errorf("envd: %w", err)
@@ -23,13 +36,13 @@ func (r *Runtime) envdCopy(path string) (string, error) {
 		return "", fmt.Errorf("envd: %s is not a regular file", path)
 	}
 	key := sha256.Sum256([]byte(path + "\x00" + strconv.FormatInt(st.Size(), 10) + "\x00" + strconv.FormatInt(st.ModTime().UnixNano(), 10)))
-	dst := filepath.Join(r.opts.Dir, "bin", fmt.Sprintf("envd-%x", key[:6]))
-	r.envdMu.Lock()
-	defer r.envdMu.Unlock()
+	dst := filepath.Join(c.Dir, fmt.Sprintf("envd-%x", key[:6]))
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if _, err := os.Stat(dst); err == nil {
 		return dst, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o711); err != nil {
+	if err := os.MkdirAll(c.Dir, c.Perm); err != nil {
 		return "", fmt.Errorf("envd: %w", err)
 	}
 	src, err := os.Open(path)
@@ -37,7 +50,7 @@ func (r *Runtime) envdCopy(path string) (string, error) {
 		return "", fmt.Errorf("envd: %w", err)
 	}
 	defer src.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".envd-*")
+	tmp, err := os.CreateTemp(c.Dir, ".envd-*")
 	if err != nil {
 		return "", fmt.Errorf("envd: %w", err)
 	}
