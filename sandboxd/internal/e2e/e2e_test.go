@@ -82,7 +82,7 @@ func TestCreateRunKill(t *testing.T) {
 		t.Errorf("info: %v", i)
 	}
 	got, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: sb.GetId()}))
-	if err != nil || got.Msg.GetSandbox().GetMetadata()["purpose"] != "e2e" || got.Msg.GetSandbox().GetTeam() != "team-a" {
+	if err != nil || got.Msg.GetSandbox().GetMetadata()["purpose"] != "e2e" || got.Msg.GetSandbox().GetTeam() != "team-a" || got.Msg.GetEnvdAccessToken() != token {
 		t.Errorf("get: %+v, %v", got, err)
 	}
 	if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: sb.GetId()})); err != nil {

@@ -28,7 +28,7 @@ func (s *Server) Get(_ context.Context, req *connect.Request[pb.GetRequest]) (*c
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pb.GetResponse{Sandbox: s.toSandbox(rec)}), nil
+	return connect.NewResponse(&pb.GetResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: rec.EnvdAccessToken}), nil
 }
 
 // List returns the host's sandboxes, of one team and some states when the

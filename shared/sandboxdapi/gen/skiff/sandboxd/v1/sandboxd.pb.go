@@ -799,10 +799,14 @@ func (x *GetRequest) GetSandboxId() string {
 }
 
 type GetResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// The envd access token the SDK sends as X-Access-Token: the apiserver
+	// returns it when a client connects to an existing sandbox. Never in
+	// Sandbox, which is published in the fleet's inventory.
+	EnvdAccessToken string `protobuf:"bytes,2,opt,name=envd_access_token,json=envdAccessToken,proto3" json:"envd_access_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetResponse) Reset() {
@@ -840,6 +844,13 @@ func (x *GetResponse) GetSandbox() *Sandbox {
 		return x.Sandbox
 	}
 	return nil
+}
+
+func (x *GetResponse) GetEnvdAccessToken() string {
+	if x != nil {
+		return x.EnvdAccessToken
+	}
+	return ""
 }
 
 type ListRequest struct {
@@ -2142,9 +2153,10 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\n" +
 	"GetRequest\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"C\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"o\n" +
 	"\vGetResponse\x124\n" +
-	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"Z\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\x12*\n" +
+	"\x11envd_access_token\x18\x02 \x01(\tR\x0fenvdAccessToken\"Z\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04team\x18\x01 \x01(\tR\x04team\x127\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x1f.skiff.sandboxd.v1.SandboxStateR\x06states\"H\n" +
