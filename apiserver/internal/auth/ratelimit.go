@@ -1,0 +1,84 @@
+package auth
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// RateLimiter is a token bucket per team: each team may create burst
+// sandboxes at once, and perSecond a second after that. A 429 from the
+// caller when Allow says no reaches the SDK as RateLimitError.
+//
+// Memory stays bounded by the teams active lately: a team's bucket is dropped
+// once it has been idle long enough to have refilled, when a fresh bucket
+// would behave exactly the same, so dropping it never grants a team more.
+type RateLimiter struct {
+	limit rate.Limit
+	burst int
+	// idle is how long an untouched bucket takes to refill.
+	idle time.Duration
+	now  func() time.Time
+
+	mu        sync.Mutex
+	teams     map[string]*teamBucket
+	lastSweep time.Time
+}
+
+type teamBucket struct {
+	lim  *rate.Limiter
+	last time.Time
+}
+
+// NewRateLimiter returns a limiter allowing each team perSecond events a
+// second with bursts of burst (at least 1). perSecond <= 0, +Inf or NaN means
+// no limit.
+func NewRateLimiter(perSecond float64, burst int) *RateLimiter {
+	l := &RateLimiter{limit: rate.Inf, burst: max(burst, 1), now: time.Now, teams: map[string]*teamBucket{}}
+	if perSecond > 0 && !math.IsInf(perSecond, 1) && !math.IsNaN(perSecond) {
+		l.limit = rate.Limit(perSecond)
+		// Round up, and add a margin for the limiter's own float arithmetic:
+		// dropping a bucket a moment early would hand out a token early.
+		refill := math.Ceil(float64(l.burst)/perSecond*float64(time.Second)) + float64(time.Millisecond)
+		if refill >= math.MaxInt64 {
+			l.idle = math.MaxInt64 // a bucket that never refills is never dropped
+		} else {
+			l.idle = time.Duration(refill)
+		}
+	}
+	return l
+}
+
+// Allow takes one token from team's bucket and reports whether there was one.
+func (l *RateLimiter) Allow(team string) bool {
+	if l.limit == rate.Inf {
+		return true
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sweep(now)
+	b := l.teams[team]
+	if b == nil {
+		b = &teamBucket{lim: rate.NewLimiter(l.limit, l.burst)}
+		l.teams[team] = b
+	}
+	b.last = now
+	return b.lim.AllowN(now, 1)
+}
+
+// sweep drops the buckets idle long enough to be full again. It runs at most
+// once per refill time, so its cost spreads over the calls in between.
+func (l *RateLimiter) sweep(now time.Time) {
+	if now.Sub(l.lastSweep) < l.idle {
+		return
+	}
+	l.lastSweep = now
+	for team, b := range l.teams {
+		if now.Sub(b.last) >= l.idle {
+			delete(l.teams, team)
+		}
+	}
+}

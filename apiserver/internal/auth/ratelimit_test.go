@@ -1,0 +1,129 @@
+package auth
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// fakeClock drives a RateLimiter without sleeping.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func newFakeLimiter(perSecond float64, burst int) (*RateLimiter, *fakeClock) {
+	c := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l := NewRateLimiter(perSecond, burst)
+	l.now = c.now
+	return l, c
+}
+
+func allowed(l *RateLimiter, team string, n int) int {
+	got := 0
+	for range n {
+		if l.Allow(team) {
+			got++
+		}
+	}
+	return got
+}
+
+func TestRateLimiterBurstAndRefill(t *testing.T) {
+	l, clock := newFakeLimiter(2, 5) // 2/s, bursts of 5
+	if got := allowed(l, "team-a", 10); got != 5 {
+		t.Fatalf("first burst: %d allowed, want 5", got)
+	}
+	// Teams do not share a bucket.
+	if got := allowed(l, "team-b", 10); got != 5 {
+		t.Fatalf("team-b: %d allowed, want 5", got)
+	}
+	clock.advance(time.Second)
+	if got := allowed(l, "team-a", 10); got != 2 {
+		t.Fatalf("after 1s: %d allowed, want 2", got)
+	}
+	clock.advance(time.Hour)
+	if got := allowed(l, "team-a", 10); got != 5 {
+		t.Fatalf("after an hour: %d allowed, want a full burst of 5", got)
+	}
+}
+
+func TestRateLimiterUnlimited(t *testing.T) {
+	for _, r := range []float64{0, -1, math.Inf(1), math.NaN()} {
+		l, _ := newFakeLimiter(r, 1)
+		if got := allowed(l, "team-a", 1000); got != 1000 {
+			t.Errorf("rate %v: %d of 1000 allowed, want all", r, got)
+		}
+		if len(l.teams) != 0 {
+			t.Errorf("rate %v: %d buckets kept, want none", r, len(l.teams))
+		}
+	}
+	if l := NewRateLimiter(1, 0); l.burst != 1 {
+		t.Errorf("burst 0 became %d, want 1", l.burst)
+	}
+}
+
+func TestRateLimiterEvictsIdleTeams(t *testing.T) {
+	l, clock := newFakeLimiter(1, 2) // refills in 2s
+	for i := range 1000 {
+		l.Allow("team-" + string(rune('a'+i%26)) + string(rune('a'+i/26)))
+	}
+	if len(l.teams) != 1000 {
+		t.Fatalf("%d buckets, want 1000", len(l.teams))
+	}
+	clock.advance(time.Second)
+	l.Allow("busy") // half refilled: nothing may go yet
+	if len(l.teams) != 1001 {
+		t.Fatalf("%d buckets after 1s, want 1001: a bucket was dropped before it refilled", len(l.teams))
+	}
+	clock.advance(2 * time.Second)
+	l.Allow("busy")
+	if len(l.teams) != 1 {
+		t.Fatalf("%d buckets after the refill time, want only the busy one", len(l.teams))
+	}
+}
+
+// Dropping idle buckets must not change a single answer: the limiter agrees
+// with a plain token bucket that is never dropped, across waits shorter and
+// longer than the refill time, while another team's calls keep sweeping.
+func TestRateLimiterEvictionChangesNothing(t *testing.T) {
+	l, clock := newFakeLimiter(10, 3) // refills in 300ms
+	ref := rate.NewLimiter(10, 3)
+	rng := rand.New(rand.NewPCG(1, 2)) // fixed: the test is deterministic
+	for round := range 2000 {
+		wait := time.Duration(rng.Int64N(int64(400 * time.Millisecond)))
+		split := time.Duration(rng.Int64N(int64(wait) + 1))
+		clock.advance(split)
+		l.Allow("team-b")
+		clock.advance(wait - split)
+		for i := range 5 {
+			got, want := l.Allow("team-a"), ref.AllowN(clock.now(), 1)
+			if got != want {
+				t.Fatalf("round %d (after %v), call %d: Allow = %v, a never-dropped bucket says %v", round, wait, i, got, want)
+			}
+		}
+	}
+}
+
+func TestRateLimiterConcurrent(t *testing.T) {
+	l := NewRateLimiter(1e-3, 50) // no refill within the test
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[string]int{}
+	for i := range 16 {
+		team := []string{"team-a", "team-b"}[i%2]
+		wg.Go(func() {
+			n := allowed(l, team, 100)
+			mu.Lock()
+			got[team] += n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if got["team-a"] != 50 || got["team-b"] != 50 {
+		t.Fatalf("allowed %v, want exactly 50 per team", got)
+	}
+}

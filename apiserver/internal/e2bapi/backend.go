@@ -1,0 +1,182 @@
+package e2bapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Backend is what the handlers need from the fleet. Every method that takes
+// a team acts only on that team's sandboxes: a sandbox of another team is
+// ErrNotFound, exactly like a missing one.
+//
+// Errors are classified with the sentinels below (wrapped with %w, or an
+// *InvalidError); anything else is answered as a 500 and logged.
+type Backend interface {
+	// Create starts a sandbox. The template has been resolved with Template
+	// and every parameter validated.
+	Create(ctx context.Context, team string, p CreateParams) (*Sandbox, error)
+	// Get returns one sandbox, running or paused.
+	Get(ctx context.Context, team, id string) (*Sandbox, error)
+	// List returns the team's sandboxes in any of states (never empty), in
+	// any order; the handlers filter, order and paginate.
+	List(ctx context.Context, team string, states []State) ([]Sandbox, error)
+	// Kill removes a sandbox, running or paused.
+	Kill(ctx context.Context, team, id string) error
+	// SetTimeout sets the sandbox's end to now + timeout. With onlyExtend it
+	// never moves the end earlier.
+	SetTimeout(ctx context.Context, team, id string, timeout time.Duration, onlyExtend bool) error
+	// Connect makes sure the sandbox runs and lives until at least
+	// now + timeout: a paused sandbox is resumed with its end at
+	// now + timeout (resumed = true); a running one keeps its end if that is
+	// later. The returned Sandbox carries the envd access token.
+	Connect(ctx context.Context, team, id string, timeout time.Duration) (sb *Sandbox, resumed bool, err error)
+	// Pause pauses a running sandbox; ErrConflict if it is already paused.
+	// keepMemory is e2b's "memory" flag: a hint, the runtime decides what a
+	// pause keeps.
+	Pause(ctx context.Context, team, id string, keepMemory bool) error
+	// Metrics returns the resource samples the sandbox's host keeps, oldest
+	// first.
+	Metrics(ctx context.Context, team, id string) ([]Metric, error)
+	// Logs returns the sandbox's log lines at or after start (all of them
+	// for a zero start), oldest first.
+	Logs(ctx context.Context, team, id string, start time.Time) ([]LogEntry, error)
+	// Templates returns the templates the team may start.
+	Templates(ctx context.Context, team string) ([]Template, error)
+	// Template resolves a template ID or alias (as an SDK passes it to
+	// create); ErrNotFound if the team has none by that name.
+	Template(ctx context.Context, team, name string) (*Template, error)
+}
+
+// HealthChecker is an optional capability of a Backend: when implemented,
+// GET /health answers 503 while Healthy returns an error.
+type HealthChecker interface {
+	Healthy(ctx context.Context) error
+}
+
+// State is a sandbox's state as e2b names it.
+type State string
+
+// The states a listed sandbox can be in.
+const (
+	StateRunning State = "running"
+	StatePaused  State = "paused"
+)
+
+// Sandbox is a sandbox as the handlers render it.
+type Sandbox struct {
+	ID         string
+	TemplateID string
+	// Alias is the template alias the sandbox was created with, if any.
+	Alias string
+	// Node is the name of the node that holds the sandbox; it is e2b's
+	// clientID.
+	Node  string
+	State State
+	// EnvdVersion is what the sandbox's envd reports.
+	EnvdVersion string
+	// EnvdAccessToken is the token envd checks (X-Access-Token); empty when
+	// envd checks none. Create and Connect must set it when there is one.
+	EnvdAccessToken string
+	StartedAt       time.Time
+	EndAt           time.Time
+	CPUMilli        int64
+	MemoryMB        int64
+	DiskMB          int64
+	Metadata        map[string]string
+	// AutoPause means the sandbox pauses, rather than dies, at EndAt.
+	AutoPause bool
+	// AllowInternetAccess is nil when the creator did not say.
+	AllowInternetAccess *bool
+}
+
+// CreateParams is a validated create request.
+type CreateParams struct {
+	// TemplateID is the resolved template (Template.ID).
+	TemplateID string
+	// Alias is the name the caller used when it was an alias, else empty.
+	Alias   string
+	Timeout time.Duration
+	// Secure asks for an envd access token (always true for v2; the v1
+	// "secure" field otherwise). A backend that always issues one may
+	// ignore it: the token is returned whenever the Sandbox carries one.
+	Secure bool
+	// AllowInternetAccess is nil when the caller did not say.
+	AllowInternetAccess *bool
+	AutoPause           bool
+	// AutoPauseMemory is e2b's autoPauseMemory (default true).
+	AutoPauseMemory bool
+	Metadata        map[string]string
+	EnvVars         map[string]string
+}
+
+// Metric is one resource sample, in e2b's SandboxMetric terms.
+type Metric struct {
+	Timestamp  time.Time
+	CPUCount   int32
+	CPUUsedPct float64
+	MemUsed    int64
+	MemTotal   int64
+	MemCache   int64
+	DiskUsed   int64
+	DiskTotal  int64
+}
+
+// LogEntry is one line of a sandbox's output.
+type LogEntry struct {
+	Timestamp time.Time
+	Line      string
+	// Level is debug, info, warn or error; empty means info.
+	Level string
+	// Source is envd, stdout or stderr.
+	Source string
+}
+
+// Template is a template as the handlers render it.
+type Template struct {
+	ID      string
+	Aliases []string
+	// Version identifies the template's current build; the e2b buildID is
+	// derived from ID and Version.
+	Version     string
+	CPUMilli    int64
+	MemoryMB    int64
+	DiskMB      int64
+	EnvdVersion string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// The error categories a Backend returns; the handlers map each to one
+// HTTP status in one place (writeBackendError).
+var (
+	// ErrNotFound: no such sandbox or template for this team → 404.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the sandbox is in the wrong state (pause of a paused
+	// sandbox) → 409.
+	ErrConflict = errors.New("conflict")
+	// ErrRateLimited: a per-team limit is reached → 429.
+	ErrRateLimited = errors.New("rate limited")
+	// ErrCapacity: no node can take the sandbox → 503
+	// sandbox_capacity_unavailable.
+	ErrCapacity = errors.New("no capacity")
+	// ErrPlacementTimeout: placement did not finish in time → 504
+	// sandbox_placement_timeout.
+	ErrPlacementTimeout = errors.New("placement timed out")
+	// ErrUnsupported: a feature Skiff does not implement → 501.
+	ErrUnsupported = errors.New("not supported by Skiff yet")
+)
+
+// InvalidError is a request the backend refuses because of one field → 400.
+type InvalidError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
+
+// Invalid returns an *InvalidError for field.
+func Invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,89 @@
+package e2bapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// errorBody is e2b's Error schema. The SDKs branch on code (not on the HTTP
+// status), so it is always present and always equals the status.
+type errorBody struct {
+	Code      int    `json:"code"`
+	Message   string `json:"message"`
+	ErrorCode string `json:"error_code,omitempty"`
+}
+
+// e2b's machine-readable error codes (error_code).
+const (
+	codeCapacity         = "sandbox_capacity_unavailable"
+	codePlacementTimeout = "sandbox_placement_timeout"
+	codeInternal         = "internal_server_error"
+)
+
+// maxEcho bounds how much of a caller's input an error message repeats.
+const maxEcho = 64
+
+// writeJSON writes v as the JSON body of a response with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Every value written here is a plain struct of strings, numbers and
+		// maps; failing to encode one is a bug, answered honestly.
+		status, b = http.StatusInternalServerError, []byte(`{"code":500,"message":"encode response"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeError writes e2b's error shape.
+func writeError(w http.ResponseWriter, status int, errorCode, format string, args ...any) {
+	writeJSON(w, status, errorBody{Code: status, Message: fmt.Sprintf(format, args...), ErrorCode: errorCode})
+}
+
+// echo quotes a piece of caller input for an error message, cut to maxEcho
+// bytes.
+func echo(s string) string {
+	if len(s) > maxEcho {
+		s = s[:maxEcho] + "…"
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// writeBackendError maps a Backend error to the wire: the one place where
+// the categories of backend.go become statuses. subject names what was
+// looked up (`sandbox "…"`) for the 404 message, so that another team's
+// sandbox answers exactly like a missing one.
+func (s *server) writeBackendError(w http.ResponseWriter, r *http.Request, err error, subject string) {
+	var inv *InvalidError
+	switch {
+	case errors.As(err, &inv):
+		writeError(w, http.StatusBadRequest, "", "%s", inv.Error())
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, "", "%s not found", subject)
+	case errors.Is(err, ErrConflict):
+		writeError(w, http.StatusConflict, "", "%s", err.Error())
+	case errors.Is(err, ErrRateLimited):
+		writeError(w, http.StatusTooManyRequests, "", "%s", err.Error())
+	case errors.Is(err, ErrCapacity):
+		// Fixed texts for 5xx: the backend's words may name nodes.
+		s.log.WarnContext(r.Context(), "no capacity", "err", err)
+		writeError(w, http.StatusServiceUnavailable, codeCapacity, "no node has capacity for this sandbox now; retry later")
+	case errors.Is(err, ErrPlacementTimeout):
+		s.log.WarnContext(r.Context(), "placement timed out", "err", err)
+		writeError(w, http.StatusGatewayTimeout, codePlacementTimeout, "placing the sandbox timed out; retry later")
+	case errors.Is(err, ErrUnsupported):
+		writeError(w, http.StatusNotImplemented, "", "%s", err.Error())
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away; nobody reads this answer.
+		writeError(w, http.StatusServiceUnavailable, "", "request canceled")
+	default:
+		s.log.ErrorContext(r.Context(), "backend failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, codeInternal, "internal server error")
+	}
+}

@@ -1,0 +1,317 @@
+package e2bapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+// sandboxHandler is a handler for one of the team's sandboxes.
+type sandboxHandler func(w http.ResponseWriter, r *http.Request, team, id string)
+
+// sandboxRoute reads {id}. Old SDKs send "<sandboxID>-<clientID>"; like
+// e2b's API the part from the first '-' on is dropped. A malformed ID
+// answers 404, exactly like a missing sandbox: the SDKs turn a 404 into
+// SandboxNotFoundError, and nothing reaches a host.
+func (s *server) sandboxRoute(h sandboxHandler) teamHandler {
+	return func(w http.ResponseWriter, r *http.Request, team string) {
+		raw := r.PathValue("id")
+		id, _, _ := strings.Cut(raw, "-")
+		if !sandboxid.Valid(id) {
+			writeError(w, http.StatusNotFound, "", "sandbox %s not found", echo(raw))
+			return
+		}
+		h(w, r, team, id)
+	}
+}
+
+func sandboxSubject(id string) string { return "sandbox " + echo(id) }
+
+// newSandboxBody is e2b's NewSandbox (v1) and NewSandboxV2 (no "secure").
+type newSandboxBody struct {
+	TemplateID          *string                    `json:"templateID"`
+	Timeout             *int64                     `json:"timeout"`
+	AutoPause           *bool                      `json:"autoPause"`
+	AutoPauseMemory     *bool                      `json:"autoPauseMemory"`
+	AutoResume          *autoResumeBody            `json:"autoResume"`
+	Secure              *bool                      `json:"secure"`
+	AllowInternetAccess *bool                      `json:"allow_internet_access"`
+	Network             *networkBody               `json:"network"`
+	Metadata            map[string]string          `json:"metadata"`
+	EnvVars             map[string]string          `json:"envVars"`
+	MCP                 map[string]json.RawMessage `json:"mcp"`
+	IAM                 map[string]json.RawMessage `json:"iam"`
+	VolumeMounts        []volumeMountJSON          `json:"volumeMounts"`
+}
+
+type autoResumeBody struct {
+	Enabled *bool `json:"enabled"`
+}
+
+// createParams validates a create body: 400s first, then 501s for
+// features Skiff does not have. It does not resolve the template.
+func (s *server) createParams(b *newSandboxBody, v2 bool) (CreateParams, string, error) {
+	var p CreateParams
+	if b.TemplateID == nil || *b.TemplateID == "" {
+		return p, "", required("templateID")
+	}
+	name := *b.TemplateID
+	if len(name) > maxTemplateNameLength {
+		return p, "", Invalid("templateID", "is longer than %d bytes", maxTemplateNameLength)
+	}
+	def := defaultTimeoutV1
+	if v2 {
+		def = defaultTimeoutV2
+	}
+	timeout, err := seconds("timeout", b.Timeout, def, 1, s.maxTimeout)
+	if err != nil {
+		return p, "", err
+	}
+	if err := validateMetadata(b.Metadata); err != nil {
+		return p, "", err
+	}
+	if err := validateEnvVars(b.EnvVars); err != nil {
+		return p, "", err
+	}
+	internet, err := b.Network.internet()
+	if err != nil {
+		return p, "", err
+	}
+	switch {
+	case len(b.VolumeMounts) > 0:
+		return p, "", unsupported("volumeMounts (volumes)")
+	case len(b.MCP) > 0:
+		return p, "", unsupported("mcp (the MCP gateway)")
+	case b.AutoResume != nil && b.AutoResume.Enabled != nil && *b.AutoResume.Enabled:
+		return p, "", unsupported("autoResume (waking a paused sandbox on traffic)")
+	}
+	if b.AllowInternetAccess != nil {
+		allow := *b.AllowInternetAccess && (internet == nil || *internet)
+		internet = &allow
+	}
+	p = CreateParams{
+		Timeout:             timeout,
+		Secure:              v2 || (b.Secure != nil && *b.Secure),
+		AllowInternetAccess: internet,
+		AutoPause:           b.AutoPause != nil && *b.AutoPause,
+		AutoPauseMemory:     b.AutoPauseMemory == nil || *b.AutoPauseMemory,
+		Metadata:            b.Metadata,
+		EnvVars:             b.EnvVars,
+	}
+	return p, name, nil
+}
+
+// create serves POST /sandboxes (v1: timeout 15 s, a token only with
+// "secure") and POST /v2/sandboxes (timeout 300 s, always a token); both
+// answer 201 with e2b's Sandbox.
+func (s *server) create(v2 bool) teamHandler {
+	return func(w http.ResponseWriter, r *http.Request, team string) {
+		var body newSandboxBody
+		if !decodeBody(w, r, &body) {
+			return
+		}
+		p, name, err := s.createParams(&body, v2)
+		if err != nil {
+			s.writeBackendError(w, r, err, "")
+			return
+		}
+		tpl, err := s.backend.Template(r.Context(), team, name)
+		if errors.Is(err, ErrNotFound) {
+			writeError(w, http.StatusBadRequest, "", "templateID: template %s not found", echo(name))
+			return
+		}
+		if err != nil {
+			s.writeBackendError(w, r, err, "template "+echo(name))
+			return
+		}
+		p.TemplateID = tpl.ID
+		if name != tpl.ID {
+			p.Alias = name
+		}
+		sb, err := s.backend.Create(r.Context(), team, p)
+		if err != nil {
+			// A not-found here is the template vanishing between lookup and
+			// create: still the caller's templateID.
+			if errors.Is(err, ErrNotFound) {
+				writeError(w, http.StatusBadRequest, "", "templateID: template %s not found", echo(name))
+				return
+			}
+			s.writeBackendError(w, r, err, "template "+echo(name))
+			return
+		}
+		if sb.Alias == "" {
+			sb.Alias = p.Alias
+		}
+		writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
+	}
+}
+
+// connectBody is ConnectSandbox (v1: timeout required) and
+// ConnectSandboxV2 (all optional), and ResumedSandbox for /resume.
+type connectBody struct {
+	Timeout *int64 `json:"timeout"`
+	// Memory (false = reboot instead of restore) is accepted and not acted
+	// on: the runtime restores what its pause kept.
+	Memory *bool `json:"memory"`
+	// AutoPause is ResumedSandbox's deprecated flag, accepted and ignored
+	// like e2b does.
+	AutoPause *bool `json:"autoPause"`
+}
+
+// connect serves POST /sandboxes/{id}/connect and its v2 twin: 200 when the
+// sandbox was running, 201 when it was resumed. The TTL is only extended.
+func (s *server) connect(v2 bool) sandboxHandler {
+	return func(w http.ResponseWriter, r *http.Request, team, id string) {
+		var body connectBody
+		if !decodeBody(w, r, &body) {
+			return
+		}
+		if !v2 && body.Timeout == nil {
+			writeInvalid(w, required("timeout"))
+			return
+		}
+		timeout, err := seconds("timeout", body.Timeout, defaultConnectV2, 0, s.maxTimeout)
+		if err != nil {
+			writeInvalid(w, err)
+			return
+		}
+		sb, resumed, err := s.backend.Connect(r.Context(), team, id, timeout)
+		if err != nil {
+			s.writeBackendError(w, r, err, sandboxSubject(id))
+			return
+		}
+		status := http.StatusOK
+		if resumed {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, s.sandboxJSON(sb))
+	}
+}
+
+// resume serves the deprecated POST /sandboxes/{id}/resume: 201 with the
+// Sandbox, 409 when it is running.
+func (s *server) resume(w http.ResponseWriter, r *http.Request, team, id string) {
+	var body connectBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	timeout, err := seconds("timeout", body.Timeout, defaultResumeTimeout, 0, s.maxTimeout)
+	if err != nil {
+		writeInvalid(w, err)
+		return
+	}
+	cur, err := s.backend.Get(r.Context(), team, id)
+	if err != nil {
+		s.writeBackendError(w, r, err, sandboxSubject(id))
+		return
+	}
+	if cur.State != StatePaused {
+		writeError(w, http.StatusConflict, "", "sandbox %s is already running", echo(id))
+		return
+	}
+	sb, _, err := s.backend.Connect(r.Context(), team, id, timeout)
+	if err != nil {
+		s.writeBackendError(w, r, err, sandboxSubject(id))
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
+}
+
+// get serves GET /sandboxes/{id} with e2b's SandboxDetail.
+func (s *server) get(w http.ResponseWriter, r *http.Request, team, id string) {
+	sb, err := s.backend.Get(r.Context(), team, id)
+	if err != nil {
+		s.writeBackendError(w, r, err, sandboxSubject(id))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.detailJSON(sb))
+}
+
+// kill serves DELETE /sandboxes/{id}: 204, or 404 (the SDK's kill then
+// returns false).
+func (s *server) kill(w http.ResponseWriter, r *http.Request, team, id string) {
+	if err := s.backend.Kill(r.Context(), team, id); err != nil {
+		s.writeBackendError(w, r, err, sandboxSubject(id))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type timeoutBody struct {
+	Timeout *int64 `json:"timeout"`
+}
+
+// setTimeout serves POST /sandboxes/{id}/timeout: end = now + timeout,
+// shorter or longer.
+func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, team, id string) {
+	var body timeoutBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	if body.Timeout == nil {
+		writeInvalid(w, required("timeout"))
+		return
+	}
+	timeout, err := seconds("timeout", body.Timeout, 0, 0, s.maxTimeout)
+	if err != nil {
+		writeInvalid(w, err)
+		return
+	}
+	if err := s.backend.SetTimeout(r.Context(), team, id, timeout, false); err != nil {
+		s.writeBackendError(w, r, err, sandboxSubject(id))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type refreshBody struct {
+	Duration *int64 `json:"duration"`
+}
+
+// refresh serves the legacy keep-alive POST /sandboxes/{id}/refreshes:
+// the end moves to now + duration (≤ 1 h, default 15 s) if that is later.
+func (s *server) refresh(w http.ResponseWriter, r *http.Request, team, id string) {
+	var body refreshBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	d, err := seconds("duration", body.Duration, defaultRefresh, 0, min(maxRefresh, s.maxTimeout))
+	if err != nil {
+		writeInvalid(w, err)
+		return
+	}
+	if err := s.backend.SetTimeout(r.Context(), team, id, d, true); err != nil {
+		s.writeBackendError(w, r, err, sandboxSubject(id))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type pauseBody struct {
+	Memory *bool `json:"memory"`
+}
+
+// pause serves POST /sandboxes/{id}/pause: 204, or 409 when it is already
+// paused (the SDK's pause then returns false).
+func (s *server) pause(w http.ResponseWriter, r *http.Request, team, id string) {
+	var body pauseBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	keep := body.Memory == nil || *body.Memory
+	if err := s.backend.Pause(r.Context(), team, id, keep); err != nil {
+		if errors.Is(err, ErrConflict) {
+			writeError(w, http.StatusConflict, "", "sandbox %s is already paused", echo(id))
+			return
+		}
+		s.writeBackendError(w, r, err, sandboxSubject(id))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// validID reports whether id is a well-formed sandbox ID.
+func validID(id string) bool { return sandboxid.Valid(id) }

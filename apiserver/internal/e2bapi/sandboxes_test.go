@@ -1,0 +1,413 @@
+package e2bapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCreateDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		path        string
+		body        string
+		wantTimeout time.Duration
+		wantToken   bool
+		wantSecure  bool
+	}{
+		{"v1 without secure", "/sandboxes", `{"templateID":"base"}`, 15 * time.Second, false, false},
+		{"v1 secure as the SDKs send it", "/sandboxes", `{"templateID":"base","timeout":300,"secure":true,"allow_internet_access":true}`, 300 * time.Second, true, true},
+		{"v2 minimal body", "/v2/sandboxes", `{"templateID":"base"}`, 300 * time.Second, true, true},
+		{"v2 ignores secure=false", "/v2/sandboxes", `{"templateID":"base","secure":false,"timeout":60}`, 60 * time.Second, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, h := newTestServer(t)
+			sb := wantSandbox(t, do(t, h, http.MethodPost, tc.path, tc.body, keyA), http.StatusCreated)
+			if f.lastCreate.Timeout != tc.wantTimeout {
+				t.Errorf("timeout = %v, want %v", f.lastCreate.Timeout, tc.wantTimeout)
+			}
+			if f.lastCreate.Secure != tc.wantSecure {
+				t.Errorf("secure = %v, want %v", f.lastCreate.Secure, tc.wantSecure)
+			}
+			if (sb.EnvdAccessToken != "") != tc.wantToken {
+				t.Errorf("envdAccessToken = %q, want one: %v", sb.EnvdAccessToken, tc.wantToken)
+			}
+			if sb.TemplateID != "base" || sb.ClientID != node || sb.EnvdVersion != "0.6.13" || !validID(sb.SandboxID) {
+				t.Errorf("sandbox = %+v", sb)
+			}
+			if sb.Domain != nil || sb.TrafficAccessToken != nil {
+				t.Errorf("domain = %v, trafficAccessToken = %v, want null", sb.Domain, sb.TrafficAccessToken)
+			}
+			if got := f.state(sb.SandboxID); got != StateRunning {
+				t.Errorf("state = %q", got)
+			}
+		})
+	}
+}
+
+func TestCreateFields(t *testing.T) {
+	f, h := newTestServer(t)
+	body := `{"templateID":"base-alias","timeout":60,"autoPause":true,"autoPauseMemory":false,
+		"allow_internet_access":false,"metadata":{"user":"a b"},"envVars":{"FOO":"bar"},
+		"mcp":null,"iam":{"tokens":{}},"volumeMounts":[],"network":{"allowPublicTraffic":true},
+		"autoResume":{"enabled":false},"someFutureField":{"x":[1,2]}}`
+	sb := wantSandbox(t, do(t, h, http.MethodPost, "/sandboxes", body, keyA), http.StatusCreated)
+	p := f.lastCreate
+	if p.TemplateID != "base" || p.Alias != "base-alias" || sb.Alias != "base-alias" || sb.TemplateID != "base" {
+		t.Errorf("template = %q alias %q; answer %+v", p.TemplateID, p.Alias, sb)
+	}
+	if !p.AutoPause || p.AutoPauseMemory || p.AllowInternetAccess == nil || *p.AllowInternetAccess {
+		t.Errorf("params = %+v", p)
+	}
+	if p.Metadata["user"] != "a b" || p.EnvVars["FOO"] != "bar" {
+		t.Errorf("metadata %v envVars %v", p.Metadata, p.EnvVars)
+	}
+
+	// denyOut of all traffic is "no internet"; without a network or the
+	// flag, internet access is left to the backend (nil).
+	wantSandbox(t, do(t, h, http.MethodPost, "/v2/sandboxes", `{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`, keyA), http.StatusCreated)
+	if p := f.lastCreate.AllowInternetAccess; p == nil || *p {
+		t.Errorf("denyOut all: allowInternetAccess = %v", p)
+	}
+	wantSandbox(t, do(t, h, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`, keyA), http.StatusCreated)
+	if p := f.lastCreate.AllowInternetAccess; p != nil {
+		t.Errorf("nothing said: allowInternetAccess = %v", *p)
+	}
+}
+
+func TestCreateDomain(t *testing.T) {
+	f := newFakeBackend()
+	h := New(Config{Backend: f, Team: testTeam, SandboxDomain: "sandbox.example.com"})
+	sb := wantSandbox(t, do(t, h, http.MethodPost, "/sandboxes", `{"templateID":"base"}`, keyA), http.StatusCreated)
+	if sb.Domain == nil || *sb.Domain != "sandbox.example.com" {
+		t.Fatalf("domain = %v", sb.Domain)
+	}
+}
+
+// Every validation answers 400 naming the field, and nothing reaches a host.
+func TestCreateInvalid(t *testing.T) {
+	long := strings.Repeat("k", 65)
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		field      string
+	}{
+		{"not JSON", `{"templateID":`, 400, "body"},
+		{"garbage", `templateID=base`, 400, "body"},
+		{"array body", `[]`, 400, "body"},
+		{"two values", `{"templateID":"base"}{}`, 400, "body"},
+		{"missing templateID", `{}`, 400, "templateID"},
+		{"empty body", ``, 400, "templateID"},
+		{"empty templateID", `{"templateID":""}`, 400, "templateID"},
+		{"templateID not a string", `{"templateID":7}`, 400, "templateID"},
+		{"unknown template", `{"templateID":"nope"}`, 400, "templateID"},
+		{"long templateID", `{"templateID":"` + strings.Repeat("a", 300) + `"}`, 400, "templateID"},
+		{"timeout string", `{"templateID":"base","timeout":"300"}`, 400, "timeout"},
+		{"timeout fraction", `{"templateID":"base","timeout":1.5}`, 400, "timeout"},
+		{"timeout negative", `{"templateID":"base","timeout":-1}`, 400, "timeout"},
+		{"timeout zero", `{"templateID":"base","timeout":0}`, 400, "timeout"},
+		{"timeout above max", `{"templateID":"base","timeout":86401}`, 400, "timeout"},
+		{"timeout huge", `{"templateID":"base","timeout":1e300}`, 400, "timeout"},
+		{"timeout beyond int64", `{"templateID":"base","timeout":99999999999999999999}`, 400, "timeout"},
+		{"secure not bool", `{"templateID":"base","secure":"yes"}`, 400, "secure"},
+		{"autoPause not bool", `{"templateID":"base","autoPause":1}`, 400, "autoPause"},
+		{"allow_internet_access not bool", `{"templateID":"base","allow_internet_access":"no"}`, 400, "allow_internet_access"},
+		{"metadata not an object", `{"templateID":"base","metadata":[]}`, 400, "metadata"},
+		{"metadata value not a string", `{"templateID":"base","metadata":{"a":1}}`, 400, "metadata"},
+		{"metadata 9 entries", `{"templateID":"base","metadata":{"a":"","b":"","c":"","d":"","e":"","f":"","g":"","h":"","i":""}}`, 400, "metadata"},
+		{"metadata key 65 bytes", `{"templateID":"base","metadata":{"` + long + `":""}}`, 400, "metadata"},
+		{"metadata 193 bytes", `{"templateID":"base","metadata":{"k":"` + strings.Repeat("v", 192) + `"}}`, 400, "metadata"},
+		{"metadata empty key", `{"templateID":"base","metadata":{"":"v"}}`, 400, "metadata"},
+		{"envVars not an object", `{"templateID":"base","envVars":"A=1"}`, 400, "envVars"},
+		{"envVars name with =", `{"templateID":"base","envVars":{"A=B":"1"}}`, 400, "envVars"},
+		{"envVars NUL", `{"templateID":"base","envVars":{"A":"\u0000"}}`, 400, "envVars"},
+		{"network not an object", `{"templateID":"base","network":true}`, 400, "network"},
+		{"network.allowOut not strings", `{"templateID":"base","network":{"allowOut":[1]}}`, 400, "network.allowOut"},
+		{"autoResume not an object", `{"templateID":"base","autoResume":true}`, 400, "autoResume"},
+		{"volumeMounts not an array", `{"templateID":"base","volumeMounts":{}}`, 400, "volumeMounts"},
+		{"too large", `{"templateID":"base","envVars":{"A":"` + strings.Repeat("x", maxBodyBytes) + `"}}`, 413, "body"},
+
+		{"volumes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`, 501, "volumeMounts"},
+		{"mcp", `{"templateID":"base","mcp":{"exa":{}}}`, 501, "mcp"},
+		{"autoResume", `{"templateID":"base","autoResume":{"enabled":true}}`, 501, "autoResume"},
+		{"allowOut", `{"templateID":"base","network":{"allowOut":["1.1.1.1"],"denyOut":["0.0.0.0/0"]}}`, 501, "network.allowOut"},
+		{"denyOut single", `{"templateID":"base","network":{"denyOut":["10.0.0.0/8"]}}`, 501, "network.denyOut"},
+		{"private traffic", `{"templateID":"base","network":{"allowPublicTraffic":false}}`, 501, "allowPublicTraffic"},
+		{"egress proxy", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`, 501, "egressProxy"},
+		{"mask host", `{"templateID":"base","network":{"maskRequestHost":"x"}}`, 501, "maskRequestHost"},
+		{"rules", `{"templateID":"base","network":{"rules":{"a.com":[]}}}`, 501, "network.rules"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, path := range []string{"/sandboxes", "/v2/sandboxes"} {
+				f, h := newTestServer(t)
+				wantError(t, do(t, h, http.MethodPost, path, tc.body, keyA), tc.status, tc.field)
+				if n := f.hostCalls(); n != 0 {
+					t.Fatalf("%s: %d backend calls reached a host", path, n)
+				}
+			}
+		})
+	}
+}
+
+// The metadata bounds are the NodeInventory CRD's: the largest allowed
+// metadata passes.
+func TestCreateMetadataAtBounds(t *testing.T) {
+	_, h := newTestServer(t)
+	md := map[string]string{strings.Repeat("k", 64): strings.Repeat("v", 192-64)}
+	b, _ := json.Marshal(map[string]any{"templateID": "base", "metadata": md})
+	wantSandbox(t, do(t, h, http.MethodPost, "/sandboxes", string(b), keyA), http.StatusCreated)
+	md = map[string]string{}
+	for i := range 8 {
+		md[fmt.Sprintf("k%d", i)] = strings.Repeat("v", 22)
+	}
+	b, _ = json.Marshal(map[string]any{"templateID": "base", "metadata": md})
+	wantSandbox(t, do(t, h, http.MethodPost, "/v2/sandboxes", string(b), keyA), http.StatusCreated)
+}
+
+func TestBackendErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		status    int
+		errorCode string
+	}{
+		{fmt.Errorf("team %s has 20 sandboxes: %w", teamA, ErrRateLimited), 429, ""},
+		{fmt.Errorf("no node fits 2 CPUs: %w", ErrCapacity), 503, codeCapacity},
+		{fmt.Errorf("place: %w", ErrPlacementTimeout), 504, codePlacementTimeout},
+		{fmt.Errorf("gvisor: %w", ErrUnsupported), 501, ""},
+		{Invalid("envVars", "too many"), 400, ""},
+		{errors.New("dial sandboxd: connection refused"), 500, codeInternal},
+	} {
+		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
+			f, h := newTestServer(t)
+			f.err = tc.err
+			e := wantError(t, do(t, h, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`, keyA), tc.status)
+			if e.ErrorCode != tc.errorCode {
+				t.Errorf("error_code = %q, want %q", e.ErrorCode, tc.errorCode)
+			}
+			if tc.status >= 500 && tc.status != 501 && strings.Contains(e.Message, tc.err.Error()) {
+				t.Errorf("%d leaks the backend's error: %q", tc.status, e.Message)
+			}
+		})
+	}
+}
+
+// sandboxRoutes are the routes that act on one sandbox, with a valid body.
+var sandboxRoutes = []struct{ method, path, body string }{
+	{http.MethodGet, "/sandboxes/%s", ""},
+	{http.MethodDelete, "/sandboxes/%s", ""},
+	{http.MethodPost, "/sandboxes/%s/connect", `{"timeout":60}`},
+	{http.MethodPost, "/v2/sandboxes/%s/connect", `{}`},
+	{http.MethodPost, "/sandboxes/%s/timeout", `{"timeout":60}`},
+	{http.MethodPost, "/sandboxes/%s/refreshes", `{"duration":60}`},
+	{http.MethodPost, "/sandboxes/%s/pause", `{}`},
+	{http.MethodPost, "/sandboxes/%s/resume", `{}`},
+	{http.MethodGet, "/sandboxes/%s/metrics", ""},
+	{http.MethodGet, "/sandboxes/%s/logs", ""},
+	{http.MethodGet, "/v2/sandboxes/%s/logs", ""},
+}
+
+// Another team's sandbox answers exactly like a missing one, on every
+// route, and is left untouched.
+func TestOtherTeamIsNotFound(t *testing.T) {
+	for _, rt := range sandboxRoutes {
+		t.Run(rt.method+" "+rt.path, func(t *testing.T) {
+			f, h := newTestServer(t)
+			theirs := f.add(teamB, StatePaused, t0, nil)
+			missing := "zzzzzzzzzzzzzzzzzzzz"
+			a := wantError(t, do(t, h, rt.method, fmt.Sprintf(rt.path, theirs), rt.body, keyA), 404, theirs)
+			b := wantError(t, do(t, h, rt.method, fmt.Sprintf(rt.path, missing), rt.body, keyA), 404, missing)
+			if strings.ReplaceAll(a.Message, theirs, "ID") != strings.ReplaceAll(b.Message, missing, "ID") {
+				t.Fatalf("another team's sandbox answers %q, a missing one %q", a.Message, b.Message)
+			}
+			if f.state(theirs) != StatePaused {
+				t.Fatal("another team's sandbox changed")
+			}
+		})
+	}
+}
+
+// A malformed ID is a 404 that never reaches the backend.
+func TestMalformedIDIsNotFound(t *testing.T) {
+	for _, rt := range sandboxRoutes {
+		for _, id := range []string{"short", "ABCDEFGHIJKLMNOPQRST", "abcdefghijklmnopqrs%2E", strings.Repeat("a", 200)} {
+			f, h := newTestServer(t)
+			wantError(t, do(t, h, rt.method, fmt.Sprintf(rt.path, id), rt.body, keyA), 404, "not found")
+			if n := f.hostCalls(); n != 0 {
+				t.Fatalf("%s %s: backend called", rt.method, id)
+			}
+		}
+	}
+}
+
+// Old SDKs address a sandbox as "<sandboxID>-<clientID>".
+func TestLegacyIDWithClientID(t *testing.T) {
+	f, h := newTestServer(t)
+	id := f.add(teamA, StateRunning, t0, nil)
+	wantStatus(t, do(t, h, http.MethodGet, "/sandboxes/"+id+"-6532622b", "", keyA), http.StatusOK)
+}
+
+func TestUnauthenticated(t *testing.T) {
+	routes := append([]struct{ method, path, body string }{
+		{http.MethodPost, "/sandboxes", `{"templateID":"base"}`},
+		{http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`},
+		{http.MethodGet, "/sandboxes", ""},
+		{http.MethodGet, "/v2/sandboxes", ""},
+		{http.MethodGet, "/sandboxes/metrics?sandbox_ids=x", ""},
+		{http.MethodGet, "/templates", ""},
+		{http.MethodGet, "/v2/templates", ""},
+		{http.MethodGet, "/templates/base", ""},
+		{http.MethodGet, "/templates/aliases/base", ""},
+		{http.MethodPost, "/sandboxes/%s/fork", "{}"},
+	}, sandboxRoutes...)
+	for _, key := range []string{"", "e2b_0000000000000000000000000000000000000000"} {
+		for _, rt := range routes {
+			f, h := newTestServer(t)
+			id := f.add(teamA, StateRunning, t0, nil)
+			path := rt.path
+			if strings.Contains(path, "%s") {
+				path = fmt.Sprintf(path, id)
+			}
+			wantError(t, do(t, h, rt.method, path, rt.body, key), 401, "API key")
+			if n := f.hostCalls() + f.count("Template") + f.count("Templates"); n != 0 {
+				t.Fatalf("%s %s: backend called without a team", rt.method, rt.path)
+			}
+		}
+	}
+}
+
+func TestGet(t *testing.T) {
+	f, h := newTestServer(t)
+	id := f.add(teamA, StatePaused, t0, map[string]string{"user": "u1"})
+	rec := do(t, h, http.MethodGet, "/sandboxes/"+id, "", keyA)
+	wantStatus(t, rec, http.StatusOK)
+	checkKeys(t, "SandboxDetail", keysOf(t, rec.Body.Bytes()), detailRequired, detailOptional)
+	var got sandboxDetailJSON
+	strictDecode(t, rec.Body.Bytes(), &got)
+	if got.SandboxID != id || got.State != StatePaused || got.ClientID != node || got.CPUCount != 2 ||
+		got.MemoryMB != 512 || got.DiskSizeMB != 1024 || !got.StartedAt.Equal(t0) || got.Metadata["user"] != "u1" ||
+		got.Lifecycle.OnTimeout != "kill" || got.VolumeMounts == nil || got.EnvdAccessToken != "tok-"+id {
+		t.Fatalf("detail = %+v", got)
+	}
+}
+
+func TestKill(t *testing.T) {
+	f, h := newTestServer(t)
+	id := f.add(teamA, StateRunning, t0, nil)
+	rec := do(t, h, http.MethodDelete, "/sandboxes/"+id, "", keyA)
+	wantStatus(t, rec, http.StatusNoContent)
+	if rec.Body.Len() != 0 {
+		t.Fatalf("204 with a body: %q", rec.Body.String())
+	}
+	wantError(t, do(t, h, http.MethodDelete, "/sandboxes/"+id, "", keyA), 404, id)
+}
+
+func TestConnect(t *testing.T) {
+	f, h := newTestServer(t)
+	running := f.add(teamA, StateRunning, t0, nil) // ends t0+5m
+	paused := f.add(teamA, StatePaused, t0, nil)
+
+	// Running: 200, and the TTL is only extended.
+	sb := wantSandbox(t, do(t, h, http.MethodPost, "/sandboxes/"+running+"/connect", `{"timeout":60}`, keyA), http.StatusOK)
+	if sb.SandboxID != running || sb.EnvdAccessToken != "tok-"+running {
+		t.Fatalf("connect = %+v", sb)
+	}
+	if got := f.endAt(running); !got.Equal(t0.Add(5 * time.Minute)) {
+		t.Fatalf("connect shortened the TTL to %v", got)
+	}
+	// Paused: 201, resumed.
+	wantSandbox(t, do(t, h, http.MethodPost, "/sandboxes/"+paused+"/connect", `{"timeout":600,"memory":true}`, keyA), http.StatusCreated)
+	if f.state(paused) != StateRunning || !f.endAt(paused).Equal(t0.Add(10*time.Minute)) {
+		t.Fatalf("paused sandbox not resumed for 600 s")
+	}
+
+	// v2: the body is optional and the timeout defaults to 300 s.
+	paused2 := f.add(teamA, StatePaused, t0, nil)
+	for _, body := range []string{"", "{}", "null"} {
+		wantSandbox(t, do(t, h, http.MethodPost, "/v2/sandboxes/"+running+"/connect", body, keyA), http.StatusOK)
+		if f.lastTimeout != 300*time.Second {
+			t.Fatalf("v2 connect %q: timeout %v", body, f.lastTimeout)
+		}
+	}
+	wantSandbox(t, do(t, h, http.MethodPost, "/v2/sandboxes/"+paused2+"/connect", "{}", keyA), http.StatusCreated)
+
+	// v1: the timeout is required.
+	for _, tc := range []struct{ body, field string }{
+		{``, "timeout"}, {`{}`, "timeout"}, {`{"timeout":null}`, "timeout"}, {`{"timeout":-5}`, "timeout"},
+		{`{"timeout":"5"}`, "timeout"}, {`{"timeout":100000}`, "timeout"}, {`{"timeout":5,"memory":"no"}`, "memory"},
+	} {
+		n := f.hostCalls()
+		wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+running+"/connect", tc.body, keyA), 400, tc.field)
+		if f.hostCalls() != n {
+			t.Fatalf("invalid connect %q reached the backend", tc.body)
+		}
+	}
+	wantError(t, do(t, h, http.MethodPost, "/v2/sandboxes/"+running+"/connect", `{"timeout":-1}`, keyA), 400, "timeout")
+}
+
+func TestSetTimeoutAndRefresh(t *testing.T) {
+	f, h := newTestServer(t)
+	id := f.add(teamA, StateRunning, t0, nil)
+	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/timeout", `{"timeout":30}`, keyA), http.StatusNoContent)
+	if f.lastTimeout != 30*time.Second || f.lastExtend || !f.endAt(id).Equal(t0.Add(30*time.Second)) {
+		t.Fatalf("setTimeout: %v extend=%v end %v", f.lastTimeout, f.lastExtend, f.endAt(id))
+	}
+	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/timeout", `{"timeout":0}`, keyA), http.StatusNoContent)
+	for _, body := range []string{``, `{}`, `{"timeout":-1}`, `{"timeout":"1"}`, `{"timeout":86401}`} {
+		wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/timeout", body, keyA), 400, "timeout")
+	}
+
+	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/refreshes", ``, keyA), http.StatusNoContent)
+	if f.lastTimeout != 15*time.Second || !f.lastExtend {
+		t.Fatalf("refresh default: %v extend=%v", f.lastTimeout, f.lastExtend)
+	}
+	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/refreshes", `{"duration":3600}`, keyA), http.StatusNoContent)
+	for _, body := range []string{`{"duration":3601}`, `{"duration":-1}`, `{"duration":true}`} {
+		wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/refreshes", body, keyA), 400, "duration")
+	}
+}
+
+func TestPause(t *testing.T) {
+	f, h := newTestServer(t)
+	id := f.add(teamA, StateRunning, t0, nil)
+	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/pause", `{"memory":false}`, keyA), http.StatusNoContent)
+	if f.state(id) != StatePaused || f.lastKeep {
+		t.Fatalf("state %q keepMemory %v", f.state(id), f.lastKeep)
+	}
+	wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/pause", ``, keyA), http.StatusConflict, "already paused")
+	if !f.lastKeep {
+		t.Fatal("memory defaults to true")
+	}
+	wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/pause", `{"memory":1}`, keyA), 400, "memory")
+}
+
+func TestResume(t *testing.T) {
+	f, h := newTestServer(t)
+	id := f.add(teamA, StatePaused, t0, nil)
+	sb := wantSandbox(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/resume", `{"autoPause":false}`, keyA), http.StatusCreated)
+	if sb.SandboxID != id || f.state(id) != StateRunning || f.lastTimeout != 15*time.Second {
+		t.Fatalf("resume: %+v state %q timeout %v", sb, f.state(id), f.lastTimeout)
+	}
+	wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/resume", `{}`, keyA), http.StatusConflict, "already running")
+	wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/resume", `{"timeout":-3}`, keyA), 400, "timeout")
+}
+
+func TestMaxTimeoutConfig(t *testing.T) {
+	f := newFakeBackend()
+	h := New(Config{Backend: f, Team: testTeam, MaxTimeout: time.Hour, Logger: discard})
+	wantError(t, do(t, h, http.MethodPost, "/sandboxes", `{"templateID":"base","timeout":3601}`, keyA), 400, "timeout", "3600")
+	wantSandbox(t, do(t, h, http.MethodPost, "/sandboxes", `{"templateID":"base","timeout":3600}`, keyA), http.StatusCreated)
+}
+
+func TestPanicIsJSON500(t *testing.T) {
+	h := New(Config{Backend: panicBackend{newFakeBackend()}, Team: testTeam, Logger: discard})
+	wantError(t, do(t, h, http.MethodGet, "/sandboxes", "", keyA), 500, "internal")
+}
+
+type panicBackend struct{ *fakeBackend }
+
+func (panicBackend) List(context.Context, string, []State) ([]Sandbox, error) { panic("boom") }

@@ -1,0 +1,67 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/spf13/pflag"
+)
+
+// Defaults of Options.
+const (
+	// DefaultSampleSize is K, how many eligible nodes a cold create compares.
+	DefaultSampleSize = 3
+	// DefaultMaxAttempts bounds the creates of one placement.
+	DefaultMaxAttempts = 3
+	// DefaultClaimLimit is how many warm candidates Claim tries when its
+	// caller asks for no particular number.
+	DefaultClaimLimit = 3
+)
+
+// Options configures a Placer. The zero value of each field means its
+// default, so Options{} works; NewOptions spells the defaults out for flags.
+type Options struct {
+	// SampleSize is K: how many eligible nodes a cold create samples and
+	// compares. 1 is a uniformly random eligible node; a size of the fleet
+	// or more is always the best one.
+	SampleSize int
+	// MaxAttempts bounds how many nodes one Place calls create on before it
+	// gives up with ErrNoCapacity.
+	MaxAttempts int
+	// Retryable says whether a create's error means "try another node";
+	// nil means IsRetryable.
+	Retryable func(error) bool
+	// ClaimRetryable says whether a claim's error means "try the next
+	// candidate"; nil means IsClaimRetryable.
+	ClaimRetryable func(error) bool
+	// Rand samples nodes and breaks ties, for reproducible tests; nil means
+	// the process-wide source. The Placer serialises its use of it.
+	Rand *rand.Rand
+}
+
+// NewOptions returns the defaults.
+func NewOptions() Options {
+	return Options{SampleSize: DefaultSampleSize, MaxAttempts: DefaultMaxAttempts}
+}
+
+// AddFlags registers --placement-sample-size and --placement-max-attempts,
+// defaulting to the current values.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&o.SampleSize, "placement-sample-size", o.SampleSize,
+		"How many eligible nodes (with the template and room) a cold create samples at random; the freest of them gets the sandbox.")
+	fs.IntVar(&o.MaxAttempts, "placement-max-attempts", o.MaxAttempts,
+		"Most nodes one cold create tries when nodes refuse (full or unreachable) before answering 503 sandbox_capacity_unavailable.")
+}
+
+// Validate reports options that cannot work, naming the flag.
+func (o Options) Validate() error {
+	var errs []error
+	if o.SampleSize < 1 {
+		errs = append(errs, fmt.Errorf("--placement-sample-size must be at least 1, got %d", o.SampleSize))
+	}
+	if o.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("--placement-max-attempts must be at least 1, got %d", o.MaxAttempts))
+	}
+	return errors.Join(errs...)
+}
