@@ -60,7 +60,10 @@ func TestSpawnKeepsStatusesOrphansReaped(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			cmd, release := start(t, r, "sleep 0.0$((RANDOM % 3)) & exit "+strconv.Itoa(i%4))
+			// The sleep outlives its shell (0.3–0.5 s against the shell's
+			// exit at once), so it is an orphan; a sleep that ended first
+			// would be reaped by the shell, not by r.
+			cmd, release := start(t, r, "sleep 0.$((3 + RANDOM % 3)) & exit "+strconv.Itoa(i%4))
 			err := cmd.Wait()
 			release()
 			if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != i%4 {
