@@ -1,0 +1,19 @@
+// Package cli is sandbox-apiserver's command line: `serve` runs the e2b
+// REST API over the fleet, `keys create` makes an API key.
+package cli
+
+import (
+	"github.com/spf13/cobra"
+)
+
+// NewCommand returns the sandbox-apiserver command.
+func NewCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "sandbox-apiserver",
+		Short:         "The e2b-compatible API of a Skiff fleet",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(keysCommand())
+	return root
+}
