@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/selfexe"
 )
 
 // DefaultEnvdPath is where packages install the static envd when it does
@@ -244,7 +245,7 @@ func (o *Options) ReadToken() (string, error) {
 // defaultEnvd is envd beside sandboxd's own binary when there is one, else
 // DefaultEnvdPath.
 func defaultEnvd() string {
-	if exe, err := os.Executable(); err == nil {
+	if exe, err := selfexe.Path(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), "envd")
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			return p

@@ -41,6 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/selfexe"
 
 	// The cgroup device controller (libcontainer refuses device rules
 	// without it) and the C half of "init" that enters the namespaces.
@@ -560,9 +561,6 @@ func (r *Runtime) List(_ context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// sealedEnv marks the run of sandboxd that ReexecSealed started.
-const sealedEnv = "_SKIFF_SEALED_EXE"
-
 // ReexecSealed makes this process run from a sealed in-memory copy of its
 // binary, re-executing it once. libcontainer starts every sandbox by running
 // /proc/self/exe, and unless that is such a copy it makes one — a copy of
@@ -571,11 +569,14 @@ const sealedEnv = "_SKIFF_SEALED_EXE"
 // the copy off every create. When the copy cannot be sealed it returns nil
 // and libcontainer copies per start as before.
 func ReexecSealed() error {
-	if os.Getenv(sealedEnv) != "" {
-		return os.Unsetenv(sealedEnv)
-	}
-	if exeseal.IsSelfExeCloned() {
+	// The run ReexecSealed started keeps selfexe.Env: the binary's path
+	// on disk, which os.Executable no longer gives.
+	if os.Getenv(selfexe.Env) != "" || exeseal.IsSelfExeCloned() {
 		return nil
+	}
+	onDisk, err := os.Executable()
+	if err != nil {
+		return err
 	}
 	self, err := os.Open("/proc/self/exe")
 	if err != nil {
@@ -593,7 +594,7 @@ func ReexecSealed() error {
 	if !exeseal.IsCloned(clone) {
 		return clone.Close()
 	}
-	if err := os.Setenv(sealedEnv, "1"); err != nil {
+	if err := os.Setenv(selfexe.Env, onDisk); err != nil {
 		return err
 	}
 	return syscall.Exec("/proc/self/fd/"+strconv.Itoa(int(clone.Fd())), os.Args, os.Environ())

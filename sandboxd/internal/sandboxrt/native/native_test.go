@@ -13,6 +13,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
+	"github.com/skiff-dev/skiff/sandboxd/internal/selfexe"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
 
@@ -265,5 +266,34 @@ func TestANewRuntimeFindsTheSandboxesOfTheOldOne(t *testing.T) {
 	}
 	if err := again.Stop(ctx, s.spec.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// After ReexecSealed (in init), the process runs from a sealed copy, and
+// selfexe still names the binary on disk, whose neighbours (envd) sandboxd
+// looks for.
+func TestSealedRunKnowsItsBinaryOnDisk(t *testing.T) {
+	sandboxtest.RequireRoot(t)
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(exe, "/memfd:") {
+		t.Fatalf("not running from a sealed copy: /proc/self/exe -> %s", exe)
+	}
+	onDisk, err := selfexe.Path()
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk, err := os.Stat(onDisk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Stat("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !disk.Mode().IsRegular() || disk.Size() != self.Size() {
+		t.Errorf("selfexe.Path() = %s (%v, %d bytes); the running copy has %d bytes", onDisk, disk.Mode(), disk.Size(), self.Size())
 	}
 }
