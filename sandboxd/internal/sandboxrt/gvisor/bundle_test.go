@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -76,5 +77,16 @@ func TestFilesTarRefusesAFileThatIsADirectory(t *testing.T) {
 	}
 	if _, err := filesTar(t.TempDir(), map[string][]byte{"/etc/hosts": nil, "etc/hosts": nil}); err == nil {
 		t.Error("one file twice")
+	}
+}
+
+func TestValidID(t *testing.T) {
+	for id, want := range map[string]bool{
+		"abc": true, "A-b_c+d.e": true, "x": true, strings.Repeat("a", 128): true,
+		"": false, ".hidden": false, "a/b": false, "a b": false, "ü": false, strings.Repeat("a", 129): false, "../x": false,
+	} {
+		if got := validID(id); got != want {
+			t.Errorf("validID(%q) = %v, want %v", id, got, want)
+		}
 	}
 }

@@ -46,7 +46,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -246,8 +245,22 @@ func writeFileAtomic(name string, data []byte, perm os.FileMode) error {
 	return os.Rename(tmp, name)
 }
 
-// validID matches runsc's container IDs, without a leading dot.
-var validID = regexp.MustCompile(`^[A-Za-z0-9_+\-][A-Za-z0-9_+\-.]{0,127}$`).MatchString
+// validID matches runsc's container IDs, without a leading dot:
+// [A-Za-z0-9_+-][A-Za-z0-9_+-.]{0,127}. (Not a regexp: compiled at package
+// init, one would cost every sandbox's start, since libcontainer's init
+// runs sandboxd's binary.)
+func validID(id string) bool {
+	if id == "" || len(id) > 128 || id[0] == '.' {
+		return false
+	}
+	for _, c := range []byte(id) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '+' || c == '-' || c == '.'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
 
 // Start implements sandboxrt.Runtime.
 func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
