@@ -14,6 +14,6 @@ func NewCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(keysCommand())
+	root.AddCommand(serveCommand(), keysCommand())
 	return root
 }

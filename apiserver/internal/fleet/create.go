@@ -1,0 +1,135 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	"github.com/skiff-dev/skiff/shared/inventory"
+	"github.com/skiff-dev/skiff/shared/placement"
+	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+// errNoTemplate is a host that does not hold the template its inventory
+// listed (the inventory lags): placement moves on to another node.
+var errNoTemplate = errors.New("host lacks the template")
+
+// Create claims a warm sandbox of the template when one can be had, else
+// creates one cold on the best of K fresh nodes.
+func (b *Backend) Create(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, error) {
+	var out *e2bapi.Sandbox
+	// A warm sandbox has the internet: one that must not is always cold.
+	if p.AllowInternetAccess == nil || *p.AllowInternetAccess {
+		cand, err := b.placer.Claim(ctx, p.TemplateID, b.claimLimit, func(ctx context.Context, c inventory.Candidate) error {
+			sb, err := b.claim(ctx, team, p, c)
+			out = sb
+			return err
+		})
+		switch {
+		case err == nil:
+			b.remember(out.ID, team, cand.Node, out)
+			return out, nil
+		case !errors.Is(err, placement.ErrNoWarm):
+			return nil, createError(ctx, err)
+		}
+	}
+	req := placement.Request{Template: p.TemplateID, CPUMilli: b.defaults.CPUMilli, MemoryMiB: b.defaults.MemoryMiB}
+	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) error {
+		sb, err := b.create(ctx, team, p, n)
+		out = sb
+		return err
+	})
+	if err != nil {
+		return nil, createError(ctx, err)
+	}
+	b.remember(out.ID, team, node, out)
+	return out, nil
+}
+
+// claim claims candidate c for team.
+func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams, c inventory.Candidate) (*e2bapi.Sandbox, error) {
+	resp, err := b.clients(c.Endpoint).Claim(ctx, connect.NewRequest(&sandboxdv1.ClaimRequest{
+		SandboxId: c.SandboxID,
+		Team:      team,
+		Metadata:  p.Metadata,
+		EnvVars:   p.EnvVars,
+		Timeout:   durationpb.New(p.Timeout),
+		AutoPause: p.AutoPause,
+	}))
+	if err != nil {
+		switch code := connect.CodeOf(err); {
+		case code == connect.CodeFailedPrecondition, code == connect.CodeNotFound:
+			return nil, fmt.Errorf("%w: %w", placement.ErrClaimConflict, err)
+		case isTransport(err):
+			return nil, fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, err)
+		case code == connect.CodeInvalidArgument:
+			return nil, invalidFrom(err)
+		}
+		return nil, err
+	}
+	return b.created(c.Node, p, resp.Msg.GetSandbox(), resp.Msg.GetEnvdAccessToken())
+}
+
+// create creates a sandbox for team on node n.
+func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams, n *v1beta1.NodeInventory) (*e2bapi.Sandbox, error) {
+	resp, err := b.clients(n.Spec.Endpoint).Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{
+		Template:            p.TemplateID,
+		Resources:           &sandboxdv1.Resources{CpuMilli: b.defaults.CPUMilli, MemoryMib: b.defaults.MemoryMiB, DiskMib: b.defaults.DiskMiB},
+		EnvVars:             p.EnvVars,
+		Metadata:            p.Metadata,
+		Timeout:             durationpb.New(p.Timeout),
+		Team:                team,
+		AllowInternetAccess: p.AllowInternetAccess,
+		AutoPause:           p.AutoPause,
+	}))
+	if err != nil {
+		switch code := connect.CodeOf(err); {
+		case code == connect.CodeResourceExhausted:
+			return nil, fmt.Errorf("%w: %w", placement.ErrNodeFull, err)
+		case isTransport(err):
+			return nil, fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, err)
+		case code == connect.CodeNotFound:
+			return nil, e2bapi.Invalid("templateID", "template %q does not exist", p.TemplateID)
+		case code == connect.CodeInvalidArgument:
+			inv := invalidFrom(err)
+			if ie := new(e2bapi.InvalidError); errors.As(inv, &ie) && ie.Field == "templateID" {
+				// The inventory listed the template; the host disagrees.
+				return nil, fmt.Errorf("%w: %w: %w", placement.ErrNodeFull, errNoTemplate, err)
+			}
+			return nil, inv
+		}
+		return nil, err
+	}
+	return b.created(n.Name, p, resp.Msg.GetSandbox(), resp.Msg.GetEnvdAccessToken())
+}
+
+// created converts a host's answer to a create or claim.
+func (b *Backend) created(node string, p e2bapi.CreateParams, sb *sandboxdv1.Sandbox, token string) (*e2bapi.Sandbox, error) {
+	if sb == nil || sb.GetId() == "" {
+		return nil, fmt.Errorf("node %s answered without a sandbox", node)
+	}
+	out := toSandbox(node, sb, token)
+	out.Alias = p.Alias
+	out.State = e2bapi.StateRunning
+	return out, nil
+}
+
+// createError maps the error of a claim or placement to the e2bapi
+// categories.
+func createError(ctx context.Context, err error) error {
+	if ie := new(e2bapi.InvalidError); errors.As(err, &ie) {
+		return ie
+	}
+	switch {
+	case errors.Is(err, placement.ErrNoCapacity):
+		return fmt.Errorf("%w: %w", e2bapi.ErrCapacity, err)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", e2bapi.ErrPlacementTimeout, err)
+	}
+	return fmt.Errorf("create sandbox: %w", err)
+}

@@ -1,0 +1,269 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+// t0 is the fake clock's time.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// fakeNode is an in-memory sandboxd. Methods the Backend must not call are
+// left to the embedded nil interface (and panic).
+type fakeNode struct {
+	sandboxdv1connect.SandboxdServiceClient
+
+	name      string
+	templates []string
+	mu        sync.Mutex
+	sandboxes map[string]*sandboxdv1.Sandbox
+	tokens    map[string]string
+	calls     []string
+	// full refuses creates with resource_exhausted; down refuses every call
+	// with unavailable; claimed refuses claims of these IDs as lost races.
+	full, down bool
+	claimed    map[string]bool
+}
+
+func newFakeNode(name string, templates ...string) *fakeNode {
+	return &fakeNode{name: name, templates: templates, sandboxes: map[string]*sandboxdv1.Sandbox{}, tokens: map[string]string{}, claimed: map[string]bool{}}
+}
+
+func (n *fakeNode) endpoint() string { return n.name + ":27777" }
+
+func (n *fakeNode) record(op string) error {
+	n.calls = append(n.calls, op)
+	if n.down {
+		return connect.NewError(connect.CodeUnavailable, errors.New("down"))
+	}
+	return nil
+}
+
+// addWarm adds a warm sandbox of template and returns its ID.
+func (n *fakeNode) addWarm(t *testing.T, template string) string {
+	t.Helper()
+	id, err := sandboxid.New(sandboxid.NodeTag(n.name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.sandboxes[id] = &sandboxdv1.Sandbox{Id: id, Template: template, State: sandboxdv1.SandboxState_SANDBOX_STATE_WARM, Pool: "team/" + template, EnvdVersion: "0.2.0"}
+	return id
+}
+
+func (n *fakeNode) notFound(id string) error {
+	return connect.NewError(connect.CodeNotFound, fmt.Errorf("sandbox %s not found", id))
+}
+
+func (n *fakeNode) Create(_ context.Context, req *connect.Request[sandboxdv1.CreateRequest]) (*connect.Response[sandboxdv1.CreateResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("Create"); err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	if n.full {
+		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("no room"))
+	}
+	if !slices.Contains(n.templates, m.GetTemplate()) {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("template: this host has no template %q", m.GetTemplate()))
+	}
+	if len(m.GetMetadata()) > 8 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("metadata: at most 8 entries; timeout: required"))
+	}
+	id, err := sandboxid.New(sandboxid.NodeTag(n.name))
+	if err != nil {
+		return nil, err
+	}
+	sb := &sandboxdv1.Sandbox{
+		Id: id, Template: m.GetTemplate(), State: sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING, Team: m.GetTeam(),
+		Metadata: m.GetMetadata(), StartedAt: timestamppb.New(t0), EndAt: timestamppb.New(t0.Add(m.GetTimeout().AsDuration())),
+		Resources: m.GetResources(), EnvdVersion: "0.2.0", AutoPause: m.GetAutoPause(),
+		AllowInternetAccess: m.AllowInternetAccess == nil || m.GetAllowInternetAccess(),
+	}
+	n.sandboxes[id] = sb
+	n.tokens[id] = "token-" + id
+	return connect.NewResponse(&sandboxdv1.CreateResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[id]}), nil
+}
+
+func (n *fakeNode) Claim(_ context.Context, req *connect.Request[sandboxdv1.ClaimRequest]) (*connect.Response[sandboxdv1.ClaimResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("Claim"); err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	sb, ok := n.sandboxes[m.GetSandboxId()]
+	if !ok {
+		return nil, n.notFound(m.GetSandboxId())
+	}
+	if n.claimed[sb.GetId()] || sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_WARM {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("not warm"))
+	}
+	sb.State = sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING
+	sb.Team = m.GetTeam()
+	sb.Metadata = m.GetMetadata()
+	sb.StartedAt = timestamppb.New(t0)
+	sb.EndAt = timestamppb.New(t0.Add(m.GetTimeout().AsDuration()))
+	sb.AllowInternetAccess = true
+	n.tokens[sb.GetId()] = "token-" + sb.GetId()
+	return connect.NewResponse(&sandboxdv1.ClaimResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[sb.GetId()]}), nil
+}
+
+func (n *fakeNode) Get(_ context.Context, req *connect.Request[sandboxdv1.GetRequest]) (*connect.Response[sandboxdv1.GetResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("Get"); err != nil {
+		return nil, err
+	}
+	sb, ok := n.sandboxes[req.Msg.GetSandboxId()]
+	if !ok {
+		return nil, n.notFound(req.Msg.GetSandboxId())
+	}
+	return connect.NewResponse(&sandboxdv1.GetResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[sb.GetId()]}), nil
+}
+
+func (n *fakeNode) Kill(_ context.Context, req *connect.Request[sandboxdv1.KillRequest]) (*connect.Response[sandboxdv1.KillResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("Kill"); err != nil {
+		return nil, err
+	}
+	if _, ok := n.sandboxes[req.Msg.GetSandboxId()]; !ok {
+		return nil, n.notFound(req.Msg.GetSandboxId())
+	}
+	delete(n.sandboxes, req.Msg.GetSandboxId())
+	return connect.NewResponse(&sandboxdv1.KillResponse{}), nil
+}
+
+func (n *fakeNode) SetTimeout(_ context.Context, req *connect.Request[sandboxdv1.SetTimeoutRequest]) (*connect.Response[sandboxdv1.SetTimeoutResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("SetTimeout"); err != nil {
+		return nil, err
+	}
+	sb, ok := n.sandboxes[req.Msg.GetSandboxId()]
+	if !ok {
+		return nil, n.notFound(req.Msg.GetSandboxId())
+	}
+	sb.EndAt = timestamppb.New(t0.Add(req.Msg.GetTimeout().AsDuration()))
+	return connect.NewResponse(&sandboxdv1.SetTimeoutResponse{Sandbox: proto.CloneOf(sb)}), nil
+}
+
+func (n *fakeNode) Pause(_ context.Context, req *connect.Request[sandboxdv1.PauseRequest]) (*connect.Response[sandboxdv1.PauseResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("Pause"); err != nil {
+		return nil, err
+	}
+	sb, ok := n.sandboxes[req.Msg.GetSandboxId()]
+	if !ok {
+		return nil, n.notFound(req.Msg.GetSandboxId())
+	}
+	if sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("not running"))
+	}
+	sb.State = sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED
+	return connect.NewResponse(&sandboxdv1.PauseResponse{Sandbox: proto.CloneOf(sb)}), nil
+}
+
+func (n *fakeNode) Resume(_ context.Context, req *connect.Request[sandboxdv1.ResumeRequest]) (*connect.Response[sandboxdv1.ResumeResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("Resume"); err != nil {
+		return nil, err
+	}
+	sb, ok := n.sandboxes[req.Msg.GetSandboxId()]
+	if !ok {
+		return nil, n.notFound(req.Msg.GetSandboxId())
+	}
+	if sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("not paused"))
+	}
+	sb.State = sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING
+	sb.EndAt = timestamppb.New(t0.Add(req.Msg.GetTimeout().AsDuration()))
+	return connect.NewResponse(&sandboxdv1.ResumeResponse{Sandbox: proto.CloneOf(sb)}), nil
+}
+
+func (n *fakeNode) Metrics(_ context.Context, req *connect.Request[sandboxdv1.MetricsRequest]) (*connect.Response[sandboxdv1.MetricsResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("Metrics"); err != nil {
+		return nil, err
+	}
+	if _, ok := n.sandboxes[req.Msg.GetSandboxId()]; !ok {
+		return nil, n.notFound(req.Msg.GetSandboxId())
+	}
+	return connect.NewResponse(&sandboxdv1.MetricsResponse{Metrics: []*sandboxdv1.SandboxMetric{{Timestamp: timestamppb.New(t0), CpuCount: 2, CpuUsedPct: 12.5, MemUsed: 1 << 20}}}), nil
+}
+
+func (n *fakeNode) Logs(_ context.Context, req *connect.Request[sandboxdv1.LogsRequest]) (*connect.Response[sandboxdv1.LogsResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("Logs"); err != nil {
+		return nil, err
+	}
+	if _, ok := n.sandboxes[req.Msg.GetSandboxId()]; !ok {
+		return nil, n.notFound(req.Msg.GetSandboxId())
+	}
+	return connect.NewResponse(&sandboxdv1.LogsResponse{Logs: []*sandboxdv1.LogEntry{{Timestamp: timestamppb.New(t0), Line: "hello", Source: "stdout"}}}), nil
+}
+
+// callCount returns how many calls the node received.
+func (n *fakeNode) callCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.calls)
+}
+
+// inventory returns the node's inventory as its host would publish it.
+func (n *fakeNode) inventory() *v1beta1.NodeInventory {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	inv := &v1beta1.NodeInventory{
+		ObjectMeta: metav1.ObjectMeta{Name: n.name},
+		Spec: v1beta1.NodeInventorySpec{
+			Endpoint: n.endpoint(),
+			Capacity: v1beta1.NodeCapacity{CPUMilli: 64_000, MemoryMiB: 64 << 10, Sandboxes: 100},
+		},
+	}
+	for _, t := range n.templates {
+		inv.Spec.Templates = append(inv.Spec.Templates, v1beta1.TemplateVersion{Name: t, Version: "v1"})
+	}
+	for _, id := range slices.Sorted(maps.Keys(n.sandboxes)) {
+		sb := n.sandboxes[id]
+		e := v1beta1.SandboxEntry{ID: id, Template: sb.GetTemplate(), Pool: sb.GetPool(), Team: sb.GetTeam(), Metadata: sb.GetMetadata(),
+			StartedAt: metav1.NewTime(sb.GetStartedAt().AsTime()), CPUMilli: 2000, MemoryMiB: 512}
+		switch sb.GetState() {
+		case sandboxdv1.SandboxState_SANDBOX_STATE_WARM:
+			e.State = v1beta1.SandboxWarm
+		case sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED:
+			e.State = v1beta1.SandboxPaused
+		default:
+			e.State = v1beta1.SandboxRunning
+		}
+		if sb.GetEndAt() != nil {
+			end := metav1.NewTime(sb.GetEndAt().AsTime())
+			e.EndAt = &end
+		}
+		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, e)
+	}
+	return inv
+}

@@ -1,0 +1,216 @@
+// Package fleet is the apiserver's e2bapi.Backend over the fleet of sandbox
+// hosts: it places creates with shared/placement (a warm claim first, else a
+// cold create on the best of K fresh nodes), finds a sandbox's host from the
+// node tag in its ID among the fresh inventories, and calls that host's
+// sandboxd for everything else. Lists and templates are answered from the
+// inventories, merged with what this replica did in the last publish
+// interval or so (read-your-writes).
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	"github.com/skiff-dev/skiff/shared/inventory"
+	"github.com/skiff-dev/skiff/shared/placement"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+)
+
+// Default resources of a sandbox, and how long this replica remembers its
+// own writes.
+const (
+	DefaultCPUMilli  = 2000
+	DefaultMemoryMiB = 512
+	DefaultRecentTTL = 90 * time.Second
+)
+
+// Defaults are the resources a sandbox is created with.
+type Defaults struct {
+	CPUMilli  int64
+	MemoryMiB int64
+	DiskMiB   int64
+}
+
+// Config configures a Backend.
+type Config struct {
+	// Source is the freshness-filtered fleet; required.
+	Source inventory.Source
+	// Placer places creates over Source; required.
+	Placer *placement.Placer
+	// Clients returns the sandboxd client of an endpoint (host:port);
+	// required. NewClients builds one.
+	Clients func(endpoint string) sandboxdv1connect.SandboxdServiceClient
+	// Defaults are the sandbox resources; zero fields mean
+	// DefaultCPUMilli and DefaultMemoryMiB (and the host's disk default).
+	Defaults Defaults
+	// ClaimLimit bounds the warm candidates a create tries; ≤ 0 means
+	// placement.DefaultClaimLimit.
+	ClaimLimit int
+	// RecentTTL is how long this replica's own creates, state changes and
+	// kills override the inventory in List; ≤ 0 means DefaultRecentTTL.
+	RecentTTL time.Duration
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Backend implements e2bapi.Backend over the fleet. It is safe for
+// concurrent use.
+type Backend struct {
+	src        inventory.Source
+	placer     *placement.Placer
+	clients    func(string) sandboxdv1connect.SandboxdServiceClient
+	defaults   Defaults
+	claimLimit int
+	ttl        time.Duration
+	log        *slog.Logger
+	now        func() time.Time
+
+	mu     sync.Mutex
+	recent map[string]recentWrite // by sandbox ID; guarded by mu
+}
+
+var (
+	_ e2bapi.Backend       = (*Backend)(nil)
+	_ e2bapi.HealthChecker = (*Backend)(nil)
+)
+
+// New returns a Backend; it panics if a required field is missing.
+func New(cfg Config) *Backend {
+	if cfg.Source == nil || cfg.Placer == nil || cfg.Clients == nil {
+		panic("fleet.New: Source, Placer and Clients are required")
+	}
+	b := &Backend{
+		src:        cfg.Source,
+		placer:     cfg.Placer,
+		clients:    cfg.Clients,
+		defaults:   cfg.Defaults,
+		claimLimit: cfg.ClaimLimit,
+		ttl:        cfg.RecentTTL,
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		recent:     make(map[string]recentWrite),
+	}
+	if b.defaults.CPUMilli <= 0 {
+		b.defaults.CPUMilli = DefaultCPUMilli
+	}
+	if b.defaults.MemoryMiB <= 0 {
+		b.defaults.MemoryMiB = DefaultMemoryMiB
+	}
+	if b.ttl <= 0 {
+		b.ttl = DefaultRecentTTL
+	}
+	if b.log == nil {
+		b.log = slog.Default()
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	return b
+}
+
+// Healthy reports whether the fleet can be listed.
+func (b *Backend) Healthy(ctx context.Context) error {
+	if _, err := b.src.ListNodes(ctx); err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	return nil
+}
+
+// recentWrite is what this replica last did to a sandbox: until the
+// inventory shows it (or ttl passes), List answers with it.
+type recentWrite struct {
+	node string
+	team string
+	at   time.Time
+	// sb is the sandbox as the write left it; nil for a kill.
+	sb *e2bapi.Sandbox
+}
+
+// remember records a write on a sandbox of team on node; sb nil is a kill.
+func (b *Backend) remember(id, team, node string, sb *e2bapi.Sandbox) {
+	var c *e2bapi.Sandbox
+	if sb != nil {
+		cp := *sb
+		cp.EnvdAccessToken = "" // never kept: List does not return it
+		c = &cp
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.recent[id] = recentWrite{node: node, team: team, at: b.now(), sb: c}
+}
+
+// recentNode returns the node this replica last wrote id on, if any.
+func (b *Backend) recentNode(id string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w, ok := b.recent[id]; ok && b.now().Sub(w.at) < b.ttl {
+		return w.node
+	}
+	return ""
+}
+
+// classify maps an error of a sandboxd call on an existing sandbox to the
+// e2bapi categories.
+func classify(op, id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeNotFound:
+		return fmt.Errorf("%s sandbox %s: %w", op, id, e2bapi.ErrNotFound)
+	case connect.CodeFailedPrecondition:
+		return fmt.Errorf("%s sandbox %s: %w: %w", op, id, e2bapi.ErrConflict, err)
+	case connect.CodeResourceExhausted:
+		return fmt.Errorf("%s sandbox %s: %w: %w", op, id, e2bapi.ErrCapacity, err)
+	case connect.CodeInvalidArgument:
+		return invalidFrom(err)
+	}
+	return fmt.Errorf("%s sandbox %s: %w", op, id, err)
+}
+
+// sandboxdFields maps sandboxd's request fields to the e2b ones.
+var sandboxdFields = map[string]string{
+	"template": "templateID",
+	"timeout":  "timeout",
+	"metadata": "metadata",
+	"env_vars": "envVars",
+}
+
+// invalidFrom turns sandboxd's invalid_argument ("field: reason; …") into an
+// *e2bapi.InvalidError for the first field.
+func invalidFrom(err error) error {
+	msg := err.Error()
+	if ce := new(connect.Error); errors.As(err, &ce) {
+		msg = ce.Message()
+	}
+	field, reason := "request", msg
+	if i := strings.Index(msg, ": "); i > 0 {
+		f := msg[:i]
+		reason = msg[i+2:]
+		if j := strings.Index(reason, "; "); j >= 0 {
+			reason = reason[:j]
+		}
+		if e, ok := sandboxdFields[f]; ok {
+			field = e
+		} else {
+			field = f
+		}
+	}
+	return e2bapi.Invalid(field, "%s", reason)
+}
+
+// wantState reports whether st is among states.
+func wantState(states []e2bapi.State, st e2bapi.State) bool {
+	return slices.Contains(states, st)
+}

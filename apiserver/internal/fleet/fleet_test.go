@@ -1,0 +1,452 @@
+package fleet_test
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
+	"github.com/skiff-dev/skiff/shared/inventory"
+	"github.com/skiff-dev/skiff/shared/placement"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+// harness is a fleet of fake nodes behind a StaticSource.
+type harness struct {
+	src   *inventory.StaticSource
+	nodes map[string]*fakeNode // by endpoint
+	b     *fleet.Backend
+
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newHarness(t *testing.T, nodes ...*fakeNode) *harness {
+	t.Helper()
+	h := &harness{src: inventory.NewStaticSource(), nodes: map[string]*fakeNode{}, now: t0}
+	for _, n := range nodes {
+		h.nodes[n.endpoint()] = n
+		h.publish(n)
+	}
+	h.b = fleet.New(fleet.Config{
+		Source: h.src,
+		Placer: placement.New(h.src, placement.Options{}),
+		Clients: func(endpoint string) sandboxdv1connect.SandboxdServiceClient {
+			n, ok := h.nodes[endpoint]
+			if !ok {
+				t.Errorf("client asked for unknown endpoint %s", endpoint)
+				return newFakeNode("unknown")
+			}
+			return n
+		},
+		Now: func() time.Time {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.now
+		},
+	})
+	return h
+}
+
+// publish applies n's inventory to the source, as its host's publisher
+// would.
+func (h *harness) publish(n *fakeNode) { h.src.Apply(n.inventory()) }
+
+func (h *harness) advance(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.now = h.now.Add(d)
+}
+
+func params(template string) e2bapi.CreateParams {
+	return e2bapi.CreateParams{TemplateID: template, Timeout: 5 * time.Minute, Secure: true, AutoPauseMemory: true, Metadata: map[string]string{"k": "v"}}
+}
+
+func TestCreateCold(t *testing.T) {
+	a, b := newFakeNode("node-a", "py"), newFakeNode("node-b", "base")
+	h := newHarness(t, a, b)
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Node != "node-b" || sb.EnvdAccessToken != "token-"+sb.ID || sb.EnvdVersion != "0.2.0" || sb.State != e2bapi.StateRunning ||
+		sb.TemplateID != "base" || sb.CPUMilli != fleet.DefaultCPUMilli || sb.MemoryMB != fleet.DefaultMemoryMiB || sb.Metadata["k"] != "v" ||
+		!sb.EndAt.Equal(t0.Add(5*time.Minute)) {
+		t.Fatalf("Create = %+v, want a running base sandbox on node-b with its token", sb)
+	}
+	if tag, _ := sandboxid.Parse(sb.ID); tag != sandboxid.NodeTag("node-b") {
+		t.Errorf("ID %s does not carry node-b's tag", sb.ID)
+	}
+	if a.callCount() != 0 {
+		t.Errorf("node-a (no template) got calls %v", a.calls)
+	}
+}
+
+func TestCreateWarm(t *testing.T) {
+	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
+	idA, idB := a.addWarm(t, "base"), b.addWarm(t, "base")
+	a.claimed[idA], b.claimed[idB] = true, false
+	h := newHarness(t, a, b)
+	// One of the two candidates has been claimed by someone else: whichever
+	// comes first, the create ends on idB.
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID != idB || sb.Node != "node-b" || sb.EnvdAccessToken != "token-"+idB || sb.Metadata["k"] != "v" {
+		t.Fatalf("Create = %+v, want the warm %s on node-b", sb, idB)
+	}
+	if slices.Contains(a.calls, "Create") || slices.Contains(b.calls, "Create") {
+		t.Errorf("a cold create was made: a %v, b %v", a.calls, b.calls)
+	}
+
+	// Every warm one conflicts: fall back to a cold create.
+	h.publish(b)
+	b.claimed[idB] = true
+	sb, err = h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil || sb.ID == idA || sb.ID == idB {
+		t.Fatalf("Create = %+v, %v; want a cold sandbox", sb, err)
+	}
+}
+
+func TestCreateWarmSkippedWithoutInternet(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	a.addWarm(t, "base")
+	h := newHarness(t, a)
+	p := params("base")
+	no := false
+	p.AllowInternetAccess = &no
+	sb, err := h.b.Create(t.Context(), "team1", p)
+	if err != nil || slices.Contains(a.calls, "Claim") || sb.AllowInternetAccess == nil || *sb.AllowInternetAccess {
+		t.Fatalf("Create = %+v, %v after %v; want a cold sandbox without internet", sb, err, a.calls)
+	}
+}
+
+func TestCreateFullRetried(t *testing.T) {
+	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
+	a.full = true
+	h := newHarness(t, a, b)
+	for range 5 {
+		sb, err := h.b.Create(t.Context(), "team1", params("base"))
+		if err != nil || sb.Node != "node-b" {
+			t.Fatalf("Create = %+v, %v; want node-b", sb, err)
+		}
+	}
+	b.down = true
+	_, err := h.b.Create(t.Context(), "team1", params("base"))
+	if !errors.Is(err, e2bapi.ErrCapacity) {
+		t.Fatalf("Create with one node full and the other down = %v, want ErrCapacity", err)
+	}
+}
+
+func TestCreateNoNode(t *testing.T) {
+	h := newHarness(t, newFakeNode("node-a", "py"))
+	if _, err := h.b.Create(t.Context(), "team1", params("base")); !errors.Is(err, e2bapi.ErrCapacity) {
+		t.Fatalf("Create = %v, want ErrCapacity", err)
+	}
+}
+
+func TestCreateInvalid(t *testing.T) {
+	h := newHarness(t, newFakeNode("node-a", "base"))
+	p := params("base")
+	p.Metadata = map[string]string{"1": "", "2": "", "3": "", "4": "", "5": "", "6": "", "7": "", "8": "", "9": ""}
+	_, err := h.b.Create(t.Context(), "team1", p)
+	ie := new(e2bapi.InvalidError)
+	if !errors.As(err, &ie) || ie.Field != "metadata" || ie.Reason != "at most 8 entries" {
+		t.Fatalf("Create = %v, want an InvalidError on metadata", err)
+	}
+}
+
+func TestGetTeamAndStale(t *testing.T) {
+	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
+	h := newHarness(t, a, b)
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.b.Get(t.Context(), "team1", sb.ID)
+	if err != nil || got.ID != sb.ID || got.Node != sb.Node || got.EnvdAccessToken != "" {
+		t.Fatalf("Get = %+v, %v; want the sandbox without its token", got, err)
+	}
+	if _, err := h.b.Get(t.Context(), "team2", sb.ID); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Fatalf("Get of another team's sandbox = %v, want ErrNotFound", err)
+	}
+	for _, op := range []func() error{
+		func() error { return h.b.Kill(t.Context(), "team2", sb.ID) },
+		func() error { return h.b.Pause(t.Context(), "team2", sb.ID, true) },
+		func() error { return h.b.SetTimeout(t.Context(), "team2", sb.ID, time.Hour, false) },
+		func() error { _, _, err := h.b.Connect(t.Context(), "team2", sb.ID, time.Hour); return err },
+	} {
+		if err := op(); !errors.Is(err, e2bapi.ErrNotFound) {
+			t.Fatalf("an operation on another team's sandbox = %v, want ErrNotFound", err)
+		}
+	}
+	if _, err := h.b.Get(t.Context(), "team1", "not-an-id"); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Fatalf("Get of a malformed ID = %v, want ErrNotFound", err)
+	}
+
+	// The node goes stale: nothing is found and it is never called.
+	node := h.nodes[sb.Node+":27777"]
+	h.src.Remove(sb.Node)
+	before := node.callCount()
+	if _, err := h.b.Get(t.Context(), "team1", sb.ID); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Fatalf("Get on a stale node = %v, want ErrNotFound", err)
+	}
+	if err := h.b.Kill(t.Context(), "team1", sb.ID); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Fatalf("Kill on a stale node = %v, want ErrNotFound", err)
+	}
+	list, err := h.b.List(t.Context(), "team1", []e2bapi.State{e2bapi.StateRunning, e2bapi.StatePaused})
+	if err != nil || len(list) != 0 {
+		t.Fatalf("List with the node stale = %+v, %v; want nothing", list, err)
+	}
+	if node.callCount() != before {
+		t.Fatalf("the stale node got calls %v", node.calls[before:])
+	}
+}
+
+func TestReadYourWrites(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	all := []e2bapi.State{e2bapi.StateRunning, e2bapi.StatePaused}
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The source has not been published since.
+	if got, err := h.b.Get(t.Context(), "team1", sb.ID); err != nil || got.ID != sb.ID {
+		t.Fatalf("Get right after Create = %+v, %v", got, err)
+	}
+	list, err := h.b.List(t.Context(), "team1", all)
+	if err != nil || len(list) != 1 || list[0].ID != sb.ID || list[0].EnvdAccessToken != "" {
+		t.Fatalf("List right after Create = %+v, %v; want the new sandbox without its token", list, err)
+	}
+	if list, _ := h.b.List(t.Context(), "team2", all); len(list) != 0 {
+		t.Fatalf("List of team2 = %+v, want nothing", list)
+	}
+	// Pause, unpublished: List says paused.
+	if err := h.b.Pause(t.Context(), "team1", sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := h.b.List(t.Context(), "team1", []e2bapi.State{e2bapi.StatePaused}); len(list) != 1 {
+		t.Fatalf("List paused after Pause = %+v, want the sandbox", list)
+	}
+	h.publish(a)
+	// Kill, unpublished: List forgets it at once.
+	if err := h.b.Kill(t.Context(), "team1", sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := h.b.List(t.Context(), "team1", all); len(list) != 0 {
+		t.Fatalf("List after Kill = %+v, want nothing", list)
+	}
+	if _, err := h.b.Get(t.Context(), "team1", sb.ID); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Fatalf("Get after Kill = %v, want ErrNotFound", err)
+	}
+	// Once the memory expires, List follows the inventory (which still
+	// lists it: the host never published).
+	h.advance(fleet.DefaultRecentTTL)
+	if list, _ := h.b.List(t.Context(), "team1", all); len(list) != 1 {
+		t.Fatalf("List after the memory expired = %+v, want the inventory's entry", list)
+	}
+}
+
+func TestConnect(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	sb, err := h.b.Create(t.Context(), "team1", params("base")) // ends at t0+5m
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Running, later end already: nothing changes.
+	got, resumed, err := h.b.Connect(t.Context(), "team1", sb.ID, time.Minute)
+	if err != nil || resumed || got.EnvdAccessToken != sb.EnvdAccessToken || !got.EndAt.Equal(t0.Add(5*time.Minute)) || slices.Contains(a.calls, "SetTimeout") {
+		t.Fatalf("Connect(1m) = %+v, %v, %v after %v; want the sandbox unchanged with its token", got, resumed, err, a.calls)
+	}
+	// Running, earlier end: extended.
+	got, resumed, err = h.b.Connect(t.Context(), "team1", sb.ID, time.Hour)
+	if err != nil || resumed || !got.EndAt.Equal(t0.Add(time.Hour)) || got.EnvdAccessToken == "" {
+		t.Fatalf("Connect(1h) = %+v, %v, %v; want the end at t0+1h", got, resumed, err)
+	}
+	// Paused: resumed.
+	if err := h.b.Pause(t.Context(), "team1", sb.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	got, resumed, err = h.b.Connect(t.Context(), "team1", sb.ID, 2*time.Minute)
+	if err != nil || !resumed || got.State != e2bapi.StateRunning || !got.EndAt.Equal(t0.Add(2*time.Minute)) || got.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Fatalf("Connect on paused = %+v, %v, %v; want resumed, ending at t0+2m, with the token", got, resumed, err)
+	}
+}
+
+func TestPauseTwice(t *testing.T) {
+	h := newHarness(t, newFakeNode("node-a", "base"))
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.b.Pause(t.Context(), "team1", sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.b.Pause(t.Context(), "team1", sb.ID, true); !errors.Is(err, e2bapi.ErrConflict) {
+		t.Fatalf("second Pause = %v, want ErrConflict", err)
+	}
+}
+
+func TestSetTimeout(t *testing.T) {
+	h := newHarness(t, newFakeNode("node-a", "base"))
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(timeout time.Duration, onlyExtend bool, want time.Duration) {
+		t.Helper()
+		if err := h.b.SetTimeout(t.Context(), "team1", sb.ID, timeout, onlyExtend); err != nil {
+			t.Fatal(err)
+		}
+		got, err := h.b.Get(t.Context(), "team1", sb.ID)
+		if err != nil || !got.EndAt.Equal(t0.Add(want)) {
+			t.Fatalf("after SetTimeout(%s, %v): %+v, %v; want the end at t0+%s", timeout, onlyExtend, got, err, want)
+		}
+	}
+	check(time.Minute, true, 5*time.Minute)
+	check(time.Minute, false, time.Minute)
+	check(time.Hour, true, time.Hour)
+}
+
+func TestListFiltersTeamAndState(t *testing.T) {
+	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
+	a.addWarm(t, "base")
+	h := newHarness(t, a, b)
+	var ids []string
+	for _, team := range []string{"team1", "team1", "team2"} {
+		sb, err := h.b.Create(t.Context(), team, params("base"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	if err := h.b.Pause(t.Context(), "team1", ids[1], true); err != nil {
+		t.Fatal(err)
+	}
+	h.publish(a)
+	h.publish(b)
+	h.advance(fleet.DefaultRecentTTL) // the inventory alone now
+	for _, tc := range []struct {
+		team   string
+		states []e2bapi.State
+		want   []string
+	}{
+		{"team1", []e2bapi.State{e2bapi.StateRunning}, []string{ids[0]}},
+		{"team1", []e2bapi.State{e2bapi.StatePaused}, []string{ids[1]}},
+		{"team1", []e2bapi.State{e2bapi.StateRunning, e2bapi.StatePaused}, []string{ids[0], ids[1]}},
+		{"team2", []e2bapi.State{e2bapi.StateRunning, e2bapi.StatePaused}, []string{ids[2]}},
+		{"team3", []e2bapi.State{e2bapi.StateRunning}, nil},
+	} {
+		list, err := h.b.List(t.Context(), tc.team, tc.states)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, sb := range list {
+			got = append(got, sb.ID)
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(tc.want))) {
+			t.Errorf("List(%s, %v) = %v, want %v", tc.team, tc.states, got, tc.want)
+		}
+	}
+}
+
+func TestMetricsLogs(t *testing.T) {
+	h := newHarness(t, newFakeNode("node-a", "base"))
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := h.b.Metrics(t.Context(), "team1", sb.ID)
+	if err != nil || len(m) != 1 || m[0].CPUCount != 2 || !m[0].Timestamp.Equal(t0) {
+		t.Fatalf("Metrics = %+v, %v", m, err)
+	}
+	logs, err := h.b.Logs(t.Context(), "team1", sb.ID, time.Time{})
+	if err != nil || len(logs) != 1 || logs[0].Line != "hello" || logs[0].Source != "stdout" {
+		t.Fatalf("Logs = %+v, %v", logs, err)
+	}
+	if _, err := h.b.Metrics(t.Context(), "team2", sb.ID); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Fatalf("Metrics of another team = %v, want ErrNotFound", err)
+	}
+}
+
+func TestTemplates(t *testing.T) {
+	h := newHarness(t, newFakeNode("node-a", "base", "py"), newFakeNode("node-b", "base", "go"))
+	list, err := h.b.Templates(t.Context(), "team1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tm := range list {
+		names = append(names, tm.ID)
+		if tm.Aliases == nil || len(tm.Aliases) != 0 {
+			t.Errorf("template %s aliases = %#v, want an empty list", tm.ID, tm.Aliases)
+		}
+	}
+	if !slices.Equal(names, []string{"base", "go", "py"}) {
+		t.Fatalf("Templates = %v, want base, go, py", names)
+	}
+	if tm, err := h.b.Template(t.Context(), "team1", "go"); err != nil || tm.ID != "go" || tm.Version != "v1" {
+		t.Fatalf("Template(go) = %+v, %v", tm, err)
+	}
+	h.src.Remove("node-b")
+	if _, err := h.b.Template(t.Context(), "team1", "go"); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Fatalf("Template(go) with node-b stale = %v, want ErrNotFound", err)
+	}
+}
+
+// TestSharedTag proves a sandbox is found on the node that lists it when two
+// fresh nodes share its tag, and on the other one when neither lists it.
+func TestSharedTag(t *testing.T) {
+	// Node names that share a tag are found by brute force, in a few
+	// thousand tries at most.
+	seen := map[string]string{}
+	var n1, n2 string
+	for i := 0; n1 == ""; i++ {
+		name := "node-" + strconv.Itoa(i)
+		tag := string(sandboxid.NodeTag(name))
+		if other, ok := seen[tag]; ok {
+			n1, n2 = other, name
+		}
+		seen[tag] = name
+	}
+	a, b := newFakeNode(n1, "base"), newFakeNode(n2, "base")
+	h := newHarness(t, a, b)
+	b.full = false
+	a.full = true
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil || sb.Node != n2 {
+		t.Fatalf("Create = %+v, %v; want it on %s", sb, err, n2)
+	}
+	h.publish(b)
+	h.advance(fleet.DefaultRecentTTL)
+	before := a.callCount()
+	if got, err := h.b.Get(t.Context(), "team1", sb.ID); err != nil || got.Node != n2 {
+		t.Fatalf("Get = %+v, %v; want it on %s", got, err, n2)
+	}
+	if a.callCount() != before {
+		t.Errorf("the node that does not list the sandbox was asked first: %v", a.calls[before:])
+	}
+}
+
+// TestCreateHostLacksTemplate proves a host whose inventory lists a template
+// it does not hold (a lagging inventory) is skipped like a full one.
+func TestCreateHostLacksTemplate(t *testing.T) {
+	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
+	h := newHarness(t, a, b)
+	a.templates = nil // the inventory still lists base
+	for range 5 {
+		sb, err := h.b.Create(t.Context(), "team1", params("base"))
+		if err != nil || sb.Node != "node-b" {
+			t.Fatalf("Create = %+v, %v; want node-b", sb, err)
+		}
+	}
+}

@@ -1,0 +1,294 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+// located is a sandbox found on its host.
+type located struct {
+	node   string
+	client sandboxdv1connect.SandboxdServiceClient
+	sb     *sandboxdv1.Sandbox
+	token  string
+}
+
+// locate finds sandbox id of team: on the fresh nodes whose tag the ID
+// carries, those whose inventory lists it (or that this replica just wrote
+// it on) first. sandboxd's answer is authoritative: a sandbox of another
+// team, or a warm one, is ErrNotFound. No node outside the source is ever
+// called.
+func (b *Backend) locate(ctx context.Context, team, id string) (*located, error) {
+	tag, err := sandboxid.Parse(id)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", id, e2bapi.ErrNotFound)
+	}
+	nodes, err := b.src.ListNodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("find sandbox %s: list nodes: %w", id, err)
+	}
+	recent := b.recentNode(id)
+	type target struct{ name, endpoint string }
+	var first, rest []target
+	for i := range nodes {
+		n := &nodes[i]
+		if sandboxid.NodeTag(n.Name) != tag {
+			continue
+		}
+		t := target{n.Name, n.Spec.Endpoint}
+		listed := n.Name == recent
+		for j := range n.Spec.Sandboxes {
+			if n.Spec.Sandboxes[j].ID == id {
+				listed = true
+				break
+			}
+		}
+		if listed {
+			first = append(first, t)
+		} else {
+			rest = append(rest, t)
+		}
+	}
+	var unreachable error
+	for _, t := range append(first, rest...) {
+		c := b.clients(t.endpoint)
+		resp, err := c.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: id}))
+		if err != nil {
+			if connect.CodeOf(err) == connect.CodeNotFound {
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("get sandbox %s on node %s: %w", id, t.name, err)
+			}
+			b.log.WarnContext(ctx, "sandbox host did not answer", "node", t.name, "sandbox", id, "err", err)
+			unreachable = fmt.Errorf("get sandbox %s on node %s: %w", id, t.name, err)
+			continue
+		}
+		sb := resp.Msg.GetSandbox()
+		if sb == nil || sb.GetTeam() != team || sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_WARM {
+			return nil, fmt.Errorf("sandbox %s: %w", id, e2bapi.ErrNotFound)
+		}
+		return &located{node: t.name, client: c, sb: sb, token: resp.Msg.GetEnvdAccessToken()}, nil
+	}
+	if unreachable != nil {
+		return nil, unreachable
+	}
+	return nil, fmt.Errorf("sandbox %s: %w", id, e2bapi.ErrNotFound)
+}
+
+// Get returns one sandbox of team, from its host.
+func (b *Backend) Get(ctx context.Context, team, id string) (*e2bapi.Sandbox, error) {
+	l, err := b.locate(ctx, team, id)
+	if err != nil {
+		return nil, err
+	}
+	sb := toSandbox(l.node, l.sb, "")
+	return sb, nil
+}
+
+// Kill removes a sandbox of team.
+func (b *Backend) Kill(ctx context.Context, team, id string) error {
+	l, err := b.locate(ctx, team, id)
+	if err != nil {
+		return err
+	}
+	if _, err := l.client.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: id})); err != nil {
+		return classify("kill", id, err)
+	}
+	b.remember(id, team, l.node, nil)
+	return nil
+}
+
+// SetTimeout sets the end of a sandbox of team to now + timeout, or with
+// onlyExtend to the later of that and its current end.
+func (b *Backend) SetTimeout(ctx context.Context, team, id string, timeout time.Duration, onlyExtend bool) error {
+	l, err := b.locate(ctx, team, id)
+	if err != nil {
+		return err
+	}
+	_, err = b.setTimeout(ctx, l, id, timeout, onlyExtend)
+	return err
+}
+
+// setTimeout moves l's end to now + timeout (unless onlyExtend and it
+// ends later already) and returns the sandbox as it is after.
+func (b *Backend) setTimeout(ctx context.Context, l *located, id string, timeout time.Duration, onlyExtend bool) (*sandboxdv1.Sandbox, error) {
+	if onlyExtend && l.sb.GetEndAt() != nil && !l.sb.GetEndAt().AsTime().Before(b.now().Add(timeout)) {
+		return l.sb, nil
+	}
+	resp, err := l.client.SetTimeout(ctx, connect.NewRequest(&sandboxdv1.SetTimeoutRequest{SandboxId: id, Timeout: durationpb.New(timeout)}))
+	if err != nil {
+		return nil, classify("set timeout of", id, err)
+	}
+	sb := resp.Msg.GetSandbox()
+	if sb == nil {
+		sb = l.sb
+	}
+	b.remember(id, sb.GetTeam(), l.node, toSandbox(l.node, sb, ""))
+	return sb, nil
+}
+
+// Connect resumes a paused sandbox of team with its end at now + timeout,
+// or extends a running one to at least now + timeout.
+func (b *Backend) Connect(ctx context.Context, team, id string, timeout time.Duration) (*e2bapi.Sandbox, bool, error) {
+	l, err := b.locate(ctx, team, id)
+	if err != nil {
+		return nil, false, err
+	}
+	if l.sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
+		resp, err := l.client.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id, Timeout: durationpb.New(timeout)}))
+		switch {
+		case err == nil:
+			sb := resp.Msg.GetSandbox()
+			if sb == nil {
+				sb = l.sb
+			}
+			out := toSandbox(l.node, sb, l.token)
+			out.State = e2bapi.StateRunning
+			b.remember(id, team, l.node, out)
+			return out, true, nil
+		case connect.CodeOf(err) == connect.CodeFailedPrecondition:
+			// Someone resumed it first: it runs now, so extend it.
+			if l, err = b.locate(ctx, team, id); err != nil {
+				return nil, false, err
+			}
+			if l.sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING {
+				return nil, false, fmt.Errorf("connect sandbox %s: %w: it is neither paused nor running", id, e2bapi.ErrConflict)
+			}
+		default:
+			return nil, false, classify("resume", id, err)
+		}
+	}
+	sb, err := b.setTimeout(ctx, l, id, timeout, true)
+	if err != nil {
+		return nil, false, err
+	}
+	return toSandbox(l.node, sb, l.token), false, nil
+}
+
+// Pause pauses a running sandbox of team; ErrConflict if it is paused.
+func (b *Backend) Pause(ctx context.Context, team, id string, _ bool) error {
+	l, err := b.locate(ctx, team, id)
+	if err != nil {
+		return err
+	}
+	if l.sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
+		return fmt.Errorf("pause sandbox %s: %w: already paused", id, e2bapi.ErrConflict)
+	}
+	resp, err := l.client.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id}))
+	if err != nil {
+		return classify("pause", id, err)
+	}
+	sb := resp.Msg.GetSandbox()
+	if sb == nil {
+		sb = l.sb
+	}
+	out := toSandbox(l.node, sb, "")
+	out.State = e2bapi.StatePaused
+	b.remember(id, team, l.node, out)
+	return nil
+}
+
+// Metrics returns the resource samples of a sandbox of team.
+func (b *Backend) Metrics(ctx context.Context, team, id string) ([]e2bapi.Metric, error) {
+	l, err := b.locate(ctx, team, id)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := l.client.Metrics(ctx, connect.NewRequest(&sandboxdv1.MetricsRequest{SandboxId: id}))
+	if err != nil {
+		return nil, classify("metrics of", id, err)
+	}
+	out := make([]e2bapi.Metric, 0, len(resp.Msg.GetMetrics()))
+	for _, m := range resp.Msg.GetMetrics() {
+		out = append(out, e2bapi.Metric{
+			Timestamp:  m.GetTimestamp().AsTime(),
+			CPUCount:   m.GetCpuCount(),
+			CPUUsedPct: m.GetCpuUsedPct(),
+			MemUsed:    m.GetMemUsed(),
+			MemTotal:   m.GetMemTotal(),
+			DiskUsed:   m.GetDiskUsed(),
+			DiskTotal:  m.GetDiskTotal(),
+		})
+	}
+	return out, nil
+}
+
+// Logs returns the log lines of a sandbox of team at or after start.
+func (b *Backend) Logs(ctx context.Context, team, id string, start time.Time) ([]e2bapi.LogEntry, error) {
+	l, err := b.locate(ctx, team, id)
+	if err != nil {
+		return nil, err
+	}
+	req := &sandboxdv1.LogsRequest{SandboxId: id}
+	if !start.IsZero() {
+		req.Start = timestamppb.New(start)
+	}
+	resp, err := l.client.Logs(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, classify("logs of", id, err)
+	}
+	out := make([]e2bapi.LogEntry, 0, len(resp.Msg.GetLogs()))
+	for _, e := range resp.Msg.GetLogs() {
+		out = append(out, e2bapi.LogEntry{Timestamp: e.GetTimestamp().AsTime(), Line: e.GetLine(), Source: e.GetSource()})
+	}
+	return out, nil
+}
+
+// toSandbox converts sandboxd's view of a sandbox on node.
+func toSandbox(node string, sb *sandboxdv1.Sandbox, token string) *e2bapi.Sandbox {
+	out := &e2bapi.Sandbox{
+		ID:              sb.GetId(),
+		TemplateID:      sb.GetTemplate(),
+		Node:            node,
+		State:           toState(sb.GetState()),
+		EnvdVersion:     sb.GetEnvdVersion(),
+		EnvdAccessToken: token,
+		CPUMilli:        sb.GetResources().GetCpuMilli(),
+		MemoryMB:        sb.GetResources().GetMemoryMib(),
+		DiskMB:          sb.GetResources().GetDiskMib(),
+		Metadata:        sb.GetMetadata(),
+		AutoPause:       sb.GetAutoPause(),
+	}
+	if sb.GetStartedAt() != nil {
+		out.StartedAt = sb.GetStartedAt().AsTime()
+	}
+	if sb.GetEndAt() != nil {
+		out.EndAt = sb.GetEndAt().AsTime()
+	}
+	allow := sb.GetAllowInternetAccess()
+	out.AllowInternetAccess = &allow
+	return out
+}
+
+func toState(s sandboxdv1.SandboxState) e2bapi.State {
+	if s == sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
+		return e2bapi.StatePaused
+	}
+	return e2bapi.StateRunning
+}
+
+// isTransport reports whether err is a failure to reach a host rather than
+// its answer.
+func isTransport(err error) bool {
+	ce := new(connect.Error)
+	if !errors.As(err, &ce) {
+		return true
+	}
+	switch ce.Code() {
+	case connect.CodeUnavailable, connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeUnimplemented:
+		return true
+	}
+	return false
+}
