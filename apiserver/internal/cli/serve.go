@@ -31,6 +31,7 @@ type serveOptions struct {
 	maxTimeout    time.Duration
 	createRate    float64
 	createBurst   int
+	maxPerTeam    int
 	placement     placement.Options
 }
 
@@ -57,6 +58,7 @@ down leaves the fleet until it is back.`,
 	f.DurationVar(&o.maxTimeout, "max-timeout", e2bapi.DefaultMaxTimeout, "Longest lifetime a sandbox may be given.")
 	f.Float64Var(&o.createRate, "create-rate-per-team", 0, "Creates per second one team may make on average (0: no limit); beyond, 429.")
 	f.IntVar(&o.createBurst, "create-burst-per-team", 20, "Creates one team may make at once above its rate.")
+	f.IntVar(&o.maxPerTeam, "max-sandboxes-per-team", 0, "Most sandboxes (running and paused) one team may have (0: no limit); beyond, creates get 429.")
 	o.placement.AddFlags(f)
 	return cmd
 }
@@ -99,7 +101,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		Logger:  log,
 	})
 	api := e2bapi.New(e2bapi.Config{
-		Backend:       backend,
+		Backend:       limitTeams(backend, o.maxPerTeam),
 		Team:          func(r *http.Request) (string, bool) { return auth.TeamFrom(r.Context()) },
 		SandboxDomain: o.sandboxDomain,
 		MaxTimeout:    o.maxTimeout,
