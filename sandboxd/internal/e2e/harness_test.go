@@ -133,8 +133,34 @@ func newHostWith(t testing.TB, addTemplate func(*template.Library) (*template.Te
 }
 
 // start runs sandboxd and waits until its admin port says it is healthy
-// (which it does once it has re-adopted the sandboxes it found).
+// (which it does once it has re-adopted the sandboxes it found). If a port
+// it was given was taken meanwhile by someone else, it tries new ones.
 func (h *host) start() {
+	h.t.Helper()
+	for attempt := 0; ; attempt++ {
+		if h.tryStart() {
+			return
+		}
+		if attempt == 2 || !strings.Contains(h.logTail(), "address already in use") {
+			h.t.Fatalf("sandboxd exited: %v\n%s", h.exitErr, h.logTail())
+		}
+		h.listen, h.admin = freeAddr(h.t), freeAddr(h.t)
+		h.setArg("--listen", h.listen)
+		h.setArg("--admin-listen", h.admin)
+		h.api = sandboxdv1connect.NewSandboxdServiceClient(http.DefaultClient, "http://"+h.listen, connect.WithInterceptors(bearer(h.token)))
+	}
+}
+
+func (h *host) setArg(flag, value string) {
+	for i := range h.args[:len(h.args)-1] {
+		if h.args[i] == flag {
+			h.args[i+1] = value
+		}
+	}
+}
+
+// tryStart runs sandboxd; false if it exited before it was healthy.
+func (h *host) tryStart() bool {
 	h.t.Helper()
 	logf, err := os.OpenFile(h.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -149,30 +175,32 @@ func (h *host) start() {
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
-	h.proc = cmd
 	exited := make(chan struct{})
 	go func() {
 		h.exitErr = cmd.Wait()
 		close(exited)
 	}()
+	h.proc, h.exited = cmd, exited
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			h.t.Fatalf("sandboxd exited: %v\n%s", h.exitErr, h.logTail())
+			h.proc = nil
+			return false
 		default:
 		}
 		resp, err := http.Get("http://" + h.admin + "/healthz")
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				h.exited, h.served = exited, true
-				return
+				h.served = true
+				return true
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	h.t.Fatalf("sandboxd not healthy within 30s\n%s", h.logTail())
+	return false
 }
 
 // killAll kills every sandbox through the API.
