@@ -19,6 +19,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/hostinventory"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/placement"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 )
 
 type serveOptions struct {
@@ -88,12 +89,8 @@ func serve(ctx context.Context, o *serveOptions) error {
 	defer keys.Close()
 
 	src := inventory.NewStaticSource()
-	clients := fleet.NewClients(token, &http.Client{})
-	for _, addr := range o.sandboxd {
-		h := hostinventory.New(clients(addr), addr, hostinventory.Options{})
-		go func() { _ = h.Run(ctx) }()
-		go hostinventory.Feed(ctx, h, src, time.Now)
-	}
+	clients := sandboxdapi.NewClients(token, &http.Client{})
+	hostinventory.Follow(ctx, o.sandboxd, clients, src, hostinventory.Options{})
 	backend := fleet.New(fleet.Config{
 		Source:  src,
 		Placer:  placement.New(src, o.placement),

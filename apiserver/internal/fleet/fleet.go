@@ -47,7 +47,7 @@ type Config struct {
 	// Placer places creates over Source; required.
 	Placer *placement.Placer
 	// Clients returns the sandboxd client of an endpoint (host:port);
-	// required. NewClients builds one.
+	// required. sandboxdapi.NewClients builds one.
 	Clients func(endpoint string) sandboxdv1connect.SandboxdServiceClient
 	// Defaults are the sandbox resources; zero fields mean
 	// DefaultCPUMilli and DefaultMemoryMiB (and the host's disk default).

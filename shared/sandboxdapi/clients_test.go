@@ -1,4 +1,4 @@
-package fleet_test
+package sandboxdapi_test
 
 import (
 	"net/http"
@@ -9,7 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -31,7 +31,7 @@ func TestNewClients(t *testing.T) {
 	defer srv.Close()
 	endpoint := strings.TrimPrefix(srv.URL, "http://")
 
-	clients := fleet.NewClients("s3cret", srv.Client())
+	clients := sandboxdapi.NewClients("s3cret", srv.Client())
 	c := clients(endpoint)
 	if clients(endpoint) != c {
 		t.Error("a second client for the same endpoint, want the cached one")

@@ -1,4 +1,4 @@
-package fleet
+package sandboxdapi
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 )
 
-// NewClients returns a Config.Clients that keeps one sandboxd client per
+// NewClients returns a lookup that keeps one sandboxd client per
 // endpoint (host:port, spoken to over http://), each sending token as
 // "Authorization: Bearer <token>" on every call, streams included. A nil
 // httpClient means http.DefaultClient.
