@@ -129,6 +129,27 @@ func TestPickWarmSpreads(t *testing.T) {
 	}
 }
 
+// TestPickWarmSpreadsWithinANode proves that concurrent creates on a fleet of
+// one node do not all race for the same few warm sandboxes.
+func TestPickWarmSpreadsWithinANode(t *testing.T) {
+	sbs := make([]string, 10)
+	for i := range sbs {
+		sbs[i] = "base:warm"
+	}
+	nodes := []v1beta1.NodeInventory{host("a", sbs...)}
+	firsts := map[string]bool{}
+	for range 200 {
+		got := inventory.PickWarm(nodes, "base", 3)
+		if len(got) != 3 || got[0].SandboxID == got[1].SandboxID || got[1].SandboxID == got[2].SandboxID || got[0].SandboxID == got[2].SandboxID {
+			t.Fatalf("PickWarm = %v, want 3 distinct", ids(got))
+		}
+		firsts[got[0].SandboxID] = true
+	}
+	if len(firsts) < 8 { // 10 equally likely firsts in 200 draws
+		t.Fatalf("the first candidate was one of only %d sandboxes in 200 picks, want nearly all 10", len(firsts))
+	}
+}
+
 func TestPickWarmAllocatesPerCandidate(t *testing.T) {
 	var nodes []v1beta1.NodeInventory
 	for i := range 200 {

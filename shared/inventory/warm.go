@@ -20,6 +20,9 @@ func PickWarm(nodes []v1beta1.NodeInventory, template string, limit int) []Candi
 		return nil
 	}
 	start := rand.IntN(n)
+	// Within a node the scan starts at a random entry too (and wraps), so
+	// concurrent creates on a fleet of one node spread as well.
+	offset := rand.IntN(1 << 30)
 	out := make([]Candidate, 0, min(limit, n))
 	// found[k] says where out[k] came from. A round visits the nodes in the
 	// same order as the one before, so the previous round's entries, read in
@@ -39,11 +42,11 @@ func PickWarm(nodes []v1beta1.NodeInventory, template string, limit int) []Candi
 				prev++
 			}
 			node := &nodes[(start+visit)%n]
-			at := nextWarm(node.Spec.Sandboxes, from, template)
+			at := nextWarm(node.Spec.Sandboxes, from, offset, template)
 			if at < 0 {
 				continue
 			}
-			sb := &node.Spec.Sandboxes[at]
+			sb := &node.Spec.Sandboxes[(offset+at)%len(node.Spec.Sandboxes)]
 			out = append(out, Candidate{Node: node.Name, Endpoint: node.Spec.Endpoint, SandboxID: sb.ID, Pool: sb.Pool})
 			found = append(found, position{visit: visit, at: at})
 		}
@@ -55,12 +58,12 @@ func PickWarm(nodes []v1beta1.NodeInventory, template string, limit int) []Candi
 	return out
 }
 
-// nextWarm returns the index of the first warm sandbox of template at or after
-// from, or -1.
-func nextWarm(sandboxes []v1beta1.SandboxEntry, from int, template string) int {
-	for j := from; j < len(sandboxes); j++ {
-		if sandboxes[j].State == v1beta1.SandboxWarm && sandboxes[j].Template == template {
-			return j
+// nextWarm returns the first position at or after from that holds a warm
+// sandbox of template, or -1. Position v is sandboxes[(offset+v) % len].
+func nextWarm(sandboxes []v1beta1.SandboxEntry, from, offset int, template string) int {
+	for v := from; v < len(sandboxes); v++ {
+		if e := &sandboxes[(offset+v)%len(sandboxes)]; e.State == v1beta1.SandboxWarm && e.Template == template {
+			return v
 		}
 	}
 	return -1
