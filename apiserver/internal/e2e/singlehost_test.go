@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -18,19 +19,26 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/shared/sandboxdapi"
+	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
 type system struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	api      string
+	sandboxd string // host:port
+	token    string // the node token
 	keyA     string
 	keyB     string
 	nftTable string
 	cgroup   string
 }
 
-func build(t *testing.T, dir, pkg, out string, env ...string) string {
+func build(t testing.TB, dir, pkg, out string, env ...string) string {
 	t.Helper()
 	bin := filepath.Join(dir, out)
 	cmd := exec.Command("go", "build", "-o", bin, pkg)
@@ -41,7 +49,7 @@ func build(t *testing.T, dir, pkg, out string, env ...string) string {
 	return bin
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -52,7 +60,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // start runs a daemon until the test ends (SIGTERM, then waits).
-func start(t *testing.T, logPath, bin string, args ...string) {
+func start(t testing.TB, logPath, bin string, args ...string) {
 	t.Helper()
 	log, err := os.Create(logPath)
 	if err != nil {
@@ -82,7 +90,7 @@ func start(t *testing.T, logPath, bin string, args ...string) {
 	})
 }
 
-func newSystem(t *testing.T) *system {
+func newSystem(t testing.TB) *system {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: sandboxd runs sandboxes")
@@ -121,14 +129,19 @@ func newSystem(t *testing.T) *system {
 		t.Fatalf("template build base: %v\n%s", err, out)
 	}
 	token := filepath.Join(dir, "token")
-	if err := os.WriteFile(token, []byte(fmt.Sprintf("node-token-%016x", rand.Uint64())), 0o600); err != nil {
+	s.token = fmt.Sprintf("node-token-%016x", rand.Uint64())
+	if err := os.WriteFile(token, []byte(s.token), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sbd := freeAddr(t)
+	s.sandboxd = sbd
 	start(t, filepath.Join(dir, "sandboxd.log"), sandboxd, "--state-dir", state, "serve",
 		"--auth-token-file", token, "--listen", sbd, "--admin-listen", freeAddr(t), "--run-dir", filepath.Join(dir, "run"),
 		"--nft-table", s.nftTable, "--iface-prefix", "a"+suffix, "--cgroup-parent", s.cgroup, "--node-name", "host-a",
-		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4), "--overcommit", "16")
+		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4), "--overcommit", "64") // 2 CPUs hold 64 sandboxes of 2000m
+	// Before sandboxd stops (which leaves sandboxes running, by design):
+	// kill every sandbox, also when the test failed half-way.
+	t.Cleanup(func() { s.killAll() })
 
 	keys := filepath.Join(dir, "keys")
 	for _, k := range []*string{&s.keyA, &s.keyB} {
@@ -144,6 +157,23 @@ func newSystem(t *testing.T) *system {
 		"--sandboxd", sbd, "--sandboxd-token-file", token, "--api-keys-file", keys)
 	s.waitForHost()
 	return s
+}
+
+// killAll kills every sandbox on sandboxd, of any team and state.
+func (s *system) killAll() {
+	client := sandboxdapi.NewClients(s.token, nil)(s.sandboxd)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := client.List(ctx, connect.NewRequest(&sandboxdv1.ListRequest{}))
+	if err != nil {
+		s.t.Errorf("list sandboxes to kill: %v", err)
+		return
+	}
+	for _, sb := range resp.Msg.GetSandboxes() {
+		if _, err := client.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: sb.GetId()})); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+			s.t.Errorf("kill %s: %v", sb.GetId(), err)
+		}
+	}
 }
 
 // waitForHost waits until the apiserver lists the host's template: sandboxd
@@ -186,7 +216,7 @@ func (s *system) call(key, method, path string, body any) (int, []byte) {
 	return resp.StatusCode, out.Bytes()
 }
 
-func removeCgroups(t *testing.T, rel string) {
+func removeCgroups(t testing.TB, rel string) {
 	data, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		t.Error(err)
