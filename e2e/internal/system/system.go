@@ -1,0 +1,451 @@
+// Package system runs the whole Skiff system on one machine, as separate
+// processes built from this workspace: sandboxd (as root, with the base
+// template), sandbox-apiserver in single-host mode following it, and
+// sandbox-envd-proxy in front of its relay, plus an API key per team. It is
+// `make up`, and the SDK suite runs on exactly the same path.
+package system
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Binaries are the programs a System runs, all in one directory.
+var Binaries = []string{"sandboxd", "envd", "sandbox-apiserver", "sandbox-envd-proxy"}
+
+// Config is one system on this machine. Every address should be on
+// loopback: the system has no TLS and its sandboxd a shared token.
+type Config struct {
+	// Bin is the directory holding Binaries.
+	Bin string
+	// State keeps sandboxd's records and templates, the node token, the
+	// keys file and the logs across runs.
+	State string
+	// RunDir holds the sandboxes' network namespaces; a tmpfs such as /run.
+	RunDir string
+	// APIListen, ProxyListen, ProxyAdmin, SandboxdListen and SandboxdAdmin
+	// are the addresses (host:port) of the servers.
+	APIListen, ProxyListen, ProxyAdmin, SandboxdListen, SandboxdAdmin string
+	// Teams get one API key each, kept in the keys file and reused on the
+	// next run.
+	Teams []string
+	// Runtime is sandboxd's --runtime (native or gvisor); RunscPath its
+	// --runsc for gvisor.
+	Runtime, RunscPath string
+	// NodeName names the one host.
+	NodeName string
+	// NFTTable, CgroupParent, IfacePrefix and SandboxCIDR are sandboxd's
+	// host resources; distinct values let two systems share a machine.
+	NFTTable, CgroupParent, IfacePrefix, SandboxCIDR string
+	// Progress receives a line per step; nil discards them.
+	Progress io.Writer
+}
+
+// System is a running system.
+type System struct {
+	cfg Config
+	// APIURL is E2B_API_URL, SandboxURL E2B_SANDBOX_URL.
+	APIURL, SandboxURL string
+	// Keys maps each team to its API key (E2B_API_KEY).
+	Keys map[string]string
+
+	procs []*proc // in start order
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// Start builds the base template (cached after the first time), then starts
+// sandboxd, the apiserver and the proxy, and returns once the apiserver
+// lists the host's base template and the proxy is ready. On error it stops
+// whatever it started.
+func Start(ctx context.Context, cfg Config) (_ *System, err error) {
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the system needs root: sandboxd makes namespaces, cgroups, veths and nftables rules")
+	}
+	for _, tool := range []string{"nft", "debootstrap"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			pkg := map[string]string{"nft": "nftables", "debootstrap": "debootstrap"}[tool]
+			return nil, fmt.Errorf("%s is missing: apt-get install %s", tool, pkg)
+		}
+	}
+	for _, b := range Binaries {
+		if _, err := os.Stat(filepath.Join(cfg.Bin, b)); err != nil {
+			return nil, fmt.Errorf("binary %s: %w (make build puts them in bin/)", b, err)
+		}
+	}
+	// Sandboxes reach their root filesystem through State: others may
+	// traverse it, not list it.
+	for _, d := range []string{cfg.State, filepath.Join(cfg.State, "logs")} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("make state dir: %w", err)
+		}
+	}
+	if err := os.Chmod(cfg.State, 0o711); err != nil {
+		return nil, fmt.Errorf("make state dir traversable: %w", err)
+	}
+	s := &System{cfg: cfg, Keys: make(map[string]string)}
+	defer func() {
+		if err != nil {
+			s.stopProcesses()
+		}
+	}()
+
+	sandboxdBin := filepath.Join(cfg.Bin, "sandboxd")
+	sbState := filepath.Join(cfg.State, "sandboxd")
+	fmt.Fprintln(cfg.Progress, "preparing the base template (debootstrap, cached after the first run)...")
+	build := exec.CommandContext(ctx, sandboxdBin, "--state-dir", sbState, "template", "build", "base")
+	var buildOut strings.Builder
+	build.Stdout, build.Stderr = &buildOut, &buildOut
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("sandboxd template build base: %w\n%s", err, buildOut.String())
+	}
+
+	token, err := secretFile(filepath.Join(cfg.State, "node-token"))
+	if err != nil {
+		return nil, err
+	}
+	keysFile := filepath.Join(cfg.State, "api-keys")
+	for _, team := range cfg.Teams {
+		if s.Keys[team], err = teamKey(ctx, filepath.Join(cfg.Bin, "sandbox-apiserver"), keysFile, team); err != nil {
+			return nil, err
+		}
+	}
+
+	args := []string{"--state-dir", sbState, "serve",
+		"--listen", cfg.SandboxdListen, "--admin-listen", cfg.SandboxdAdmin,
+		"--auth-token-file", token, "--node-name", cfg.NodeName, "--run-dir", cfg.RunDir,
+		"--envd", filepath.Join(cfg.Bin, "envd")}
+	for flag, v := range map[string]string{"--runtime": cfg.Runtime, "--runsc": cfg.RunscPath, "--nft-table": cfg.NFTTable,
+		"--cgroup-parent": cfg.CgroupParent, "--iface-prefix": cfg.IfacePrefix, "--sandbox-cidr": cfg.SandboxCIDR} {
+		if v != "" {
+			args = append(args, flag, v)
+		}
+	}
+	if err := s.start("sandboxd", sandboxdBin, args...); err != nil {
+		return nil, err
+	}
+	if err := s.waitHTTP(ctx, "sandboxd", "http://"+cfg.SandboxdAdmin+"/healthz", 30*time.Second); err != nil {
+		return nil, err
+	}
+	if err := s.start("sandbox-apiserver", filepath.Join(cfg.Bin, "sandbox-apiserver"), "serve",
+		"--listen", cfg.APIListen, "--inventory", "static", "--sandboxd", cfg.SandboxdListen,
+		"--sandboxd-token-file", token, "--api-keys-file", keysFile); err != nil {
+		return nil, err
+	}
+	if err := s.start("sandbox-envd-proxy", filepath.Join(cfg.Bin, "sandbox-envd-proxy"), "serve",
+		"--listen", cfg.ProxyListen, "--admin-listen", cfg.ProxyAdmin, "--inventory", "static",
+		"--sandboxd", cfg.SandboxdListen, "--sandboxd-token-file", token); err != nil {
+		return nil, err
+	}
+	s.APIURL, s.SandboxURL = "http://"+cfg.APIListen, "http://"+cfg.ProxyListen
+	if err := s.waitHTTP(ctx, "sandbox-envd-proxy", "http://"+cfg.ProxyAdmin+"/readyz", 30*time.Second); err != nil {
+		return nil, err
+	}
+	if err := s.waitTemplate(ctx, 60*time.Second); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Stop kills every sandbox through sandboxd's API, then
+// stops the servers (SIGTERM, then SIGKILL after 20 s) and removes the
+// host resources sandboxd keeps for its next start.
+func (s *System) Stop(ctx context.Context) error {
+	var errs []error
+	if len(s.procs) > 0 { // sandboxd runs
+		if err := s.killSandboxes(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("kill the sandboxes: %w", err))
+		}
+	}
+	s.stopProcesses()
+	if s.cfg.NFTTable != "" {
+		if out, err := exec.Command("nft", "delete", "table", "inet", s.cfg.NFTTable).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
+			errs = append(errs, fmt.Errorf("nft delete table %s: %v: %s", s.cfg.NFTTable, err, out))
+		}
+	}
+	if s.cfg.CgroupParent != "" {
+		errs = append(errs, removeCgroups(s.cfg.CgroupParent))
+	}
+	if err := syscall.Unmount(filepath.Join(s.cfg.RunDir, "netns"), syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+		errs = append(errs, fmt.Errorf("unmount the netns dir: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Exited returns a channel that is closed when any server exits, with
+// the name of the first one to go.
+func (s *System) Exited() <-chan string {
+	out := make(chan string, 1)
+	for _, p := range s.procs {
+		go func() {
+			<-p.done
+			select {
+			case out <- p.name:
+			default:
+			}
+		}()
+	}
+	return out
+}
+
+// LogTail returns the last lines of a server's log, for an error message.
+func (s *System) LogTail(name string, lines int) string {
+	for _, p := range s.procs {
+		if p.name == name {
+			data, _ := os.ReadFile(p.log)
+			all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+			return strings.Join(all[max(0, len(all)-lines):], "\n")
+		}
+	}
+	return ""
+}
+
+// LogDir is where the servers write their logs.
+func (s *System) LogDir() string { return filepath.Join(s.cfg.State, "logs") }
+
+func (s *System) start(name, bin string, args ...string) error {
+	logPath := filepath.Join(s.LogDir(), name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return fmt.Errorf("create %s's log: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Its own process group: a terminal's Ctrl-C reaches only us, and we
+	// stop the servers in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); _ = f.Close(); close(p.done) }()
+	s.procs = append(s.procs, p)
+	fmt.Fprintf(s.cfg.Progress, "started %s (pid %d, log %s)\n", name, cmd.Process.Pid, logPath)
+	return nil
+}
+
+// stopProcesses stops the servers, last started first.
+func (s *System) stopProcesses() {
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		p := s.procs[i]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	s.procs = nil
+}
+
+func (s *System) waitHTTP(ctx context.Context, name, url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode < 300 {
+				return nil
+			}
+		}
+		if err := s.exitedErr(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s did not answer %s within %s; its log ends:\n%s", name, url, timeout, s.LogTail(name, 20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitTemplate waits until the apiserver follows sandboxd: it lists the
+// host's base template.
+func (s *System) waitTemplate(ctx context.Context, timeout time.Duration) error {
+	var key string
+	for _, k := range s.Keys {
+		key = k
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.APIURL+"/templates", nil)
+		req.Header.Set("X-API-Key", key)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"base"`) {
+				return nil
+			}
+		}
+		if err := s.exitedErr(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the apiserver did not list the base template within %s; its log ends:\n%s", timeout, s.LogTail("sandbox-apiserver", 20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *System) exitedErr() error {
+	for _, p := range s.procs {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited (%v); its log ends:\n%s", p.name, p.cmd.ProcessState, s.LogTail(p.name, 20))
+		default:
+		}
+	}
+	return nil
+}
+
+// killSandboxes kills every sandbox on sandboxd — running, paused and
+// warm, of any team — through its own API (Connect's JSON protocol).
+func (s *System) killSandboxes(ctx context.Context) error {
+	var list struct {
+		Sandboxes []struct {
+			ID string `json:"id"`
+		} `json:"sandboxes"`
+	}
+	if err := s.sandboxdCall(ctx, "List", struct{}{}, &list); err != nil {
+		return err
+	}
+	var errs []error
+	for _, sb := range list.Sandboxes {
+		if err := s.sandboxdCall(ctx, "Kill", map[string]string{"sandboxId": sb.ID}, nil); err != nil && !strings.Contains(err.Error(), "not_found") {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sandboxdCall makes a unary call of sandboxd's SandboxdService.
+func (s *System) sandboxdCall(ctx context.Context, method string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	token, err := os.ReadFile(filepath.Join(s.cfg.State, "node-token"))
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.cfg.SandboxdListen+"/skiff.sandboxd.v1.SandboxdService/"+method, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("sandboxd %s: %w", method, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("sandboxd %s: %d %s", method, resp.StatusCode, data)
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
+
+// secretFile returns path, first writing a random token there if it does
+// not exist.
+func secretFile(path string) (string, error) {
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write the node token: %w", err)
+	}
+	return path, nil
+}
+
+// teamKey returns the team's key from the keys file, creating one with
+// `sandbox-apiserver keys create` when it has none.
+func teamKey(ctx context.Context, apiserver, keysFile, team string) (string, error) {
+	if f, err := os.Open(keysFile); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) == 2 && fields[0] == team {
+				_ = f.Close()
+				return fields[1], nil
+			}
+		}
+		_ = f.Close()
+	}
+	out, err := exec.CommandContext(ctx, apiserver, "keys", "create", "--team", team, "--api-keys-file", keysFile).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("keys create --team %s: %w: %s", team, err, ee.Stderr)
+		}
+		return "", fmt.Errorf("keys create --team %s: %w", team, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// removeCgroups removes the cgroup rel (sandboxd's --cgroup-parent) below
+// this process's own cgroup in every v1 hierarchy, or beside it on v2.
+func removeCgroups(rel string) error {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		mount, own := "/sys/fs/cgroup/unified", parts[2]
+		if parts[1] != "" {
+			mount = "/sys/fs/cgroup/" + strings.TrimPrefix(parts[1], "name=")
+		}
+		if _, err := os.Stat(mount); err != nil {
+			mount, own = "/sys/fs/cgroup", filepath.Dir(own)
+		}
+		if err := os.Remove(filepath.Join(mount, own, rel)); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

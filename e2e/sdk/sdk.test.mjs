@@ -1,0 +1,226 @@
+// The e2b JS SDK, unmodified, against the whole Skiff system as `make up`
+// runs it: the e2b API (sandbox-apiserver), the envd proxy, sandboxd and real
+// sandboxes of the base template. sdk_test.go starts the system and runs
+// this file once per SDK version.
+//
+//   E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY   the system, as `make up` prints it
+//   SKIFF_API_KEY_B                             a key of a second team
+//   E2B_PACKAGE                                 "e2b" (2.51.0), "e2b-2.50.0" or "e2b-2.13.1"
+import { test, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { createHash, randomBytes } from 'node:crypto'
+import http from 'node:http'
+
+const pkg = process.env.E2B_PACKAGE || 'e2b'
+const { Sandbox, CommandExitError } = await import(pkg)
+for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'SKIFF_API_KEY_B']) {
+  if (!process.env[v]) throw new Error(`set ${v}`)
+}
+// 2.13.x is here for one thing: its /files calls carry no routing headers.
+const legacy = pkg === 'e2b-2.13.1'
+const keyB = process.env.SKIFF_API_KEY_B
+const run = randomBytes(4).toString('hex') // tells this run's sandboxes apart
+
+const made = []
+async function create(opts = {}) {
+  const sbx = await Sandbox.create('base', { timeoutMs: 300_000, ...opts, metadata: { run, ...(opts.metadata ?? {}) } })
+  made.push(sbx.sandboxId)
+  return sbx
+}
+
+after(async () => {
+  for (const id of made) await Sandbox.kill(id).catch(() => {})
+})
+
+test(`${pkg}: create, run as user in /home/user with env vars`, async () => {
+  const sbx = await create({ envs: { FROM_CREATE: 'c1' } })
+  assert.match(sbx.sandboxId, /^[a-z0-9]{20}$/)
+  const res = await sbx.commands.run('echo "$(whoami) $PWD $FROM_CREATE $FROM_RUN"', { envs: { FROM_RUN: 'r1' } })
+  assert.equal(res.exitCode, 0)
+  assert.equal(res.stdout, 'user /home/user c1 r1\n')
+  await assert.rejects(sbx.commands.run('exit 7'), (err) => err instanceof CommandExitError && err.exitCode === 7)
+  // The base template has python3, and the sandbox its own hostname space.
+  const py = await sbx.commands.run('python3 -c "print(6*7)"')
+  assert.equal(py.stdout, '42\n')
+})
+
+test(`${pkg}: files write, read and list`, async () => {
+  const sbx = await create()
+  // Header-less /files (2.13.x) is routed by the access token.
+  await sbx.files.write('/home/user/notes.txt', 'hello world\n')
+  assert.equal(await sbx.files.read('/home/user/notes.txt'), 'hello world\n')
+  const names = (await sbx.files.list('/home/user')).map((e) => e.name)
+  assert.ok(names.includes('notes.txt'), names.join(','))
+  const res = await sbx.commands.run('cat /home/user/notes.txt && stat -c %U /home/user/notes.txt')
+  assert.equal(res.stdout, 'hello world\nuser\n')
+})
+
+test(`${pkg}: kill returns true, then false`, async () => {
+  const sbx = await create()
+  assert.equal(await Sandbox.kill(sbx.sandboxId), true)
+  assert.equal(await Sandbox.kill(sbx.sandboxId), false)
+  // The proxy answers e2b's 502 for it: the SDK's "sandbox not found".
+  await assert.rejects(sbx.commands.run('true'))
+})
+
+test(`${pkg}: list with a metadata filter and pagination; another team sees none of it`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const tag = randomBytes(4).toString('hex')
+  const ids = []
+  for (let i = 0; i < 3; i++) ids.push((await create({ metadata: { tag, 'with space': 'a b&c=d' } })).sandboxId)
+  const pager = Sandbox.list({ query: { metadata: { tag, 'with space': 'a b&c=d' } }, limit: 2 })
+  const first = await pager.nextItems()
+  assert.equal(first.length, 2)
+  assert.equal(pager.hasNext, true)
+  const second = await pager.nextItems()
+  assert.equal(second.length, 1)
+  assert.equal(pager.hasNext, false)
+  const seen = [...first, ...second].map((s) => s.sandboxId).sort()
+  assert.deepEqual(seen, [...ids].sort())
+  for (const s of [...first, ...second]) {
+    assert.equal(s.templateId, 'base')
+    assert.equal(s.state, 'running')
+    assert.equal(s.metadata.tag, tag)
+    assert.equal(s.metadata['with space'], 'a b&c=d')
+  }
+  // Team B: its list holds none of them, and the IDs are not found.
+  const other = Sandbox.list({ apiKey: keyB, query: { metadata: { tag } } })
+  assert.deepEqual(await other.nextItems(), [])
+  await assert.rejects(Sandbox.connect(ids[0], { apiKey: keyB }))
+  assert.equal(await Sandbox.kill(ids[0], { apiKey: keyB }), false)
+})
+
+test(`${pkg}: getInfo and setTimeout`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create({ metadata: { purpose: 'info' } })
+  const info = await sbx.getInfo()
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.templateId, 'base')
+  assert.equal(info.state, 'running')
+  assert.equal(info.metadata.purpose, 'info')
+  assert.ok(info.startedAt instanceof Date && info.endAt > info.startedAt)
+  await sbx.setTimeout(900_000)
+  const later = await sbx.getInfo()
+  const left = later.endAt.getTime() - Date.now()
+  assert.ok(left > 800_000 && left <= 900_000, `endAt is ${left} ms away`)
+})
+
+test(`${pkg}: connect, pause and resume keep the sandbox's files`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create()
+  await sbx.files.write('/home/user/kept.txt', 'still here')
+  assert.equal(await Sandbox.pause(sbx.sandboxId), true)
+  assert.equal(await Sandbox.pause(sbx.sandboxId), false) // already paused
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+  const again = await Sandbox.connect(sbx.sandboxId) // resumes it
+  assert.equal((await again.getInfo()).state, 'running')
+  assert.equal(await again.files.read('/home/user/kept.txt'), 'still here')
+  const res = await again.commands.run('echo resumed')
+  assert.equal(res.stdout, 'resumed\n')
+})
+
+test(`${pkg}: metrics`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create()
+  let metrics = []
+  for (let i = 0; i < 40 && metrics.length === 0; i++) {
+    metrics = await sbx.getMetrics()
+    if (metrics.length === 0) await new Promise((r) => setTimeout(r, 500))
+  }
+  assert.ok(metrics.length > 0, 'no metrics within 20 s')
+  const m = metrics.at(-1)
+  assert.ok(m.cpuCount >= 1, JSON.stringify(m))
+  assert.ok(m.memTotal > 0 && m.memUsed > 0, JSON.stringify(m))
+})
+
+test(`${pkg}: a command silent for 65 s keeps its stream (keepalives pass the proxy)`, async () => {
+  const sbx = await create()
+  const out = []
+  const res = await sbx.commands.run('echo start; sleep 65; echo done', { timeoutMs: 120_000, onStdout: (d) => out.push(d) })
+  assert.equal(res.exitCode, 0)
+  assert.equal(res.stdout, 'start\ndone\n')
+  assert.ok(out.join('').includes('start'))
+})
+
+test(`${pkg}: 100 MB upload and download`, async () => {
+  const sbx = await create()
+  const data = randomBytes(100 << 20)
+  const sum = createHash('sha256').update(data).digest('hex')
+  await sbx.files.write('/home/user/big.bin', data)
+  const res = await sbx.commands.run('sha256sum /home/user/big.bin')
+  assert.equal(res.stdout.split(' ')[0], sum)
+  const back = await sbx.files.read('/home/user/big.bin', { format: 'bytes' })
+  assert.equal(back.length, data.length)
+  assert.equal(createHash('sha256').update(back).digest('hex'), sum)
+})
+
+test(`${pkg}: watchDir sees a file appear`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create()
+  await sbx.files.makeDir('/home/user/watched')
+  const events = []
+  const handle = await sbx.files.watchDir('/home/user/watched', (e) => events.push(e))
+  try {
+    await sbx.files.write('/home/user/watched/new.txt', 'x')
+    for (let i = 0; i < 50 && !events.some((e) => e.name === 'new.txt'); i++) await new Promise((r) => setTimeout(r, 100))
+    assert.ok(events.some((e) => e.name === 'new.txt'), JSON.stringify(events))
+  } finally {
+    await handle.stop()
+  }
+})
+
+test(`${pkg}: a PTY session`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create()
+  let out = ''
+  const dec = new TextDecoder()
+  const pty = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d) } })
+  await sbx.pty.sendInput(pty.pid, new TextEncoder().encode('echo pty-$((40+2))\nexit\n'))
+  const res = await pty.wait()
+  assert.equal(res.exitCode, 0)
+  assert.ok(out.includes('pty-42'), out)
+})
+
+// get sends a request for host through the proxy, as a browser would for
+// getHost(port) with wildcard DNS.
+function get(host, headers = {}) {
+  const proxy = new URL(process.env.E2B_SANDBOX_URL)
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: proxy.hostname, port: proxy.port, path: '/', headers: { Host: host, ...headers } }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (d) => { body += d })
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+async function serve(sbx, port) {
+  await sbx.commands.run(`mkdir -p /tmp/www && echo served-${port} > /tmp/www/index.html`)
+  await sbx.commands.run(`cd /tmp/www && python3 -m http.server ${port}`, { background: true })
+  const host = sbx.getHost(port)
+  for (let i = 0; i < 100; i++) {
+    const res = await get(host, sbx.trafficAccessToken ? { 'e2b-traffic-access-token': sbx.trafficAccessToken } : {})
+    if (res.status === 200) return host
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  throw new Error(`the server on port ${port} never answered through the proxy`)
+}
+
+test(`${pkg}: a user port reached through {port}-{id}.{domain}`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create()
+  const host = await serve(sbx, 8080)
+  assert.equal(host, `8080-${sbx.sandboxId}.${process.env.E2B_DOMAIN || 'e2b.app'}`)
+  const res = await get(host)
+  assert.equal(res.status, 200)
+  assert.equal(res.body, 'served-8080\n')
+})
+
+test(`${pkg}: private traffic needs the traffic access token`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create({ network: { allowPublicTraffic: false } })
+  assert.ok(sbx.trafficAccessToken, 'no trafficAccessToken')
+  const host = await serve(sbx, 8081)
+  assert.equal((await get(host)).status, 401)
+  assert.equal((await get(host, { 'e2b-traffic-access-token': 'wrong' })).status, 403)
+  const ok = await get(host, { 'e2b-traffic-access-token': sbx.trafficAccessToken })
+  assert.equal(ok.status, 200)
+  assert.equal(ok.body, 'served-8081\n')
+  // envd's own port is not behind it.
+  assert.equal((await sbx.commands.run('echo envd')).stdout, 'envd\n')
+})
