@@ -22,7 +22,7 @@ func BenchmarkRelay(b *testing.B) {
 		_, _ = w.Write(small)
 	}))
 	defer upstream.Close()
-	relay := httptest.NewServer(New(&resolver{}))
+	relay := httptest.NewServer(New(newResolver()))
 	defer relay.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	port := portOf(b, upstream.URL)

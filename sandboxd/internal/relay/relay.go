@@ -4,10 +4,18 @@
 // sandbox, streaming both ways without buffering, upgrades (WebSocket)
 // included. envd's internal routes are refused with 404; an unknown sandbox
 // gets e2b's 502.
+//
+// A sandbox with public traffic off has a traffic access token: a request
+// for any of its ports but envd's (envd checks its own X-Access-Token) must
+// carry it in TrafficTokenHeader, else 401 (missing) or 403 (wrong). A
+// request for a paused sandbox with auto-resume resumes it (AutoResumer)
+// and is then forwarded; any other paused sandbox gets e2b's 502.
 package relay
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"log/slog"
 	"net"
@@ -20,19 +28,45 @@ import (
 	"github.com/skiff-dev/skiff/shared/routing"
 )
 
+// TrafficTokenHeader carries a private sandbox's traffic access token, as
+// e2b's SDKs send it. It never reaches the sandbox.
+const TrafficTokenHeader = "E2b-Traffic-Access-Token"
+
 // ErrUnknownSandbox is what a Resolver returns for a sandbox that is not
-// (or no longer) on this host.
+// (or no longer) on this host, or that no one may reach (a warm one).
 var ErrUnknownSandbox = errors.New("unknown sandbox")
 
-// Resolver finds the address (an IP, without port) at which a sandbox's
-// ports are reachable from sandboxd.
+// Sandbox is what the relay needs to know about a sandbox.
+type Sandbox struct {
+	// Address is the IP (without port) at which the sandbox's ports are
+	// reachable from sandboxd.
+	Address string
+	// TrafficAccessToken, when set, must come in TrafficTokenHeader with
+	// every request for a port other than envd's.
+	TrafficAccessToken string
+	// Paused: its ports answer nothing until it is resumed.
+	Paused bool
+	// AutoResume: a request for it while paused resumes it.
+	AutoResume bool
+}
+
+// Resolver looks a sandbox up.
 type Resolver interface {
-	Resolve(ctx context.Context, sandboxID string) (string, error)
+	Resolve(ctx context.Context, sandboxID string) (Sandbox, error)
+}
+
+// AutoResumer is an optional capability of a Resolver: it resumes a paused
+// sandbox that has auto-resume, for a request that needs it, and returns
+// the sandbox as it is then (running, unless it went away). Concurrent
+// calls for one sandbox resume it once.
+type AutoResumer interface {
+	AutoResume(ctx context.Context, sandboxID string) (Sandbox, error)
 }
 
 // New returns the relay handler.
 func New(r Resolver) http.Handler {
 	h := &handler{resolver: r}
+	h.resumer, _ = r.(AutoResumer)
 	h.proxy = &httputil.ReverseProxy{
 		Rewrite:       h.rewrite,
 		FlushInterval: -1, // flush every write: streams and SSE must not wait
@@ -44,6 +78,7 @@ func New(r Resolver) http.Handler {
 
 type handler struct {
 	resolver Resolver
+	resumer  AutoResumer // nil when the resolver cannot resume
 	proxy    *httputil.ReverseProxy
 }
 
@@ -71,7 +106,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "404 page not found")
 		return
 	}
-	addr, err := h.resolver.Resolve(r.Context(), t.SandboxID)
+	sb, err := h.resolver.Resolve(r.Context(), t.SandboxID)
 	if err != nil {
 		if !errors.Is(err, ErrUnknownSandbox) {
 			slog.ErrorContext(r.Context(), "resolve sandbox", "sandbox", t.SandboxID, "error", err)
@@ -79,8 +114,60 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		routing.WriteSandboxNotFound(w, r, t.SandboxID)
 		return
 	}
-	upstream := &url.URL{Scheme: "http", Host: net.JoinHostPort(addr, strconv.Itoa(int(t.Port)))}
+	// The token first: a request that may not reach the sandbox must not
+	// wake it either.
+	if !t.IsEnvd() && sb.TrafficAccessToken != "" {
+		if status, msg := checkTrafficToken(r, sb.TrafficAccessToken); status != 0 {
+			writeError(w, status, msg)
+			return
+		}
+	}
+	if sb.Paused {
+		if !sb.AutoResume || h.resumer == nil {
+			routing.WriteSandboxNotFound(w, r, t.SandboxID)
+			return
+		}
+		if sb, err = h.resumer.AutoResume(r.Context(), t.SandboxID); err != nil {
+			h.resumeFailed(w, r, t.SandboxID, err)
+			return
+		}
+	}
+	if sb.Paused || sb.Address == "" {
+		routing.WriteSandboxNotFound(w, r, t.SandboxID)
+		return
+	}
+	upstream := &url.URL{Scheme: "http", Host: net.JoinHostPort(sb.Address, strconv.Itoa(int(t.Port)))}
 	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, relayed{t, upstream})))
+}
+
+// resumeFailed answers a failed auto-resume with 502: e2b's "not found"
+// when the sandbox went away meanwhile, else a message that says the
+// resume failed (the cause is logged, not sent).
+func (h *handler) resumeFailed(w http.ResponseWriter, r *http.Request, id string, err error) {
+	switch {
+	case errors.Is(err, ErrUnknownSandbox):
+		routing.WriteSandboxNotFound(w, r, id)
+	case r.Context().Err() != nil:
+		// the client went away
+	default:
+		slog.ErrorContext(r.Context(), "auto-resume sandbox", "sandbox", id, "error", err)
+		writeError(w, http.StatusBadGateway, "the sandbox "+id+" is paused and could not be resumed")
+	}
+}
+
+// checkTrafficToken compares the request's traffic token with want, in
+// constant time (of digests, so lengths do not show): 0 when it matches,
+// else the status and message to answer.
+func checkTrafficToken(r *http.Request, want string) (int, string) {
+	got := r.Header.Get(TrafficTokenHeader)
+	if got == "" {
+		return http.StatusUnauthorized, "the sandbox's traffic is private: send its traffic access token in header " + TrafficTokenHeader
+	}
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	if subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
+		return http.StatusForbidden, "wrong traffic access token in header " + TrafficTokenHeader
+	}
+	return 0, ""
 }
 
 type relayed struct {
@@ -90,11 +177,13 @@ type relayed struct {
 
 // rewrite points the outgoing request at the sandbox's port. The routing
 // headers stay (envd ignores them) and the client's X-Access-Token goes
-// through for envd to check.
+// through for envd to check; the traffic access token does not: the
+// sandbox's own code must not learn it.
 func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(targetKey{}).(relayed)
 	pr.SetURL(rt.upstream)
 	pr.Out.Host = pr.In.Host
+	pr.Out.Header.Del(TrafficTokenHeader)
 	pr.SetXForwarded()
 }
 

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,22 +21,45 @@ import (
 	"github.com/skiff-dev/skiff/shared/routing"
 )
 
-// resolver knows one sandbox, at 127.0.0.1, and counts lookups.
-type resolver struct{ calls atomic.Int32 }
+// resolver knows sandboxID, public and running at 127.0.0.1, and whatever
+// a test adds; it counts lookups.
+type resolver struct {
+	calls     atomic.Int32
+	mu        sync.Mutex
+	sandboxes map[string]Sandbox
+}
 
 const sandboxID = "sbx0000000000000test"
 
-func (r *resolver) Resolve(_ context.Context, id string) (string, error) {
+func newResolver() *resolver {
+	return &resolver{sandboxes: map[string]Sandbox{sandboxID: {Address: "127.0.0.1"}}}
+}
+
+func (r *resolver) Resolve(_ context.Context, id string) (Sandbox, error) {
 	r.calls.Add(1)
-	if id == sandboxID {
-		return "127.0.0.1", nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if sb, ok := r.sandboxes[id]; ok {
+		return sb, nil
 	}
-	return "", fmt.Errorf("%w: %s", ErrUnknownSandbox, id)
+	return Sandbox{}, fmt.Errorf("%w: %s", ErrUnknownSandbox, id)
+}
+
+func (r *resolver) set(id string, sb Sandbox) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sandboxes[id] = sb
+}
+
+func (r *resolver) get(id string) Sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sandboxes[id]
 }
 
 func startRelay(t *testing.T) (*httptest.Server, *resolver) {
 	t.Helper()
-	res := &resolver{}
+	res := newResolver()
 	srv := httptest.NewServer(New(res))
 	t.Cleanup(srv.Close)
 	return srv, res

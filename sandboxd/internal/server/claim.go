@@ -43,7 +43,7 @@ func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest
 
 	began := time.Now()
 	defer func() { err = s.countClaim(err, time.Since(began)) }()
-	token := newToken()
+	token, traffic := newToken(), trafficToken(m.AllowPublicTraffic)
 	var oldToken string
 	now := s.clock.Now()
 	hand := func(rec *store.Record) error {
@@ -51,8 +51,10 @@ func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest
 		rec.Team = m.GetTeam()
 		rec.Metadata = maps.Clone(m.GetMetadata())
 		rec.AutoPause = m.GetAutoPause()
+		rec.AutoResume = m.GetAutoResume()
+		rec.TrafficAccessToken = traffic
 		rec.StartedAt = now
-		rec.EndAt = now.Add(timeout)
+		rec.EndAt, rec.Timeout = now.Add(timeout), timeout
 		rec.EnvdAccessToken = token
 		return nil
 	}
@@ -87,7 +89,7 @@ func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest
 	s.deadlines.Set(rec.ID, rec.EndAt)
 	s.log.InfoContext(ctx, "sandbox claimed", "sandbox", rec.ID, "team", rec.Team, "pool", rec.Pool, "template", rec.Template,
 		"duration", time.Since(began), "record", tookRecord, "envd", time.Since(step))
-	return connect.NewResponse(&pb.ClaimResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: token}), nil
+	return connect.NewResponse(&pb.ClaimResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: token, TrafficAccessToken: traffic}), nil
 }
 
 // rotateToken gives the sandbox's envd its new owner's token and

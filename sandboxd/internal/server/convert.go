@@ -23,7 +23,7 @@ func toState(s string) pb.SandboxState {
 	return pb.SandboxState_SANDBOX_STATE_UNSPECIFIED
 }
 
-// toSandbox is a record as the API shows it: everything but its token and
+// toSandbox is a record as the API shows it: everything but its tokens and
 // the host's own handles on it.
 func (s *Server) toSandbox(rec *store.Record) *pb.Sandbox {
 	sb := &pb.Sandbox{
@@ -39,6 +39,8 @@ func (s *Server) toSandbox(rec *store.Record) *pb.Sandbox {
 		EnvdVersion:         rec.EnvdVersion,
 		AutoPause:           rec.AutoPause,
 		AllowInternetAccess: rec.AllowInternetAccess,
+		AutoResume:          rec.AutoResume,
+		AllowPublicTraffic:  rec.TrafficAccessToken == "",
 	}
 	if !rec.EndAt.IsZero() {
 		sb.EndAt = timestamppb.New(rec.EndAt)

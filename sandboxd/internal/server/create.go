@@ -57,13 +57,17 @@ func (s *Server) Create(ctx context.Context, req *connect.Request[pb.CreateReque
 		Metadata:            maps.Clone(m.GetMetadata()),
 		AutoPause:           m.GetAutoPause(),
 		AllowInternetAccess: m.AllowInternetAccess == nil || m.GetAllowInternetAccess(),
+		AutoResume:          m.GetAutoResume(),
+		TrafficAccessToken:  trafficToken(m.AllowPublicTraffic),
 	}
 	rec, token, err := s.launch(ctx, l)
 	if err != nil {
 		return nil, s.countCreate(kindCreate, toConnect(err))
 	}
 	_ = s.countCreate(kindCreate, nil)
-	return connect.NewResponse(&pb.CreateResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: token}), nil
+	return connect.NewResponse(&pb.CreateResponse{
+		Sandbox: s.toSandbox(rec), EnvdAccessToken: token, TrafficAccessToken: rec.TrafficAccessToken,
+	}), nil
 }
 
 // Warm starts a sandbox that belongs to no one yet, for a warm pool. Its
@@ -205,7 +209,7 @@ func (s *Server) newRecord(l *launch, id string, block ipam.Block, token, versio
 	rec.ID, rec.Template, rec.TemplateVersion = id, l.tmpl.Name, l.tmpl.Version
 	rec.StartedAt = now
 	if l.timeout > 0 {
-		rec.EndAt = now.Add(l.timeout)
+		rec.EndAt, rec.Timeout = now.Add(l.timeout), l.timeout
 	}
 	rec.CPUMilli, rec.MemoryMiB, rec.DiskMiB = l.cpu, l.mem, l.disk
 	rec.EnvdAccessToken = token
@@ -238,6 +242,16 @@ func (s *Server) spec(id string, l *launch, block ipam.Block, netns, logPath str
 }
 
 func (s *Server) logPath(id string) string { return filepath.Join(s.logDir, id+".log") }
+
+// trafficToken is the traffic access token of a sandbox whose request said
+// allowPublicTraffic: a fresh one (random, like an envd token) when it is
+// false, none when it is true or absent (public traffic).
+func trafficToken(allowPublicTraffic *bool) string {
+	if allowPublicTraffic == nil || *allowPublicTraffic {
+		return ""
+	}
+	return newToken()
+}
 
 // hasUser reports whether the root filesystem at rootfs has a user name in
 // its /etc/passwd (read inside rootfs: its symlinks cannot reach the host).

@@ -28,7 +28,9 @@ func (s *Server) Get(_ context.Context, req *connect.Request[pb.GetRequest]) (*c
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pb.GetResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: rec.EnvdAccessToken}), nil
+	return connect.NewResponse(&pb.GetResponse{
+		Sandbox: s.toSandbox(rec), EnvdAccessToken: rec.EnvdAccessToken, TrafficAccessToken: rec.TrafficAccessToken,
+	}), nil
 }
 
 // List returns the host's sandboxes, of one team and some states when the
@@ -123,7 +125,7 @@ func (s *Server) SetTimeout(_ context.Context, req *connect.Request[pb.SetTimeou
 		if r.State != registry.StateRunning {
 			return fmt.Errorf("%w: sandbox %s is %s; only a running sandbox has a deadline", errWrongState, r.ID, r.State)
 		}
-		r.EndAt = s.clock.Now().Add(timeout)
+		r.EndAt, r.Timeout = s.clock.Now().Add(timeout), timeout
 		return nil
 	})
 	if err != nil {
@@ -201,23 +203,38 @@ func (s *Server) Resume(ctx context.Context, req *connect.Request[pb.ResumeReque
 			return nil, f.err()
 		}
 	}
+	if rec, err = s.resumeLocked(ctx, rec, lifetime, timeout != 0); err != nil {
+		return nil, toConnect(err)
+	}
+	s.log.InfoContext(ctx, "sandbox resumed", "sandbox", id, "end_at", rec.EndAt)
+	return connect.NewResponse(&pb.ResumeResponse{Sandbox: s.toSandbox(rec)}), nil
+}
+
+// resumeLocked thaws the paused sandbox rec and records it running until
+// now + lifetime; with remember, lifetime also becomes the sandbox's last
+// timeout (what an auto-resume gives). The Resume RPC and the relay's
+// auto-resume both come here, under the sandbox's lock.
+func (s *Server) resumeLocked(ctx context.Context, rec *store.Record, lifetime time.Duration, remember bool) (*store.Record, error) {
+	id := rec.ID
 	if err := s.rt.Resume(ctx, id); err != nil {
-		return nil, toConnect(fmt.Errorf("resume sandbox %s: %w", id, err))
+		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
 	endAt := s.clock.Now().Add(lifetime)
-	rec, err = s.reg.Update(id, func(r *store.Record) error {
+	rec, err := s.reg.Update(id, func(r *store.Record) error {
 		r.State, r.PausedAt, r.EndAt = registry.StateRunning, time.Time{}, endAt
+		if remember {
+			r.Timeout = lifetime
+		}
 		return nil
 	})
 	if err != nil {
 		if perr := s.rt.Pause(ctx, id); perr != nil {
 			s.log.ErrorContext(ctx, "pause sandbox again after failing to record its resume", "sandbox", id, "error", perr)
 		}
-		return nil, toConnect(fmt.Errorf("record resume of %s: %w", id, err))
+		return nil, fmt.Errorf("record resume of %s: %w", id, err)
 	}
 	s.deadlines.Set(id, endAt)
-	s.log.InfoContext(ctx, "sandbox resumed", "sandbox", id, "end_at", endAt)
-	return connect.NewResponse(&pb.ResumeResponse{Sandbox: s.toSandbox(rec)}), nil
+	return rec, nil
 }
 
 // expire is the deadline's callback: it kills the sandbox, or pauses it

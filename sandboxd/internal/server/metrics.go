@@ -31,6 +31,7 @@ type metrics struct {
 	creates        *prometheus.CounterVec
 	kills          *prometheus.CounterVec
 	claims         *prometheus.CounterVec
+	autoResumes    *prometheus.CounterVec
 	createDuration *prometheus.HistogramVec
 	envdReady      prometheus.Histogram
 	claimDuration  prometheus.Histogram
@@ -55,6 +56,8 @@ func newMetrics(s *Server) *metrics {
 			"Sandbox kills by reason (api, deadline, claim_failed) and result.")), []string{"reason", "result"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts(opts("claims_total",
 			"Claims of warm sandboxes by result.")), []string{"result"}),
+		autoResumes: prometheus.NewCounterVec(prometheus.CounterOpts(opts("auto_resumes_total",
+			"Paused sandboxes resumed by a relayed request (auto-resume), by result.")), []string{"result"}),
 		createDuration: prometheus.NewHistogramVec(hist("create_duration_seconds",
 			"Time from a start's request to its sandbox holding a token, by kind.", startBuckets), []string{"kind"}),
 		envdReady: prometheus.NewHistogram(hist("envd_ready_duration_seconds",
@@ -66,7 +69,7 @@ func newMetrics(s *Server) *metrics {
 		watchResyncs: prometheus.NewCounter(prometheus.CounterOpts(opts("watch_resyncs_total",
 			"Watch streams that fell behind and were sent a fresh snapshot."))),
 	}
-	m.registry.MustRegister(m.creates, m.kills, m.claims, m.createDuration, m.envdReady, m.claimDuration, m.rpcs, m.watchResyncs,
+	m.registry.MustRegister(m.creates, m.kills, m.claims, m.autoResumes, m.createDuration, m.envdReady, m.claimDuration, m.rpcs, m.watchResyncs,
 		&hostCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

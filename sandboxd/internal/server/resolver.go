@@ -2,21 +2,81 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/relay"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 )
 
-var _ relay.Resolver = (*Server)(nil)
+var (
+	_ relay.Resolver    = (*Server)(nil)
+	_ relay.AutoResumer = (*Server)(nil)
+)
 
-// Resolve implements relay.Resolver: the address of a running sandbox. A
-// warm sandbox belongs to no one yet and a paused one cannot answer, so
-// both are unknown to the relay (e2b's 502).
-func (s *Server) Resolve(_ context.Context, id string) (string, error) {
+// Resolve implements relay.Resolver: a running or paused sandbox, with its
+// traffic token and auto-resume. A warm sandbox belongs to no one yet, so
+// it is unknown to the relay (e2b's 502).
+func (s *Server) Resolve(_ context.Context, id string) (relay.Sandbox, error) {
 	rec, err := s.reg.Get(id)
-	if err != nil || rec.State != registry.StateRunning || rec.Address == "" {
-		return "", fmt.Errorf("%w: %s", relay.ErrUnknownSandbox, id)
+	if err != nil || (rec.State != registry.StateRunning && rec.State != registry.StatePaused) || rec.Address == "" {
+		return relay.Sandbox{}, fmt.Errorf("%w: %s", relay.ErrUnknownSandbox, id)
 	}
-	return rec.Address, nil
+	return toRelay(rec), nil
+}
+
+// AutoResume implements relay.AutoResumer: it resumes a paused sandbox that
+// has auto-resume, through the same lock and records as the Resume RPC, so
+// concurrent requests resume it once (the later ones find it running). Its
+// deadline becomes now + its last timeout. The resume runs to its end even
+// when the request that woke the sandbox goes away.
+func (s *Server) AutoResume(ctx context.Context, id string) (_ relay.Sandbox, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	defer s.locks.lock(id)()
+	rec, err := s.reg.Get(id)
+	if err != nil {
+		return relay.Sandbox{}, fmt.Errorf("%w: %s", relay.ErrUnknownSandbox, id)
+	}
+	switch {
+	case rec.State == registry.StateRunning:
+		return toRelay(rec), nil // resumed by someone else meanwhile
+	case rec.State != registry.StatePaused || !rec.AutoResume:
+		return toRelay(rec), nil // the relay answers what it is
+	}
+	defer func() { s.metrics.autoResumes.WithLabelValues(resultOf(toConnect(err))).Inc() }()
+	lifetime := autoResumeLifetime(rec)
+	if lifetime <= 0 {
+		return relay.Sandbox{}, fmt.Errorf("auto-resume sandbox %s: %w: it has no timeout to resume with", id, errWrongState)
+	}
+	began := time.Now()
+	if rec, err = s.resumeLocked(ctx, rec, lifetime, false); err != nil {
+		if errors.Is(err, registry.ErrNotFound) {
+			return relay.Sandbox{}, fmt.Errorf("%w: %s", relay.ErrUnknownSandbox, id)
+		}
+		return relay.Sandbox{}, err
+	}
+	s.log.InfoContext(ctx, "sandbox auto-resumed", "sandbox", id, "end_at", rec.EndAt, "duration", time.Since(began))
+	return toRelay(rec), nil
+}
+
+// autoResumeLifetime is how long an auto-resumed sandbox lives: its last
+// timeout, or for a record from before timeouts were kept, what it had left
+// when paused.
+func autoResumeLifetime(rec *store.Record) time.Duration {
+	if rec.Timeout > 0 {
+		return rec.Timeout
+	}
+	return rec.EndAt.Sub(rec.PausedAt)
+}
+
+func toRelay(rec *store.Record) relay.Sandbox {
+	return relay.Sandbox{
+		Address:            rec.Address,
+		TrafficAccessToken: rec.TrafficAccessToken,
+		Paused:             rec.State != registry.StateRunning,
+		AutoResume:         rec.AutoResume,
+	}
 }

@@ -27,9 +27,21 @@ import (
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
 
-// SchemaVersion is written into every record; Load refuses newer ones rather
-// than misread them.
-const SchemaVersion = 1
+// SchemaVersion is the newest record schema this sandboxd reads; Load
+// refuses newer ones rather than misread them. A record is written with the
+// oldest schema that holds it (schemaOf), so an older sandboxd still reads
+// every record it would not misread.
+const SchemaVersion = 2
+
+// schemaOf is the schema a record is written with: 2 when it holds a
+// traffic access token, which a sandboxd that knows only schema 1 would
+// ignore, serving the sandbox's ports to anyone; 1 otherwise.
+func schemaOf(r *Record) int {
+	if r.TrafficAccessToken != "" {
+		return 2
+	}
+	return 1
+}
 
 // ErrNotFound is returned for a record that does not exist.
 var ErrNotFound = errors.New("sandbox record not found")
@@ -52,6 +64,15 @@ type Record struct {
 	EnvdAccessToken     string            `json:"envdAccessToken"`
 	AutoPause           bool              `json:"autoPause,omitempty"`
 	AllowInternetAccess bool              `json:"allowInternetAccess"`
+	// AutoResume: a relayed request for the paused sandbox resumes it.
+	AutoResume bool `json:"autoResume,omitempty"`
+	// TrafficAccessToken, when set, is what a relayed request to a port
+	// other than envd's must carry (public traffic is off); empty means
+	// public.
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
+	// Timeout is the lifetime last asked for (create, claim, SetTimeout,
+	// Resume with a timeout), in nanoseconds: an auto-resume gives it again.
+	Timeout time.Duration `json:"timeout,omitempty"`
 	// Runtime names the runtime that runs the sandbox; RuntimeState is that
 	// runtime's own handle on it (a pid, cgroup and network paths, …).
 	Runtime      string          `json:"runtime"`
@@ -113,7 +134,7 @@ func (s *Store) Put(r *Record) error {
 		return err
 	}
 	rec := *r
-	rec.Schema = SchemaVersion
+	rec.Schema = schemaOf(r)
 	data, err := json.Marshal(&rec)
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", r.ID, err)

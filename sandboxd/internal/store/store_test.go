@@ -34,6 +34,7 @@ func TestPutGetLoadDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := record(2), record(1)
+	a.TrafficAccessToken, a.AutoResume, a.Timeout = "traffic-2", true, 90*time.Second
 	for _, r := range []*Record{a, b} {
 		if err := s.Put(r); err != nil {
 			t.Fatal(err)
@@ -42,6 +43,14 @@ func TestPutGetLoadDelete(t *testing.T) {
 	got, err := s.Get(a.ID)
 	if err != nil || got.EnvdAccessToken != a.EnvdAccessToken || got.Schema != SchemaVersion || string(got.RuntimeState) != `{"pid":123}` || !got.EndAt.Equal(a.EndAt) {
 		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	if got.TrafficAccessToken != "traffic-2" || !got.AutoResume || got.Timeout != 90*time.Second {
+		t.Fatalf("Get lost the traffic token, auto-resume or timeout: %+v", got)
+	}
+	// A record without a traffic token keeps the schema every sandboxd
+	// reads; one with a token needs a sandboxd that enforces it.
+	if got, err := s.Get(b.ID); err != nil || got.Schema != 1 || got.TrafficAccessToken != "" || got.AutoResume || got.Timeout != 0 {
+		t.Fatalf("Get of a public record = %+v, %v; want schema 1", got, err)
 	}
 	a.State = "paused"
 	if err := s.Put(a); err != nil {

@@ -215,8 +215,13 @@ type Sandbox struct {
 	EnvdVersion         string                 `protobuf:"bytes,11,opt,name=envd_version,json=envdVersion,proto3" json:"envd_version,omitempty"`
 	AutoPause           bool                   `protobuf:"varint,12,opt,name=auto_pause,json=autoPause,proto3" json:"auto_pause,omitempty"`
 	AllowInternetAccess bool                   `protobuf:"varint,13,opt,name=allow_internet_access,json=allowInternetAccess,proto3" json:"allow_internet_access,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// A request for the paused sandbox's ports, through the relay, resumes it.
+	AutoResume bool `protobuf:"varint,14,opt,name=auto_resume,json=autoResume,proto3" json:"auto_resume,omitempty"`
+	// False: a request for any port but envd's needs the sandbox's traffic
+	// access token in header e2b-traffic-access-token.
+	AllowPublicTraffic bool `protobuf:"varint,15,opt,name=allow_public_traffic,json=allowPublicTraffic,proto3" json:"allow_public_traffic,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
@@ -340,6 +345,20 @@ func (x *Sandbox) GetAllowInternetAccess() bool {
 	return false
 }
 
+func (x *Sandbox) GetAutoResume() bool {
+	if x != nil {
+		return x.AutoResume
+	}
+	return false
+}
+
+func (x *Sandbox) GetAllowPublicTraffic() bool {
+	if x != nil {
+		return x.AllowPublicTraffic
+	}
+	return false
+}
+
 type CreateRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Template  string                 `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
@@ -352,8 +371,14 @@ type CreateRequest struct {
 	// Absent means true.
 	AllowInternetAccess *bool `protobuf:"varint,7,opt,name=allow_internet_access,json=allowInternetAccess,proto3,oneof" json:"allow_internet_access,omitempty"`
 	AutoPause           bool  `protobuf:"varint,8,opt,name=auto_pause,json=autoPause,proto3" json:"auto_pause,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// A request for the sandbox's ports while it is paused resumes it, for
+	// as long as its last timeout.
+	AutoResume bool `protobuf:"varint,9,opt,name=auto_resume,json=autoResume,proto3" json:"auto_resume,omitempty"`
+	// Absent means true. False: sandboxd issues a traffic access token that
+	// every relayed request to a port other than envd's must carry.
+	AllowPublicTraffic *bool `protobuf:"varint,10,opt,name=allow_public_traffic,json=allowPublicTraffic,proto3,oneof" json:"allow_public_traffic,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
@@ -442,13 +467,30 @@ func (x *CreateRequest) GetAutoPause() bool {
 	return false
 }
 
+func (x *CreateRequest) GetAutoResume() bool {
+	if x != nil {
+		return x.AutoResume
+	}
+	return false
+}
+
+func (x *CreateRequest) GetAllowPublicTraffic() bool {
+	if x != nil && x.AllowPublicTraffic != nil {
+		return *x.AllowPublicTraffic
+	}
+	return false
+}
+
 type CreateResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	// The envd access token the SDK sends as X-Access-Token.
 	EnvdAccessToken string `protobuf:"bytes,2,opt,name=envd_access_token,json=envdAccessToken,proto3" json:"envd_access_token,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The token for the sandbox's other ports (header
+	// e2b-traffic-access-token); set only when public traffic is off.
+	TrafficAccessToken string `protobuf:"bytes,3,opt,name=traffic_access_token,json=trafficAccessToken,proto3" json:"traffic_access_token,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CreateResponse) Reset() {
@@ -491,6 +533,13 @@ func (x *CreateResponse) GetSandbox() *Sandbox {
 func (x *CreateResponse) GetEnvdAccessToken() string {
 	if x != nil {
 		return x.EnvdAccessToken
+	}
+	return ""
+}
+
+func (x *CreateResponse) GetTrafficAccessToken() string {
+	if x != nil {
+		return x.TrafficAccessToken
 	}
 	return ""
 }
@@ -603,16 +652,20 @@ type ClaimRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The warm sandbox to claim. Empty: any warm sandbox of pool (or, without
 	// a pool, of template).
-	SandboxId     string               `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Pool          string               `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Template      string               `protobuf:"bytes,3,opt,name=template,proto3" json:"template,omitempty"`
-	Team          string               `protobuf:"bytes,4,opt,name=team,proto3" json:"team,omitempty"`
-	Metadata      map[string]string    `protobuf:"bytes,5,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	EnvVars       map[string]string    `protobuf:"bytes,6,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Timeout       *durationpb.Duration `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	AutoPause     bool                 `protobuf:"varint,8,opt,name=auto_pause,json=autoPause,proto3" json:"auto_pause,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SandboxId string               `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Pool      string               `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Template  string               `protobuf:"bytes,3,opt,name=template,proto3" json:"template,omitempty"`
+	Team      string               `protobuf:"bytes,4,opt,name=team,proto3" json:"team,omitempty"`
+	Metadata  map[string]string    `protobuf:"bytes,5,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	EnvVars   map[string]string    `protobuf:"bytes,6,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Timeout   *durationpb.Duration `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	AutoPause bool                 `protobuf:"varint,8,opt,name=auto_pause,json=autoPause,proto3" json:"auto_pause,omitempty"`
+	// As in CreateRequest.
+	AutoResume bool `protobuf:"varint,9,opt,name=auto_resume,json=autoResume,proto3" json:"auto_resume,omitempty"`
+	// As in CreateRequest: absent means true.
+	AllowPublicTraffic *bool `protobuf:"varint,10,opt,name=allow_public_traffic,json=allowPublicTraffic,proto3,oneof" json:"allow_public_traffic,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ClaimRequest) Reset() {
@@ -701,13 +754,29 @@ func (x *ClaimRequest) GetAutoPause() bool {
 	return false
 }
 
+func (x *ClaimRequest) GetAutoResume() bool {
+	if x != nil {
+		return x.AutoResume
+	}
+	return false
+}
+
+func (x *ClaimRequest) GetAllowPublicTraffic() bool {
+	if x != nil && x.AllowPublicTraffic != nil {
+		return *x.AllowPublicTraffic
+	}
+	return false
+}
+
 type ClaimResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
 	// A fresh token: the one envd had while warm is replaced.
 	EnvdAccessToken string `protobuf:"bytes,2,opt,name=envd_access_token,json=envdAccessToken,proto3" json:"envd_access_token,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// As in CreateResponse.
+	TrafficAccessToken string `protobuf:"bytes,3,opt,name=traffic_access_token,json=trafficAccessToken,proto3" json:"traffic_access_token,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ClaimResponse) Reset() {
@@ -750,6 +819,13 @@ func (x *ClaimResponse) GetSandbox() *Sandbox {
 func (x *ClaimResponse) GetEnvdAccessToken() string {
 	if x != nil {
 		return x.EnvdAccessToken
+	}
+	return ""
+}
+
+func (x *ClaimResponse) GetTrafficAccessToken() string {
+	if x != nil {
+		return x.TrafficAccessToken
 	}
 	return ""
 }
@@ -805,8 +881,10 @@ type GetResponse struct {
 	// returns it when a client connects to an existing sandbox. Never in
 	// Sandbox, which is published in the fleet's inventory.
 	EnvdAccessToken string `protobuf:"bytes,2,opt,name=envd_access_token,json=envdAccessToken,proto3" json:"envd_access_token,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// As in CreateResponse; like the envd token, never in Sandbox.
+	TrafficAccessToken string `protobuf:"bytes,3,opt,name=traffic_access_token,json=trafficAccessToken,proto3" json:"traffic_access_token,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GetResponse) Reset() {
@@ -849,6 +927,13 @@ func (x *GetResponse) GetSandbox() *Sandbox {
 func (x *GetResponse) GetEnvdAccessToken() string {
 	if x != nil {
 		return x.EnvdAccessToken
+	}
+	return ""
+}
+
+func (x *GetResponse) GetTrafficAccessToken() string {
+	if x != nil {
+		return x.TrafficAccessToken
 	}
 	return ""
 }
@@ -2083,7 +2168,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tcpu_milli\x18\x01 \x01(\x03R\bcpuMilli\x12\x1d\n" +
 	"\n" +
 	"memory_mib\x18\x02 \x01(\x03R\tmemoryMib\x12\x19\n" +
-	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xe2\x04\n" +
+	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xb5\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12)\n" +
@@ -2100,10 +2185,13 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\fenvd_version\x18\v \x01(\tR\venvdVersion\x12\x1d\n" +
 	"\n" +
 	"auto_pause\x18\f \x01(\bR\tautoPause\x122\n" +
-	"\x15allow_internet_access\x18\r \x01(\bR\x13allowInternetAccess\x1a;\n" +
+	"\x15allow_internet_access\x18\r \x01(\bR\x13allowInternetAccess\x12\x1f\n" +
+	"\vauto_resume\x18\x0e \x01(\bR\n" +
+	"autoResume\x120\n" +
+	"\x14allow_public_traffic\x18\x0f \x01(\bR\x12allowPublicTraffic\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x05\n" +
 	"\rCreateRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12:\n" +
 	"\tresources\x18\x02 \x01(\v2\x1c.skiff.sandboxd.v1.ResourcesR\tresources\x12H\n" +
@@ -2113,23 +2201,29 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x04team\x18\x06 \x01(\tR\x04team\x127\n" +
 	"\x15allow_internet_access\x18\a \x01(\bH\x00R\x13allowInternetAccess\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"auto_pause\x18\b \x01(\bR\tautoPause\x1a:\n" +
+	"auto_pause\x18\b \x01(\bR\tautoPause\x12\x1f\n" +
+	"\vauto_resume\x18\t \x01(\bR\n" +
+	"autoResume\x125\n" +
+	"\x14allow_public_traffic\x18\n" +
+	" \x01(\bH\x01R\x12allowPublicTraffic\x88\x01\x01\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x18\n" +
-	"\x16_allow_internet_access\"r\n" +
+	"\x16_allow_internet_accessB\x17\n" +
+	"\x15_allow_public_traffic\"\xa4\x01\n" +
 	"\x0eCreateResponse\x124\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\x12*\n" +
-	"\x11envd_access_token\x18\x02 \x01(\tR\x0fenvdAccessToken\"y\n" +
+	"\x11envd_access_token\x18\x02 \x01(\tR\x0fenvdAccessToken\x120\n" +
+	"\x14traffic_access_token\x18\x03 \x01(\tR\x12trafficAccessToken\"y\n" +
 	"\vWarmRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12:\n" +
 	"\tresources\x18\x03 \x01(\v2\x1c.skiff.sandboxd.v1.ResourcesR\tresources\"D\n" +
 	"\fWarmResponse\x124\n" +
-	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"\xd2\x03\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"\xc3\x04\n" +
 	"\fClaimRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -2140,23 +2234,30 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\benv_vars\x18\x06 \x03(\v2,.skiff.sandboxd.v1.ClaimRequest.EnvVarsEntryR\aenvVars\x123\n" +
 	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1d\n" +
 	"\n" +
-	"auto_pause\x18\b \x01(\bR\tautoPause\x1a;\n" +
+	"auto_pause\x18\b \x01(\bR\tautoPause\x12\x1f\n" +
+	"\vauto_resume\x18\t \x01(\bR\n" +
+	"autoResume\x125\n" +
+	"\x14allow_public_traffic\x18\n" +
+	" \x01(\bH\x00R\x12allowPublicTraffic\x88\x01\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x17\n" +
+	"\x15_allow_public_traffic\"\xa3\x01\n" +
 	"\rClaimResponse\x124\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\x12*\n" +
-	"\x11envd_access_token\x18\x02 \x01(\tR\x0fenvdAccessToken\"+\n" +
+	"\x11envd_access_token\x18\x02 \x01(\tR\x0fenvdAccessToken\x120\n" +
+	"\x14traffic_access_token\x18\x03 \x01(\tR\x12trafficAccessToken\"+\n" +
 	"\n" +
 	"GetRequest\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"o\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xa1\x01\n" +
 	"\vGetResponse\x124\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\x12*\n" +
-	"\x11envd_access_token\x18\x02 \x01(\tR\x0fenvdAccessToken\"Z\n" +
+	"\x11envd_access_token\x18\x02 \x01(\tR\x0fenvdAccessToken\x120\n" +
+	"\x14traffic_access_token\x18\x03 \x01(\tR\x12trafficAccessToken\"Z\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04team\x18\x01 \x01(\tR\x04team\x127\n" +
 	"\x06states\x18\x02 \x03(\x0e2\x1f.skiff.sandboxd.v1.SandboxStateR\x06states\"H\n" +
@@ -2394,6 +2495,7 @@ func file_skiff_sandboxd_v1_sandboxd_proto_init() {
 		return
 	}
 	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[2].OneofWrappers = []any{}
+	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[6].OneofWrappers = []any{}
 	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30].OneofWrappers = []any{
 		(*WatchResponse_Snapshot_)(nil),
 		(*WatchResponse_Change_)(nil),
