@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -146,8 +147,8 @@ func trimKeySecret(obj any) (any, error) {
 }
 
 // NewKeySecret makes a key for team and the Secret that stores its digest,
-// not yet created. CreateKey is NewKeySecret plus Create; use this to learn
-// the Secret's name after creating it.
+// not yet created. CreateKey and CreateKeySecret are NewKeySecret plus
+// Create.
 func NewKeySecret(team string) (key string, secret *corev1.Secret, err error) {
 	if msgs := validation.IsDNS1123Label(team); len(msgs) > 0 {
 		return "", nil, fmt.Errorf("team %q is not a namespace name: %s", team, strings.Join(msgs, "; "))
@@ -194,14 +195,26 @@ func NewKeySecret(team string) (key string, secret *corev1.Secret, err error) {
 // then `kubectl -n T label secret NAME skiff.dev/api-key=true`. Deleting the
 // Secret (or removing its label) revokes the key.
 func CreateKey(ctx context.Context, c client.Writer, team string) (string, error) {
+	key, _, err := CreateKeySecret(ctx, c, team)
+	return key, err
+}
+
+// CreateKeySecret is CreateKey that also returns the Secret as created (its
+// generated name included), for a caller that reports where the key lives.
+// A team without a namespace is an error for which apierrors.IsNotFound is
+// true and that says so.
+func CreateKeySecret(ctx context.Context, c client.Writer, team string) (string, *corev1.Secret, error) {
 	key, secret, err := NewKeySecret(team)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if err := c.Create(ctx, secret); err != nil {
-		return "", fmt.Errorf("create API key Secret in namespace %s: %w", team, err)
+		if apierrors.IsNotFound(err) {
+			return "", nil, fmt.Errorf("create API key Secret: team %q has no namespace (a team is a namespace: create it first): %w", team, err)
+		}
+		return "", nil, fmt.Errorf("create API key Secret in namespace %s: %w", team, err)
 	}
-	return key, nil
+	return key, secret, nil
 }
 
 func indexSecretDigest(obj client.Object) []string {

@@ -1,5 +1,9 @@
 // Package cli is sandbox-apiserver's command line: `serve` runs the e2b
-// REST API over the fleet, `keys create` makes an API key.
+// REST API over the fleet, either single-host (--inventory static: the
+// --sandboxd hosts, a keys file) or over Kubernetes (--inventory kube:
+// NodeInventories, SandboxTemplates and API-key Secrets through one
+// informer cache); `keys create` makes an API key, as a Secret or in a keys
+// file.
 package cli
 
 import (

@@ -12,13 +12,21 @@ import (
 
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	stdout, _, err := runSplit(t, args...)
+	return stdout, err
+}
+
+// runSplit runs the command and returns what it wrote to stdout and to
+// stderr apart.
+func runSplit(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	cmd := NewCommand()
-	var out bytes.Buffer
+	var out, diag bytes.Buffer
 	cmd.SetOut(&out)
-	cmd.SetErr(&out)
+	cmd.SetErr(&diag)
 	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
+	err = cmd.ExecuteContext(t.Context())
+	return out.String(), diag.String(), err
 }
 
 func TestKeysCreateAppendsAKeyTheFileStoreAccepts(t *testing.T) {
@@ -51,12 +59,17 @@ func TestKeysCreateAppendsAKeyTheFileStoreAccepts(t *testing.T) {
 }
 
 func TestKeysCreateRefusesBadInput(t *testing.T) {
+	// Without --api-keys-file the key goes to Kubernetes: with no cluster
+	// to be found, that fails.
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "no-such-kubeconfig"))
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	file := filepath.Join(t.TempDir(), "keys")
 	for name, args := range map[string][]string{
-		"bad team":  {"keys", "create", "--team", "Team_A", "--api-keys-file", file},
-		"no team":   {"keys", "create", "--api-keys-file", file},
-		"no file":   {"keys", "create", "--team", "team-a"},
-		"extra arg": {"keys", "create", "--team", "team-a", "--api-keys-file", file, "more"},
+		"bad team":            {"keys", "create", "--team", "Team_A", "--api-keys-file", file},
+		"no team":             {"keys", "create", "--api-keys-file", file},
+		"no file, no cluster": {"keys", "create", "--team", "team-a"},
+		"file and kubeconfig": {"keys", "create", "--team", "team-a", "--api-keys-file", file, "--kubeconfig", file + ".kubeconfig"},
+		"extra arg":           {"keys", "create", "--team", "team-a", "--api-keys-file", file, "more"},
 	} {
 		if _, err := run(t, args...); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -79,16 +79,26 @@ type Sandbox struct {
 	// EnvdAccessToken is the token envd checks (X-Access-Token); empty when
 	// envd checks none. Create and Connect must set it when there is one.
 	EnvdAccessToken string
-	StartedAt       time.Time
-	EndAt           time.Time
-	CPUMilli        int64
-	MemoryMB        int64
-	DiskMB          int64
-	Metadata        map[string]string
+	// TrafficAccessToken is what a request for any of the sandbox's ports
+	// but envd's must carry (header e2b-traffic-access-token) when its
+	// public traffic is off; empty when it is public. Create and Connect
+	// must set it when there is one.
+	TrafficAccessToken string
+	StartedAt          time.Time
+	EndAt              time.Time
+	CPUMilli           int64
+	MemoryMB           int64
+	DiskMB             int64
+	Metadata           map[string]string
 	// AutoPause means the sandbox pauses, rather than dies, at EndAt.
 	AutoPause bool
+	// AutoResume means traffic to the paused sandbox resumes it.
+	AutoResume bool
 	// AllowInternetAccess is nil when the creator did not say.
 	AllowInternetAccess *bool
+	// AllowPublicTraffic is e2b's network.allowPublicTraffic; nil when the
+	// backend does not know (GET /sandboxes/{id} then has no network).
+	AllowPublicTraffic *bool
 }
 
 // CreateParams is a validated create request.
@@ -107,8 +117,15 @@ type CreateParams struct {
 	AutoPause           bool
 	// AutoPauseMemory is e2b's autoPauseMemory (default true).
 	AutoPauseMemory bool
-	Metadata        map[string]string
-	EnvVars         map[string]string
+	// AutoResume is e2b's autoResume.enabled: a request for the paused
+	// sandbox's ports resumes it.
+	AutoResume bool
+	// AllowPublicTraffic is e2b's network.allowPublicTraffic, nil when the
+	// caller did not say (public). False: the sandbox's ports but envd's
+	// need its TrafficAccessToken.
+	AllowPublicTraffic *bool
+	Metadata           map[string]string
+	EnvVars            map[string]string
 }
 
 // Metric is one resource sample, in e2b's SandboxMetric terms.

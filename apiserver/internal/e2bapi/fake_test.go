@@ -154,9 +154,13 @@ func (f *fakeBackend) Create(_ context.Context, team string, p CreateParams) (*S
 		ID: id, TemplateID: p.TemplateID, Node: node, State: StateRunning, EnvdVersion: "0.6.13",
 		StartedAt: f.now, EndAt: f.now.Add(p.Timeout), CPUMilli: 2000, MemoryMB: 512, DiskMB: 1024,
 		Metadata: p.Metadata, AutoPause: p.AutoPause, AllowInternetAccess: p.AllowInternetAccess,
+		AutoResume: p.AutoResume, AllowPublicTraffic: new(p.AllowPublicTraffic == nil || *p.AllowPublicTraffic),
 	}
 	if p.Secure {
 		sb.EnvdAccessToken = "tok-" + id
+	}
+	if !*sb.AllowPublicTraffic {
+		sb.TrafficAccessToken = "traffic-" + id
 	}
 	f.sandboxes[id] = &fakeSandbox{team: team, sb: sb}
 	return copySandbox(sb), nil

@@ -85,8 +85,6 @@ func (s *server) createParams(b *newSandboxBody, v2 bool) (CreateParams, string,
 		return p, "", unsupported("volumeMounts (volumes)")
 	case len(b.MCP) > 0:
 		return p, "", unsupported("mcp (the MCP gateway)")
-	case b.AutoResume != nil && b.AutoResume.Enabled != nil && *b.AutoResume.Enabled:
-		return p, "", unsupported("autoResume (waking a paused sandbox on traffic)")
 	}
 	if b.AllowInternetAccess != nil {
 		allow := *b.AllowInternetAccess && (internet == nil || *internet)
@@ -98,6 +96,8 @@ func (s *server) createParams(b *newSandboxBody, v2 bool) (CreateParams, string,
 		AllowInternetAccess: internet,
 		AutoPause:           b.AutoPause != nil && *b.AutoPause,
 		AutoPauseMemory:     b.AutoPauseMemory == nil || *b.AutoPauseMemory,
+		AutoResume:          b.AutoResume != nil && b.AutoResume.Enabled != nil && *b.AutoResume.Enabled,
+		AllowPublicTraffic:  b.Network.publicTraffic(),
 		Metadata:            b.Metadata,
 		EnvVars:             b.EnvVars,
 	}

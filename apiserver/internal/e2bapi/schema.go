@@ -43,6 +43,7 @@ type sandboxDetailJSON struct {
 	Metadata            map[string]string `json:"metadata"`
 	State               State             `json:"state"`
 	Lifecycle           lifecycleJSON     `json:"lifecycle"`
+	Network             *networkJSON      `json:"network,omitempty"`
 	VolumeMounts        []volumeMountJSON `json:"volumeMounts"`
 }
 
@@ -66,6 +67,12 @@ type listedSandboxJSON struct {
 type lifecycleJSON struct {
 	AutoResume bool   `json:"autoResume"`
 	OnTimeout  string `json:"onTimeout"`
+}
+
+// networkJSON is the part of e2b's SandboxNetworkConfig that Skiff keeps
+// per sandbox.
+type networkJSON struct {
+	AllowPublicTraffic bool `json:"allowPublicTraffic"`
 }
 
 type volumeMountJSON struct {
@@ -190,7 +197,7 @@ func (s *server) clientID(sb *Sandbox) string {
 }
 
 func (s *server) sandboxJSON(sb *Sandbox) sandboxJSON {
-	return sandboxJSON{
+	out := sandboxJSON{
 		TemplateID:      sb.TemplateID,
 		SandboxID:       sb.ID,
 		Alias:           sb.Alias,
@@ -199,6 +206,11 @@ func (s *server) sandboxJSON(sb *Sandbox) sandboxJSON {
 		EnvdAccessToken: sb.EnvdAccessToken,
 		Domain:          s.domain,
 	}
+	if sb.TrafficAccessToken != "" {
+		tok := sb.TrafficAccessToken
+		out.TrafficAccessToken = &tok
+	}
+	return out
 }
 
 func (s *server) detailJSON(sb *Sandbox) sandboxDetailJSON {
@@ -206,7 +218,7 @@ func (s *server) detailJSON(sb *Sandbox) sandboxDetailJSON {
 	if sb.AutoPause {
 		onTimeout = "pause"
 	}
-	return sandboxDetailJSON{
+	out := sandboxDetailJSON{
 		TemplateID:          sb.TemplateID,
 		Alias:               sb.Alias,
 		SandboxID:           sb.ID,
@@ -222,9 +234,13 @@ func (s *server) detailJSON(sb *Sandbox) sandboxDetailJSON {
 		DiskSizeMB:          clamp32(sb.DiskMB),
 		Metadata:            nonNilMap(sb.Metadata),
 		State:               sb.State,
-		Lifecycle:           lifecycleJSON{OnTimeout: onTimeout},
+		Lifecycle:           lifecycleJSON{AutoResume: sb.AutoResume, OnTimeout: onTimeout},
 		VolumeMounts:        []volumeMountJSON{},
 	}
+	if sb.AllowPublicTraffic != nil {
+		out.Network = &networkJSON{AllowPublicTraffic: *sb.AllowPublicTraffic}
+	}
+	return out
 }
 
 func (s *server) listedJSON(sb *Sandbox) listedSandboxJSON {

@@ -60,9 +60,10 @@ func unsupported(feature string) error {
 	return fmt.Errorf("%s is %w", feature, ErrUnsupported)
 }
 
-// networkBody is e2b's SandboxNetworkConfig. Skiff enforces only "no
-// internet" (allow_internet_access=false, or denyOut of all traffic and no
-// allowOut); anything else is refused with 501 rather than ignored.
+// networkBody is e2b's SandboxNetworkConfig. Skiff enforces "no internet"
+// (allow_internet_access=false, or denyOut of all traffic and no allowOut)
+// and private traffic (allowPublicTraffic=false); anything else is refused
+// with 501 rather than ignored.
 type networkBody struct {
 	AllowPublicTraffic *bool                      `json:"allowPublicTraffic"`
 	AllowOut           []string                   `json:"allowOut"`
@@ -84,8 +85,6 @@ func (n *networkBody) internet() (*bool, error) {
 		return nil, nil
 	}
 	switch {
-	case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
-		return nil, unsupported("network.allowPublicTraffic=false (private sandbox traffic)")
 	case len(n.AllowOut) > 0:
 		return nil, unsupported("network.allowOut")
 	case n.MaskRequestHost != nil && *n.MaskRequestHost != "":
@@ -105,4 +104,12 @@ func (n *networkBody) internet() (*bool, error) {
 	}
 	off := false
 	return &off, nil
+}
+
+// publicTraffic is network.allowPublicTraffic: nil when not said.
+func (n *networkBody) publicTraffic() *bool {
+	if n == nil {
+		return nil
+	}
+	return n.AllowPublicTraffic
 }

@@ -307,4 +307,5 @@ func TestSingleHostThroughTheE2BAPI(t *testing.T) {
 	if code, _ = s.call(s.keyA, http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNotFound {
 		t.Errorf("second kill: %d", code)
 	}
+	s.checkPrivateAutoResume(t)
 }

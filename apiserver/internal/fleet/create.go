@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -13,11 +14,17 @@ import (
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/placement"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 )
 
 // errNoTemplate is a host that does not hold the template its inventory
 // listed (the inventory lags): placement moves on to another node.
 var errNoTemplate = errors.New("host lacks the template")
+
+// errNotHonoured is a host whose sandboxd predates a field the create
+// asked for (private traffic, auto-resume) and ignored it: the sandbox it
+// started is killed and placement moves on.
+var errNotHonoured = errors.New("host's sandboxd does not support the sandbox's settings")
 
 // Create claims a warm sandbox of the template when one can be had, else
 // creates one cold on the best of K fresh nodes.
@@ -38,9 +45,13 @@ func (b *Backend) Create(ctx context.Context, team string, p e2bapi.CreateParams
 			return nil, createError(ctx, err)
 		}
 	}
-	req := placement.Request{Template: p.TemplateID, CPUMilli: b.defaults.CPUMilli, MemoryMiB: b.defaults.MemoryMiB}
+	res, err := b.resources(ctx, p.TemplateID)
+	if err != nil {
+		return nil, err
+	}
+	req := placement.Request{Template: p.TemplateID, CPUMilli: res.CPUMilli, MemoryMiB: res.MemoryMiB}
 	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) error {
-		sb, err := b.create(ctx, team, p, n)
+		sb, err := b.create(ctx, team, p, n, res)
 		out = sb
 		return err
 	})
@@ -53,13 +64,16 @@ func (b *Backend) Create(ctx context.Context, team string, p e2bapi.CreateParams
 
 // claim claims candidate c for team.
 func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams, c inventory.Candidate) (*e2bapi.Sandbox, error) {
-	resp, err := b.clients(c.Endpoint).Claim(ctx, connect.NewRequest(&sandboxdv1.ClaimRequest{
-		SandboxId: c.SandboxID,
-		Team:      team,
-		Metadata:  p.Metadata,
-		EnvVars:   p.EnvVars,
-		Timeout:   durationpb.New(p.Timeout),
-		AutoPause: p.AutoPause,
+	client := b.clients(c.Endpoint)
+	resp, err := client.Claim(ctx, connect.NewRequest(&sandboxdv1.ClaimRequest{
+		SandboxId:          c.SandboxID,
+		Team:               team,
+		Metadata:           p.Metadata,
+		EnvVars:            p.EnvVars,
+		Timeout:            durationpb.New(p.Timeout),
+		AutoPause:          p.AutoPause,
+		AutoResume:         p.AutoResume,
+		AllowPublicTraffic: p.AllowPublicTraffic,
 	}))
 	if err != nil {
 		switch code := connect.CodeOf(err); {
@@ -72,20 +86,28 @@ func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams,
 		}
 		return nil, err
 	}
-	return b.created(c.Node, p, resp.Msg.GetSandbox(), resp.Msg.GetEnvdAccessToken())
+	tok := tokens{envd: resp.Msg.GetEnvdAccessToken(), traffic: resp.Msg.GetTrafficAccessToken()}
+	sb, err := b.created(ctx, client, c.Node, p, resp.Msg.GetSandbox(), tok)
+	if errors.Is(err, errNotHonoured) {
+		return nil, fmt.Errorf("%w: %w", placement.ErrClaimConflict, err)
+	}
+	return sb, err
 }
 
-// create creates a sandbox for team on node n.
-func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams, n *v1beta1.NodeInventory) (*e2bapi.Sandbox, error) {
-	resp, err := b.clients(n.Spec.Endpoint).Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{
+// create creates a sandbox for team on node n with resources res.
+func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams, n *v1beta1.NodeInventory, res Defaults) (*e2bapi.Sandbox, error) {
+	client := b.clients(n.Spec.Endpoint)
+	resp, err := client.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{
 		Template:            p.TemplateID,
-		Resources:           &sandboxdv1.Resources{CpuMilli: b.defaults.CPUMilli, MemoryMib: b.defaults.MemoryMiB, DiskMib: b.defaults.DiskMiB},
+		Resources:           &sandboxdv1.Resources{CpuMilli: res.CPUMilli, MemoryMib: res.MemoryMiB, DiskMib: res.DiskMiB},
 		EnvVars:             p.EnvVars,
 		Metadata:            p.Metadata,
 		Timeout:             durationpb.New(p.Timeout),
 		Team:                team,
 		AllowInternetAccess: p.AllowInternetAccess,
 		AutoPause:           p.AutoPause,
+		AutoResume:          p.AutoResume,
+		AllowPublicTraffic:  p.AllowPublicTraffic,
 	}))
 	if err != nil {
 		switch code := connect.CodeOf(err); {
@@ -105,19 +127,43 @@ func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams
 		}
 		return nil, err
 	}
-	return b.created(n.Name, p, resp.Msg.GetSandbox(), resp.Msg.GetEnvdAccessToken())
+	tok := tokens{envd: resp.Msg.GetEnvdAccessToken(), traffic: resp.Msg.GetTrafficAccessToken()}
+	sb, err := b.created(ctx, client, n.Name, p, resp.Msg.GetSandbox(), tok)
+	if errors.Is(err, errNotHonoured) {
+		return nil, fmt.Errorf("%w: %w", placement.ErrNodeFull, err)
+	}
+	return sb, err
 }
 
-// created converts a host's answer to a create or claim.
-func (b *Backend) created(node string, p e2bapi.CreateParams, sb *sandboxdv1.Sandbox, token string) (*e2bapi.Sandbox, error) {
+// created converts a host's answer to a create or claim. A sandbox started
+// without what p asked for (by a host too old to know private traffic or
+// auto-resume) is killed, and the answer is errNotHonoured: handing it out
+// would leave its ports public, or its pause final.
+func (b *Backend) created(ctx context.Context, client sandboxdv1connect.SandboxdServiceClient, node string, p e2bapi.CreateParams,
+	sb *sandboxdv1.Sandbox, tok tokens) (*e2bapi.Sandbox, error) {
 	if sb == nil || sb.GetId() == "" {
 		return nil, fmt.Errorf("node %s answered without a sandbox", node)
 	}
-	out := toSandbox(node, sb, token)
+	private := p.AllowPublicTraffic != nil && !*p.AllowPublicTraffic
+	if (private && tok.traffic == "") || (p.AutoResume && !sb.GetAutoResume()) {
+		b.log.WarnContext(ctx, "sandbox host ignored private traffic or auto-resume (sandboxd too old); killing the sandbox",
+			"node", node, "sandbox", sb.GetId(), "private_traffic", private, "auto_resume", p.AutoResume)
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
+		defer cancel()
+		if _, err := client.Kill(kctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: sb.GetId()})); err != nil {
+			b.log.ErrorContext(ctx, "kill sandbox its host started without its settings", "node", node, "sandbox", sb.GetId(), "err", err)
+		}
+		return nil, fmt.Errorf("node %s, sandbox %s: %w", node, sb.GetId(), errNotHonoured)
+	}
+	out := toSandbox(node, sb, tok)
 	out.Alias = p.Alias
 	out.State = e2bapi.StateRunning
 	return out, nil
 }
+
+// killTimeout bounds the kill of a sandbox a host started without its
+// settings; it runs even when the caller has gone.
+const killTimeout = 30 * time.Second
 
 // createError maps the error of a claim or placement to the e2bapi
 // categories.

@@ -39,10 +39,16 @@ type fakeNode struct {
 	// with unavailable; claimed refuses claims of these IDs as lost races.
 	full, down bool
 	claimed    map[string]bool
+	// traffic holds the traffic tokens of private sandboxes; old makes the
+	// node a sandboxd from before private traffic and auto-resume, which
+	// ignores both.
+	traffic map[string]string
+	old     bool
 }
 
 func newFakeNode(name string, templates ...string) *fakeNode {
-	return &fakeNode{name: name, templates: templates, sandboxes: map[string]*sandboxdv1.Sandbox{}, tokens: map[string]string{}, claimed: map[string]bool{}}
+	return &fakeNode{name: name, templates: templates, sandboxes: map[string]*sandboxdv1.Sandbox{}, tokens: map[string]string{}, claimed: map[string]bool{},
+		traffic: map[string]string{}}
 }
 
 func (n *fakeNode) endpoint() string { return n.name + ":27777" }
@@ -100,7 +106,8 @@ func (n *fakeNode) Create(_ context.Context, req *connect.Request[sandboxdv1.Cre
 	}
 	n.sandboxes[id] = sb
 	n.tokens[id] = "token-" + id
-	return connect.NewResponse(&sandboxdv1.CreateResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[id]}), nil
+	n.setTraffic(sb, m.GetAutoResume(), m.AllowPublicTraffic)
+	return connect.NewResponse(&sandboxdv1.CreateResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[id], TrafficAccessToken: n.traffic[id]}), nil
 }
 
 func (n *fakeNode) Claim(_ context.Context, req *connect.Request[sandboxdv1.ClaimRequest]) (*connect.Response[sandboxdv1.ClaimResponse], error) {
@@ -124,7 +131,21 @@ func (n *fakeNode) Claim(_ context.Context, req *connect.Request[sandboxdv1.Clai
 	sb.EndAt = timestamppb.New(t0.Add(m.GetTimeout().AsDuration()))
 	sb.AllowInternetAccess = true
 	n.tokens[sb.GetId()] = "token-" + sb.GetId()
-	return connect.NewResponse(&sandboxdv1.ClaimResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[sb.GetId()]}), nil
+	n.setTraffic(sb, m.GetAutoResume(), m.AllowPublicTraffic)
+	return connect.NewResponse(&sandboxdv1.ClaimResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[sb.GetId()], TrafficAccessToken: n.traffic[sb.GetId()]}), nil
+}
+
+// setTraffic applies a create's or claim's auto-resume and public traffic,
+// as sandboxd does (an old one ignores them).
+func (n *fakeNode) setTraffic(sb *sandboxdv1.Sandbox, autoResume bool, public *bool) {
+	if n.old {
+		return
+	}
+	sb.AutoResume = autoResume
+	sb.AllowPublicTraffic = public == nil || *public
+	if !sb.GetAllowPublicTraffic() {
+		n.traffic[sb.GetId()] = "traffic-" + sb.GetId()
+	}
 }
 
 func (n *fakeNode) Get(_ context.Context, req *connect.Request[sandboxdv1.GetRequest]) (*connect.Response[sandboxdv1.GetResponse], error) {
@@ -137,7 +158,7 @@ func (n *fakeNode) Get(_ context.Context, req *connect.Request[sandboxdv1.GetReq
 	if !ok {
 		return nil, n.notFound(req.Msg.GetSandboxId())
 	}
-	return connect.NewResponse(&sandboxdv1.GetResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[sb.GetId()]}), nil
+	return connect.NewResponse(&sandboxdv1.GetResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[sb.GetId()], TrafficAccessToken: n.traffic[sb.GetId()]}), nil
 }
 
 func (n *fakeNode) Kill(_ context.Context, req *connect.Request[sandboxdv1.KillRequest]) (*connect.Response[sandboxdv1.KillResponse], error) {

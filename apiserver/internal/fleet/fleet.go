@@ -4,7 +4,9 @@
 // node tag in its ID among the fresh inventories, and calls that host's
 // sandboxd for everything else. Lists and templates are answered from the
 // inventories, merged with what this replica did in the last publish
-// interval or so (read-your-writes).
+// interval or so (read-your-writes). Templates come from a Catalog: the
+// fresh nodes' own (single-host mode) or the SandboxTemplate objects
+// (Kubernetes mode).
 package fleet
 
 import (
@@ -51,7 +53,11 @@ type Config struct {
 	Clients func(endpoint string) sandboxdv1connect.SandboxdServiceClient
 	// Defaults are the sandbox resources; zero fields mean
 	// DefaultCPUMilli and DefaultMemoryMiB (and the host's disk default).
+	// A template's own resources (see Catalog) win over them.
 	Defaults Defaults
+	// Catalog answers template lists and lookups; nil means
+	// NewNodeTemplates(Source), the templates the fresh nodes hold.
+	Catalog Catalog
 	// ClaimLimit bounds the warm candidates a create tries; ≤ 0 means
 	// placement.DefaultClaimLimit.
 	ClaimLimit int
@@ -68,6 +74,7 @@ type Config struct {
 // concurrent use.
 type Backend struct {
 	src        inventory.Source
+	catalog    Catalog
 	placer     *placement.Placer
 	clients    func(string) sandboxdv1connect.SandboxdServiceClient
 	defaults   Defaults
@@ -92,6 +99,7 @@ func New(cfg Config) *Backend {
 	}
 	b := &Backend{
 		src:        cfg.Source,
+		catalog:    cfg.Catalog,
 		placer:     cfg.Placer,
 		clients:    cfg.Clients,
 		defaults:   cfg.Defaults,
@@ -100,6 +108,9 @@ func New(cfg Config) *Backend {
 		log:        cfg.Logger,
 		now:        cfg.Now,
 		recent:     make(map[string]recentWrite),
+	}
+	if b.catalog == nil {
+		b.catalog = NewNodeTemplates(cfg.Source)
 	}
 	if b.defaults.CPUMilli <= 0 {
 		b.defaults.CPUMilli = DefaultCPUMilli
@@ -142,7 +153,7 @@ func (b *Backend) remember(id, team, node string, sb *e2bapi.Sandbox) {
 	var c *e2bapi.Sandbox
 	if sb != nil {
 		cp := *sb
-		cp.EnvdAccessToken = "" // never kept: List does not return it
+		cp.EnvdAccessToken, cp.TrafficAccessToken = "", "" // never kept: List does not return them
 		c = &cp
 	}
 	b.mu.Lock()

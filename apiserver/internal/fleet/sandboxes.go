@@ -21,7 +21,14 @@ type located struct {
 	node   string
 	client sandboxdv1connect.SandboxdServiceClient
 	sb     *sandboxdv1.Sandbox
-	token  string
+	tokens tokens
+}
+
+// tokens are a sandbox's secrets, which sandboxd returns only from create,
+// claim and Get, never in a Sandbox (the inventory publishes those).
+type tokens struct {
+	envd    string // X-Access-Token, for envd
+	traffic string // e2b-traffic-access-token, for its other ports; empty when public
 }
 
 // locate finds sandbox id of team: on the fresh nodes whose tag the ID
@@ -79,7 +86,9 @@ func (b *Backend) locate(ctx context.Context, team, id string) (*located, error)
 		if sb == nil || sb.GetTeam() != team || sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_WARM {
 			return nil, fmt.Errorf("sandbox %s: %w", id, e2bapi.ErrNotFound)
 		}
-		return &located{node: t.name, client: c, sb: sb, token: resp.Msg.GetEnvdAccessToken()}, nil
+		return &located{node: t.name, client: c, sb: sb, tokens: tokens{
+			envd: resp.Msg.GetEnvdAccessToken(), traffic: resp.Msg.GetTrafficAccessToken(),
+		}}, nil
 	}
 	if unreachable != nil {
 		return nil, unreachable
@@ -93,7 +102,7 @@ func (b *Backend) Get(ctx context.Context, team, id string) (*e2bapi.Sandbox, er
 	if err != nil {
 		return nil, err
 	}
-	sb := toSandbox(l.node, l.sb, "")
+	sb := toSandbox(l.node, l.sb, tokens{})
 	return sb, nil
 }
 
@@ -135,7 +144,7 @@ func (b *Backend) setTimeout(ctx context.Context, l *located, id string, timeout
 	if sb == nil {
 		sb = l.sb
 	}
-	b.remember(id, sb.GetTeam(), l.node, toSandbox(l.node, sb, ""))
+	b.remember(id, sb.GetTeam(), l.node, toSandbox(l.node, sb, tokens{}))
 	return sb, nil
 }
 
@@ -154,7 +163,7 @@ func (b *Backend) Connect(ctx context.Context, team, id string, timeout time.Dur
 			if sb == nil {
 				sb = l.sb
 			}
-			out := toSandbox(l.node, sb, l.token)
+			out := toSandbox(l.node, sb, l.tokens)
 			out.State = e2bapi.StateRunning
 			b.remember(id, team, l.node, out)
 			return out, true, nil
@@ -174,7 +183,7 @@ func (b *Backend) Connect(ctx context.Context, team, id string, timeout time.Dur
 	if err != nil {
 		return nil, false, err
 	}
-	return toSandbox(l.node, sb, l.token), false, nil
+	return toSandbox(l.node, sb, l.tokens), false, nil
 }
 
 // Pause pauses a running sandbox of team; ErrConflict if it is paused.
@@ -194,7 +203,7 @@ func (b *Backend) Pause(ctx context.Context, team, id string, _ bool) error {
 	if sb == nil {
 		sb = l.sb
 	}
-	out := toSandbox(l.node, sb, "")
+	out := toSandbox(l.node, sb, tokens{})
 	out.State = e2bapi.StatePaused
 	b.remember(id, team, l.node, out)
 	return nil
@@ -246,20 +255,23 @@ func (b *Backend) Logs(ctx context.Context, team, id string, start time.Time) ([
 	return out, nil
 }
 
-// toSandbox converts sandboxd's view of a sandbox on node.
-func toSandbox(node string, sb *sandboxdv1.Sandbox, token string) *e2bapi.Sandbox {
+// toSandbox converts sandboxd's view of a sandbox on node, with the tokens
+// the caller may see.
+func toSandbox(node string, sb *sandboxdv1.Sandbox, tok tokens) *e2bapi.Sandbox {
 	out := &e2bapi.Sandbox{
-		ID:              sb.GetId(),
-		TemplateID:      sb.GetTemplate(),
-		Node:            node,
-		State:           toState(sb.GetState()),
-		EnvdVersion:     sb.GetEnvdVersion(),
-		EnvdAccessToken: token,
-		CPUMilli:        sb.GetResources().GetCpuMilli(),
-		MemoryMB:        sb.GetResources().GetMemoryMib(),
-		DiskMB:          sb.GetResources().GetDiskMib(),
-		Metadata:        sb.GetMetadata(),
-		AutoPause:       sb.GetAutoPause(),
+		ID:                 sb.GetId(),
+		TemplateID:         sb.GetTemplate(),
+		Node:               node,
+		State:              toState(sb.GetState()),
+		EnvdVersion:        sb.GetEnvdVersion(),
+		EnvdAccessToken:    tok.envd,
+		TrafficAccessToken: tok.traffic,
+		CPUMilli:           sb.GetResources().GetCpuMilli(),
+		MemoryMB:           sb.GetResources().GetMemoryMib(),
+		DiskMB:             sb.GetResources().GetDiskMib(),
+		Metadata:           sb.GetMetadata(),
+		AutoPause:          sb.GetAutoPause(),
+		AutoResume:         sb.GetAutoResume(),
 	}
 	if sb.GetStartedAt() != nil {
 		out.StartedAt = sb.GetStartedAt().AsTime()
@@ -267,8 +279,8 @@ func toSandbox(node string, sb *sandboxdv1.Sandbox, token string) *e2bapi.Sandbo
 	if sb.GetEndAt() != nil {
 		out.EndAt = sb.GetEndAt().AsTime()
 	}
-	allow := sb.GetAllowInternetAccess()
-	out.AllowInternetAccess = &allow
+	allow, public := sb.GetAllowInternetAccess(), sb.GetAllowPublicTraffic()
+	out.AllowInternetAccess, out.AllowPublicTraffic = &allow, &public
 	return out
 }
 

@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// parseServe parses serve's flags from args onto the defaults.
+func parseServe(t *testing.T, args ...string) *serveOptions {
+	t.Helper()
+	o := newServeOptions()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	o.addFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return o
+}
+
+func TestServeOptionsValidate(t *testing.T) {
+	static := []string{"--sandboxd", "127.0.0.1:27777", "--sandboxd-token-file", "/t", "--api-keys-file", "/k"}
+	kube := []string{"--inventory", "kube", "--sandboxd-token-file", "/t"}
+	with := func(base []string, more ...string) []string { return append(append([]string{}, base...), more...) }
+	for _, tc := range []struct {
+		name string
+		args []string
+		// want are substrings of the error, each naming a flag; none: valid.
+		want []string
+	}{
+		{"static", static, nil},
+		{"static is the default", with(static, "--inventory", "static"), nil},
+		{"kube", kube, nil},
+		{"kube with a kubeconfig and limits", with(kube, "--kubeconfig", "/kc", "--inventory-stale-after", "2m", "--cache-sync-timeout", "10s", "--create-rate-per-team", "1"), nil},
+		{"unknown inventory", with(static, "--inventory", "etcd"), []string{`--inventory "etcd"`}},
+		{"static without hosts", []string{"--sandboxd-token-file", "/t", "--api-keys-file", "/k"}, []string{"--sandboxd"}},
+		{"static without keys file", []string{"--sandboxd", "h:1", "--sandboxd-token-file", "/t"}, []string{"--api-keys-file"}},
+		{"static with a kubeconfig", with(static, "--kubeconfig", "/kc"), []string{"--kubeconfig"}},
+		{"kube with hosts", with(kube, "--sandboxd", "h:1"), []string{"--sandboxd is only read with --inventory static"}},
+		{"kube with a keys file", with(kube, "--api-keys-file", "/k"), []string{"--api-keys-file is only read with --inventory static", "skiff.dev/api-key"}},
+		{"kube with no stale window", with(kube, "--inventory-stale-after", "0s"), []string{"--inventory-stale-after"}},
+		{"kube with no sync timeout", with(kube, "--cache-sync-timeout", "0s"), []string{"--cache-sync-timeout"}},
+		{"no token", []string{"--inventory", "kube"}, []string{"--sandboxd-token-file"}},
+		{"no listen", with(static, "--listen", ""), []string{"--listen"}},
+		{"no max timeout", with(static, "--max-timeout", "0s"), []string{"--max-timeout"}},
+		{"negative rate", with(static, "--create-rate-per-team", "-1"), []string{"--create-rate-per-team"}},
+		{"rate without burst", with(static, "--create-rate-per-team", "1", "--create-burst-per-team", "0"), []string{"--create-burst-per-team"}},
+		{"negative team limit", with(static, "--max-sandboxes-per-team", "-1"), []string{"--max-sandboxes-per-team"}},
+		{"bad placement", with(kube, "--placement-sample-size", "0"), []string{"--placement-sample-size"}},
+		{"every problem at once", []string{"--inventory", "kube", "--sandboxd", "h:1", "--api-keys-file", "/k", "--max-timeout", "0s"},
+			[]string{"--sandboxd is only", "--api-keys-file is only", "--sandboxd-token-file", "--max-timeout"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := parseServe(t, tc.args...).Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate = nil, want an error naming %v", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate = %q, want it to mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// serve refuses invalid options before it listens or reads anything.
+func TestServeValidatesFirst(t *testing.T) {
+	_, err := run(t, "serve", "--inventory", "kube", "--api-keys-file", "/no/such/file", "--listen", "127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), "--api-keys-file is only read with --inventory static") {
+		t.Fatalf("serve = %v", err)
+	}
+}

@@ -1,0 +1,249 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/hostinventory"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi"
+	"github.com/skiff-dev/skiff/shared/testing/kubetest"
+)
+
+// writeKubeconfig writes a kubeconfig file reaching cfg's cluster as cfg's
+// user.
+func writeKubeconfig(t *testing.T, cfg *rest.Config, path string) {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatalf("write kubeconfig: %v", err)
+	}
+}
+
+// publishHost mirrors the sandboxd at endpoint with shared/hostinventory and
+// server-side-applies its NodeInventory, stamped now, on every change and at
+// least every interval, as vk-sandbox does; until the test ends.
+func publishHost(t *testing.T, c client.Client, endpoint, token string, interval time.Duration) {
+	t.Helper()
+	host := hostinventory.New(sandboxdapi.NewClients(token, nil)(endpoint), endpoint, hostinventory.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() { _ = host.Run(ctx) })
+	wg.Go(func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			if inv, err := host.Inventory(); err == nil {
+				inv.PublishedAt = &metav1.Time{Time: time.Now()}
+				//nolint:staticcheck // client.Apply with a typed object is how vk-sandbox publishes until it moves to apply configurations.
+				if err := c.Patch(ctx, inv, client.Apply, client.FieldOwner("vk-sandbox"), client.ForceOwnership); err != nil && ctx.Err() == nil {
+					t.Logf("publish NodeInventory: %v", err)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-host.Changed():
+			case <-tick.C:
+			}
+		}
+	})
+}
+
+// newKubeSystem runs sandboxd (as root, with the base template), a real
+// kube-apiserver, a publisher of the host's NodeInventory, and
+// sandbox-apiserver serve --inventory kube, each built from this workspace;
+// keys are made with sandbox-apiserver keys create against the cluster.
+func newKubeSystem(t *testing.T) *system {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: sandboxd runs sandboxes")
+	}
+	for _, tool := range []string{"debootstrap", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed (apt-get install %s)", tool, map[string]string{"debootstrap": "debootstrap", "nft": "nftables"}[tool])
+		}
+	}
+	env := kubetest.Start(t)
+	dir, err := os.MkdirTemp("", "skiff-e2e-kube-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil { // sandboxes reach their root through it
+		t.Fatal(err)
+	}
+	s := &system{t: t, dir: dir}
+	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
+	s.nftTable, s.cgroup = "skiff_apik_"+suffix, "skiff-apik-"+suffix
+	t.Cleanup(func() {
+		// After the daemons stopped (cleanups run last-registered first).
+		_ = exec.Command("nft", "delete", "table", "inet", s.nftTable).Run()
+		removeCgroups(t, s.cgroup)
+		_ = syscall.Unmount(filepath.Join(dir, "run", "netns"), syscall.MNT_DETACH)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	sandboxd := build(t, dir, "github.com/skiff-dev/skiff/sandboxd/cmd/sandboxd", "sandboxd", "CGO_ENABLED=1", "GOFLAGS=-tags=seccomp")
+	build(t, dir, "github.com/skiff-dev/skiff/envd/cmd/envd", "envd", "CGO_ENABLED=0")
+	apiserver := build(t, dir, "github.com/skiff-dev/skiff/apiserver/cmd/sandbox-apiserver", "sandbox-apiserver")
+
+	state := filepath.Join(dir, "state")
+	if out, err := exec.Command(sandboxd, "--state-dir", state, "template", "build", "base").CombinedOutput(); err != nil {
+		t.Fatalf("template build base: %v\n%s", err, out)
+	}
+	token := fmt.Sprintf("node-token-%016x", rand.Uint64())
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sbd := freeAddr(t)
+	start(t, filepath.Join(dir, "sandboxd.log"), sandboxd, "--state-dir", state, "serve",
+		"--auth-token-file", tokenFile, "--listen", sbd, "--admin-listen", freeAddr(t), "--run-dir", filepath.Join(dir, "run"),
+		"--nft-table", s.nftTable, "--iface-prefix", "k"+suffix, "--cgroup-parent", s.cgroup, "--node-name", "host-k",
+		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4), "--overcommit", "16")
+
+	// The cluster: teams, the base template (with an alias) and one no
+	// host holds, and the host's inventory.
+	ctx := t.Context()
+	for _, ns := range []string{"team-a", "team-b"} {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, alias := range map[string]string{"base": "py", "gpu": "cuda"} {
+		st := &v1beta1.SandboxTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       v1beta1.SandboxTemplateSpec{Aliases: []string{alias}, Source: v1beta1.TemplateSource{Builtin: "base"}, CPUMilli: 500, MemoryMiB: 256},
+		}
+		if err := env.Client.Create(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishHost(t, env.Client, sbd, token, 2*time.Second)
+
+	kc := filepath.Join(dir, "kubeconfig")
+	writeKubeconfig(t, env.Config, kc)
+	for _, k := range []*string{&s.keyA, &s.keyB} {
+		team := map[*string]string{&s.keyA: "team-a", &s.keyB: "team-b"}[k]
+		out, err := exec.Command(apiserver, "keys", "create", "--team", team, "--kubeconfig", kc).Output()
+		if err != nil {
+			t.Fatalf("keys create --team %s: %v", team, err)
+		}
+		*k = strings.TrimSpace(string(out))
+	}
+	s.api = "http://" + freeAddr(t)
+	start(t, filepath.Join(dir, "apiserver.log"), apiserver, "serve", "--listen", strings.TrimPrefix(s.api, "http://"),
+		"--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", tokenFile)
+	s.waitForCatalog()
+	return s
+}
+
+// waitForCatalog waits until the apiserver serves and resolves the base
+// template's alias from its SandboxTemplate.
+func (s *system) waitForCatalog() {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		code, body := s.call(s.keyA, http.MethodGet, "/templates/aliases/py", nil)
+		if code == http.StatusOK && strings.Contains(string(body), `"base"`) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.t.Fatal("the apiserver never resolved the alias py")
+}
+
+func TestKubeModeThroughTheE2BAPI(t *testing.T) {
+	s := newKubeSystem(t)
+
+	// Create by alias as team-a. The host's NodeInventory may still be on
+	// its way: a create answers 503 until placement sees the host.
+	var (
+		code int
+		body []byte
+	)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body = s.call(s.keyA, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": "py", "timeout": 120})
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	var created struct {
+		SandboxID, ClientID, EnvdAccessToken, TemplateID, Alias string
+	}
+	if err := json.Unmarshal(body, &created); err != nil {
+		t.Fatal(err)
+	}
+	if len(created.SandboxID) != 20 || created.ClientID != "host-k" || created.EnvdAccessToken == "" || created.TemplateID != "base" {
+		t.Fatalf("created %s", body)
+	}
+	id := created.SandboxID
+	code, body = s.call(s.keyA, http.MethodGet, "/sandboxes/"+id, nil)
+	if code != http.StatusOK || !strings.Contains(string(body), `"state":"running"`) {
+		t.Errorf("get: %d %s", code, body)
+	}
+	// The template's resources, not the fleet's defaults.
+	if !strings.Contains(string(body), `"memoryMB":256`) {
+		t.Errorf("get: %s, want the template's 256 MiB", body)
+	}
+	// The sandbox reaches the published inventory, and the list shows it to
+	// its team only.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		if code, body = s.call(s.keyA, http.MethodGet, "/v2/sandboxes", nil); code == http.StatusOK && strings.Contains(string(body), id) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("list: %d %s", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code, body = s.call(s.keyB, http.MethodGet, "/v2/sandboxes", nil); code != http.StatusOK || strings.Contains(string(body), id) {
+		t.Errorf("list by team-b: %d %s", code, body)
+	}
+	if code, _ = s.call(s.keyB, http.MethodGet, "/sandboxes/"+id, nil); code != http.StatusNotFound {
+		t.Errorf("get by team-b: %d", code)
+	}
+	// A template no host holds: 503 in e2b's shape; an unknown one: 400.
+	if code, body = s.call(s.keyA, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": "cuda"}); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "sandbox_capacity_unavailable") {
+		t.Errorf("create gpu: %d %s", code, body)
+	}
+	if code, body = s.call(s.keyA, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": "no-such"}); code != http.StatusBadRequest || !strings.Contains(string(body), "templateID") {
+		t.Errorf("create no-such: %d %s", code, body)
+	}
+	// Kill, then it is gone.
+	if code, body = s.call(s.keyA, http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
+		t.Errorf("kill: %d %s", code, body)
+	}
+	if code, _ = s.call(s.keyA, http.MethodGet, "/sandboxes/"+id, nil); code != http.StatusNotFound {
+		t.Errorf("get after kill: %d", code)
+	}
+}

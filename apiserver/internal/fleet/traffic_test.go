@@ -1,0 +1,98 @@
+package fleet_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+)
+
+func privateParams(template string) e2bapi.CreateParams {
+	p := params(template)
+	p.AutoResume = true
+	p.AllowPublicTraffic = new(false)
+	return p
+}
+
+// Private traffic and auto-resume reach the host on cold creates and warm
+// claims; the traffic token comes back from create and connect, never from
+// Get; Get says what the sandbox has.
+func TestCreatePrivateAutoResume(t *testing.T) {
+	for _, warm := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cold", true: "warm"}[warm], func(t *testing.T) {
+			a := newFakeNode("node-a", "base")
+			var warmID string
+			if warm {
+				warmID = a.addWarm(t, "base")
+			}
+			h := newHarness(t, a)
+			sb, err := h.b.Create(t.Context(), "team1", privateParams("base"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if warm != (sb.ID == warmID) || warm == slices.Contains(a.calls, "Create") {
+				t.Fatalf("created %s (warm %s) after %v", sb.ID, warmID, a.calls)
+			}
+			if sb.TrafficAccessToken != "traffic-"+sb.ID || !sb.AutoResume || sb.AllowPublicTraffic == nil || *sb.AllowPublicTraffic {
+				t.Fatalf("Create = %+v; want the traffic token, auto-resume, private", sb)
+			}
+			got, err := h.b.Get(t.Context(), "team1", sb.ID)
+			if err != nil || got.TrafficAccessToken != "" || !got.AutoResume || got.AllowPublicTraffic == nil || *got.AllowPublicTraffic {
+				t.Fatalf("Get = %+v, %v; want auto-resume, private, no token", got, err)
+			}
+			if err := h.b.Pause(t.Context(), "team1", sb.ID, true); err != nil {
+				t.Fatal(err)
+			}
+			got, resumed, err := h.b.Connect(t.Context(), "team1", sb.ID, time.Minute)
+			if err != nil || !resumed || got.TrafficAccessToken != sb.TrafficAccessToken {
+				t.Fatalf("Connect = %+v, %v, %v; want resumed with the traffic token", got, resumed, err)
+			}
+			got, resumed, err = h.b.Connect(t.Context(), "team1", sb.ID, time.Minute)
+			if err != nil || resumed || got.TrafficAccessToken != sb.TrafficAccessToken {
+				t.Fatalf("Connect to running = %+v, %v, %v; want the traffic token", got, resumed, err)
+			}
+		})
+	}
+
+	// A public create has neither.
+	h := newHarness(t, newFakeNode("node-a", "base"))
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil || sb.TrafficAccessToken != "" || sb.AutoResume || sb.AllowPublicTraffic == nil || !*sb.AllowPublicTraffic {
+		t.Fatalf("public Create = %+v, %v", sb, err)
+	}
+}
+
+// A host whose sandboxd predates private traffic ignores it: the sandbox it
+// started is killed and the create goes to a host that knows it, or fails.
+func TestCreatePrivateOnOldHost(t *testing.T) {
+	old, current := newFakeNode("node-a", "base"), newFakeNode("node-b", "py")
+	old.old = true
+	h := newHarness(t, old, current)
+	_, err := h.b.Create(t.Context(), "team1", privateParams("base"))
+	if !errors.Is(err, e2bapi.ErrCapacity) {
+		t.Fatalf("Create on an old host only = %v, want ErrCapacity", err)
+	}
+	if !slices.Contains(old.calls, "Kill") || len(old.sandboxes) != 0 {
+		t.Fatalf("the old host's sandbox was not killed: calls %v, sandboxes %d", old.calls, len(old.sandboxes))
+	}
+	// A public create there is fine.
+	if _, err := h.b.Create(t.Context(), "team1", params("base")); err != nil {
+		t.Fatal(err)
+	}
+
+	// A warm sandbox on the old host is claimed, killed, and the create
+	// falls back to a cold one on a current host.
+	current.templates = append(current.templates, "base")
+	h.publish(current)
+	warm := old.addWarm(t, "base")
+	h.publish(old)
+	sb, err := h.b.Create(t.Context(), "team1", privateParams("base"))
+	if err != nil || sb.Node != "node-b" || sb.TrafficAccessToken == "" {
+		t.Fatalf("Create = %+v, %v; want a private sandbox on node-b", sb, err)
+	}
+	if _, ok := old.sandboxes[warm]; ok {
+		t.Fatal("the warm sandbox the old host claimed without private traffic is alive")
+	}
+}
