@@ -88,22 +88,25 @@ type NodeInventorySpec struct {
 }
 
 // NodeCapacity is an amount of host resources: what a host has, or what its
-// sandboxes hold.
+// sandboxes hold. Its fields are always serialised, zeros included: an
+// allocation that returns to zero must stay an object under server-side
+// apply (all fields omitted, the merge would make it null, which the schema
+// refuses).
 type NodeCapacity struct {
 	// CPUMilli is CPU in thousandths of a core.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	CPUMilli int64 `json:"cpuMilli,omitempty"`
+	CPUMilli int64 `json:"cpuMilli"`
 
 	// MemoryMiB is memory in mebibytes.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	MemoryMiB int64 `json:"memoryMiB"`
 
 	// Sandboxes is a number of sandbox slots.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	Sandboxes int32 `json:"sandboxes,omitempty"`
+	Sandboxes int32 `json:"sandboxes"`
 }
 
 // TemplateVersion names a template and the version of its root filesystem

@@ -146,3 +146,45 @@ func TestCRDsOnControlPlane(t *testing.T) {
 		t.Fatalf("change template: err = %v, want Invalid (immutable)", err)
 	}
 }
+
+// A host publishes its inventory by server-side apply, over and over; one
+// whose sandboxes are all gone applies an allocation of zero, and that must
+// be accepted (an allocation of all zeros once serialised as {}, which the
+// apply merge turned into null and the schema refused, freezing the host's
+// publishedAt).
+func TestInventoryAllocationBackToZero(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := t.Context()
+	apply := func(allocated v1beta1.NodeCapacity) error {
+		now := metav1.Now()
+		inv := &v1beta1.NodeInventory{
+			TypeMeta:    metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "NodeInventory"},
+			ObjectMeta:  metav1.ObjectMeta{Name: "host-zero"},
+			PublishedAt: &now,
+			Spec: v1beta1.NodeInventorySpec{
+				Endpoint:  "10.0.0.1:27777",
+				Capacity:  v1beta1.NodeCapacity{CPUMilli: 1000, MemoryMiB: 1024, Sandboxes: 4},
+				Allocated: allocated,
+			},
+		}
+		//nolint:staticcheck // client.Apply with a typed object, as the publisher does.
+		return env.Client.Patch(ctx, inv, client.Apply, client.FieldOwner("vk-sandbox"), client.ForceOwnership)
+	}
+	for i, allocated := range []v1beta1.NodeCapacity{
+		{CPUMilli: 2000, MemoryMiB: 512, Sandboxes: 1},
+		{},
+		{CPUMilli: 1000, MemoryMiB: 256, Sandboxes: 1},
+		{},
+	} {
+		if err := apply(allocated); err != nil {
+			t.Fatalf("apply %d (allocated %+v): %v", i, allocated, err)
+		}
+		var got v1beta1.NodeInventory
+		if err := env.Client.Get(ctx, types.NamespacedName{Name: "host-zero"}, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.Allocated != allocated {
+			t.Fatalf("apply %d: allocated is %+v, want %+v", i, got.Spec.Allocated, allocated)
+		}
+	}
+}
