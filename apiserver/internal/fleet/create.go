@@ -64,6 +64,11 @@ func (b *Backend) Create(ctx context.Context, team string, p e2bapi.CreateParams
 
 // claim claims candidate c for team.
 func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams, c inventory.Candidate) (*e2bapi.Sandbox, error) {
+	done, ok := b.startClaim(c.SandboxID)
+	if !ok {
+		return nil, fmt.Errorf("%w: sandbox %s is being or was claimed by this replica", placement.ErrClaimConflict, c.SandboxID)
+	}
+	defer done()
 	client := b.clients(c.Endpoint)
 	resp, err := client.Claim(ctx, connect.NewRequest(&sandboxdv1.ClaimRequest{
 		SandboxId:          c.SandboxID,

@@ -85,6 +85,9 @@ type Backend struct {
 
 	mu     sync.Mutex
 	recent map[string]recentWrite // by sandbox ID; guarded by mu
+	// claiming holds the warm sandboxes this replica is claiming now;
+	// guarded by mu.
+	claiming map[string]struct{}
 }
 
 var (
@@ -108,6 +111,7 @@ func New(cfg Config) *Backend {
 		log:        cfg.Logger,
 		now:        cfg.Now,
 		recent:     make(map[string]recentWrite),
+		claiming:   make(map[string]struct{}),
 	}
 	if b.catalog == nil {
 		b.catalog = NewNodeTemplates(cfg.Source)
@@ -159,6 +163,27 @@ func (b *Backend) remember(id, team, node string, sb *e2bapi.Sandbox) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.recent[id] = recentWrite{node: node, team: team, at: b.now(), sb: c}
+}
+
+// startClaim reports whether this replica may claim warm sandbox id: not
+// while another of its creates claims it, nor once it has (the inventory
+// lists a claimed sandbox as warm until its host publishes again). done
+// ends the claim.
+func (b *Backend) startClaim(id string) (done func(), ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, busy := b.claiming[id]; busy {
+		return nil, false
+	}
+	if w, ok := b.recent[id]; ok && b.now().Sub(w.at) < b.ttl {
+		return nil, false
+	}
+	b.claiming[id] = struct{}{}
+	return func() {
+		b.mu.Lock()
+		delete(b.claiming, id)
+		b.mu.Unlock()
+	}, true
 }
 
 // recentNode returns the node this replica last wrote id on, if any.

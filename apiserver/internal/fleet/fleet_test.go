@@ -114,6 +114,33 @@ func TestCreateWarm(t *testing.T) {
 	}
 }
 
+// TestCreateWarmNotClaimedTwice: the inventory lists a sandbox this replica
+// has claimed as warm until its host publishes again; the next create must
+// not spend a Claim on it.
+func TestCreateWarmNotClaimedTwice(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	id := a.addWarm(t, "base")
+	h := newHarness(t, a)
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil || sb.ID != id {
+		t.Fatalf("Create = %+v, %v; want the warm %s", sb, err, id)
+	}
+	// No publish: the source still lists id as warm.
+	sb, err = h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil || sb.ID == id {
+		t.Fatalf("second Create = %+v, %v; want a cold sandbox", sb, err)
+	}
+	claims := 0
+	for _, c := range a.calls {
+		if c == "Claim" {
+			claims++
+		}
+	}
+	if claims != 1 {
+		t.Fatalf("node saw %d Claim calls (%v), want 1", claims, a.calls)
+	}
+}
+
 func TestCreateWarmSkippedWithoutInternet(t *testing.T) {
 	a := newFakeNode("node-a", "base")
 	a.addWarm(t, "base")
