@@ -18,7 +18,7 @@ func run(t *testing.T, args ...string) (string, error) {
 
 // runSplit runs the command and returns what it wrote to stdout and to
 // stderr apart.
-func runSplit(t *testing.T, args ...string) (stdout, stderr string, err error) {
+func runSplit(t testing.TB, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	cmd := NewCommand()
 	var out, diag bytes.Buffer

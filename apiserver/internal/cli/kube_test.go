@@ -32,7 +32,7 @@ import (
 
 // writeKubeconfig writes a kubeconfig file that reaches cfg's cluster as
 // cfg's user, the way an operator hands one to the binary.
-func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
+func writeKubeconfig(t testing.TB, cfg *rest.Config) string {
 	t.Helper()
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
@@ -47,7 +47,7 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	return path
 }
 
-func createNamespaces(t *testing.T, c client.Client, names ...string) {
+func createNamespaces(t testing.TB, c client.Client, names ...string) {
 	t.Helper()
 	for _, name := range names {
 		if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
@@ -58,7 +58,7 @@ func createNamespaces(t *testing.T, c client.Client, names ...string) {
 
 // keysCreate runs `keys create --team team --kubeconfig kc` and returns the
 // printed key and the Secret it names on stderr.
-func keysCreate(t *testing.T, kc, team string) (key string, secret client.ObjectKey) {
+func keysCreate(t testing.TB, kc, team string) (key string, secret client.ObjectKey) {
 	t.Helper()
 	out, diag, err := runSplit(t, "keys", "create", "--team", team, "--kubeconfig", kc)
 	if err != nil {
@@ -144,7 +144,7 @@ func sandboxTemplate(name string, aliases []string, cpuMilli, memMiB int64) *v1b
 
 // publish server-side-applies a NodeInventory of a host at endpoint,
 // stamped at, as vk-sandbox does.
-func publish(t *testing.T, c client.Client, name, endpoint string, at time.Time, templates []string, sandboxes ...v1beta1.SandboxEntry) {
+func publish(t testing.TB, c client.Client, name, endpoint string, at time.Time, templates []string, sandboxes ...v1beta1.SandboxEntry) {
 	t.Helper()
 	inv := &v1beta1.NodeInventory{
 		TypeMeta:    metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "NodeInventory"},
@@ -223,7 +223,7 @@ func (a api) sandboxIDs(key string) ([]string, int) {
 
 // eventually polls cond until it holds, for at most 30 s: the cache follows
 // the kube-apiserver asynchronously.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {

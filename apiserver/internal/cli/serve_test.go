@@ -8,7 +8,7 @@ import (
 )
 
 // parseServe parses serve's flags from args onto the defaults.
-func parseServe(t *testing.T, args ...string) *serveOptions {
+func parseServe(t testing.TB, args ...string) *serveOptions {
 	t.Helper()
 	o := newServeOptions()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)

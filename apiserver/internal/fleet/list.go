@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
-	"strings"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
@@ -19,31 +17,51 @@ func (b *Backend) List(ctx context.Context, team string, states []e2bapi.State) 
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: list nodes: %w", err)
 	}
-	byID := make(map[string]e2bapi.Sandbox)
-	listed := make(map[string]e2bapi.State) // every sandbox of team the inventories list, by ID
+	// The source's objects, and so the entries' metadata, are the
+	// caller's: no copies. The handlers order and paginate.
+	var all []e2bapi.Sandbox
 	fresh := make(map[string]bool, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
 		fresh[n.Name] = true
 		for j := range n.Spec.Sandboxes {
-			e := &n.Spec.Sandboxes[j]
-			if e.Team != team || e.State == v1beta1.SandboxWarm {
-				continue
+			if e := &n.Spec.Sandboxes[j]; e.Team == team && e.State != v1beta1.SandboxWarm {
+				all = append(all, fromEntry(n.Name, e))
 			}
-			sb := fromEntry(n.Name, e)
-			listed[e.ID] = sb.State
-			byID[e.ID] = sb
 		}
 	}
+	all = b.overlayRecent(team, all, fresh)
+	out := all[:0]
+	for _, sb := range all {
+		if sb.ID != "" && wantState(states, sb.State) {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
 
+// overlayRecent applies this replica's recent writes on team's sandboxes
+// (on fresh nodes) to listed, the inventories' view: a create or claim the
+// inventory does not show yet is added, a state change replaces the entry,
+// a kill blanks its ID. A write the inventory shows, or that is older than
+// the TTL, is forgotten.
+func (b *Backend) overlayRecent(team string, listed []e2bapi.Sandbox, fresh map[string]bool) []e2bapi.Sandbox {
 	now := b.now()
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.recent) == 0 {
+		return listed
+	}
+	index := make(map[string]int, len(listed))
+	for i := range listed {
+		index[listed[i].ID] = i
+	}
 	for id, w := range b.recent {
-		st, inInventory := listed[id]
+		at, inInventory := index[id]
 		switch {
 		case now.Sub(w.at) >= b.ttl,
 			w.sb == nil && !inInventory && w.team == team,
-			w.sb != nil && inInventory && st == w.sb.State && w.team == team:
+			w.sb != nil && inInventory && listed[at].State == w.sb.State && w.team == team:
 			// Expired, or the inventory shows the write: forget it.
 			delete(b.recent, id)
 			continue
@@ -51,23 +69,19 @@ func (b *Backend) List(ctx context.Context, team string, states []e2bapi.State) 
 		if w.team != team || !fresh[w.node] {
 			continue
 		}
-		if w.sb == nil {
-			delete(byID, id)
-		} else {
-			byID[id] = *w.sb
-		}
-	}
-	b.mu.Unlock()
-
-	out := make([]e2bapi.Sandbox, 0, len(byID))
-	for _, sb := range byID {
-		if wantState(states, sb.State) {
+		switch {
+		case w.sb == nil:
+			listed[at].ID = "" // inInventory: a kill the inventory still lists
+		case inInventory:
+			listed[at] = *w.sb
+			listed[at].Metadata = maps.Clone(w.sb.Metadata) // the caller's, not b.recent's
+		default:
+			sb := *w.sb
 			sb.Metadata = maps.Clone(sb.Metadata)
-			out = append(out, sb)
+			listed = append(listed, sb)
 		}
 	}
-	slices.SortFunc(out, func(a, b e2bapi.Sandbox) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
+	return listed
 }
 
 // fromEntry converts an inventory entry of node.
