@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/skiff-dev/skiff/envd-proxy/internal/fleet"
+	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
+)
+
+// Where the fleet comes from (--inventory).
+const (
+	inventoryStatic = "static"
+	inventoryKube   = "kube"
+)
+
+const (
+	// minAdvisedIdleTimeout is e2b's client-proxy idle timeout: the SDKs'
+	// keep-alive pools are tuned to it.
+	minAdvisedIdleTimeout = 610 * time.Second
+	// minTokenLen matches what sandboxd accepts in its --auth-token-file.
+	minTokenLen = 16
+)
+
+// Options are `sandbox-envd-proxy serve`'s flags.
+type Options struct {
+	// Listen is the proxy's address, E2B_SANDBOX_URL's host:port.
+	Listen string
+	// AdminListen serves /metrics, /healthz and /readyz.
+	AdminListen string
+	// Inventory is static (the Sandboxd hosts) or kube (NodeInventory).
+	Inventory string
+	// Sandboxd are the hosts of static mode (host:port).
+	Sandboxd []string
+	// SandboxdTokenFile holds the token sandboxd hosts accept.
+	SandboxdTokenFile string
+	// Kubeconfig, in kube mode; empty means in-cluster or $KUBECONFIG.
+	Kubeconfig string
+	// Kube is the freshness filter of kube mode.
+	Kube kubeinventory.Options
+	// TLSCert and TLSKey serve TLS (and HTTP/2 through ALPN).
+	TLSCert, TLSKey string
+	// IdleTimeout closes idle keep-alive client connections.
+	IdleTimeout time.Duration
+	// ShutdownTimeout bounds the drain of requests in flight on SIGTERM.
+	ShutdownTimeout time.Duration
+	// TokenRoutes bounds the X-Access-Token index; 0 turns token routing off.
+	TokenRoutes int
+	// IndexRefresh is how often the routing index is rebuilt besides (kube
+	// mode) on every NodeInventory event.
+	IndexRefresh time.Duration
+}
+
+// NewOptions returns the defaults.
+func NewOptions() Options {
+	return Options{
+		Listen:          ":3002",
+		AdminListen:     ":9092",
+		Inventory:       inventoryStatic,
+		Kube:            kubeinventory.NewOptions(),
+		IdleTimeout:     620 * time.Second,
+		ShutdownTimeout: 30 * time.Second,
+		TokenRoutes:     65536,
+		IndexRefresh:    fleet.DefaultRefreshInterval,
+	}
+}
+
+// AddFlags registers the flags, each defaulting to the field's value.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Listen, "listen", o.Listen, "Address of the proxy: what SDKs reach as E2B_SANDBOX_URL, or as <port>-<id>.<domain> through wildcard DNS.")
+	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "Address of /metrics (Prometheus), /healthz and /readyz.")
+	fs.StringVar(&o.Inventory, "inventory", o.Inventory, "Where the fleet comes from: static (the --sandboxd hosts, followed over their Watch streams; no Kubernetes) or kube (NodeInventory objects, freshness-filtered).")
+	fs.StringSliceVar(&o.Sandboxd, "sandboxd", o.Sandboxd, "With --inventory static: a sandboxd's host:port (repeat, or comma-separate, for several).")
+	fs.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "File holding the token the sandboxd hosts accept (their --auth-token-file); sent as Skiff-Node-Token. Required.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "With --inventory kube: the kubeconfig file; empty means $KUBECONFIG, ~/.kube/config, else in-cluster.")
+	o.Kube.AddFlags(fs)
+	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Certificate (PEM) to serve TLS with; HTTP/2 is then offered through ALPN. Needs --tls-key.")
+	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Private key (PEM) of --tls-cert.")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "Close a client's keep-alive connection after it idled this long; keep it at least 610s (e2b's edge), which the SDKs' pools expect.")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "On SIGTERM or SIGINT, how long requests and streams in flight may take to finish before they are cut.")
+	fs.IntVar(&o.TokenRoutes, "token-routes", o.TokenRoutes, "Most X-Access-Token values remembered to route requests that carry only a token (old SDKs' /files calls); 0 turns that off.")
+	fs.DurationVar(&o.IndexRefresh, "index-refresh-interval", o.IndexRefresh, "How often the routing index is rebuilt from the fleet; with --inventory kube it is also rebuilt on every NodeInventory change.")
+}
+
+// Validate reports every option that cannot work, naming its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for _, f := range []struct{ flag, addr string }{{"--listen", o.Listen}, {"--admin-listen", o.AdminListen}} {
+		if _, _, err := net.SplitHostPort(f.addr); err != nil {
+			add("%s %q: %w", f.flag, f.addr, err)
+		}
+	}
+	switch o.Inventory {
+	case inventoryStatic:
+		if len(o.Sandboxd) == 0 {
+			add("--inventory static needs at least one --sandboxd host:port")
+		}
+		for _, h := range o.Sandboxd {
+			if host, port, err := net.SplitHostPort(h); err != nil || host == "" || port == "" {
+				add("--sandboxd %q: want host:port", h)
+			}
+		}
+		if o.Kubeconfig != "" {
+			add("--kubeconfig is for --inventory kube")
+		}
+	case inventoryKube:
+		if len(o.Sandboxd) > 0 {
+			add("--sandboxd is for --inventory static; with kube the hosts come from their NodeInventory")
+		}
+		if err := o.Kube.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	default:
+		add("--inventory %q: want %s or %s", o.Inventory, inventoryStatic, inventoryKube)
+	}
+	if o.SandboxdTokenFile == "" {
+		add("--sandboxd-token-file is required")
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		add("--tls-cert and --tls-key go together")
+	}
+	if o.IdleTimeout <= 0 {
+		add("--idle-timeout must be positive, got %s", o.IdleTimeout)
+	}
+	if o.ShutdownTimeout < 0 {
+		add("--shutdown-timeout must not be negative, got %s", o.ShutdownTimeout)
+	}
+	if o.TokenRoutes < 0 {
+		add("--token-routes must not be negative, got %d", o.TokenRoutes)
+	}
+	if o.IndexRefresh <= 0 {
+		add("--index-refresh-interval must be positive, got %s", o.IndexRefresh)
+	}
+	return errors.Join(errs...)
+}
+
+// readToken reads --sandboxd-token-file; surrounding white space is not
+// part of the token.
+func (o *Options) readToken() (string, error) {
+	data, err := os.ReadFile(o.SandboxdTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("read --sandboxd-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(data))
+	if len(tok) < minTokenLen {
+		return "", fmt.Errorf("--sandboxd-token-file %s: the token must be at least %d characters, as sandboxd requires", o.SandboxdTokenFile, minTokenLen)
+	}
+	return tok, nil
+}

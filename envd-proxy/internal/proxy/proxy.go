@@ -1,0 +1,295 @@
+// Package proxy is the envd proxy's data path: it finds the sandbox a
+// request is for (package route), the node that runs it (package fleet),
+// and streams the request to that node's sandboxd, whose relay forwards it
+// into the sandbox's port.
+//
+// Nothing is buffered: every chunk of a response is flushed as it comes,
+// request bodies stream at any size, upgrades (WebSocket) are spliced, and
+// HTTP/1.1 requests are full duplex. A request for a sandbox that no fresh
+// node runs gets e2b's 502 at once, without a connection to any node.
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/skiff-dev/skiff/envd-proxy/internal/fleet"
+	"github.com/skiff-dev/skiff/envd-proxy/internal/route"
+	"github.com/skiff-dev/skiff/shared/routing"
+)
+
+// NodeTokenHeader carries the token sandboxd requires of relayed requests;
+// sandboxd removes it before the request reaches a sandbox.
+const NodeTokenHeader = "Skiff-Node-Token"
+
+// Locator finds the node that runs a sandbox (fleet.Index).
+type Locator interface {
+	Lookup(sandboxID string) (fleet.Node, bool)
+}
+
+// Config is what a Proxy needs.
+type Config struct {
+	// Fleet finds the node of a sandbox.
+	Fleet Locator
+	// Tokens maps access tokens to sandboxes for requests that carry only
+	// a token; nil turns token routing off.
+	Tokens *route.Tokens
+	// NodeToken is sent to sandboxd as NodeTokenHeader.
+	NodeToken string
+	// Ready reports whether the fleet view has synced; until it has, every
+	// request gets 503, not a 502 that SDKs take for "the sandbox is gone".
+	// Nil means always.
+	Ready func() bool
+	// Transport reaches sandboxd; nil means NewTransport with defaults.
+	Transport http.RoundTripper
+	// Metrics may be nil.
+	Metrics *Metrics
+	// Logger defaults to slog.Default(). It never receives a token, a
+	// header or a query string.
+	Logger *slog.Logger
+}
+
+// Proxy is the handler of the proxy's listener.
+type Proxy struct {
+	fleet     Locator
+	ready     func() bool
+	tokens    *route.Tokens
+	nodeToken string
+	metrics   *Metrics
+	log       *slog.Logger
+	rp        *httputil.ReverseProxy
+}
+
+// New returns the proxy handler.
+func New(cfg Config) *Proxy {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(cfg.Tokens)
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = NewTransport(TransportOptions{}, cfg.Metrics)
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() bool { return true }
+	}
+	p := &Proxy{fleet: cfg.Fleet, ready: cfg.Ready, tokens: cfg.Tokens, nodeToken: cfg.NodeToken, metrics: cfg.Metrics, log: cfg.Logger}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:   p.rewrite,
+		Transport: cfg.Transport,
+		// streamBody flushes every write itself. Left at 0, ReverseProxy
+		// sends a body of known length's headers with its first bytes, not
+		// in a write of their own; it still flushes the headers of a body
+		// of unknown length (a stream) at once.
+		FlushInterval:  0,
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.proxyError,
+		BufferPool:     bufferPool{},
+		// What ReverseProxy logs itself (a body copy that ended early) is
+		// reported by bodyFailed and proxyError; its own lines are details.
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+	}
+	return p
+}
+
+// forward is one request's state between ServeHTTP and the reverse
+// proxy's hooks.
+type forward struct {
+	target route.Target
+	node   fleet.Node
+	w      http.ResponseWriter // the client's, for streamBody
+	token  string              // the client's X-Access-Token, for token learning
+	path   string
+	start  time.Time
+	status int // what the client got; 0 while none
+}
+
+type forwardKey struct{}
+
+// ServeHTTP routes one request (see the package comment) and streams it to
+// the sandbox's node, or answers it itself: 400 for a request that names no
+// sandbox, 404 for envd's internal routes, 503 before the fleet has synced,
+// e2b's 502 for a sandbox on no fresh node.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	open := p.metrics.openHTTP
+	if r.Header.Get("Upgrade") != "" {
+		open = p.metrics.openUpgrade
+	}
+	open.Inc()
+	defer open.Dec()
+	debug := p.log.Enabled(r.Context(), slog.LevelDebug)
+
+	t, err := route.Resolve(r, p.tokens)
+	if err != nil {
+		if debug {
+			p.log.DebugContext(r.Context(), "request names no routable sandbox", "method", r.Method, "error", err)
+		}
+		writeError(w, http.StatusBadRequest, err.Error())
+		p.metrics.request(route.ByNone, http.StatusBadRequest)
+		return
+	}
+	if t.IsEnvd() && blockedPath(r.URL.Path) {
+		writeError(w, http.StatusNotFound, "404 page not found")
+		p.metrics.request(t.By, http.StatusNotFound)
+		return
+	}
+	if !p.ready() {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "the proxy is starting and has not synced the fleet's inventory yet; retry")
+		p.metrics.request(t.By, http.StatusServiceUnavailable)
+		return
+	}
+	node, ok := p.fleet.Lookup(t.SandboxID)
+	if !ok {
+		if t.By == route.ByToken {
+			p.tokens.Forget(r.Header.Get(route.AccessTokenHeader), t.SandboxID)
+		}
+		if debug {
+			p.log.DebugContext(r.Context(), "sandbox on no fresh node", "sandbox", t.SandboxID, "port", t.Port, "routed_by", t.By)
+		}
+		routing.WriteSandboxNotFound(w, r, t.SandboxID)
+		p.metrics.request(t.By, http.StatusBadGateway)
+		return
+	}
+	if r.ProtoMajor == 1 {
+		// Let a sandbox answer while the client still sends (HTTP/2 always
+		// can); an error means the writer cannot, and nothing changes.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
+	lw := &lockedWriter{ResponseWriter: w}
+	fw := &forward{target: t, node: node, w: lw, path: r.URL.Path, start: time.Now()}
+	if t.IsEnvd() {
+		fw.token = r.Header.Get(route.AccessTokenHeader)
+	}
+	// Deferred: ReverseProxy ends a response cut midway by panicking with
+	// http.ErrAbortHandler, which the server recovers from quietly.
+	defer func() {
+		p.metrics.request(t.By, fw.status)
+		if debug {
+			p.log.DebugContext(r.Context(), "proxied", "method", r.Method, "sandbox", t.SandboxID, "port", t.Port,
+				"routed_by", t.By, "node", node.Name, "status", fw.status, "duration", time.Since(fw.start))
+		}
+	}()
+	p.rp.ServeHTTP(lw, r.WithContext(context.WithValue(r.Context(), forwardKey{}, fw)))
+}
+
+// blockedPath reports whether path, or its cleaned form (which envd's mux
+// would redirect to), is one of envd's internal routes.
+func blockedPath(p string) bool {
+	return routing.BlockedEnvdPath(p) || routing.BlockedEnvdPath(path.Clean("/"+p))
+}
+
+// rewrite points the outgoing request at the node's sandboxd, keeping the
+// client's host, path, query and headers. It sets the routing headers to
+// the target (however the client named it), so that sandboxd routes by
+// them, and the node token, which a client can never supply.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	fw := pr.In.Context().Value(forwardKey{}).(*forward)
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = fw.node.Endpoint
+	pr.Out.Host = pr.In.Host
+	if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = xff // SetXForwarded appends the client
+	}
+	pr.SetXForwarded()
+	h := pr.Out.Header
+	for name := range h {
+		if isNodeTokenHeader(name) {
+			delete(h, name)
+		}
+	}
+	h.Set(NodeTokenHeader, p.nodeToken)
+	h.Set(routing.HeaderSandboxID, fw.target.SandboxID)
+	h.Set(routing.HeaderSandboxPort, strconv.Itoa(int(fw.target.Port)))
+}
+
+// isNodeTokenHeader reports whether a header name is, or could be taken
+// for, NodeTokenHeader (any case, '_' for '-').
+func isNodeTokenHeader(name string) bool {
+	return len(name) == len(NodeTokenHeader) && strings.EqualFold(strings.ReplaceAll(name, "_", "-"), NodeTokenHeader)
+}
+
+// modifyResponse records the answer's status and latency, and learns or
+// forgets the request's access token.
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	fw, ok := resp.Request.Context().Value(forwardKey{}).(*forward)
+	if !ok {
+		return nil
+	}
+	fw.status = resp.StatusCode
+	p.metrics.upstreamLatency.Observe(time.Since(fw.start).Seconds())
+	if resp.StatusCode != http.StatusSwitchingProtocols && fw.w != nil {
+		// An upgrade's body is the connection itself: ReverseProxy splices it.
+		resp.Body = &streamBody{ReadCloser: resp.Body, w: fw.w, fail: func(err error) { p.bodyFailed(resp.Request, fw, err) }}
+	}
+	if fw.token == "" {
+		return nil
+	}
+	switch {
+	case fw.target.By == route.ByToken && resp.StatusCode == http.StatusBadGateway:
+		p.tokens.Forget(fw.token, fw.target.SandboxID) // the sandbox is gone
+	case learnable(fw.path, resp.StatusCode):
+		p.tokens.Learn(fw.token, fw.target.SandboxID)
+	}
+	return nil
+}
+
+// learnable reports whether envd's answer to a request shows that the
+// request's token belongs to its sandbox: envd checked it (every route but
+// /health does) and did not refuse it, and the sandbox is there (no 5xx:
+// sandboxd answers 502 for a sandbox it does not have).
+func learnable(path string, status int) bool {
+	if strings.TrimRight(path, "/") == "/health" {
+		return false
+	}
+	return status != http.StatusUnauthorized && status != http.StatusForbidden && status < 500
+}
+
+// proxyError answers a failure to reach sandboxd or to read its answer.
+func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	fw, _ := r.Context().Value(forwardKey{}).(*forward)
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client went away (or the proxy is shutting down): nobody to answer
+	}
+	if fw != nil {
+		fw.status = http.StatusBadGateway
+		p.log.WarnContext(r.Context(), "forward to sandboxd failed", "sandbox", fw.target.SandboxID, "port", fw.target.Port,
+			"node", fw.node.Name, "endpoint", fw.node.Endpoint, "error", err)
+	}
+	writeError(w, http.StatusBadGateway, "the sandbox's host is not reachable; retry, or check that the sandbox is running")
+}
+
+// apiError is e2b's error shape.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// bodyFailed logs a response body that ended early: sandboxd (or the
+// sandbox) failing midway is a warning; the client going away is not.
+func (p *Proxy) bodyFailed(r *http.Request, fw *forward, err error) {
+	if errors.Is(err, errClientWrite) || r.Context().Err() != nil {
+		p.log.DebugContext(r.Context(), "client left during the response", "sandbox", fw.target.SandboxID, "port", fw.target.Port)
+		return
+	}
+	p.log.WarnContext(r.Context(), "response from sandboxd ended early", "sandbox", fw.target.SandboxID, "port", fw.target.Port,
+		"node", fw.node.Name, "error", err)
+}
+
+// writeError answers in e2b's error shape, {"code":…,"message":…}.
+func writeError(w http.ResponseWriter, status int, message string) {
+	body, _ := json.Marshal(apiError{Code: status, Message: message}) // cannot fail: an int and a string
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

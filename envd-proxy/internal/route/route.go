@@ -1,0 +1,105 @@
+// Package route decides which sandbox, and which port in it, a request to
+// the envd proxy is for (e2b-protocol §3.7), in order:
+//
+//  1. the headers E2b-Sandbox-Id and E2b-Sandbox-Port: if either is present,
+//     both must be, once each, well-formed;
+//  2. else the host, `<port>-<sandboxID>.<domain>`;
+//  3. else, for the JS SDKs 2.7 to 2.13, whose /files calls carry no routing
+//     headers, the X-Access-Token value, looked up among the tokens this
+//     proxy has seen on routed requests (Tokens).
+//
+// It only parses: whether the sandbox exists, and where, is the fleet's
+// business.
+package route
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/skiff-dev/skiff/shared/routing"
+)
+
+// AccessTokenHeader carries envd's access token, unique to a sandbox.
+const AccessTokenHeader = "X-Access-Token"
+
+// By names how a request named its sandbox; it is a metric label.
+type By string
+
+// The ways a request can name its sandbox.
+const (
+	ByHeader By = "header"
+	ByHost   By = "host"
+	ByToken  By = "token"
+	// ByNone is the label of a request that named no sandbox (or badly).
+	ByNone By = "none"
+)
+
+// Target is the sandbox port a request is for, and how it said so.
+type Target struct {
+	routing.Target
+	By By
+}
+
+var (
+	// ErrBadTarget is wrapped by the error for a request that names a
+	// sandbox badly (a 400).
+	ErrBadTarget = routing.ErrBadTarget
+	// ErrNoTarget is wrapped by the error for a request that names no
+	// sandbox in any way this proxy understands (a 400).
+	ErrNoTarget = errors.New("the request names no sandbox: set the headers E2b-Sandbox-Id and E2b-Sandbox-Port, or use a <port>-<sandboxID>.<domain> host")
+)
+
+// Resolve reads the target of r in the order of the package comment.
+// tokens may be nil (no token fallback). Every error wraps ErrBadTarget or
+// ErrNoTarget, and its text is fit for the client.
+func Resolve(r *http.Request, tokens *Tokens) (Target, error) {
+	if err := checkHeaders(r.Header); err != nil {
+		return Target{}, err
+	}
+	t, err := routing.Parse(r)
+	switch {
+	case err == nil:
+		by := ByHost
+		if r.Header.Get(routing.HeaderSandboxID) != "" {
+			by = ByHeader
+		}
+		return Target{Target: t, By: by}, nil
+	case !errors.Is(err, routing.ErrNoTarget):
+		return Target{}, err
+	}
+	token := r.Header.Get(AccessTokenHeader)
+	if token == "" || tokens == nil {
+		return Target{}, ErrNoTarget
+	}
+	id, ok := tokens.Lookup(token)
+	if !ok {
+		return Target{}, fmt.Errorf("%w; its %s is not one this proxy has routed by header (old SDKs' /files calls carry only the token; retry after any other call to the sandbox)", ErrNoTarget, AccessTokenHeader)
+	}
+	return Target{Target: routing.Target{SandboxID: id, Port: routing.EnvdPort}, By: ByToken}, nil
+}
+
+// checkHeaders refuses what routing.Parse would read too leniently: a
+// routing header that is present but empty (e2b: "missing header"), or
+// present twice with different values.
+func checkHeaders(h http.Header) error {
+	idVals, hasID := h[routing.HeaderSandboxID]
+	portVals, hasPort := h[routing.HeaderSandboxPort]
+	if !hasID && !hasPort {
+		return nil
+	}
+	for _, hv := range []struct {
+		name string
+		vals []string
+	}{{routing.HeaderSandboxID, idVals}, {routing.HeaderSandboxPort, portVals}} {
+		if len(hv.vals) == 0 || hv.vals[0] == "" {
+			return fmt.Errorf("%w: missing header %s", ErrBadTarget, hv.name)
+		}
+		for _, v := range hv.vals[1:] {
+			if v != hv.vals[0] {
+				return fmt.Errorf("%w: header %s is given more than once, with different values", ErrBadTarget, hv.name)
+			}
+		}
+	}
+	return nil
+}
