@@ -132,3 +132,38 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestAccessToken(t *testing.T) {
+	id, err := New(NodeTag("node-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, tok2 := NewAccessToken(id), NewAccessToken(id)
+	if tok == tok2 {
+		t.Fatal("two tokens for one sandbox are equal")
+	}
+	if got, ok := FromAccessToken(tok); !ok || got != id {
+		t.Fatalf("FromAccessToken(%q) = %q, %v; want %q", tok, got, ok, id)
+	}
+	for _, bad := range []string{
+		"", id, id + ".", id + "." + strings.Repeat("a", 63), id + "." + strings.Repeat("A", 64),
+		"NOTANID." + strings.Repeat("a", 64), strings.Repeat("a", 64), // an old-style token: hex only
+		id + "." + strings.Repeat("a", 64) + "x",
+	} {
+		if got, ok := FromAccessToken(bad); ok {
+			t.Errorf("FromAccessToken(%q) = %q, true; want false", bad, got)
+		}
+	}
+}
+
+func FuzzFromAccessToken(f *testing.F) {
+	f.Add("k3x9q2m7v1p8z0c4t7fa." + strings.Repeat("0", 64))
+	f.Add("")
+	f.Add("a.b")
+	f.Fuzz(func(t *testing.T, tok string) {
+		id, ok := FromAccessToken(tok)
+		if ok && (!Valid(id) || !strings.HasPrefix(tok, id+".")) {
+			t.Fatalf("FromAccessToken(%q) = %q, true", tok, id)
+		}
+	})
+}

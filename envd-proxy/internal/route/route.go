@@ -5,8 +5,10 @@
 //     both must be, once each, well-formed;
 //  2. else the host, `<port>-<sandboxID>.<domain>`;
 //  3. else, for the JS SDKs 2.7 to 2.13, whose /files calls carry no routing
-//     headers, the X-Access-Token value, looked up among the tokens this
-//     proxy has seen on routed requests (Tokens).
+//     headers, the X-Access-Token value: the sandbox ID at its front
+//     (sandboxid.NewAccessToken, what sandboxd issues), or else the tokens
+//     this proxy has seen on routed requests (Tokens), for tokens of
+//     another shape.
 //
 // It only parses: whether the sandbox exists, and where, is the fleet's
 // business.
@@ -18,6 +20,7 @@ import (
 	"net/http"
 
 	"github.com/skiff-dev/skiff/shared/routing"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
 
 // AccessTokenHeader carries envd's access token, unique to a sandbox.
@@ -69,7 +72,14 @@ func Resolve(r *http.Request, tokens *Tokens) (Target, error) {
 		return Target{}, err
 	}
 	token := r.Header.Get(AccessTokenHeader)
-	if token == "" || tokens == nil {
+	if token == "" {
+		return Target{}, ErrNoTarget
+	}
+	// Tokens from sandboxd carry their sandbox's ID; envd checks the rest.
+	if id, ok := sandboxid.FromAccessToken(token); ok {
+		return Target{Target: routing.Target{SandboxID: id, Port: routing.EnvdPort}, By: ByToken}, nil
+	}
+	if tokens == nil {
 		return Target{}, ErrNoTarget
 	}
 	id, ok := tokens.Lookup(token)

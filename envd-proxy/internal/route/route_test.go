@@ -13,6 +13,8 @@ import (
 const (
 	id    = "k3x9q2m7v1p8z0c4t7fa"
 	token = "0123456789abcdef0123456789abcdef"
+	// other is a sandbox whose token the proxy has never seen.
+	other = "a1b2c3d4e5f6g7h8i9j0"
 )
 
 func TestResolve(t *testing.T) {
@@ -47,6 +49,11 @@ func TestResolve(t *testing.T) {
 		{name: "token", host: "127.0.0.1:3002",
 			headers: map[string][]string{"X-Access-Token": {token}},
 			want:    Target{routing.Target{SandboxID: id, Port: routing.EnvdPort}, ByToken}},
+		{name: "a sandboxd token carries its sandbox, never seen before", host: "127.0.0.1:3002",
+			headers: map[string][]string{"X-Access-Token": {other + "." + strings.Repeat("ab", 32)}},
+			want:    Target{routing.Target{SandboxID: other, Port: routing.EnvdPort}, ByToken}},
+		{name: "an unknown token of another shape", host: "127.0.0.1:3002",
+			headers: map[string][]string{"X-Access-Token": {strings.Repeat("ab", 32)}}, wantErr: ErrNoTarget},
 
 		{name: "id without port", host: "proxy", headers: map[string][]string{"E2b-Sandbox-Id": {id}}, wantErr: ErrBadTarget},
 		{name: "port without id", host: "proxy", headers: map[string][]string{"E2b-Sandbox-Port": {"49983"}}, wantErr: ErrBadTarget},
@@ -104,6 +111,11 @@ func TestResolveWithoutTokenRouting(t *testing.T) {
 	r.Header.Set(AccessTokenHeader, token)
 	if got, err := Resolve(r, nil); !errors.Is(err, ErrNoTarget) {
 		t.Fatalf("Resolve with token routing off = %+v, %v; want ErrNoTarget", got, err)
+	}
+	// A token with its sandbox's ID needs no learned tokens.
+	r.Header.Set(AccessTokenHeader, other+"."+strings.Repeat("0", 64))
+	if got, err := Resolve(r, nil); err != nil || got.SandboxID != other {
+		t.Fatalf("Resolve of a sandboxd token with token routing off = %+v, %v; want %s", got, err, other)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
 
 // Claim hands a warm sandbox to a team: atomically through the registry (of
@@ -43,7 +44,7 @@ func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest
 
 	began := time.Now()
 	defer func() { err = s.countClaim(err, time.Since(began)) }()
-	token, traffic := newToken(), trafficToken(m.AllowPublicTraffic)
+	token, traffic := sandboxid.NewAccessToken(m.GetSandboxId()), trafficToken(m.AllowPublicTraffic)
 	var oldToken string
 	now := s.clock.Now()
 	hand := func(rec *store.Record) error {

@@ -161,7 +161,7 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 	}
 	tookRuntime, step := time.Since(step), time.Now()
 
-	token, version, err := s.initEnvd(ctx, l, block)
+	token, version, err := s.initEnvd(ctx, id, l, block)
 	if err != nil {
 		return nil, "", err
 	}
@@ -184,14 +184,14 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 // initEnvd waits for the new sandbox's envd to answer and gives it its first
 // token, the environment and (when the template has e2b's user) the default
 // user and working directory.
-func (s *Server) initEnvd(ctx context.Context, l *launch, block ipam.Block) (token, version string, err error) {
+func (s *Server) initEnvd(ctx context.Context, id string, l *launch, block ipam.Block) (token, version string, err error) {
 	addr := s.envdAddr(block)
 	started := time.Now()
 	if err := waitEnvd(ctx, s.envd, addr, s.opts.EnvdReadyTimeout); err != nil {
 		return "", "", err
 	}
 	s.metrics.envdReady.Observe(time.Since(started).Seconds())
-	token = newToken()
+	token = sandboxid.NewAccessToken(id)
 	in := &EnvdInit{AccessToken: token, EnvVars: l.envVars, Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
 	if hasUser(l.tmpl.Rootfs, defaultUser) {
 		in.DefaultUser, in.DefaultWorkdir = defaultUser, defaultWorkdir

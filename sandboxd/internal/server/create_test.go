@@ -26,8 +26,8 @@ func TestCreate(t *testing.T) {
 	if tag, err := sandboxid.Parse(sb.GetId()); err != nil || tag != sandboxid.NodeTag("test-node") {
 		t.Fatalf("ID %q: tag %q, %v", sb.GetId(), tag, err)
 	}
-	if len(resp.GetEnvdAccessToken()) != 64 {
-		t.Fatalf("token %q, want 64 hex characters", resp.GetEnvdAccessToken())
+	if id, ok := sandboxid.FromAccessToken(resp.GetEnvdAccessToken()); !ok || id != sb.GetId() {
+		t.Fatalf("token %q, want the sandbox ID, a dot and 64 hex characters", resp.GetEnvdAccessToken())
 	}
 	if sb.GetState() != pb.SandboxState_SANDBOX_STATE_RUNNING || sb.GetTeam() != "team-a" || sb.GetTemplate() != testTemplate ||
 		sb.GetTemplateVersion() != "v1abc" || sb.GetMetadata()["owner"] != "alice" || sb.GetEnvdVersion() != "0.6.4" ||

@@ -150,7 +150,8 @@ func waitEnvd(ctx context.Context, e Envd, addr string, timeout time.Duration) e
 	}
 }
 
-// newToken returns a fresh envd access token: 32 random bytes, hex.
+// newToken returns a fresh secret: 32 random bytes, hex. (envd access
+// tokens carry the sandbox ID in front: sandboxid.NewAccessToken.)
 func newToken() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
