@@ -21,6 +21,8 @@ export GOFLAGS := -tags=seccomp
 export SKIFF_ENVD := $(BIN)/envd
 # gVisor's runsc, which the gvisor runtime's tests run (built by `make runsc`).
 export SKIFF_RUNSC ?= $(shell hack/runsc/build.sh --print)
+# The binaries the whole-system tests (e2e/) run (built by `make build`).
+export SKIFF_BIN := $(BIN)
 
 .PHONY: help
 help: ## Show the verbs.
@@ -77,7 +79,7 @@ verify: generate ## generate + gofmt + vet + tidy check + GOWORK=off builds + li
 test: kube-bins go-test fuzz sdk-test ## Every test: Go (with -race, on a real kube-apiserver and etcd), fuzzing, the e2b SDK suite.
 
 .PHONY: go-test
-go-test: kube-bins envd runsc ## The Go tests of every module.
+go-test: kube-bins build runsc sdk-deps ## The Go tests of every module (e2e/sdk: the SDK suite against the whole system).
 	for m in $(MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
 
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target with
@@ -103,21 +105,31 @@ envd: ## Build the static envd binary into bin/envd.
 sandboxd: envd ## Build sandboxd (cgo, seccomp) into bin/sandboxd, beside the envd it runs in sandboxes.
 	cd sandboxd && CGO_ENABLED=1 go build -trimpath -o $(BIN)/sandboxd ./cmd/sandboxd
 
-.PHONY: sdk-test
-sdk-test: envd ## The unmodified e2b JS SDK (E2B_SDKS: 2.51.0 and 2.50.0) against a real envd.
+.PHONY: build
+build: sandboxd ## Build every binary into bin/: sandboxd, envd, sandbox-apiserver, sandbox-envd-proxy.
+	cd apiserver && CGO_ENABLED=0 go build -trimpath -o $(BIN)/sandbox-apiserver ./cmd/sandbox-apiserver
+	cd envd-proxy && CGO_ENABLED=0 go build -trimpath -o $(BIN)/sandbox-envd-proxy ./cmd/sandbox-envd-proxy
+
+.PHONY: sdk-deps
+sdk-deps: ## Install the pinned e2b SDKs (npm ci) of the SDK suites.
 	cd envd/test/sdk && npm ci --no-audit --no-fund --loglevel=error
+	cd e2e/sdk && npm ci --no-audit --no-fund --loglevel=error
+
+.PHONY: sdk-test
+sdk-test: envd sdk-deps ## The unmodified e2b JS SDK (E2B_SDKS: 2.51.0 and 2.50.0) against a real envd (the whole system's suite is e2e/sdk, in go-test).
 	for sdk in $(E2B_SDKS); do (cd envd/test/sdk && ENVD_BIN=$(BIN)/envd E2B_PACKAGE=$$sdk node --test --test-concurrency=1 sdk.test.mjs) || exit 1; done
 
 .PHONY: bench
-bench: kube-bins envd runsc ## Benchmarks (BENCH=regexp, BENCHTIME=2s).
+bench: kube-bins build runsc ## Benchmarks (BENCH=regexp, BENCHTIME=2s); e2e/bench runs the whole system.
 	for m in $(MODULES); do (cd $$m && go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem ./...); done
 
 .PHONY: mutate
 mutate: $(BIN)/gremlins ## Mutation testing of the freshness filter: every mutant must be killed.
 	hack/mutate.sh
 
+UP_FLAGS ?=
+
 .PHONY: up
-up: ## Run the whole system locally and print the E2B_* lines (not built yet).
-	@echo "make up needs sandboxd, vk-sandbox, sandbox-apiserver and sandbox-envd-proxy, which are not built yet." >&2
-	@echo "Today: make test runs the API types and the freshness filter against a real kube-apiserver." >&2
-	@exit 1
+up: build ## Run the whole system on this machine (as root) and print the E2B_* lines; Ctrl-C stops it (UP_FLAGS: skiff-up's flags).
+	cd e2e && go build -o $(BIN)/skiff-up ./cmd/skiff-up
+	$(BIN)/skiff-up -bin $(BIN) $(UP_FLAGS)

@@ -6,7 +6,7 @@
 //   E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY   the system, as `make up` prints it
 //   SKIFF_API_KEY_B                             a key of a second team
 //   E2B_PACKAGE                                 "e2b" (2.51.0), "e2b-2.50.0" or "e2b-2.13.1"
-import { test, after } from 'node:test'
+import { test, afterEach } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
 import http from 'node:http'
@@ -28,8 +28,9 @@ async function create(opts = {}) {
   return sbx
 }
 
-after(async () => {
-  for (const id of made) await Sandbox.kill(id).catch(() => {})
+// Each test's sandboxes go when it ends, passed or failed.
+afterEach(async () => {
+  for (const id of made.splice(0)) await Sandbox.kill(id).catch(() => {})
 })
 
 test(`${pkg}: create, run as user in /home/user with env vars`, async () => {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -21,16 +20,16 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
-	home, _ := os.UserCacheDir()
 	cfg := system.Config{Teams: []string{"default"}, NodeName: "local"}
 	flag.StringVar(&cfg.Bin, "bin", "bin", "Directory of sandboxd, envd, sandbox-apiserver and sandbox-envd-proxy.")
-	flag.StringVar(&cfg.State, "state-dir", filepath.Join(home, "skiff", "up"), "Where templates, records, the API key and the logs are kept across runs.")
+	flag.StringVar(&cfg.State, "state-dir", "/var/lib/skiff/up", "Where templates, records, the API key and the logs are kept across runs (sandboxes must be able to traverse its parents: not under /root).")
 	flag.StringVar(&cfg.RunDir, "run-dir", "/run/skiff-up", "Directory (on a tmpfs) of the sandboxes' network namespaces.")
 	flag.StringVar(&cfg.APIListen, "api-listen", "127.0.0.1:3000", "Address of the e2b API (E2B_API_URL).")
 	flag.StringVar(&cfg.ProxyListen, "proxy-listen", "127.0.0.1:3002", "Address of the envd proxy (E2B_SANDBOX_URL).")
 	flag.StringVar(&cfg.ProxyAdmin, "proxy-admin-listen", "127.0.0.1:3003", "Address of the proxy's /metrics, /healthz and /readyz.")
 	flag.StringVar(&cfg.SandboxdListen, "sandboxd-listen", "127.0.0.1:27777", "Address of sandboxd's API and relay.")
 	flag.StringVar(&cfg.SandboxdAdmin, "sandboxd-admin-listen", "127.0.0.1:27778", "Address of sandboxd's /metrics and /healthz.")
+	flag.StringVar(&cfg.Overcommit, "overcommit", "8", "How far the sandboxes' CPU and memory may exceed the machine's (sandboxd --overcommit).")
 	flag.StringVar(&cfg.Runtime, "runtime", "native", "sandboxd's runtime: native or gvisor.")
 	flag.StringVar(&cfg.RunscPath, "runsc", "", "With -runtime gvisor: the runsc binary (make runsc builds one).")
 	flag.StringVar(&cfg.NFTTable, "nft-table", "skiff_up", "sandboxd's nftables table.")

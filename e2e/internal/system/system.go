@@ -44,6 +44,10 @@ type Config struct {
 	// Teams get one API key each, kept in the keys file and reused on the
 	// next run.
 	Teams []string
+	// Overcommit is sandboxd's --overcommit: how far the sandboxes' CPU
+	// and memory may exceed the host's (e2b's default sandbox asks for 2
+	// CPUs; most sit idle).
+	Overcommit string
 	// Runtime is sandboxd's --runtime (native or gvisor); RunscPath its
 	// --runsc for gvisor.
 	Runtime, RunscPath string
@@ -138,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		"--listen", cfg.SandboxdListen, "--admin-listen", cfg.SandboxdAdmin,
 		"--auth-token-file", token, "--node-name", cfg.NodeName, "--run-dir", cfg.RunDir,
 		"--envd", filepath.Join(cfg.Bin, "envd")}
-	for flag, v := range map[string]string{"--runtime": cfg.Runtime, "--runsc": cfg.RunscPath, "--nft-table": cfg.NFTTable,
+	for flag, v := range map[string]string{"--overcommit": cfg.Overcommit, "--runtime": cfg.Runtime, "--runsc": cfg.RunscPath, "--nft-table": cfg.NFTTable,
 		"--cgroup-parent": cfg.CgroupParent, "--iface-prefix": cfg.IfacePrefix, "--sandbox-cidr": cfg.SandboxCIDR} {
 		if v != "" {
 			args = append(args, flag, v)
@@ -221,6 +225,17 @@ func (s *System) LogTail(name string, lines int) string {
 		}
 	}
 	return ""
+}
+
+// SandboxdURL is sandboxd's API and relay (http://host:port), and
+// NodeToken the token it accepts (Skiff-Node-Token), for tests that talk
+// to it directly.
+func (s *System) SandboxdURL() string { return "http://" + s.cfg.SandboxdListen }
+
+// NodeToken returns the token sandboxd accepts.
+func (s *System) NodeToken() (string, error) {
+	b, err := os.ReadFile(filepath.Join(s.cfg.State, "node-token"))
+	return strings.TrimSpace(string(b)), err
 }
 
 // LogDir is where the servers write their logs.
@@ -348,7 +363,7 @@ func (s *System) sandboxdCall(ctx context.Context, method string, in, out any) e
 	if err != nil {
 		return err
 	}
-	token, err := os.ReadFile(filepath.Join(s.cfg.State, "node-token"))
+	token, err := s.NodeToken()
 	if err != nil {
 		return err
 	}
@@ -357,7 +372,7 @@ func (s *System) sandboxdCall(ctx context.Context, method string, in, out any) e
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("sandboxd %s: %w", method, err)

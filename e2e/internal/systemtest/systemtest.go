@@ -1,0 +1,101 @@
+// Package systemtest starts the whole system (internal/system, the code
+// path of `make up`) for a test or benchmark, on free loopback ports and
+// with its own host resources, and stops it when the test ends.
+package systemtest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skiff-dev/skiff/e2e/internal/system"
+)
+
+// Start runs the system with a key for each team. It skips the test
+// when not root. The binaries come from $SKIFF_BIN (make build), else they
+// are built into a temporary directory.
+func Start(tb testing.TB, teams ...string) *system.System {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: sandboxd runs sandboxes")
+	}
+	bin := os.Getenv("SKIFF_BIN")
+	if bin == "" {
+		bin = buildAll(tb)
+	}
+	// Not tb.TempDir: its parent is 0700, and sandboxes reach their root
+	// filesystem through the state directory.
+	state, err := os.MkdirTemp("", "skiff-system-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := os.RemoveAll(state); err != nil {
+			tb.Errorf("remove %s: %v", state, err)
+		}
+	})
+	addrs := make([]string, 5)
+	for i := range addrs {
+		if addrs[i], err = system.FreeAddr(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
+	cfg := system.Config{
+		Bin: bin, State: state, RunDir: filepath.Join(state, "run"),
+		APIListen: addrs[0], ProxyListen: addrs[1], ProxyAdmin: addrs[2], SandboxdListen: addrs[3], SandboxdAdmin: addrs[4],
+		Teams: teams, NodeName: "test-host", Overcommit: "32",
+		NFTTable: "skiff_sys_" + suffix, CgroupParent: "skiff-sys-" + suffix, IfacePrefix: "y" + suffix,
+		SandboxCIDR: fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4),
+		Progress:    testWriter{tb},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sys, err := system.Start(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			for _, name := range []string{"sandboxd", "sandbox-apiserver", "sandbox-envd-proxy"} {
+				tb.Logf("%s log:\n%s", name, sys.LogTail(name, 40))
+			}
+		}
+		if err := sys.Stop(context.Background()); err != nil {
+			tb.Errorf("stop the system: %v", err)
+		}
+	})
+	return sys
+}
+
+// buildAll builds the system's binaries into a temporary directory.
+func buildAll(tb testing.TB) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	for _, b := range []struct{ pkg, out, cgo string }{
+		{"github.com/skiff-dev/skiff/sandboxd/cmd/sandboxd", "sandboxd", "1"},
+		{"github.com/skiff-dev/skiff/envd/cmd/envd", "envd", "0"},
+		{"github.com/skiff-dev/skiff/apiserver/cmd/sandbox-apiserver", "sandbox-apiserver", "0"},
+		{"github.com/skiff-dev/skiff/envd-proxy/cmd/sandbox-envd-proxy", "sandbox-envd-proxy", "0"},
+	} {
+		cmd := exec.Command("go", "build", "-tags=seccomp", "-o", filepath.Join(dir, b.out), b.pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tb.Fatalf("build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return dir
+}
+
+type testWriter struct{ tb testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.tb.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
