@@ -187,7 +187,7 @@ func (s *System) Stop(ctx context.Context) error {
 	s.stopProcesses()
 	if s.cfg.NFTTable != "" {
 		if out, err := exec.Command("nft", "delete", "table", "inet", s.cfg.NFTTable).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
-			errs = append(errs, fmt.Errorf("nft delete table %s: %v: %s", s.cfg.NFTTable, err, out))
+			errs = append(errs, fmt.Errorf("nft delete table %s: %w: %s", s.cfg.NFTTable, err, out))
 		}
 	}
 	if s.cfg.CgroupParent != "" {
