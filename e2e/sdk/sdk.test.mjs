@@ -225,3 +225,16 @@ test(`${pkg}: private traffic needs the traffic access token`, { skip: legacy &&
   // envd's own port is not behind it.
   assert.equal((await sbx.commands.run('echo envd')).stdout, 'envd\n')
 })
+
+test(`${pkg}: a paused sandbox with autoResume wakes on traffic through the proxy`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create({ lifecycle: { onTimeout: 'pause', autoResume: true } })
+  await sbx.files.write('/home/user/before.txt', 'kept')
+  assert.equal(await Sandbox.pause(sbx.sandboxId), true)
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+  // No connect: the command's request itself resumes the sandbox.
+  const res = await sbx.commands.run('cat /home/user/before.txt')
+  assert.equal(res.stdout, 'kept')
+  const info = await Sandbox.getInfo(sbx.sandboxId)
+  assert.equal(info.state, 'running')
+  assert.equal(info.lifecycle?.autoResume ?? true, true)
+})
