@@ -32,7 +32,7 @@ func (b *Backend) Create(ctx context.Context, team string, p e2bapi.CreateParams
 	var out *e2bapi.Sandbox
 	// A warm sandbox has the internet: one that must not is always cold.
 	if p.AllowInternetAccess == nil || *p.AllowInternetAccess {
-		cand, err := b.placer.Claim(ctx, p.TemplateID, b.claimLimit, func(ctx context.Context, c inventory.Candidate) error {
+		cand, err := b.placer.Claim(ctx, p.TemplateID, b.claimCandidates(), func(ctx context.Context, c inventory.Candidate) error {
 			sb, err := b.claim(ctx, team, p, c)
 			out = sb
 			return err

@@ -165,6 +165,25 @@ func (b *Backend) remember(id, team, node string, sb *e2bapi.Sandbox) {
 	b.recent[id] = recentWrite{node: node, team: team, at: b.now(), sb: c}
 }
 
+// maxSkippedClaims bounds the extra candidates a create asks for to step
+// over this replica's claims in flight.
+const maxSkippedClaims = 256
+
+// claimCandidates is how many warm candidates a create asks for: the claim
+// limit, plus one for each claim this replica has in flight or recently
+// wrote (the inventory may still list those as warm), which the create
+// skips without an RPC, so concurrent creates do not run out of candidates
+// on each other's claims.
+func (b *Backend) claimCandidates() int {
+	limit := b.claimLimit
+	if limit <= 0 {
+		limit = placement.DefaultClaimLimit
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return limit + min(len(b.claiming)+len(b.recent), maxSkippedClaims)
+}
+
 // startClaim reports whether this replica may claim warm sandbox id: not
 // while another of its creates claims it, nor once it has (the inventory
 // lists a claimed sandbox as warm until its host publishes again). done
