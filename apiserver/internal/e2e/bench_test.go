@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
@@ -79,6 +80,31 @@ func BenchmarkWarmClaim(b *testing.B) {
 			s.runCreates(b, c, stock)
 		})
 	}
+	// The same claim straight to sandboxd's RPC, without the API: what the
+	// e2b API adds is the difference.
+	b.Run("sandboxd-rpc/c=1", func(b *testing.B) {
+		var lat []time.Duration
+		for range b.N {
+			b.StopTimer()
+			w, err := client.Warm(context.Background(), connect.NewRequest(&sandboxdv1.WarmRequest{Template: "base", Pool: "bench/base"}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			id := w.Msg.GetSandbox().GetId()
+			b.StartTimer()
+			t0 := time.Now()
+			if _, err := client.Claim(context.Background(), connect.NewRequest(&sandboxdv1.ClaimRequest{SandboxId: id, Team: "team-a", Timeout: durationpb.New(5 * time.Minute)})); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+			b.StopTimer()
+			if _, err := client.Kill(context.Background(), connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: id})); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		reportLatencies(b, lat)
+	})
 }
 
 // runCreates runs b.N creates, c at a time, in batches of c: before each
