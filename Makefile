@@ -106,9 +106,10 @@ sandboxd: envd ## Build sandboxd (cgo, seccomp) into bin/sandboxd, beside the en
 	cd sandboxd && CGO_ENABLED=1 go build -trimpath -o $(BIN)/sandboxd ./cmd/sandboxd
 
 .PHONY: build
-build: sandboxd ## Build every binary into bin/: sandboxd, envd, sandbox-apiserver, sandbox-envd-proxy.
+build: sandboxd ## Build every binary into bin/: sandboxd, envd, sandbox-apiserver, sandbox-envd-proxy, vk-sandbox.
 	cd apiserver && CGO_ENABLED=0 go build -trimpath -o $(BIN)/sandbox-apiserver ./cmd/sandbox-apiserver
 	cd envd-proxy && CGO_ENABLED=0 go build -trimpath -o $(BIN)/sandbox-envd-proxy ./cmd/sandbox-envd-proxy
+	cd vk-sandbox && CGO_ENABLED=0 go build -trimpath -o $(BIN)/vk-sandbox ./cmd/vk-sandbox
 
 .PHONY: sdk-deps
 sdk-deps: ## Install the pinned e2b SDKs (npm ci) of the SDK suites.

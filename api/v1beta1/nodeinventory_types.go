@@ -80,9 +80,12 @@ type NodeInventorySpec struct {
 	Pools []PoolSummary `json:"pools,omitempty"`
 
 	// Sandboxes lists every sandbox on the host: running, paused and warm.
+	// The list is atomic: its one writer, the host's vk-sandbox, replaces it
+	// whole on every publish, so server-side apply tracks it as one field.
+	// Tracked per entry, its managed fields would add about 290 bytes per
+	// sandbox and take 2,000 sandboxes past etcd's 1.5 MiB request limit.
 	// +optional
-	// +listType=map
-	// +listMapKey=id
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=4096
 	Sandboxes []SandboxEntry `json:"sandboxes,omitempty"`
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
@@ -232,6 +233,27 @@ func (h *Host) Inventory() (*v1beta1.NodeInventory, error) {
 		Spec:       Spec(h.endpoint, h.info, sandboxes),
 	}
 	return inv, nil
+}
+
+// Sandboxes returns copies of the mirrored sandboxes as sandboxd sent them
+// (with what the inventory leaves out, such as each sandbox's address),
+// sorted by ID. Like Inventory, it fails with ErrNotSynced while the mirror
+// does not follow a live stream.
+func (h *Host) Sandboxes() ([]*pb.Sandbox, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.synced || h.info == nil {
+		if h.lastErr != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNotSynced, h.lastErr)
+		}
+		return nil, ErrNotSynced
+	}
+	out := make([]*pb.Sandbox, 0, len(h.sandboxes))
+	for _, sb := range h.sandboxes {
+		out = append(out, proto.CloneOf(sb))
+	}
+	slices.SortFunc(out, func(a, b *pb.Sandbox) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	return out, nil
 }
 
 // Spec is the NodeInventory spec of a host with info and sandboxes.

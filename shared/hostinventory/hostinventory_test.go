@@ -141,6 +141,14 @@ func TestMirrorFollowsSnapshotAndChanges(t *testing.T) {
 	if len(s.Pools) != 1 || s.Pools[0] != (v1beta1.PoolSummary{Pool: "ns/pool", Template: "base", Warm: 1}) {
 		t.Errorf("pools: %+v", s.Pools)
 	}
+	raw, err := h.Sandboxes()
+	if err != nil || len(raw) != 2 || raw[0].GetId() != "aaaaaaaaaaaaaaaatag1" || raw[1].GetMetadata()["k"] != "v" {
+		t.Errorf("Sandboxes() = %v, %v", raw, err)
+	}
+	raw[1].Metadata["k"] = "changed" // a copy: the mirror keeps its own
+	if again, _ := h.Sandboxes(); again[1].GetMetadata()["k"] != "v" {
+		t.Error("Sandboxes() returned the mirror's own messages")
+	}
 
 	// A change and a deletion arrive on the stream.
 	f.events <- &pb.WatchResponse{Event: &pb.WatchResponse_Change_{Change: &pb.WatchResponse_Change{Type: pb.WatchResponse_CHANGE_TYPE_UPSERTED, Sandbox: sandbox("aaaaaaaaaaaaaaaatag1", "paused")}}}
@@ -192,6 +200,9 @@ func TestMirrorIsNotSyncedWithoutAHost(t *testing.T) {
 	}
 	if _, err := h.Inventory(); !errors.Is(err, ErrNotSynced) {
 		t.Fatalf("Inventory of an unreachable host: %v", err)
+	}
+	if _, err := h.Sandboxes(); !errors.Is(err, ErrNotSynced) {
+		t.Fatalf("Sandboxes of an unreachable host: %v", err)
 	}
 	if ok, err := h.Synced(); ok || err == nil {
 		t.Errorf("Synced = %v, %v; want false with the cause", ok, err)

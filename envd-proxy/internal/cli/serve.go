@@ -166,8 +166,8 @@ type followedHost struct {
 }
 
 // followHosts mirrors each sandboxd at endpoints into src until ctx ends
-// (the single-host mode of hostinventory.Follow), in goroutines that wg
-// waits for.
+// (hostinventory's Host and Feed for each), in goroutines that wg waits
+// for.
 func followHosts(ctx context.Context, wg *sync.WaitGroup, endpoints []string,
 	clients func(string) sandboxdv1connect.SandboxdServiceClient, src *inventory.StaticSource) []followedHost {
 	hosts := make([]followedHost, 0, len(endpoints))

@@ -41,6 +41,7 @@ func (s *Server) toSandbox(rec *store.Record) *pb.Sandbox {
 		AllowInternetAccess: rec.AllowInternetAccess,
 		AutoResume:          rec.AutoResume,
 		AllowPublicTraffic:  rec.TrafficAccessToken == "",
+		Address:             rec.Address,
 	}
 	if !rec.EndAt.IsZero() {
 		sb.EndAt = timestamppb.New(rec.EndAt)

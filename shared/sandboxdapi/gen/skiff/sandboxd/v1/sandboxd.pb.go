@@ -220,8 +220,11 @@ type Sandbox struct {
 	// False: a request for any port but envd's needs the sandbox's traffic
 	// access token in header e2b-traffic-access-token.
 	AllowPublicTraffic bool `protobuf:"varint,15,opt,name=allow_public_traffic,json=allowPublicTraffic,proto3" json:"allow_public_traffic,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The sandbox's own IP address on its host (from --sandbox-cidr); only
+	// the host reaches it. vk-sandbox reports it as the pod IP.
+	Address       string `protobuf:"bytes,16,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
@@ -357,6 +360,13 @@ func (x *Sandbox) GetAllowPublicTraffic() bool {
 		return x.AllowPublicTraffic
 	}
 	return false
+}
+
+func (x *Sandbox) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
 }
 
 type CreateRequest struct {
@@ -2168,7 +2178,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tcpu_milli\x18\x01 \x01(\x03R\bcpuMilli\x12\x1d\n" +
 	"\n" +
 	"memory_mib\x18\x02 \x01(\x03R\tmemoryMib\x12\x19\n" +
-	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xb5\x05\n" +
+	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xcf\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12)\n" +
@@ -2188,7 +2198,8 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x15allow_internet_access\x18\r \x01(\bR\x13allowInternetAccess\x12\x1f\n" +
 	"\vauto_resume\x18\x0e \x01(\bR\n" +
 	"autoResume\x120\n" +
-	"\x14allow_public_traffic\x18\x0f \x01(\bR\x12allowPublicTraffic\x1a;\n" +
+	"\x14allow_public_traffic\x18\x0f \x01(\bR\x12allowPublicTraffic\x12\x18\n" +
+	"\aaddress\x18\x10 \x01(\tR\aaddress\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x05\n" +

@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/skiff-dev/skiff/vk-sandbox/internal/publish"
+)
+
+// Options are the flags of `vk-sandbox serve`.
+type Options struct {
+	Kubeconfig        string
+	NodeName          string
+	NodeIP            string
+	Sandboxd          string
+	SandboxdEndpoint  string
+	SandboxdTokenFile string
+	Publish           publish.Options
+	LeaseDuration     time.Duration
+	DefaultTimeout    time.Duration
+	PodWorkers        int
+	KubeletListen     string
+	KubeletCertFile   string
+	KubeletKeyFile    string
+	KubeletClientCA   string
+	KubeletNoAuth     bool
+	AdminListen       string
+	CacheSyncTimeout  time.Duration
+	LogLevel          string
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	host, _ := os.Hostname()
+	return &Options{
+		NodeName:         strings.ToLower(host),
+		Sandboxd:         "127.0.0.1:27777",
+		Publish:          publish.NewOptions(),
+		LeaseDuration:    40 * time.Second,
+		DefaultTimeout:   time.Hour,
+		PodWorkers:       4,
+		KubeletListen:    ":10250",
+		AdminListen:      "127.0.0.1:27779",
+		CacheSyncTimeout: 2 * time.Minute,
+		LogLevel:         "info",
+	}
+}
+
+// AddFlags registers the flags, each defaulting to o's current value.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "The kubeconfig file; empty: $KUBECONFIG, else ~/.kube/config, else the pod's service account.")
+	f.StringVar(&o.NodeName, "node-name", o.NodeName, "The node's name; must be sandboxd's --node-name (its NodeInventory has the same name).")
+	f.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "The node's InternalIP (pods' hostIP, where the kube-apiserver reaches the kubelet API); empty: the first non-loopback IPv4 address of an interface that is up.")
+	f.StringVar(&o.Sandboxd, "sandboxd", o.Sandboxd, "host:port where vk-sandbox reaches its sandboxd.")
+	f.StringVar(&o.SandboxdEndpoint, "sandboxd-endpoint", o.SandboxdEndpoint, "host:port where the fleet (apiserver, envd proxy) reaches this sandboxd, published as the NodeInventory's spec.endpoint; empty: --node-ip with the port of --sandboxd.")
+	f.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "File holding the token sandboxd accepts (its --auth-token-file).")
+	o.Publish.AddFlags(f)
+	f.DurationVar(&o.LeaseDuration, "node-lease-duration", o.LeaseDuration, "Duration of the node's lease (whole seconds), renewed every quarter of it while sandboxd is heard.")
+	f.DurationVar(&o.DefaultTimeout, "default-timeout", o.DefaultTimeout, "Lifetime of a pod's sandbox when the pod sets neither activeDeadlineSeconds nor the skiff.dev/timeout annotation.")
+	f.IntVar(&o.PodWorkers, "pod-workers", o.PodWorkers, "Pods the pod controller works on at once.")
+	f.StringVar(&o.KubeletListen, "kubelet-listen", o.KubeletListen, "Address of the kubelet API (HTTPS: kubectl logs); empty serves none.")
+	f.StringVar(&o.KubeletCertFile, "kubelet-tls-cert-file", o.KubeletCertFile, "Serving certificate of the kubelet API (PEM); empty: a self-signed one made at start.")
+	f.StringVar(&o.KubeletKeyFile, "kubelet-tls-key-file", o.KubeletKeyFile, "Key of --kubelet-tls-cert-file (PEM).")
+	f.StringVar(&o.KubeletClientCA, "kubelet-client-ca-file", o.KubeletClientCA, "CA bundle (PEM) that callers of the kubelet API must present a certificate from (the kube-apiserver's --kubelet-client-certificate).")
+	f.BoolVar(&o.KubeletNoAuth, "kubelet-insecure-no-auth", o.KubeletNoAuth, "Serve the kubelet API to anyone who reaches it (development only).")
+	f.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "Address of /metrics (Prometheus), /healthz and /readyz.")
+	f.DurationVar(&o.CacheSyncTimeout, "cache-sync-timeout", o.CacheSyncTimeout, "How long to wait for the first list of this node's pods and of the node before giving up.")
+	f.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Least level logged: debug, info, warn or error.")
+}
+
+// Validate reports every option that cannot work, naming its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if msgs := validation.IsDNS1123Subdomain(o.NodeName); len(msgs) > 0 {
+		add("--node-name %q: %s", o.NodeName, strings.Join(msgs, "; "))
+	}
+	if o.NodeIP != "" {
+		if _, err := netip.ParseAddr(o.NodeIP); err != nil {
+			add("--node-ip %q: not an IP address", o.NodeIP)
+		}
+	}
+	if _, _, err := net.SplitHostPort(o.Sandboxd); err != nil || o.Sandboxd == "" {
+		add("--sandboxd %q: want host:port", o.Sandboxd)
+	}
+	if o.SandboxdEndpoint != "" {
+		if host, _, err := net.SplitHostPort(o.SandboxdEndpoint); err != nil || host == "" {
+			add("--sandboxd-endpoint %q: want host:port", o.SandboxdEndpoint)
+		}
+	}
+	if o.SandboxdTokenFile == "" {
+		add("--sandboxd-token-file is required")
+	}
+	if err := o.Publish.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.LeaseDuration < 4*time.Second || o.LeaseDuration%time.Second != 0 {
+		add("--node-lease-duration must be whole seconds and at least 4s, got %s", o.LeaseDuration)
+	}
+	if o.DefaultTimeout <= 0 {
+		add("--default-timeout must be greater than 0, got %s", o.DefaultTimeout)
+	}
+	if o.PodWorkers < 1 {
+		add("--pod-workers must be at least 1, got %d", o.PodWorkers)
+	}
+	if o.KubeletListen != "" {
+		if _, _, err := net.SplitHostPort(o.KubeletListen); err != nil {
+			add("--kubelet-listen %q: want [host]:port", o.KubeletListen)
+		}
+		if o.KubeletClientCA == "" && !o.KubeletNoAuth {
+			add("--kubelet-listen needs --kubelet-client-ca-file (callers must present a certificate), or --kubelet-insecure-no-auth")
+		}
+		if o.KubeletClientCA != "" && o.KubeletNoAuth {
+			add("--kubelet-client-ca-file and --kubelet-insecure-no-auth exclude each other")
+		}
+		if (o.KubeletCertFile == "") != (o.KubeletKeyFile == "") {
+			add("--kubelet-tls-cert-file and --kubelet-tls-key-file go together")
+		}
+	}
+	if o.AdminListen == "" {
+		add("--admin-listen is required")
+	}
+	if o.CacheSyncTimeout <= 0 {
+		add("--cache-sync-timeout must be greater than 0, got %s", o.CacheSyncTimeout)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		add("--log-level %q: want debug, info, warn or error", o.LogLevel)
+	}
+	return errors.Join(errs...)
+}
+
+// nodeIP is --node-ip, or the first non-loopback IPv4 address of an
+// interface that is up.
+func (o *Options) nodeIP() (string, error) {
+	if o.NodeIP != "" {
+		return o.NodeIP, nil
+	}
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return "", fmt.Errorf("list interfaces for the node's address: %w", err)
+	}
+	for _, iface := range ifaces {
+		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, err := iface.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+				return n.IP.String(), nil
+			}
+		}
+	}
+	return "", errors.New("no IPv4 address to use as the node's: set --node-ip")
+}
+
+// endpoint is --sandboxd-endpoint, or ip with --sandboxd's port.
+func (o *Options) endpoint(ip string) string {
+	if o.SandboxdEndpoint != "" {
+		return o.SandboxdEndpoint
+	}
+	_, port, _ := net.SplitHostPort(o.Sandboxd)
+	return net.JoinHostPort(ip, port)
+}

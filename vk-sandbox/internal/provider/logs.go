@@ -1,0 +1,173 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+// maxLogLines is the most lines one read of sandboxd's log returns.
+const maxLogLines = 10000
+
+// followInterval is how often a followed log asks sandboxd for new lines
+// (its Logs call is not a stream).
+const followInterval = time.Second
+
+// GetContainerLogs returns the output of the pod's sandbox: its
+// processes' stdout and stderr and envd's own lines, oldest first, as
+// `kubectl logs` shows them (--tail, --since, --since-time, --timestamps,
+// --limit-bytes and --follow). The log goes with its sandbox.
+func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, containerName string, opts api.ContainerLogOpts) (io.ReadCloser, error) {
+	pod, err := p.cfg.Pods.Pods(namespace).Get(podName)
+	if apierrors.IsNotFound(err) {
+		return nil, errdefs.NotFoundf("pod %s/%s not found on this node", namespace, podName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s from the cache: %w", namespace, podName, err)
+	}
+	if len(pod.Spec.Containers) == 0 || pod.Spec.Containers[0].Name != containerName {
+		return nil, errdefs.NotFoundf("pod %s/%s has no sandbox container %q", namespace, podName, containerName)
+	}
+	if opts.Previous {
+		return nil, errdefs.InvalidInput("a sandbox is never restarted: there is no previous log")
+	}
+	p.mu.Lock()
+	var id string
+	if st := p.pods[pod.UID]; st != nil && st.sandbox != nil {
+		id = st.sandbox.GetId()
+	}
+	p.mu.Unlock()
+	if id == "" {
+		return nil, errdefs.NotFoundf("pod %s/%s has no sandbox", namespace, podName)
+	}
+	req := &pb.LogsRequest{SandboxId: id, Limit: maxLogLines}
+	if opts.Tail > 0 {
+		req.Limit = int32(min(opts.Tail, maxLogLines))
+	}
+	switch {
+	case !opts.SinceTime.IsZero():
+		req.Start = timestamppb.New(opts.SinceTime)
+	case opts.SinceSeconds > 0:
+		req.Start = timestamppb.New(p.now().Add(-time.Duration(opts.SinceSeconds) * time.Second))
+	}
+	entries, err := p.readLog(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if !opts.Follow {
+		var b bytes.Buffer
+		w := &logWriter{w: &b, timestamps: opts.Timestamps, limit: opts.LimitBytes}
+		for _, e := range entries {
+			if !w.write(e) {
+				break
+			}
+		}
+		return io.NopCloser(&b), nil
+	}
+	r, w := io.Pipe()
+	go p.follow(ctx, req, entries, &logWriter{w: w, timestamps: opts.Timestamps, limit: opts.LimitBytes}, w)
+	return r, nil
+}
+
+func (p *Provider) readLog(ctx context.Context, req *pb.LogsRequest) ([]*pb.LogEntry, error) {
+	resp, err := p.cfg.Sandboxd.Logs(ctx, connect.NewRequest(req))
+	if connect.CodeOf(err) == connect.CodeNotFound {
+		return nil, errdefs.NotFoundf("sandbox %s is gone, and its log with it", req.GetSandboxId())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the log of sandbox %s: %w", req.GetSandboxId(), err)
+	}
+	return resp.Msg.GetLogs(), nil
+}
+
+// follow writes entries, then every new line, until the reader goes, ctx
+// ends or the sandbox does. It owns pw and closes it.
+func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*pb.LogEntry, w *logWriter, pw *io.PipeWriter) {
+	var last time.Time
+	seenAtLast := 0 // lines already written with the timestamp last
+	emit := func(es []*pb.LogEntry) bool {
+		skip := 0
+		for _, e := range es {
+			t := e.GetTimestamp().AsTime()
+			if t.Before(last) {
+				continue
+			}
+			if t.Equal(last) {
+				if skip < seenAtLast {
+					skip++
+					continue
+				}
+				seenAtLast++
+			} else {
+				last, seenAtLast, skip = t, 1, 0
+			}
+			if !w.write(e) {
+				return false
+			}
+		}
+		return true
+	}
+	if !emit(entries) {
+		_ = pw.Close()
+		return
+	}
+	t := time.NewTicker(followInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = pw.CloseWithError(ctx.Err())
+			return
+		case <-t.C:
+		}
+		next := &pb.LogsRequest{SandboxId: req.GetSandboxId(), Limit: maxLogLines}
+		if !last.IsZero() {
+			next.Start = timestamppb.New(last)
+		} else {
+			next.Start = req.GetStart()
+		}
+		es, err := p.readLog(ctx, next)
+		if err != nil {
+			_ = pw.Close() // the sandbox ended: so does its log
+			return
+		}
+		if !emit(es) {
+			_ = pw.Close()
+			return
+		}
+	}
+}
+
+// logWriter writes log lines as kubectl logs shows them, up to limit
+// bytes (0: no limit).
+type logWriter struct {
+	w          io.Writer
+	timestamps bool
+	limit      int
+	written    int
+}
+
+// write writes one entry; false when the limit is reached or the reader
+// went.
+func (l *logWriter) write(e *pb.LogEntry) bool {
+	line := e.GetLine() + "\n"
+	if l.timestamps {
+		line = e.GetTimestamp().AsTime().UTC().Format(time.RFC3339Nano) + " " + line
+	}
+	if l.limit > 0 && l.written+len(line) > l.limit {
+		line = line[:l.limit-l.written]
+	}
+	n, err := io.WriteString(l.w, line)
+	l.written += n
+	return err == nil && (l.limit == 0 || l.written < l.limit)
+}

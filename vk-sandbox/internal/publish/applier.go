@@ -1,0 +1,165 @@
+// Package publish is the InventoryApplier: it keeps this host's
+// NodeInventory in Kubernetes current by server-side apply, stamping
+// publishedAt on every publish so that readers can tell a live host from a
+// dead one (ARCHITECTURE.md §4). It only ever applies: it never deletes an
+// inventory, and on shutdown it writes nothing.
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+)
+
+// Source is the host's inventory as of now, without publishedAt; it fails
+// while it cannot vouch for the host (shared/hostinventory's Host is one).
+type Source interface {
+	Inventory() (*v1beta1.NodeInventory, error)
+}
+
+// Writer applies an inventory (KubeWriter does it by server-side apply).
+type Writer interface {
+	Apply(ctx context.Context, inv *v1beta1.NodeInventory) error
+}
+
+// InventoryApplier publishes one host's NodeInventory: every
+// Options.Interval with publishedAt = now even when nothing changed, and
+// soon after a change (at most one write per Options.MinInterval). It
+// writes only when the spec differs from the last write or the stamp is
+// due, and never while the source is out of sync, so the stamp of a host
+// whose sandboxd is unreachable ages and readers drop the node.
+type InventoryApplier struct {
+	src     Source
+	w       Writer
+	changes <-chan struct{}
+	node    string
+	opts    Options
+	log     *slog.Logger
+	metrics *Metrics
+	now     func() time.Time
+
+	last     *v1beta1.NodeInventorySpec // the spec last written
+	unsynced bool                       // the last attempt found the source out of sync
+}
+
+// Config wires an InventoryApplier.
+type Config struct {
+	// Source and Writer are where the inventory comes from and goes.
+	Source Source
+	Writer Writer
+	// Changes receives after the source changed.
+	Changes <-chan struct{}
+	// NodeName is the inventory's name; a source that names itself
+	// otherwise is an error (vk-sandbox would publish another host).
+	NodeName string
+	Options  Options
+	Log      *slog.Logger
+	// Metrics may be nil.
+	Metrics *Metrics
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// New returns an applier; Run runs it.
+func New(c Config) *InventoryApplier {
+	a := &InventoryApplier{
+		src: c.Source, w: c.Writer, changes: c.Changes, node: c.NodeName, opts: c.Options,
+		log: c.Log, metrics: c.Metrics, now: c.Now,
+	}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	// Until the first sync, being out of sync is no news.
+	a.unsynced = true
+	return a
+}
+
+// ErrWrongHost is returned by Run when sandboxd names itself other than
+// the node this vk-sandbox registers.
+var ErrWrongHost = errors.New("sandboxd names another node")
+
+// Run publishes until ctx ends, then returns without a final write (a
+// restart within the readers' window changes nothing they can see). It
+// returns ctx's error, or ErrWrongHost.
+func (a *InventoryApplier) Run(ctx context.Context) error {
+	s := newSchedule(a.opts)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.changes:
+			s.changed()
+		case <-timer.C:
+			now := a.now()
+			if now.Before(s.next()) {
+				break // woken early by a reset that raced
+			}
+			o, err := a.publish(ctx, s, now)
+			if errors.Is(err, ErrWrongHost) {
+				return err
+			}
+			s.done(now, o)
+		}
+		timer.Reset(max(0, s.next().Sub(a.now())))
+	}
+}
+
+// publish makes one attempt at now.
+func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Time) (outcome, error) {
+	inv, err := a.src.Inventory()
+	if err != nil {
+		if !a.unsynced {
+			a.log.Warn("not publishing the inventory while sandboxd is out of sync: its stamp ages", "err", err)
+		}
+		a.unsynced = true
+		a.metrics.attempt(notSynced, 0)
+		return notSynced, nil
+	}
+	if a.unsynced {
+		a.log.Info("sandboxd is in sync: publishing the inventory")
+		a.unsynced = false
+	}
+	if inv.Name != a.node {
+		err := fmt.Errorf("%w: sandboxd's --node-name is %q, this vk-sandbox's is %q", ErrWrongHost, inv.Name, a.node)
+		a.log.Error("not publishing the inventory", "err", err)
+		return failed, err
+	}
+	changed := a.last == nil || !equality.Semantic.DeepEqual(*a.last, inv.Spec)
+	if !s.shouldWrite(now, changed) {
+		a.metrics.attempt(unchanged, 0)
+		return unchanged, nil
+	}
+	stamp := metav1.NewTime(now)
+	inv.PublishedAt = &stamp
+	start := time.Now()
+	if err := a.w.Apply(ctx, inv); err != nil {
+		if ctx.Err() != nil {
+			return failed, nil
+		}
+		a.log.Error("publish the inventory", "err", err)
+		a.metrics.attempt(failed, time.Since(start))
+		return failed, nil
+	}
+	a.metrics.attempt(written, time.Since(start))
+	a.metrics.published(now, len(inv.Spec.Sandboxes))
+	if changed {
+		a.log.Info("published the inventory", "node", inv.Name, "sandboxes", len(inv.Spec.Sandboxes), "changed", true)
+	} else {
+		a.log.Debug("published the inventory", "node", inv.Name, "sandboxes", len(inv.Spec.Sandboxes), "changed", false)
+	}
+	spec := inv.Spec
+	a.last = &spec
+	return written, nil
+}
