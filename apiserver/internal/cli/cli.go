@@ -2,8 +2,9 @@
 // REST API over the fleet, either single-host (--inventory static: the
 // --sandboxd hosts, a keys file) or over Kubernetes (--inventory kube:
 // NodeInventories, SandboxTemplates and API-key Secrets through one
-// informer cache); `keys create` makes an API key, as a Secret or in a keys
-// file.
+// informer cache), and its operations endpoints (/metrics, /healthz,
+// /readyz, opt-in pprof) on --admin-listen; `keys create` makes an API key,
+// as a Secret or in a keys file.
 package cli
 
 import (

@@ -24,8 +24,6 @@ import (
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
-	"github.com/skiff-dev/skiff/shared/hostinventory"
-	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
@@ -35,14 +33,6 @@ import (
 // with token.
 func newClients(token string) func(string) sandboxdv1connect.SandboxdServiceClient {
 	return sandboxdapi.NewClients(token, &http.Client{})
-}
-
-// followHosts is the fleet of single-host mode: each sandboxd at
-// endpoints, followed over its Watch stream until ctx ends.
-func followHosts(ctx context.Context, endpoints []string, clients func(string) sandboxdv1connect.SandboxdServiceClient) *inventory.StaticSource {
-	src := inventory.NewStaticSource()
-	hostinventory.Follow(ctx, endpoints, clients, src, hostinventory.Options{})
-	return src
 }
 
 // restConfig finds the cluster: the kubeconfig file at path; with an empty
@@ -102,6 +92,16 @@ type kubeParts struct {
 	host string
 	// stop stops the cache and waits for it.
 	stop func()
+}
+
+// countKeys is the number of API-key Secrets in the cache (the cache holds
+// no other Secret), for the api_keys gauge. It deep-copies no object.
+func (k *kubeParts) countKeys() int {
+	var l corev1.SecretList
+	if err := k.cache.List(context.Background(), &l, client.UnsafeDisableDeepCopy); err != nil {
+		return 0
+	}
+	return len(l.Items)
 }
 
 // watched are the objects the cache holds.

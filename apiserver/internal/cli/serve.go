@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,6 +19,7 @@ import (
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
+	"github.com/skiff-dev/skiff/apiserver/internal/metrics"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
 	"github.com/skiff-dev/skiff/shared/placement"
@@ -31,6 +34,11 @@ const (
 	inventoryKube = "kube"
 )
 
+// DefaultAdminListen is where serve answers /metrics, /healthz and
+// /readyz unless --admin-listen says otherwise: loopback, so that nothing
+// but the host sees them until an operator opens them up.
+const DefaultAdminListen = "127.0.0.1:9090"
+
 // DefaultCacheSyncTimeout bounds how long serve --inventory kube waits for
 // its informer caches before giving up.
 const DefaultCacheSyncTimeout = 2 * time.Minute
@@ -38,6 +46,8 @@ const DefaultCacheSyncTimeout = 2 * time.Minute
 // serveOptions are the flags of `serve`.
 type serveOptions struct {
 	listen           string
+	adminListen      string
+	enablePprof      bool
 	inventory        string
 	sandboxd         []string
 	kubeconfig       string
@@ -57,6 +67,7 @@ type serveOptions struct {
 func newServeOptions() *serveOptions {
 	return &serveOptions{
 		listen:           ":8080",
+		adminListen:      DefaultAdminListen,
 		inventory:        inventoryStatic,
 		cacheSyncTimeout: DefaultCacheSyncTimeout,
 		maxTimeout:       e2bapi.DefaultMaxTimeout,
@@ -69,6 +80,8 @@ func newServeOptions() *serveOptions {
 // addFlags registers serve's flags, each defaulting to o's current value.
 func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.listen, "listen", o.listen, "Address of the e2b API.")
+	f.StringVar(&o.adminListen, "admin-listen", o.adminListen, "Address of the operations endpoints: /metrics (Prometheus), /healthz, /readyz, and /debug/pprof/ with --enable-pprof; empty turns them off.")
+	f.BoolVar(&o.enablePprof, "enable-pprof", o.enablePprof, "Serve Go's profiles (net/http/pprof) under /debug/pprof/ on --admin-listen; never on --listen.")
 	f.StringVar(&o.inventory, "inventory", o.inventory, "Where the fleet comes from: static (the --sandboxd hosts, no Kubernetes) or kube (NodeInventory objects, SandboxTemplates and API-key Secrets from Kubernetes).")
 	f.StringSliceVar(&o.sandboxd, "sandboxd", o.sandboxd, "With --inventory static: a sandboxd's host:port (repeat or comma-separate for several).")
 	f.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "With --inventory kube: the kubeconfig file; empty: $KUBECONFIG, else the pod's service account, else ~/.kube/config.")
@@ -89,7 +102,10 @@ func (o *serveOptions) Validate() error {
 	var errs []error
 	if o.listen == "" {
 		errs = append(errs, errors.New("--listen is required"))
+	} else if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen %q: want host:port: %w", o.listen, err))
 	}
+	errs = append(errs, o.validateAdmin()...)
 	switch o.inventory {
 	case inventoryStatic:
 		if len(o.sandboxd) == 0 {
@@ -167,28 +183,72 @@ func serve(ctx context.Context, o *serveOptions) error {
 	}
 	log := slog.Default()
 	setKubeLogger(log)
-	a, err := newApp(ctx, o, log)
+	var adminLn net.Listener
+	if o.adminListen != "" {
+		l, err := net.Listen("tcp", o.adminListen)
+		if err != nil {
+			return fmt.Errorf("listen on --admin-listen %s: %w", o.adminListen, err)
+		}
+		adminLn = l
+	}
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
+		if adminLn != nil {
+			_ = adminLn.Close()
+		}
+		return fmt.Errorf("listen on --listen %s: %w", o.listen, err)
+	}
+	return serveOn(ctx, o, ln, adminLn, log)
+}
+
+// serveOn serves the e2b API on ln and, unless adminLn is nil, the operations
+// endpoints on adminLn, until ctx ends; it closes both. The admin listener
+// serves from the start, so /healthz answers and /readyz says 503 while
+// newApp waits for the fleet. o must be valid.
+func serveOn(ctx context.Context, o *serveOptions, ln, adminLn net.Listener, log *slog.Logger) error {
+	m := metrics.New()
+	var (
+		current  atomic.Pointer[app]
+		draining atomic.Bool
+	)
+	ready := func() bool {
+		a := current.Load()
+		return a != nil && !draining.Load() && a.ready()
+	}
+	admin := startAdmin(ctx, adminLn, adminHandler(m.Registry, ready, o.enablePprof), o.enablePprof, log)
+	defer admin.stop(ctx)
+
+	a, err := newApp(ctx, o, log, m)
+	if err != nil {
+		_ = ln.Close()
 		return err
 	}
 	defer a.stop()
+	current.Store(a)
 
-	srv := &http.Server{Addr: o.listen, Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 620 * time.Second}
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.listen, err)
-	}
+	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 620 * time.Second}
 	log.Info("serving the e2b API", append([]any{"listen", ln.Addr().String()}, a.describe...)...)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	var serveErr error
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		serveErr = srv.Serve(ln)
+	}()
 	select {
-	case err := <-errc:
-		return err
+	case <-served:
+		return fmt.Errorf("serve the e2b API: %w", serveErr)
+	case <-admin.done:
+		_ = srv.Close()
+		<-served
+		return fmt.Errorf("serve the operations endpoints on --admin-listen: %w", admin.err)
 	case <-ctx.Done():
 	}
+	draining.Store(true)
 	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	return srv.Shutdown(shutdown)
+	err = srv.Shutdown(shutdown)
+	<-served // Serve returns ErrServerClosed once Shutdown closed the listener
+	return err
 }
 
 // app is a wired sandbox-apiserver: the e2b API's handler and the
@@ -199,16 +259,22 @@ type app struct {
 	describe []any
 	// kube holds the Kubernetes parts, nil with --inventory static.
 	kube *kubeParts
+	// ready reports whether the fleet source has synced (/readyz).
+	ready func() bool
 	// stop ends the background parts and waits for them.
 	stop func()
 }
 
 // newApp builds everything serve serves from validated options: the fleet
 // source, key store and template catalog of the inventory mode, then the
-// backend, the e2b API and authentication over them. With --inventory kube
-// it returns once the informer caches have synced. The background parts
-// run until a.stop or the end of ctx.
-func newApp(ctx context.Context, o *serveOptions, log *slog.Logger) (*app, error) {
+// backend, the e2b API and authentication over them, counted into m (nil:
+// metrics of its own). With --inventory kube it returns once the informer
+// caches have synced. The background parts run until a.stop or the end of
+// ctx.
+func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.Metrics) (*app, error) {
+	if m == nil {
+		m = metrics.New()
+	}
 	token, err := readToken(o.tokenFile)
 	if err != nil {
 		return nil, err
@@ -227,8 +293,13 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger) (*app, error
 			return nil, fmt.Errorf("read --api-keys-file: %w", err)
 		}
 		runCtx, cancel := context.WithCancel(ctx)
-		a.stop = func() { cancel(); _ = fs.Close() }
-		src, keys = followHosts(runCtx, o.sandboxd, clients), fs
+		var wg sync.WaitGroup
+		a.stop = func() { cancel(); wg.Wait(); _ = fs.Close() }
+		static, hosts := followHosts(runCtx, &wg, o.sandboxd, clients)
+		src, keys = static, fs
+		a.ready = once(func() bool { return hostsTried(runCtx, hosts, static) }, func() {
+			log.Info("fleet inventory synced", "hosts", len(hosts))
+		})
 		a.describe = []any{"inventory", inventoryStatic, "hosts", o.sandboxd}
 	case inventoryKube:
 		k, err := startKube(ctx, o, log)
@@ -236,7 +307,9 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger) (*app, error
 			return nil, err
 		}
 		a.kube, a.stop = k, k.stop
+		a.ready = func() bool { return true } // startKube waited for the caches
 		src, keys, catalog = k.source, k.keys, k.templates
+		m.APIKeys(k.countKeys)
 		a.describe = []any{"inventory", inventoryKube, "kube-apiserver", k.host}
 	default:
 		return nil, fmt.Errorf("--inventory %q: must be %s or %s", o.inventory, inventoryStatic, inventoryKube)
@@ -248,6 +321,7 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger) (*app, error
 		Clients: clients,
 		Catalog: catalog,
 		Logger:  log,
+		Metrics: m,
 	})
 	api := e2bapi.New(e2bapi.Config{
 		Backend:       limitTeams(backend, o.maxPerTeam),
@@ -260,8 +334,17 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger) (*app, error
 	mux := http.NewServeMux()
 	mux.Handle("GET /health", api) // unauthenticated, as e2b's
 	mux.Handle("/", auth.Middleware(keys, limitCreates(limiter, api)))
-	a.handler = mux
+	a.handler = m.Instrument(mux, routeOf(api))
 	return a, nil
+}
+
+// routeOf returns the function that names the e2b API's route a request
+// matches (e2bapi's RoutePattern), the route label of the request metrics.
+func routeOf(api http.Handler) func(*http.Request) string {
+	if rp, ok := api.(interface{ RoutePattern(*http.Request) string }); ok {
+		return rp.RoutePattern
+	}
+	return func(*http.Request) string { return "" }
 }
 
 // limitCreates answers 429 in e2b's shape when a team creates faster than
@@ -293,4 +376,22 @@ func readToken(path string) (string, error) {
 		return "", fmt.Errorf("--sandboxd-token-file %s is empty", path)
 	}
 	return token, nil
+}
+
+// validateAdmin checks --admin-listen and --enable-pprof.
+func (o *serveOptions) validateAdmin() []error {
+	if o.adminListen == "" {
+		if o.enablePprof {
+			return []error{errors.New("--enable-pprof needs --admin-listen: profiles are served on the admin listener only")}
+		}
+		return nil
+	}
+	_, port, err := net.SplitHostPort(o.adminListen)
+	switch {
+	case err != nil:
+		return []error{fmt.Errorf("--admin-listen %q: want host:port, or empty to turn the operations endpoints off: %w", o.adminListen, err)}
+	case o.adminListen == o.listen && port != "0":
+		return []error{fmt.Errorf("--admin-listen %q: must differ from --listen", o.adminListen)}
+	}
+	return nil
 }

@@ -43,6 +43,12 @@ func TestServeOptionsValidate(t *testing.T) {
 		{"kube with no sync timeout", with(kube, "--cache-sync-timeout", "0s"), []string{"--cache-sync-timeout"}},
 		{"no token", []string{"--inventory", "kube"}, []string{"--sandboxd-token-file"}},
 		{"no listen", with(static, "--listen", ""), []string{"--listen"}},
+		{"bad listen", with(static, "--listen", "8080"), []string{`--listen "8080": want host:port`}},
+		{"admin off", with(static, "--admin-listen", ""), nil},
+		{"admin on all interfaces, with pprof", with(static, "--admin-listen", ":9090", "--enable-pprof"), nil},
+		{"bad admin listen", with(static, "--admin-listen", "localhost"), []string{`--admin-listen "localhost": want host:port`}},
+		{"admin listen is listen", with(static, "--listen", ":8080", "--admin-listen", ":8080"), []string{"--admin-listen \":8080\": must differ from --listen"}},
+		{"pprof without admin", with(static, "--admin-listen", "", "--enable-pprof"), []string{"--enable-pprof needs --admin-listen"}},
 		{"no max timeout", with(static, "--max-timeout", "0s"), []string{"--max-timeout"}},
 		{"negative rate", with(static, "--create-rate-per-team", "-1"), []string{"--create-rate-per-team"}},
 		{"rate without burst", with(static, "--create-rate-per-team", "1", "--create-burst-per-team", "0"), []string{"--create-burst-per-team"}},
@@ -76,5 +82,14 @@ func TestServeValidatesFirst(t *testing.T) {
 	_, err := run(t, "serve", "--inventory", "kube", "--api-keys-file", "/no/such/file", "--listen", "127.0.0.1:0")
 	if err == nil || !strings.Contains(err.Error(), "--api-keys-file is only read with --inventory static") {
 		t.Fatalf("serve = %v", err)
+	}
+}
+
+// The operations endpoints are on by default, on loopback, without
+// profiles.
+func TestServeOperationsDefaults(t *testing.T) {
+	o := parseServe(t)
+	if o.adminListen != "127.0.0.1:9090" || o.enablePprof {
+		t.Errorf("--admin-listen %q, --enable-pprof %v; want 127.0.0.1:9090 and false", o.adminListen, o.enablePprof)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"strings"
 	"time"
 )
 
@@ -165,6 +166,23 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mux.ServeHTTP(tw, r)
+}
+
+// RoutePattern returns the pattern of the route r matches ("POST
+// /v2/sandboxes"), or "" when it matches none. Metrics label requests with
+// it: unlike the path it never holds a sandbox ID, so the set is bounded.
+// It reads nothing but r's method, host and path.
+func (s *server) RoutePattern(r *http.Request) string {
+	if p := r.URL.Path; p != cleanPath(p) {
+		return ""
+	}
+	_, pattern := s.mux.Handler(r)
+	// Every route names its method; a pattern without one is the mux's
+	// redirect target, built from the caller's path.
+	if !strings.Contains(pattern, " ") {
+		return ""
+	}
+	return pattern
 }
 
 // cleanPath is the canonical form ServeMux redirects to: path.Clean, with

@@ -156,7 +156,7 @@ func newKubeSystem(t *testing.T) *system {
 		*k = strings.TrimSpace(string(out))
 	}
 	s.api = "http://" + freeAddr(t)
-	start(t, filepath.Join(dir, "apiserver.log"), apiserver, "serve", "--listen", strings.TrimPrefix(s.api, "http://"),
+	start(t, filepath.Join(dir, "apiserver.log"), apiserver, "serve", "--listen", strings.TrimPrefix(s.api, "http://"), "--admin-listen", freeAddr(t),
 		"--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", tokenFile)
 	s.waitForCatalog()
 	return s

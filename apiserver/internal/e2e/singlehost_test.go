@@ -154,7 +154,7 @@ func newSystem(t testing.TB) *system {
 	}
 	s.api = "http://" + freeAddr(t)
 	start(t, filepath.Join(dir, "apiserver.log"), apiserver, "serve", "--listen", strings.TrimPrefix(s.api, "http://"),
-		"--sandboxd", sbd, "--sandboxd-token-file", token, "--api-keys-file", keys)
+		"--sandboxd", sbd, "--sandboxd-token-file", token, "--api-keys-file", keys, "--admin-listen", freeAddr(t))
 	s.waitForHost()
 	return s
 }

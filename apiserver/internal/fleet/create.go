@@ -29,6 +29,13 @@ var errNotHonoured = errors.New("host's sandboxd does not support the sandbox's 
 // Create claims a warm sandbox of the template when one can be had, else
 // creates one cold on the best of K fresh nodes.
 func (b *Backend) Create(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, error) {
+	sb, warm, err := b.place(ctx, team, p)
+	b.metrics.CreateDone(ctx, warm, err)
+	return sb, err
+}
+
+// place is Create; its bool reports a claimed (warm) sandbox.
+func (b *Backend) place(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, bool, error) {
 	var out *e2bapi.Sandbox
 	// A warm sandbox has the internet: one that must not is always cold.
 	if p.AllowInternetAccess == nil || *p.AllowInternetAccess {
@@ -40,14 +47,14 @@ func (b *Backend) Create(ctx context.Context, team string, p e2bapi.CreateParams
 		switch {
 		case err == nil:
 			b.remember(out.ID, team, cand.Node, out)
-			return out, nil
+			return out, true, nil
 		case !errors.Is(err, placement.ErrNoWarm):
-			return nil, createError(ctx, err)
+			return nil, false, createError(ctx, err)
 		}
 	}
 	res, err := b.resources(ctx, p.TemplateID)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	req := placement.Request{Template: p.TemplateID, CPUMilli: res.CPUMilli, MemoryMiB: res.MemoryMiB}
 	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) error {
@@ -56,10 +63,10 @@ func (b *Backend) Create(ctx context.Context, team string, p e2bapi.CreateParams
 		return err
 	})
 	if err != nil {
-		return nil, createError(ctx, err)
+		return nil, false, createError(ctx, err)
 	}
 	b.remember(out.ID, team, node, out)
-	return out, nil
+	return out, false, nil
 }
 
 // claim claims candidate c for team.
@@ -83,6 +90,7 @@ func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams,
 	if err != nil {
 		switch code := connect.CodeOf(err); {
 		case code == connect.CodeFailedPrecondition, code == connect.CodeNotFound:
+			b.metrics.ClaimConflict() // another claimer took it first
 			return nil, fmt.Errorf("%w: %w", placement.ErrClaimConflict, err)
 		case isTransport(err):
 			return nil, fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, err)

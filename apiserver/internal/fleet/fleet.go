@@ -22,6 +22,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	"github.com/skiff-dev/skiff/apiserver/internal/metrics"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/placement"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
@@ -66,6 +67,9 @@ type Config struct {
 	RecentTTL time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Metrics counts creates by outcome and warm-claim conflicts; nil
+	// counts nothing.
+	Metrics *metrics.Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -81,6 +85,7 @@ type Backend struct {
 	claimLimit int
 	ttl        time.Duration
 	log        *slog.Logger
+	metrics    *metrics.Metrics
 	now        func() time.Time
 
 	mu     sync.Mutex
@@ -109,6 +114,7 @@ func New(cfg Config) *Backend {
 		claimLimit: cfg.ClaimLimit,
 		ttl:        cfg.RecentTTL,
 		log:        cfg.Logger,
+		metrics:    cfg.Metrics,
 		now:        cfg.Now,
 		recent:     make(map[string]recentWrite),
 		claiming:   make(map[string]struct{}),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
+	"github.com/skiff-dev/skiff/apiserver/internal/metrics"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/placement"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
@@ -28,14 +29,21 @@ type harness struct {
 
 func newHarness(t *testing.T, nodes ...*fakeNode) *harness {
 	t.Helper()
+	return newHarnessWithMetrics(t, nil, nodes...)
+}
+
+// newHarnessWithMetrics is newHarness with a Backend that counts into m.
+func newHarnessWithMetrics(t *testing.T, m *metrics.Metrics, nodes ...*fakeNode) *harness {
+	t.Helper()
 	h := &harness{src: inventory.NewStaticSource(), nodes: map[string]*fakeNode{}, now: t0}
 	for _, n := range nodes {
 		h.nodes[n.endpoint()] = n
 		h.publish(n)
 	}
 	h.b = fleet.New(fleet.Config{
-		Source: h.src,
-		Placer: placement.New(h.src, placement.Options{}),
+		Metrics: m,
+		Source:  h.src,
+		Placer:  placement.New(h.src, placement.Options{}),
 		Clients: func(endpoint string) sandboxdv1connect.SandboxdServiceClient {
 			n, ok := h.nodes[endpoint]
 			if !ok {

@@ -25,6 +25,7 @@ func run() int {
 	flag.StringVar(&cfg.State, "state-dir", "/var/lib/skiff/up", "Where templates, records, the API key and the logs are kept across runs (sandboxes must be able to traverse its parents: not under /root).")
 	flag.StringVar(&cfg.RunDir, "run-dir", "/run/skiff-up", "Directory (on a tmpfs) of the sandboxes' network namespaces.")
 	flag.StringVar(&cfg.APIListen, "api-listen", "127.0.0.1:3000", "Address of the e2b API (E2B_API_URL).")
+	flag.StringVar(&cfg.APIAdmin, "api-admin-listen", "127.0.0.1:3001", "Address of the API's /metrics, /healthz and /readyz.")
 	flag.StringVar(&cfg.ProxyListen, "proxy-listen", "127.0.0.1:3002", "Address of the envd proxy (E2B_SANDBOX_URL).")
 	flag.StringVar(&cfg.ProxyAdmin, "proxy-admin-listen", "127.0.0.1:3003", "Address of the proxy's /metrics, /healthz and /readyz.")
 	flag.StringVar(&cfg.SandboxdListen, "sandboxd-listen", "127.0.0.1:27777", "Address of sandboxd's API and relay.")

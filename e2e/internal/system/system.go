@@ -38,9 +38,10 @@ type Config struct {
 	State string
 	// RunDir holds the sandboxes' network namespaces; a tmpfs such as /run.
 	RunDir string
-	// APIListen, ProxyListen, ProxyAdmin, SandboxdListen and SandboxdAdmin
-	// are the addresses (host:port) of the servers.
-	APIListen, ProxyListen, ProxyAdmin, SandboxdListen, SandboxdAdmin string
+	// APIListen, APIAdmin, ProxyListen, ProxyAdmin, SandboxdListen and
+	// SandboxdAdmin are the addresses (host:port) of the servers and of
+	// their /metrics, /healthz and /readyz.
+	APIListen, APIAdmin, ProxyListen, ProxyAdmin, SandboxdListen, SandboxdAdmin string
 	// Teams get one API key each, kept in the keys file and reused on the
 	// next run.
 	Teams []string
@@ -155,7 +156,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		return nil, err
 	}
 	if err := s.start("sandbox-apiserver", filepath.Join(cfg.Bin, "sandbox-apiserver"), "serve",
-		"--listen", cfg.APIListen, "--inventory", "static", "--sandboxd", cfg.SandboxdListen,
+		"--listen", cfg.APIListen, "--admin-listen", cfg.APIAdmin, "--inventory", "static", "--sandboxd", cfg.SandboxdListen,
 		"--sandboxd-token-file", token, "--api-keys-file", keysFile); err != nil {
 		return nil, err
 	}

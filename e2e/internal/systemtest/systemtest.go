@@ -40,7 +40,7 @@ func Start(tb testing.TB, teams ...string) *system.System {
 			tb.Errorf("remove %s: %v", state, err)
 		}
 	})
-	addrs := make([]string, 5)
+	addrs := make([]string, 6)
 	for i := range addrs {
 		if addrs[i], err = system.FreeAddr(); err != nil {
 			tb.Fatal(err)
@@ -49,7 +49,7 @@ func Start(tb testing.TB, teams ...string) *system.System {
 	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
 	cfg := system.Config{
 		Bin: bin, State: state, RunDir: filepath.Join(state, "run"),
-		APIListen: addrs[0], ProxyListen: addrs[1], ProxyAdmin: addrs[2], SandboxdListen: addrs[3], SandboxdAdmin: addrs[4],
+		APIListen: addrs[0], ProxyListen: addrs[1], ProxyAdmin: addrs[2], SandboxdListen: addrs[3], SandboxdAdmin: addrs[4], APIAdmin: addrs[5],
 		Teams: teams, NodeName: "test-host", Overcommit: "32",
 		NFTTable: "skiff_sys_" + suffix, CgroupParent: "skiff-sys-" + suffix, IfacePrefix: "y" + suffix,
 		SandboxCIDR: fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4),
