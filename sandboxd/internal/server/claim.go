@@ -16,9 +16,14 @@ import (
 )
 
 // Claim hands a warm sandbox to a team: atomically through the registry (of
-// concurrent claims of one sandbox exactly one wins), then a fresh access
-// token, the team's environment and a deadline. A sandbox whose envd
-// refuses the new token is killed: nobody could use it.
+// concurrent claims of one sandbox exactly one wins), with a deadline and an
+// access token nobody else holds. A warm sandbox's envd already holds such a
+// token: sandboxd made it when it warmed the sandbox and never gave it out
+// (Get and List do not show a warm sandbox's token). So a claim without
+// environment variables hands that token over and needs no round trip into
+// the sandbox; a claim with them posts them to envd's /init, together with a
+// token made now. A sandbox whose envd refuses the /init is killed: nobody
+// could use it.
 func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest]) (_ *connect.Response[pb.ClaimResponse], err error) {
 	m := req.Msg
 	var f fieldErrors
@@ -44,11 +49,17 @@ func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest
 
 	began := time.Now()
 	defer func() { err = s.countClaim(err, time.Since(began)) }()
-	token, traffic := sandboxid.NewAccessToken(m.GetSandboxId()), trafficToken(m.AllowPublicTraffic)
-	var oldToken string
+	traffic := trafficToken(m.AllowPublicTraffic)
+	// rotate: the environment goes to envd through /init, and a new token
+	// with it.
+	rotate := len(m.GetEnvVars()) > 0
+	var oldToken, token string
 	now := s.clock.Now()
 	hand := func(rec *store.Record) error {
-		oldToken = rec.EnvdAccessToken
+		oldToken, token = rec.EnvdAccessToken, rec.EnvdAccessToken
+		if rotate {
+			token = sandboxid.NewAccessToken(rec.ID)
+		}
 		rec.Team = m.GetTeam()
 		rec.Metadata = maps.Clone(m.GetMetadata())
 		rec.AutoPause = m.GetAutoPause()
@@ -72,24 +83,26 @@ func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest
 		}
 		defer s.locks.lock(rec.ID)()
 		// A kill may have come between the claim and the lock.
-		if cur, err := s.reg.Get(rec.ID); err != nil || cur.EnvdAccessToken != token {
+		if cur, err := s.reg.Get(rec.ID); err != nil || cur.EnvdAccessToken != token || !cur.StartedAt.Equal(now) {
 			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("claimed sandbox %s went away", rec.ID))
 		}
 	}
 
 	tookRecord, step := time.Since(began), time.Now()
-	if err := s.rotateToken(ctx, rec, oldToken, token, m.GetEnvVars()); err != nil {
-		s.log.WarnContext(ctx, "claimed sandbox's envd refused the new token; killing it", "sandbox", rec.ID, "error", err)
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if kerr := s.killLocked(kctx, rec, reasonClaimFailed); kerr != nil {
-			s.log.ErrorContext(ctx, "kill sandbox after failed claim", "sandbox", rec.ID, "error", kerr)
+	if rotate {
+		if err := s.rotateToken(ctx, rec, oldToken, token, m.GetEnvVars()); err != nil {
+			s.log.WarnContext(ctx, "claimed sandbox's envd refused the new token; killing it", "sandbox", rec.ID, "error", err)
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			if kerr := s.killLocked(kctx, rec, reasonClaimFailed); kerr != nil {
+				s.log.ErrorContext(ctx, "kill sandbox after failed claim", "sandbox", rec.ID, "error", kerr)
+			}
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("hand sandbox %s over: %w", rec.ID, err))
 		}
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("hand sandbox %s over: %w", rec.ID, err))
 	}
 	s.deadlines.Set(rec.ID, rec.EndAt)
 	s.log.InfoContext(ctx, "sandbox claimed", "sandbox", rec.ID, "team", rec.Team, "pool", rec.Pool, "template", rec.Template,
-		"duration", time.Since(began), "record", tookRecord, "envd", time.Since(step))
+		"duration", time.Since(began), "record", tookRecord, "envd", time.Since(step), "env_vars", rotate)
 	return connect.NewResponse(&pb.ClaimResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: token, TrafficAccessToken: traffic}), nil
 }
 

@@ -103,6 +103,38 @@ func TestClaimAnyConcurrent(t *testing.T) {
 	}
 }
 
+// TestClaimWithoutEnvHandsWarmToken: a claim without environment variables
+// makes no round trip into the sandbox; the token it returns is the one envd
+// was given when the sandbox was warmed, which nobody could read before:
+// Get of a warm sandbox shows no token, Get of the claimed one does.
+func TestClaimWithoutEnvHandsWarmToken(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	id := h.warm(1)[0]
+	got, err := h.client.Get(t.Context(), connect.NewRequest(&pb.GetRequest{SandboxId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := got.Msg.GetEnvdAccessToken(); tok != "" {
+		t.Fatalf("Get of a warm sandbox gave its token %q", tok)
+	}
+	resp, err := h.client.Claim(t.Context(), claimReq(&pb.ClaimRequest{SandboxId: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := h.rt.envd(id)
+	e.mu.Lock()
+	token, inits := e.token, e.inits
+	e.mu.Unlock()
+	if inits != 1 || token == "" || resp.Msg.GetEnvdAccessToken() != token {
+		t.Fatalf("claim without env: %d inits (want the warm one only), returned token matches envd's: %v",
+			inits, resp.Msg.GetEnvdAccessToken() == token)
+	}
+	got, err = h.client.Get(t.Context(), connect.NewRequest(&pb.GetRequest{SandboxId: id}))
+	if err != nil || got.Msg.GetEnvdAccessToken() != token {
+		t.Fatalf("Get of the claimed sandbox: token matches %v, %v", got.Msg.GetEnvdAccessToken() == token, err)
+	}
+}
+
 // TestClaimByIDConcurrent: ten claims of each of five sandboxes; exactly one
 // per sandbox wins, the others get failed_precondition.
 func TestClaimByIDConcurrent(t *testing.T) {
@@ -152,7 +184,7 @@ func TestClaimInitFailureKills(t *testing.T) {
 	e.mu.Lock()
 	e.rejectIn = true
 	e.mu.Unlock()
-	_, err := h.client.Claim(t.Context(), claimReq(&pb.ClaimRequest{SandboxId: id}))
+	_, err := h.client.Claim(t.Context(), claimReq(&pb.ClaimRequest{SandboxId: id, EnvVars: map[string]string{"A": "1"}}))
 	wantCode(t, err, connect.CodeUnavailable)
 	if !h.gone(id) || h.rt.running(id) {
 		t.Fatal("a sandbox whose envd refused the claim's token lives on")

@@ -25,6 +25,8 @@ const (
 	// streams send one every 90 s; e2b's edge idles out at 610 s).
 	idleTimeout    = 620 * time.Second
 	maxHeaderBytes = 1 << 20
+	// compressMinBytes is the smallest Connect message sent gzipped.
+	compressMinBytes = 64 << 10
 )
 
 // Handler is the API listener's handler: requests that name a sandbox
@@ -33,7 +35,13 @@ const (
 // check.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(sandboxdv1connect.NewSandboxdServiceHandler(s, connect.WithInterceptors(rpcCounter{s.metrics})))
+	mux.Handle(sandboxdv1connect.NewSandboxdServiceHandler(s,
+		connect.WithInterceptors(rpcCounter{s.metrics}),
+		// Connect gzips every message a client accepts gzip for (its
+		// default threshold is 0 bytes): resetting the compressor cost
+		// more than the rest of a Get or a Claim together. Only messages
+		// big enough to gain from it (a long List) are compressed.
+		connect.WithCompressMinBytes(compressMinBytes)))
 	rel := relay.New(s)
 	route := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isRelayed(r) {

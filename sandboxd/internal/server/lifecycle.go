@@ -28,9 +28,12 @@ func (s *Server) Get(_ context.Context, req *connect.Request[pb.GetRequest]) (*c
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pb.GetResponse{
-		Sandbox: s.toSandbox(rec), EnvdAccessToken: rec.EnvdAccessToken, TrafficAccessToken: rec.TrafficAccessToken,
-	}), nil
+	resp := &pb.GetResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: rec.EnvdAccessToken, TrafficAccessToken: rec.TrafficAccessToken}
+	if rec.State == registry.StateWarm {
+		// A warm sandbox's token is its future owner's: only Claim gives it.
+		resp.EnvdAccessToken = ""
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // List returns the host's sandboxes, of one team and some states when the

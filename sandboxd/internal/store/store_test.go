@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,10 +70,86 @@ func TestPutGetLoadDelete(t *testing.T) {
 	if _, err := s.Get(a.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get after Delete = %v, want ErrNotFound", err)
 	}
-	// Records hold tokens: only the owner reads them.
-	fi, err := os.Stat(filepath.Join(dir, b.ID+recordExt))
+	// Records hold tokens: only the owner reads them. Each record is one
+	// file: a replaced version is gone.
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(files) != 1 || !strings.HasPrefix(filepath.Base(files[0]), b.ID+".") {
+		t.Fatalf("state directory holds %v, want b's record alone", files)
+	}
+	fi, err := os.Stat(files[0])
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("record mode = %v, %v; want 0600", fi.Mode(), err)
+	}
+	// A reopened store continues the numbering and finds the record.
+	s, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(b.ID); err != nil || got.ID != b.ID {
+		t.Fatalf("Get after reopening = %v, %v", got, err)
+	}
+	if err := s.Put(b); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := filepath.Glob(filepath.Join(dir, "*")); len(again) != 1 || again[0] == files[0] {
+		t.Fatalf("after a Put on the reopened store: %v (before: %v), want one new file", again, files)
+	}
+}
+
+// Load takes a record's newest file that reads whole: a newer one that a
+// kill cut short and older ones a crash left are removed; a record in the
+// single-file name of earlier sandboxds loads and is replaced by the next
+// Put.
+func TestLoadPicksNewestWholeVersion(t *testing.T) {
+	dir := t.TempDir()
+	torn, leftover, legacy := record(1), record(2), record(3)
+	write := func(name string, r *Record, cut int) {
+		t.Helper()
+		data, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data[:len(data)-cut], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	torn.Schema, leftover.Schema, legacy.Schema = 1, 1, 1
+	write(torn.ID+".7.json", torn, 0)
+	torn.EnvdAccessToken = "cut-short"
+	write(torn.ID+".9.json", torn, 10)
+	write(leftover.ID+".3.json", leftover, 0)
+	leftover.EnvdAccessToken = "newest"
+	write(leftover.ID+".8.json", leftover, 0)
+	write(legacy.ID+".json", legacy, 0)
+
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Load()
+	if err != nil || len(all) != 3 {
+		t.Fatalf("Load = %v, %v; want 3 records", all, err)
+	}
+	if all[0].EnvdAccessToken != "token-1" || all[1].EnvdAccessToken != "newest" || all[2].EnvdAccessToken != "token-3" {
+		t.Fatalf("Load took %q, %q, %q; want the whole newest of each", all[0].EnvdAccessToken, all[1].EnvdAccessToken, all[2].EnvdAccessToken)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	slices.Sort(files)
+	want := []string{torn.ID + ".7.json", leftover.ID + ".8.json", legacy.ID + ".json"}
+	for i := range want {
+		want[i] = filepath.Join(dir, want[i])
+	}
+	if !slices.Equal(files, want) {
+		t.Fatalf("after Load the directory holds %v, want %v", files, want)
+	}
+	if err := s.Put(legacy); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, legacy.ID+".json")); !os.IsNotExist(err) {
+		t.Fatalf("the single-file record outlived a Put: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, legacy.ID+".10.json")); err != nil {
+		t.Fatalf("a Put after files up to number 9 should write number 10: %v", err)
 	}
 }
 
