@@ -86,6 +86,25 @@ type Stats struct {
 	DiskLimit int64
 }
 
+// Limits are the resources a sandbox may use.
+type Limits struct {
+	CPUMilli, MemoryMiB, DiskMiB int64
+}
+
+// Preparer is a runtime that can do the work of a start ahead of time: a
+// prepared sandbox has its root, cgroup, namespaces, mounts and seccomp
+// filter, and its init stopped just before it runs envd. Nothing of a
+// workload runs in it, and it takes no CPU. StartPrepared then gives it
+// the limits of the create that takes it and lets its init run envd.
+type Preparer interface {
+	// Prepare does all of Start(spec) but run envd. On error nothing of
+	// the sandbox is left behind. Stop releases a prepared sandbox.
+	Prepare(ctx context.Context, spec *Spec) error
+	// StartPrepared sets the prepared sandbox's limits and runs envd,
+	// returning once envd runs, as Start does.
+	StartPrepared(ctx context.Context, id string, limits Limits) error
+}
+
 // Runtime runs sandboxes. Implementations are safe for concurrent use on
 // different sandboxes; sandboxd serialises calls for one sandbox.
 type Runtime interface {

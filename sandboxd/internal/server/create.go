@@ -71,7 +71,7 @@ func (s *Server) Create(ctx context.Context, req *connect.Request[pb.CreateReque
 }
 
 // Warm starts a sandbox that belongs to no one yet, for a warm pool. Its
-// envd holds a token only sandboxd knows until a Claim replaces it.
+// envd holds a token only sandboxd knows until a Claim hands it over.
 func (s *Server) Warm(ctx context.Context, req *connect.Request[pb.WarmRequest]) (*connect.Response[pb.WarmResponse], error) {
 	m := req.Msg
 	var f fieldErrors
@@ -125,16 +125,26 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 		return nil, "", fmt.Errorf("reserve capacity: %w", err)
 	}
 	l.undo = append(l.undo, func(context.Context) { res.Release() })
-	id, err := sandboxid.New(s.tag)
-	if err != nil {
-		return nil, "", fmt.Errorf("new sandbox ID: %w", err)
+	// A prepared sandbox (prepared.go) comes with its ID, address and
+	// network; a new one is prepared in its place, as after a create that
+	// found none.
+	defer s.prepared.fill(l)
+	ps := s.prepared.take(ctx, l)
+	if ps == nil {
+		id, err := sandboxid.New(s.tag)
+		if err != nil {
+			return nil, "", fmt.Errorf("new sandbox ID: %w", err)
+		}
+		ps = &preparedSandbox{id: id}
 	}
+	id, block := ps.id, ps.block
 	log := s.log.With("sandbox", id)
 	defer s.locks.lock(id)()
 
-	block, err := s.ipam.Allocate(id)
-	if err != nil {
-		return nil, "", fmt.Errorf("allocate address: %w", err)
+	if ps.netns == "" {
+		if block, err = s.ipam.Allocate(id); err != nil {
+			return nil, "", fmt.Errorf("allocate address: %w", err)
+		}
 	}
 	l.undo = append(l.undo, func(context.Context) { s.ipam.Release(id) })
 	l.undo = append(l.undo, func(ctx context.Context) {
@@ -143,9 +153,11 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 		}
 	})
 	step := time.Now()
-	netns, err := s.net.Setup(ctx, id, block, l.rec.AllowInternetAccess)
-	if err != nil {
-		return nil, "", fmt.Errorf("set up network: %w", err)
+	netns := ps.netns
+	if netns == "" {
+		if netns, err = s.net.Setup(ctx, id, block, l.rec.AllowInternetAccess); err != nil {
+			return nil, "", fmt.Errorf("set up network: %w", err)
+		}
 	}
 	tookNet, step := time.Since(step), time.Now()
 
@@ -156,7 +168,11 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 		}
 		_ = os.Remove(logPath)
 	})
-	if err := s.rt.Start(ctx, s.spec(id, l, block, netns, logPath)); err != nil {
+	if ps.netns != "" {
+		if err := s.prepared.rt.StartPrepared(ctx, id, sandboxrt.Limits{CPUMilli: l.cpu, MemoryMiB: l.mem, DiskMiB: l.disk}); err != nil {
+			return nil, "", fmt.Errorf("start prepared sandbox: %w", err)
+		}
+	} else if err := s.rt.Start(ctx, s.spec(id, l, block, netns, logPath)); err != nil {
 		return nil, "", fmt.Errorf("start sandbox: %w", err)
 	}
 	tookRuntime, step := time.Since(step), time.Now()
@@ -174,10 +190,14 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 	if rec.State == registry.StateRunning {
 		s.deadlines.Set(id, rec.EndAt)
 	}
-	s.metrics.createDuration.WithLabelValues(l.kind).Observe(time.Since(began).Seconds())
+	kind := l.kind
+	if ps.netns != "" {
+		kind = kindCreatePrepared
+	}
+	s.metrics.createDuration.WithLabelValues(kind).Observe(time.Since(began).Seconds())
 	log.InfoContext(ctx, "sandbox started", "kind", l.kind, "template", rec.Template, "state", rec.State,
 		"team", rec.Team, "pool", rec.Pool, "cpu_milli", rec.CPUMilli, "memory_mib", rec.MemoryMiB, "duration", time.Since(began),
-		"network", tookNet, "runtime", tookRuntime, "envd", tookEnvd, "record", tookRecord)
+		"network", tookNet, "runtime", tookRuntime, "envd", tookEnvd, "record", tookRecord, "prepared", ps.netns != "")
 	return &rec, token, nil
 }
 

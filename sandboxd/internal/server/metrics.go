@@ -16,6 +16,9 @@ import (
 const (
 	kindCreate = "create"
 	kindWarm   = "warm"
+	// kindCreatePrepared labels the duration of a create that took a
+	// prepared sandbox.
+	kindCreatePrepared = "create_prepared"
 )
 
 const (
@@ -59,7 +62,7 @@ func newMetrics(s *Server) *metrics {
 		autoResumes: prometheus.NewCounterVec(prometheus.CounterOpts(opts("auto_resumes_total",
 			"Paused sandboxes resumed by a relayed request (auto-resume), by result.")), []string{"result"}),
 		createDuration: prometheus.NewHistogramVec(hist("create_duration_seconds",
-			"Time from a start's request to its sandbox holding a token, by kind.", startBuckets), []string{"kind"}),
+			"Time from a start's request to its sandbox holding a token, by kind (create, create_prepared: a create that took a prepared sandbox, warm).", startBuckets), []string{"kind"}),
 		envdReady: prometheus.NewHistogram(hist("envd_ready_duration_seconds",
 			"Time from the runtime starting a sandbox to its envd answering /health.", startBuckets)),
 		claimDuration: prometheus.NewHistogram(hist("claim_duration_seconds",

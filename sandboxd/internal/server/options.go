@@ -59,6 +59,9 @@ type Options struct {
 	// EnvdReadyTimeout bounds how long a new sandbox's envd may take to
 	// answer /health.
 	EnvdReadyTimeout time.Duration
+	// PreparedSandboxes is how many sandboxes are kept prepared for cold
+	// creates, per template (prepared.go); 0 turns it off.
+	PreparedSandboxes int
 	// MaxTimeout bounds a sandbox's lifetime.
 	MaxTimeout time.Duration
 
@@ -82,23 +85,24 @@ type Options struct {
 func NewOptions() Options {
 	node, _ := os.Hostname()
 	return Options{
-		Listen:           ":27777",
-		AdminListen:      "127.0.0.1:27778",
-		NodeName:         node,
-		MaxSandboxes:     256,
-		CPUCapacity:      int64(runtime.NumCPU()) * 1000,
-		MemoryCapacity:   hostMemoryMiB(),
-		Overcommit:       1.0,
-		SandboxCIDR:      "10.213.0.0/16",
-		Envd:             defaultEnvd(),
-		EnvdReadyTimeout: 10 * time.Second,
-		MaxTimeout:       24 * time.Hour,
-		DefaultCPUMilli:  2000,
-		DefaultMemoryMiB: 512,
-		DefaultDiskMiB:   10240,
-		MetricsInterval:  5 * time.Second,
-		MetricsSamples:   120,
-		ShutdownTimeout:  10 * time.Second,
+		Listen:            ":27777",
+		AdminListen:       "127.0.0.1:27778",
+		NodeName:          node,
+		MaxSandboxes:      256,
+		CPUCapacity:       int64(runtime.NumCPU()) * 1000,
+		MemoryCapacity:    hostMemoryMiB(),
+		Overcommit:        1.0,
+		SandboxCIDR:       "10.213.0.0/16",
+		Envd:              defaultEnvd(),
+		EnvdReadyTimeout:  10 * time.Second,
+		PreparedSandboxes: 1,
+		MaxTimeout:        24 * time.Hour,
+		DefaultCPUMilli:   2000,
+		DefaultMemoryMiB:  512,
+		DefaultDiskMiB:    10240,
+		MetricsInterval:   5 * time.Second,
+		MetricsSamples:    120,
+		ShutdownTimeout:   10 * time.Second,
 	}
 }
 
@@ -119,6 +123,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SandboxCIDR, "sandbox-cidr", o.SandboxCIDR, "IPv4 pool of sandbox addresses, a /30 per sandbox.")
 	fs.StringVar(&o.Envd, "envd", o.Envd, "The static envd binary every sandbox runs (default: envd beside sandboxd, else "+DefaultEnvdPath+").")
 	fs.DurationVar(&o.EnvdReadyTimeout, "envd-ready-timeout", o.EnvdReadyTimeout, "How long a new sandbox's envd may take to answer.")
+	fs.IntVar(&o.PreparedSandboxes, "prepared-sandboxes", o.PreparedSandboxes, "Sandboxes kept prepared for cold creates, per template created from: network, root, cgroup, namespaces and seccomp "+
+		"set up, envd not started (native runtime; 0: off).")
 	fs.DurationVar(&o.MaxTimeout, "max-timeout", o.MaxTimeout, "Longest lifetime a sandbox may be given.")
 	fs.Int64Var(&o.DefaultCPUMilli, "default-cpu", o.DefaultCPUMilli, "A sandbox's CPU, in millicores, when the request gives none.")
 	fs.Int64Var(&o.DefaultMemoryMiB, "default-memory", o.DefaultMemoryMiB, "A sandbox's memory, in MiB, when the request gives none.")
@@ -168,6 +174,9 @@ func (o *Options) Validate() error {
 	}
 	if o.EnvdReadyTimeout <= 0 {
 		add("--envd-ready-timeout must be positive, got %s", o.EnvdReadyTimeout)
+	}
+	if o.PreparedSandboxes < 0 || o.PreparedSandboxes > 16 {
+		add("--prepared-sandboxes must be between 0 and 16, got %d", o.PreparedSandboxes)
 	}
 	if o.MaxTimeout <= 0 {
 		add("--max-timeout must be positive, got %s", o.MaxTimeout)

@@ -114,6 +114,9 @@ type Server struct {
 	// watchSource is the registry's Watch; tests replace it.
 	watchSource func() ([]*store.Record, <-chan registry.Event, func())
 
+	// prepared holds sandboxes made ahead of cold creates; nil when off.
+	prepared *preparedPool
+
 	recovered atomic.Bool
 	// stopping closes when Serve shuts down, so Watch streams end.
 	stopping chan struct{}
@@ -140,6 +143,7 @@ func New(opts Options, deps Deps) (*Server, error) {
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
+	s.prepared = newPreparedPool(s, opts.PreparedSandboxes)
 	if s.log == nil {
 		s.log = slog.Default()
 	}

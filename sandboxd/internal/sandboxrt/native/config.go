@@ -35,10 +35,7 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd string) (*confi
 		PidsLimit: &pids,
 		Devices:   rules,
 	}
-	if spec.CPUMilli > 0 {
-		res.CpuQuota = spec.CPUMilli * sandboxrt.CPUPeriod / 1000
-		res.CpuPeriod = sandboxrt.CPUPeriod
-	}
+	res.CpuQuota, res.CpuPeriod = cpuQuota(spec.CPUMilli)
 	const nodev = unix.MS_NOSUID | unix.MS_NOEXEC | unix.MS_NODEV
 	// When the host runs out of memory, sandboxes go before sandboxd.
 	oomScoreAdj := 500

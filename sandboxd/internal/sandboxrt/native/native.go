@@ -100,8 +100,9 @@ type Runtime struct {
 	userns     usernsCache
 	envd       sandboxrt.EnvdCopies
 
-	mu    sync.Mutex
-	slots map[int]string // slot → sandbox ID
+	mu       sync.Mutex
+	slots    map[int]string                     // slot → sandbox ID
+	prepared map[string]*libcontainer.Container // prepared, not yet started
 }
 
 var _ sandboxrt.Runtime = (*Runtime)(nil)
@@ -130,6 +131,7 @@ func New(opts Options) (*Runtime, error) {
 		containers: filepath.Join(opts.Dir, "containers"),
 		sandboxes:  filepath.Join(opts.Dir, "sandboxes"),
 		slots:      map[int]string{},
+		prepared:   map[string]*libcontainer.Container{},
 		envd:       sandboxrt.EnvdCopies{Dir: filepath.Join(opts.Dir, "bin"), Perm: 0o711},
 	}
 	// A sandbox's root reaches its root filesystem and envd through these
@@ -204,6 +206,17 @@ func (r *Runtime) readMeta(id string) (*meta, error) {
 	return &m, nil
 }
 
+func (r *Runtime) writeMeta(id string, m *meta) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(r.dir(id), "meta.json"), data, 0o600); err != nil {
+		return fmt.Errorf("sandbox %s: write runtime state: %w", id, err)
+	}
+	return nil
+}
+
 func (r *Runtime) takeSlot(id string) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -226,8 +239,75 @@ func (r *Runtime) releaseSlot(id string) {
 	}
 }
 
+var _ sandboxrt.Preparer = (*Runtime)(nil)
+
 // Start implements sandboxrt.Runtime.
-func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
+func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) error {
+	return r.start(ctx, spec, true)
+}
+
+// Prepare implements sandboxrt.Preparer: libcontainer's create (runc
+// create), whose init waits on the container's exec fifo with everything
+// set up, seccomp filter included.
+func (r *Runtime) Prepare(ctx context.Context, spec *sandboxrt.Spec) error {
+	return r.start(ctx, spec, false)
+}
+
+// StartPrepared implements sandboxrt.Preparer: libcontainer's start (runc
+// start) after the cgroup takes the create's limits.
+func (r *Runtime) StartPrepared(ctx context.Context, id string, lim sandboxrt.Limits) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	c, ok := r.prepared[id]
+	delete(r.prepared, id)
+	r.mu.Unlock()
+	if !ok {
+		if c, err = r.load(id); err != nil {
+			return err
+		}
+	}
+	st, err := c.Status()
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if st != libcontainer.Created {
+		return fmt.Errorf("sandbox %s: not a prepared sandbox (%s)", id, st)
+	}
+	cfg := c.Config()
+	res := cfg.Cgroups.Resources
+	quota, period := cpuQuota(lim.CPUMilli)
+	if res.Memory != lim.MemoryMiB<<20 || res.CpuQuota != quota || res.CpuPeriod != period {
+		res.Memory, res.CpuQuota, res.CpuPeriod = lim.MemoryMiB<<20, quota, period
+		if err := c.Set(cfg); err != nil {
+			return fmt.Errorf("sandbox %s: set limits: %w", id, err)
+		}
+	}
+	if m, err := r.readMeta(id); err != nil {
+		return err
+	} else if m.DiskLimit != lim.DiskMiB<<20 {
+		m.DiskLimit = lim.DiskMiB << 20
+		if err := r.writeMeta(id, m); err != nil {
+			return err
+		}
+	}
+	if err := c.Exec(); err != nil {
+		return fmt.Errorf("sandbox %s: start envd: %w", id, err)
+	}
+	return nil
+}
+
+// cpuQuota is the CFS quota and period of a CPU limit in millicores; 0 is
+// no limit.
+func cpuQuota(milli int64) (quota int64, period uint64) {
+	if milli <= 0 {
+		return 0, 0
+	}
+	return milli * sandboxrt.CPUPeriod / 1000, sandboxrt.CPUPeriod
+}
+
+func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (err error) {
 	if !seccompBuilt {
 		return errors.New("native runtime: sandboxd was built without seccomp support (build with CGO_ENABLED=1 -tags seccomp and libseccomp-dev)")
 	}
@@ -276,12 +356,21 @@ func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
 		Stderr: log,
 		Init:   true,
 	}
-	if err := c.Run(p); err != nil {
-		return fmt.Errorf("sandbox %s: start envd: %w", spec.ID, err)
+	if err := c.Start(p); err != nil {
+		return fmt.Errorf("sandbox %s: create container: %w", spec.ID, err)
 	}
 	// Reap the init when it exits, while this sandboxd lives; after a
 	// restart the host's init (or subreaper) does.
 	go func() { _, _ = p.Wait() }()
+	if !run {
+		r.mu.Lock()
+		r.prepared[spec.ID] = c
+		r.mu.Unlock()
+		return nil
+	}
+	if err := c.Exec(); err != nil {
+		return fmt.Errorf("sandbox %s: start envd: %w", spec.ID, err)
+	}
 	return nil
 }
 
@@ -295,12 +384,8 @@ func (r *Runtime) prepareRoot(spec *sandboxrt.Spec, m *meta) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("create sandbox directory: %w", err)
 	}
-	data, err := json.Marshal(m)
-	if err != nil {
+	if err := r.writeMeta(spec.ID, m); err != nil {
 		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "meta.json"), data, 0o600); err != nil {
-		return fmt.Errorf("write runtime state: %w", err)
 	}
 	upper, work, rootfs := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "rootfs")
 	for _, d := range []string{upper, work, rootfs} {
@@ -481,10 +566,18 @@ func diskUsage(dir string) int64 {
 
 // Stop implements sandboxrt.Runtime.
 func (r *Runtime) Stop(ctx context.Context, id string) error {
+	r.mu.Lock()
+	delete(r.prepared, id)
+	r.mu.Unlock()
 	var errs []error
 	c, err := r.load(id)
 	switch {
 	case errors.Is(err, sandboxrt.ErrNotFound):
+		// A start cut short (sandboxd killed during it) may have made
+		// the sandbox's cgroup before libcontainer recorded anything.
+		if err := sandboxrt.RemoveCgroups(filepath.Join(r.opts.CgroupParent, id)); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
+		}
 	case err != nil:
 		errs = append(errs, err)
 	default:
