@@ -37,6 +37,12 @@ const DefaultPort = 49983
 type Options struct {
 	ListenAddress string
 	Port          int
+	// ListenFD, when above 2, is an inherited socket that already listens
+	// (made by whoever starts envd, in the sandbox's network): envd serves
+	// on it instead of listening on ListenAddress and Port. Connections
+	// made before envd runs wait in its backlog, so the host needs no
+	// polling to learn when envd is up.
+	ListenFD int
 	// MaxInitBytes bounds the body of POST /init.
 	MaxInitBytes int64
 
@@ -74,6 +80,7 @@ func NewOptions() Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address to listen on.")
 	fs.IntVar(&o.Port, "port", o.Port, "Port to listen on; the e2b SDKs expect 49983.")
+	fs.IntVar(&o.ListenFD, "listen-fd", o.ListenFD, "Serve on this inherited, already listening socket (a file descriptor above 2) instead of --listen-address and --port.")
 	fs.BoolVar(&o.Init, "init", o.Init, "Act as the sandbox's init: reap orphaned processes. Defaults to true when envd is PID 1; "+
 		"when it is not, --init makes it a child subreaper (for tests).")
 	fs.BoolVar(&o.LogProcessOutput, "log-process-output", o.LogProcessOutput, "Log the output lines of processes (source stdout/stderr). Defaults to --init.")
@@ -94,6 +101,9 @@ func (o Options) Validate() error {
 	var errs []error
 	if o.Port < 0 || o.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port must be between 0 and 65535, got %d", o.Port))
+	}
+	if o.ListenFD != 0 && o.ListenFD < 3 {
+		errs = append(errs, fmt.Errorf("--listen-fd must be above 2 (0: listen on --listen-address and --port), got %d", o.ListenFD))
 	}
 	if o.ListenAddress == "" {
 		errs = append(errs, errors.New("--listen-address must not be empty"))
@@ -192,10 +202,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // Run listens on the configured address and serves until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
-	addr := net.JoinHostPort(s.opts.ListenAddress, strconv.Itoa(s.opts.Port))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := s.listen()
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
+		return err
 	}
 	s.logger.InfoContext(ctx, "envd listening", "address", ln.Addr().String())
 	return s.Serve(ctx, ln)
@@ -266,4 +275,30 @@ func (s *Server) logInit(in state.Init) {
 		attrs = append(attrs, "timestamp", in.Timestamp)
 	}
 	s.logger.Info("init", attrs...)
+}
+
+// listen returns the inherited socket of --listen-fd, or listens on the
+// address and port.
+func (s *Server) listen() (net.Listener, error) {
+	if fd := s.opts.ListenFD; fd > 0 {
+		f := os.NewFile(uintptr(fd), "listen-fd")
+		if f == nil {
+			return nil, fmt.Errorf("--listen-fd %d: not an open file", fd)
+		}
+		// FileListener serves on a duplicate that closes on exec; the
+		// inherited descriptor is closed, so no process envd starts
+		// inherits the socket.
+		defer f.Close()
+		ln, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("--listen-fd %d: %w", fd, err)
+		}
+		return ln, nil
+	}
+	addr := net.JoinHostPort(s.opts.ListenAddress, strconv.Itoa(s.opts.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return ln, nil
 }

@@ -40,6 +40,11 @@ type Spec struct {
 	// read-only into the sandbox and runs as its init with EnvdArgs.
 	Envd     string
 	EnvdArgs []string
+	// EnvdPort is the port envd listens on. A runtime may make the
+	// listening socket itself, in the sandbox's network namespace, and
+	// hand it to envd (--listen-fd): then a request to envd made as soon
+	// as Start returns waits for envd instead of being refused.
+	EnvdPort int
 	// Files are small files written into the sandbox's root before start
 	// (for example /etc/resolv.conf and /etc/hosts), by path inside it.
 	Files map[string][]byte

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	"github.com/skiff-dev/skiff/shared/routing"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
@@ -252,7 +254,8 @@ func (s *Server) spec(id string, l *launch, block ipam.Block, netns, logPath str
 		NetNS:     netns,
 		Hostname:  sandboxHostname,
 		Envd:      s.opts.Envd,
-		EnvdArgs:  []string{"--port", "49983"},
+		EnvdArgs:  []string{"--port", strconv.Itoa(routing.EnvdPort)},
+		EnvdPort:  routing.EnvdPort,
 		Files: map[string][]byte{
 			"/etc/resolv.conf": s.net.ResolvConf(),
 			"/etc/hosts":       []byte(hosts),

@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -348,13 +349,25 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 	if err != nil {
 		return fmt.Errorf("sandbox %s: create container: %w", spec.ID, err)
 	}
+	args := append([]string{envdPath}, spec.EnvdArgs...)
+	var extra []*os.File
+	if spec.NetNS != "" && spec.EnvdPort > 0 {
+		sock, err := listenIn(spec.NetNS, spec.EnvdPort)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: envd's socket: %w", spec.ID, err)
+		}
+		defer sock.Close() // envd has its own copy
+		extra = append(extra, sock)
+		args = append(args, "--listen-fd", "3")
+	}
 	p := &libcontainer.Process{
-		Args:   append([]string{envdPath}, spec.EnvdArgs...),
-		Env:    []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
-		Cwd:    "/",
-		Stdout: log,
-		Stderr: log,
-		Init:   true,
+		Args:       args,
+		ExtraFiles: extra,
+		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
+		Cwd:        "/",
+		Stdout:     log,
+		Stderr:     log,
+		Init:       true,
 	}
 	if err := c.Start(p); err != nil {
 		return fmt.Errorf("sandbox %s: create container: %w", spec.ID, err)
@@ -691,4 +704,53 @@ func ReexecSealed() error {
 		return err
 	}
 	return syscall.Exec("/proc/self/fd/"+strconv.Itoa(int(clone.Fd())), os.Args, os.Environ())
+}
+
+// listenIn returns a TCP socket listening on port of every address of the
+// network namespace at netnsPath, for envd to serve on (--listen-fd). A
+// connection to it is accepted by the kernel at once and waits until envd
+// serves, so sandboxd learns that envd is up from its first request rather
+// than by polling; and a prepared sandbox's socket listens before envd
+// even starts.
+func listenIn(netnsPath string, port int) (*os.File, error) {
+	target, err := os.Open(netnsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	type result struct {
+		fd  int
+		err error
+	}
+	done := make(chan result, 1)
+	// On a thread of its own, locked and never unlocked: a thread left in
+	// the sandbox's namespace (a failed switch back) dies with the
+	// goroutine instead of running other goroutines.
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- result{-1, fmt.Errorf("enter network namespace: %w", err)}
+			return
+		}
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+			if err == nil {
+				err = unix.Bind(fd, &unix.SockaddrInet4{Port: port})
+			}
+			if err == nil {
+				err = unix.Listen(fd, unix.SOMAXCONN)
+			}
+			if err != nil {
+				_ = unix.Close(fd)
+				fd = -1
+			}
+		}
+		done <- result{fd, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		return nil, fmt.Errorf("listen on port %d: %w", port, r.err)
+	}
+	return os.NewFile(uintptr(r.fd), "envd-listener"), nil
 }
