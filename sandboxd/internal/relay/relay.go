@@ -69,6 +69,7 @@ func New(r Resolver) http.Handler {
 	h.resumer, _ = r.(AutoResumer)
 	h.proxy = &httputil.ReverseProxy{
 		Rewrite:       h.rewrite,
+		Transport:     newTransport(),
 		FlushInterval: -1, // flush every write: streams and SSE must not wait
 		ErrorHandler:  h.proxyError,
 		BufferPool:    bufferPool{},
@@ -202,4 +203,19 @@ func writeError(w http.ResponseWriter, status int, message string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(`{"code":` + strconv.Itoa(status) + `,"message":` + strconv.Quote(message) + "}\n"))
+}
+
+// newTransport is the relay's way into sandboxes. It passes bodies as they
+// are: Go's default transport asks for gzip when the client did not and
+// unpacks it, so a 100 MB download was compressed by envd and decompressed
+// here, at a third of the throughput. It never goes through a proxy of the
+// environment (a sandbox's address is on this host), and keeps enough idle
+// connections per sandbox for an SDK's concurrent calls.
+func newTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DisableCompression = true
+	t.MaxIdleConns = 0 // no limit beyond the per-sandbox one
+	t.MaxIdleConnsPerHost = 64
+	return t
 }
