@@ -24,6 +24,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/skiff-dev/skiff/shared/routing"
 )
@@ -137,8 +138,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		routing.WriteSandboxNotFound(w, r, t.SandboxID)
 		return
 	}
-	upstream := &url.URL{Scheme: "http", Host: net.JoinHostPort(sb.Address, strconv.Itoa(int(t.Port)))}
-	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, relayed{t, upstream})))
+	// The URL names the sandbox, not its address, and the transport dials
+	// the address (dial): kept connections are pooled per sandbox. An
+	// address passes to a new sandbox after a kill, and a connection kept
+	// from the old one would reach the new one's kernel, which resets it —
+	// a POST (every Connect call) is not retried, so an SDK's first call
+	// into the new sandbox failed.
+	port := strconv.Itoa(int(t.Port))
+	upstream := &url.URL{Scheme: "http", Host: net.JoinHostPort(t.SandboxID, port)}
+	addr := net.JoinHostPort(sb.Address, port)
+	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, relayed{t, upstream, addr})))
 }
 
 // resumeFailed answers a failed auto-resume with 502: e2b's "not found"
@@ -173,7 +182,8 @@ func checkTrafficToken(r *http.Request, want string) (int, string) {
 
 type relayed struct {
 	target   routing.Target
-	upstream *url.URL
+	upstream *url.URL // http://<sandbox ID>:<port>
+	addr     string   // the sandbox's address and port, which dial dials
 }
 
 // rewrite points the outgoing request at the sandbox's port. The routing
@@ -210,9 +220,18 @@ func writeError(w http.ResponseWriter, status int, message string) {
 // unpacks it, so a 100 MB download was compressed by envd and decompressed
 // here, at a third of the throughput. It never goes through a proxy of the
 // environment (a sandbox's address is on this host), and keeps enough idle
-// connections per sandbox for an SDK's concurrent calls.
+// connections per sandbox for an SDK's concurrent calls, pooled by sandbox
+// ID (see ServeHTTP).
 func newTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	t.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		rt, ok := ctx.Value(targetKey{}).(relayed)
+		if !ok {
+			return nil, errors.New("relay: a connection dialled without a sandbox")
+		}
+		return d.DialContext(ctx, network, rt.addr)
+	}
 	t.Proxy = nil
 	t.DisableCompression = true
 	t.MaxIdleConns = 0 // no limit beyond the per-sandbox one

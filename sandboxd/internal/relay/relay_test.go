@@ -154,6 +154,51 @@ func TestNoCompressionOfItsOwn(t *testing.T) {
 	}
 }
 
+// Kept connections belong to one sandbox: a sandbox that gets the address
+// of a killed one never receives a connection kept from the old one (its
+// kernel would reset it, failing the first call, a POST, unretried), while
+// calls to one sandbox reuse theirs.
+func TestConnectionsKeptPerSandbox(t *testing.T) {
+	var conns atomic.Int32
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = w.Write([]byte("ok"))
+	}))
+	upstream.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	upstream.Start()
+	defer upstream.Close()
+	relay, res := startRelay(t)
+	const other = "sbx00000000000second"
+	res.set(other, Sandbox{Address: "127.0.0.1"}) // the same address
+	post := func(id string) {
+		t.Helper()
+		req := request(t, http.MethodPost, relay.URL, "/process.Process/Start", portOf(t, upstream.URL), strings.NewReader("{}"))
+		req.Header.Set(routing.HeaderSandboxID, id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST for %s: %d", id, resp.StatusCode)
+		}
+	}
+	post(sandboxID)
+	post(sandboxID)
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("two calls to one sandbox opened %d connections, want 1 (kept)", n)
+	}
+	post(other)
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("a call to another sandbox at the same address opened %d connections in all, want a new one (2)", n)
+	}
+}
+
 // The response streams: the client reads the first chunk while the sandbox
 // has not finished writing. The request streams too: a 16 MB chunked body
 // arrives whole.
