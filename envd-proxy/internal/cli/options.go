@@ -55,10 +55,6 @@ type Options struct {
 	// IndexRefresh is how often the routing index is rebuilt besides (kube
 	// mode) on every NodeInventory event.
 	IndexRefresh time.Duration
-	// SpliceAbove, above 0, takes GETs on the proxy's own connections and
-	// splices bodies longer than this many bytes to plain HTTP/1.1
-	// clients (proxy.TransportOptions).
-	SpliceAbove int64
 }
 
 // NewOptions returns the defaults.
@@ -90,7 +86,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "On SIGTERM or SIGINT, how long requests and streams in flight may take to finish before they are cut.")
 	fs.IntVar(&o.TokenRoutes, "token-routes", o.TokenRoutes, "Most X-Access-Token values remembered to route requests that carry only a token (old SDKs' /files calls); 0 turns that off.")
 	fs.DurationVar(&o.IndexRefresh, "index-refresh-interval", o.IndexRefresh, "How often the routing index is rebuilt from the fleet; with --inventory kube it is also rebuilt on every NodeInventory change.")
-	fs.Int64Var(&o.SpliceAbove, "splice-above", o.SpliceAbove, "Above 0: send GETs on the proxy's own connections, and a body of known length above this many bytes to a plain HTTP/1.1 client with splice(2) instead of copying it; 0 sends GETs through http.Transport.")
 }
 
 // Validate reports every option that cannot work, naming its flag.
@@ -142,9 +137,6 @@ func (o *Options) Validate() error {
 	}
 	if o.IndexRefresh <= 0 {
 		add("--index-refresh-interval must be positive, got %s", o.IndexRefresh)
-	}
-	if o.SpliceAbove < 0 {
-		add("--splice-above must not be negative, got %d", o.SpliceAbove)
 	}
 	return errors.Join(errs...)
 }

@@ -140,7 +140,7 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		Ready:     readyFn,
 		Tokens:    tokens,
 		NodeToken: token,
-		Transport: proxy.NewTransport(proxy.TransportOptions{SpliceAbove: o.SpliceAbove}, metrics),
+		Transport: proxy.NewTransport(proxy.TransportOptions{}, metrics),
 		Metrics:   metrics,
 		Logger:    log,
 	})

@@ -113,8 +113,6 @@ func TestValidate(t *testing.T) {
 		{"negative shutdown timeout", func(o *Options) { o.ShutdownTimeout = -1 }, "--shutdown-timeout"},
 		{"negative token routes", func(o *Options) { o.TokenRoutes = -1 }, "--token-routes"},
 		{"zero index refresh", func(o *Options) { o.IndexRefresh = 0 }, "--index-refresh-interval"},
-		{"splicing on", func(o *Options) { o.SpliceAbove = 1 << 20 }, ""},
-		{"negative splice-above", func(o *Options) { o.SpliceAbove = -1 }, "--splice-above"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := valid()
@@ -143,7 +141,7 @@ func TestFlagsRegisterEveryOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"listen", "admin-listen", "inventory", "sandboxd", "sandboxd-token-file", "kubeconfig",
-		"inventory-stale-after", "tls-cert", "tls-key", "idle-timeout", "shutdown-timeout", "token-routes", "index-refresh-interval", "splice-above"} {
+		"inventory-stale-after", "tls-cert", "tls-key", "idle-timeout", "shutdown-timeout", "token-routes", "index-refresh-interval"} {
 		if serve.Flags().Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
 		}

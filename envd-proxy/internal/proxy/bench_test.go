@@ -8,10 +8,8 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -31,13 +29,9 @@ type benchSetup struct {
 }
 
 func newBenchSetup(b *testing.B, handler http.Handler) *benchSetup {
-	return newBenchSetupWith(b, handler, TransportOptions{})
-}
-
-func newBenchSetupWith(b *testing.B, handler http.Handler, to TransportOptions) *benchSetup {
 	b.Helper()
 	up := newUpstream(b, "node-a", handler)
-	h := newHarness(b, harnessOptions{quiet: true, transport: to}, up)
+	h := newHarness(b, harnessOptions{quiet: true}, up)
 	tr := func() *http.Transport {
 		return &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
 	}
@@ -50,7 +44,7 @@ func newBenchSetupWith(b *testing.B, handler http.Handler, to TransportOptions) 
 func (s *benchSetup) close() {
 	s.direct.CloseIdleConnections()
 	s.proxied.CloseIdleConnections()
-	s.h.proxy.rp.Transport.(*Transport).CloseIdleConnections()
+	s.h.proxy.rp.Transport.(*http.Transport).CloseIdleConnections()
 	s.h.srv.Close()
 	s.up.Close()
 }
@@ -113,120 +107,65 @@ func percentile(d []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(float64(len(s))*p))]
 }
 
-// BenchmarkAddedLatency1KB: a 1 KiB unary request, sent alternately
-// straight to sandboxd and through the proxy, one at a time on warm
-// keep-alive connections: a Connect call ("post", 1 KiB each way) and a
-// 1 KiB file read ("get", GET /files; "get-getpath" on the proxy's own
-// connections, with SpliceAbove set). Reports the p50 and p99 of each and
-// what the proxy adds.
+// BenchmarkAddedLatency1KB: a 1 KiB unary request (1 KiB answer), sent
+// alternately straight to sandboxd and through the proxy, one at a time on
+// warm keep-alive connections. Reports the p50 and p99 of each and what the
+// proxy adds.
 func BenchmarkAddedLatency1KB(b *testing.B) {
-	for _, tc := range []struct {
-		name, method, path string
-		body               []byte
-		opts               TransportOptions
-	}{
-		{"post", http.MethodPost, "/process.Process/List", kib, TransportOptions{}},
-		{"get", http.MethodGet, "/files?path=%2Fa", nil, TransportOptions{}},
-		{"get-getpath", http.MethodGet, "/files?path=%2Fa", nil, TransportOptions{SpliceAbove: 1 << 20}},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			s := newBenchSetupWith(b, echo1KB, tc.opts)
-			var direct, proxied []time.Duration
-			s.roundTrip(b, false, tc.method, tc.path, tc.body) // warm the connections
-			s.roundTrip(b, true, tc.method, tc.path, tc.body)
-			for b.Loop() {
-				t0 := time.Now()
-				s.roundTrip(b, false, tc.method, tc.path, tc.body)
-				t1 := time.Now()
-				s.roundTrip(b, true, tc.method, tc.path, tc.body)
-				direct, proxied = append(direct, t1.Sub(t0)), append(proxied, time.Since(t1))
-			}
-			us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-			for _, p := range []struct {
-				name string
-				q    float64
-			}{{"p50", .50}, {"p99", .99}} {
-				d, pr := percentile(direct, p.q), percentile(proxied, p.q)
-				b.ReportMetric(us(d), "direct-"+p.name+"-µs")
-				b.ReportMetric(us(pr), "proxied-"+p.name+"-µs")
-				b.ReportMetric(us(pr-d), "added-"+p.name+"-µs")
-			}
-		})
+	s := newBenchSetup(b, echo1KB)
+	var direct, proxied []time.Duration
+	s.roundTrip(b, false, http.MethodPost, "/process.Process/List", kib) // warm the connections
+	s.roundTrip(b, true, http.MethodPost, "/process.Process/List", kib)
+	for b.Loop() {
+		t0 := time.Now()
+		s.roundTrip(b, false, http.MethodPost, "/process.Process/List", kib)
+		t1 := time.Now()
+		s.roundTrip(b, true, http.MethodPost, "/process.Process/List", kib)
+		direct, proxied = append(direct, t1.Sub(t0)), append(proxied, time.Since(t1))
+	}
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	for _, p := range []struct {
+		name string
+		q    float64
+	}{{"p50", .50}, {"p99", .99}} {
+		d, pr := percentile(direct, p.q), percentile(proxied, p.q)
+		b.ReportMetric(us(d), "direct-"+p.name+"-µs")
+		b.ReportMetric(us(pr), "proxied-"+p.name+"-µs")
+		b.ReportMetric(us(pr-d), "added-"+p.name+"-µs")
 	}
 }
 
 // BenchmarkDownload100MB: a 100 MB download (envd's GET /files), straight
-// and through the proxy, alternately. Reports each throughput, the ratio
-// proxied/direct, and the CPU time the proxied download took beyond the
-// direct one (the process's user and system time: on a shared machine
-// this varies less than throughput). The body has a Content-Length
-// ("sized", as envd sends it) or comes in flushed 32 KiB chunks
-// ("chunked", as sandboxd's relay sends a body it decompressed). With
-// "-getpath" the proxy takes its own GET path (SpliceAbove 1 MiB), which
-// splices the sized body and reads the chunked one through 64 KiB.
+// and through the proxy, alternately. Reports each throughput and the
+// ratio proxied/direct.
 func BenchmarkDownload100MB(b *testing.B) {
-	for _, tc := range []struct {
-		name    string
-		chunked bool
-		opts    TransportOptions
-	}{
-		{"sized", false, TransportOptions{}},
-		{"sized-getpath", false, TransportOptions{SpliceAbove: 1 << 20}},
-		{"chunked", true, TransportOptions{}},
-		{"chunked-getpath", true, TransportOptions{SpliceAbove: 1 << 20}},
-	} {
-		b.Run(tc.name, func(b *testing.B) { benchmarkDownload(b, tc.chunked, tc.opts) })
-	}
-}
-
-func benchmarkDownload(b *testing.B, chunked bool, opts TransportOptions) {
 	const size = 100 << 20
 	block := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
-	s := newBenchSetupWith(b, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	s := newBenchSetup(b, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/octet-stream")
-		if chunked {
-			rc := http.NewResponseController(w)
-			for sent := 0; sent < size; sent += 32 << 10 {
-				if _, err := w.Write(block[:32<<10]); err != nil {
-					return
-				}
-				_ = rc.Flush()
-			}
-			return
-		}
-		w.Header().Set("Content-Length", strconv.Itoa(size))
 		for range size / len(block) {
 			if _, err := w.Write(block); err != nil {
 				return
 			}
 		}
-	}), opts)
-	var direct, proxied, directCPU, proxiedCPU time.Duration
+	}))
+	var direct, proxied time.Duration
 	b.SetBytes(2 * size)
 	for b.Loop() {
-		t0, c0 := time.Now(), processCPU()
+		t0 := time.Now()
 		if n := s.roundTrip(b, false, http.MethodGet, "/files?path=%2Fbig", nil); n != size {
 			b.Fatalf("direct: %d bytes", n)
 		}
-		t1, c1 := time.Now(), processCPU()
+		t1 := time.Now()
 		if n := s.roundTrip(b, true, http.MethodGet, "/files?path=%2Fbig", nil); n != size {
 			b.Fatalf("proxied: %d bytes", n)
 		}
 		direct, proxied = direct+t1.Sub(t0), proxied+time.Since(t1)
-		directCPU, proxiedCPU = directCPU+c1-c0, proxiedCPU+processCPU()-c1
 	}
 	mbps := func(d time.Duration) float64 { return float64(b.N) * size / (1 << 20) / d.Seconds() }
 	b.ReportMetric(mbps(direct), "direct-MiB/s")
 	b.ReportMetric(mbps(proxied), "proxied-MiB/s")
 	b.ReportMetric(mbps(proxied)/mbps(direct), "ratio")
-	b.ReportMetric(float64(proxiedCPU-directCPU)/float64(time.Millisecond)/float64(b.N), "added-cpu-ms")
-}
-
-// processCPU is the user and system time the process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // cannot fail with these arguments
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkRequestsPerSecondC50: 1 KiB unary requests from 50 concurrent

@@ -38,15 +38,9 @@ func (bufferPool) Put(b []byte) { smallBuffers.Put(&b) }
 // borrowed large one while they fill it. It then reports EOF, so
 // ReverseProxy goes on with trailers as usual. ReverseProxy has already
 // written the status and headers when it first reads the body.
-//
-// A spliceBody (a large GET body of known length, see getPath) going to a
-// plain HTTP/1.1 client is instead handed to the client writer's ReadFrom:
-// net/http flushes the headers and what was written, then splices the rest
-// from sandboxd's socket to the client's, with no copy in user space.
 type streamBody struct {
 	io.ReadCloser
 	w      http.ResponseWriter
-	splice bool        // the client's connection is plain HTTP/1.1 (TCP), which net/http can splice into
 	fail   func(error) // told why a copy ended before EOF
 	copied bool
 }
@@ -60,15 +54,6 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		return b.ReadCloser.Read(p)
 	}
 	b.copied = true
-	if sb, ok := b.ReadCloser.(*spliceBody); ok && b.splice {
-		if rf, ok := b.w.(io.ReaderFrom); ok {
-			if err := sb.sendTo(b.w, rf); err != nil {
-				b.fail(err)
-				return 0, err
-			}
-			return 0, io.EOF // the whole body went through
-		}
-	}
 	rc := http.NewResponseController(b.w)
 	buf := p
 	var large *[]byte
@@ -129,19 +114,6 @@ func (l *lockedWriter) WriteHeader(code int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ResponseWriter.WriteHeader(code)
-}
-
-// ReadFrom passes a spliceBody's socket to the real writer's ReadFrom,
-// which net/http's HTTP/1.1 writer turns into splice(2). It holds the lock
-// for the whole copy: nothing else writes to a body of known length, for
-// which ReverseProxy (FlushInterval 0) runs no flush timer.
-func (l *lockedWriter) ReadFrom(r io.Reader) (int64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if rf, ok := l.ResponseWriter.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
-	}
-	return io.Copy(struct{ io.Writer }{l.ResponseWriter}, r)
 }
 
 // FlushError flushes what was written; http.ResponseController calls it.

@@ -31,7 +31,6 @@ type upstream struct {
 	*httptest.Server
 	node    string
 	accepts atomic.Int64
-	closed  atomic.Int64 // connections closed, by either side
 
 	mu   sync.Mutex
 	seen []*http.Request // clones, bodies not kept
@@ -46,7 +45,7 @@ func newUpstream(t testing.TB, node string, h http.Handler) *upstream {
 		u.mu.Unlock()
 		h.ServeHTTP(w, r)
 	}))
-	u.Listener = &countingListener{Listener: u.Listener, n: &u.accepts, closed: &u.closed}
+	u.Listener = &countingListener{Listener: u.Listener, n: &u.accepts}
 	u.EnableHTTP2 = false
 	u.Start()
 	t.Cleanup(u.Close)
@@ -73,33 +72,16 @@ func (u *upstream) last(t testing.TB) *http.Request {
 
 type countingListener struct {
 	net.Listener
-	n, closed *atomic.Int64
+	n *atomic.Int64
 }
 
 func (l *countingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	if err == nil {
+		l.n.Add(1)
 	}
-	l.n.Add(1)
-	return &closeCountingConn{Conn: c, closed: l.closed}, nil
+	return c, err
 }
-
-// closeCountingConn counts its first Close: the server closes a connection
-// when the proxy does, or when it ends it itself.
-type closeCountingConn struct {
-	net.Conn
-	closed *atomic.Int64
-	once   sync.Once
-}
-
-func (c *closeCountingConn) Close() error {
-	c.once.Do(func() { c.closed.Add(1) })
-	return c.Conn.Close()
-}
-
-// open is how many connections from the proxy sandboxd holds open.
-func (u *upstream) open() int64 { return u.accepts.Load() - u.closed.Load() }
 
 // harness is a proxy over a static fleet of stand-in sandboxd hosts.
 type harness struct {
@@ -116,20 +98,12 @@ type harness struct {
 type harnessOptions struct {
 	tokenRoutes int
 	quiet       bool // log at info, as in production (benchmarks), not debug
-	transport   TransportOptions
 }
-
-// harnessSpliceAbove is the SpliceAbove of harnesses that set none; see
-// TestEarlierTestsOnTheGETPath.
-var harnessSpliceAbove int64
 
 func newHarness(t testing.TB, opts harnessOptions, ups ...*upstream) *harness {
 	t.Helper()
 	if opts.tokenRoutes == 0 {
 		opts.tokenRoutes = 64
-	}
-	if opts.transport.SpliceAbove == 0 {
-		opts.transport.SpliceAbove = harnessSpliceAbove
 	}
 	h := &harness{t: t, src: inventory.NewStaticSource(), logs: &syncBuffer{}}
 	h.ready.Store(true)
@@ -144,11 +118,8 @@ func newHarness(t testing.TB, opts harnessOptions, ups ...*upstream) *harness {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: level}))
-	m := NewMetrics(h.tokens)
-	h.proxy = New(Config{Fleet: h.index, Tokens: h.tokens, NodeToken: nodeToken, Ready: h.ready.Load, Logger: log,
-		Metrics: m, Transport: NewTransport(opts.transport, m)})
+	h.proxy = New(Config{Fleet: h.index, Tokens: h.tokens, NodeToken: nodeToken, Ready: h.ready.Load, Logger: log})
 	h.srv = httptest.NewServer(h.proxy)
-	t.Cleanup(h.proxy.rp.Transport.(*Transport).CloseIdleConnections)
 	t.Cleanup(h.srv.Close)
 	return h
 }

@@ -107,7 +107,6 @@ type forward struct {
 	target route.Target
 	node   fleet.Node
 	w      http.ResponseWriter // the client's, for streamBody
-	splice bool                // the client's connection is plain HTTP/1.1, for streamBody
 	token  string              // the client's X-Access-Token, for token learning
 	path   string
 	start  time.Time
@@ -167,7 +166,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = http.NewResponseController(w).EnableFullDuplex()
 	}
 	lw := &lockedWriter{ResponseWriter: w}
-	fw := &forward{target: t, node: node, w: lw, splice: r.ProtoMajor == 1 && r.TLS == nil, path: r.URL.Path, start: time.Now()}
+	fw := &forward{target: t, node: node, w: lw, path: r.URL.Path, start: time.Now()}
 	if t.IsEnvd() {
 		fw.token = r.Header.Get(route.AccessTokenHeader)
 	}
@@ -230,7 +229,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	p.metrics.upstreamLatency.Observe(time.Since(fw.start).Seconds())
 	if resp.StatusCode != http.StatusSwitchingProtocols && fw.w != nil {
 		// An upgrade's body is the connection itself: ReverseProxy splices it.
-		resp.Body = &streamBody{ReadCloser: resp.Body, w: fw.w, splice: fw.splice, fail: func(err error) { p.bodyFailed(resp.Request, fw, err) }}
+		resp.Body = &streamBody{ReadCloser: resp.Body, w: fw.w, fail: func(err error) { p.bodyFailed(resp.Request, fw, err) }}
 	}
 	if fw.token == "" {
 		return nil

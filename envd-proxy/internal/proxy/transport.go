@@ -24,14 +24,6 @@ type TransportOptions struct {
 	// BufferSize is the size of each connection's read and write buffers.
 	// Default 16 KiB.
 	BufferSize int
-	// SpliceAbove, when above 0, sends plain GETs on the proxy's own
-	// connections (getPath): a body of known length above this many bytes
-	// goes from sandboxd's socket to a plain HTTP/1.1 client's with
-	// splice(2), and other bodies are read through a 64 KiB buffer. 0, the
-	// default, sends GETs through http.Transport like every other request:
-	// on the machine measured so far, getPath made whole-system downloads
-	// no faster (docs/envd-proxy.md, Performance).
-	SpliceAbove int64
 }
 
 func (o *TransportOptions) defaults() {
@@ -49,38 +41,26 @@ func (o *TransportOptions) defaults() {
 	}
 }
 
-// Transport is the RoundTripper to sandboxd: an http.Transport and, with
-// TransportOptions.SpliceAbove, getPath for plain GETs (no body, no
-// upgrade: envd's GET /files, and reads of a sandbox's own ports), whose
-// connections the proxy owns so that it can splice a large body from
-// sandboxd's socket to the client's. Everything else — request bodies,
-// upgrades, Connect calls (POST) — always goes through the http.Transport.
-type Transport struct {
-	std *http.Transport
-	get *getPath // nil: GETs take std too
-}
-
 // NewTransport returns the transport to sandboxd: plain HTTP/1.1 (which
 // upgrades, WebSocket included, need), a large keep-alive pool per host, no
 // timeout on a response (streams last as long as they last, and an
 // auto-resume may take seconds before the first byte), and no compression
 // of its own, so bodies pass byte for byte. Bytes on its connections are
 // counted in m (nil: not counted).
-func NewTransport(o TransportOptions, m *Metrics) *Transport {
+func NewTransport(o TransportOptions, m *Metrics) *http.Transport {
 	o.defaults()
 	d := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second}
-	var sent, received prometheus.Counter
+	dial := d.DialContext
 	if m != nil {
-		sent, received = m.toSandbox, m.fromSandbox
-	}
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil || sent == nil {
-			return c, err
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &countingConn{Conn: c, sent: m.toSandbox, received: m.fromSandbox}, nil
 		}
-		return &countingConn{Conn: c, sent: sent, received: received}, nil
 	}
-	t := &Transport{std: &http.Transport{
+	return &http.Transport{
 		Proxy:                 nil, // never through an HTTP_PROXY of the environment
 		DialContext:           dial,
 		MaxIdleConns:          0, // no limit beyond the per-host one
@@ -90,37 +70,6 @@ func NewTransport(o TransportOptions, m *Metrics) *Transport {
 		DisableCompression:    true,
 		ReadBufferSize:        o.BufferSize,
 		WriteBufferSize:       o.BufferSize,
-	}}
-	if o.SpliceAbove > 0 {
-		t.get = &getPath{
-			dial: dial, received: received, bufSize: o.BufferSize, spliceAbove: o.SpliceAbove,
-			maxIdle: o.MaxIdleConnsPerHost, idleTimeout: o.IdleConnTimeout, idle: map[string][]*upConn{},
-		}
-	}
-	return t
-}
-
-// RoundTrip sends a request to sandboxd.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.get != nil && plainGET(req) {
-		return t.get.roundTrip(req)
-	}
-	return t.std.RoundTrip(req)
-}
-
-// plainGET reports whether req is a GET without a body or an upgrade, over
-// plain HTTP: what getPath serves.
-func plainGET(req *http.Request) bool {
-	return req.Method == http.MethodGet && req.URL.Scheme == "http" && req.URL.Host != "" &&
-		(req.Body == nil || req.Body == http.NoBody) && req.ContentLength == 0 &&
-		len(req.TransferEncoding) == 0 && req.Header.Get("Upgrade") == ""
-}
-
-// CloseIdleConnections closes the idle connections of both paths.
-func (t *Transport) CloseIdleConnections() {
-	t.std.CloseIdleConnections()
-	if t.get != nil {
-		t.get.closeIdle()
 	}
 }
 
@@ -144,14 +93,4 @@ func (c *countingConn) Write(p []byte) (int, error) {
 		c.sent.Add(float64(n))
 	}
 	return n, err
-}
-
-// tcpConn returns the TCP connection under c (nil if there is none), the
-// one splice(2) reads from.
-func tcpConn(c net.Conn) *net.TCPConn {
-	if cc, ok := c.(*countingConn); ok {
-		c = cc.Conn
-	}
-	tc, _ := c.(*net.TCPConn)
-	return tc
 }
