@@ -144,6 +144,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// from the old one would reach the new one's kernel, which resets it —
 	// a POST (every Connect call) is not retried, so an SDK's first call
 	// into the new sandbox failed.
+	if r.ProtoMajor == 1 {
+		// Read the body while the sandbox answers: Go's HTTP/1.1 server
+		// otherwise discards and closes what is left of it when the
+		// response starts. Envd answers a Connect call once it has the
+		// message, often before the transport has seen the body end, and
+		// the transport then failed on the closed body and cut the answer.
+		// An error means this writer cannot, and nothing changes.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+	}
 	port := strconv.Itoa(int(t.Port))
 	upstream := &url.URL{Scheme: "http", Host: net.JoinHostPort(t.SandboxID, port)}
 	addr := net.JoinHostPort(sb.Address, port)

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -340,5 +341,76 @@ func TestRefusals(t *testing.T) {
 				t.Fatal("the resolver was asked about a refused request")
 			}
 		})
+	}
+}
+
+// A request body and its response stream at once, in lockstep: the client
+// sends each chunk only after the sandbox's echo of the one before came
+// back. The relay must read the body while it writes the response (HTTP/1.1
+// full duplex); Go's server otherwise discards and closes the rest of the
+// body when the response starts, which deadlocks this exchange and, in the
+// common case of a body fully sent but not yet seen to end, made the relay
+// cut the sandbox's answer midway (the SDK's "terminated").
+func TestStreamsBothWays(t *testing.T) {
+	const chunk, chunks = 32 << 10, 20
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			t.Errorf("full duplex: %v", err)
+		}
+		buf := make([]byte, chunk)
+		for {
+			if _, err := io.ReadFull(r.Body, buf); err != nil {
+				if err != io.EOF {
+					t.Errorf("sandbox read: %v", err)
+				}
+				fmt.Fprint(w, "end")
+				return
+			}
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			_ = http.NewResponseController(w).Flush()
+		}
+	}))
+	defer upstream.Close()
+	relay, _ := startRelay(t)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	pr, pw := io.Pipe()
+	req := request(t, http.MethodPost, relay.URL, "/echo", portOf(t, upstream.URL), pr).WithContext(ctx)
+	echoed := make(chan struct{})
+	go func() {
+		for i := range chunks {
+			if _, err := pw.Write(bytes.Repeat([]byte{byte(i)}, chunk)); err != nil {
+				return
+			}
+			select {
+			case <-echoed:
+			case <-ctx.Done():
+				_ = pw.CloseWithError(ctx.Err())
+				return
+			}
+		}
+		_ = pw.Close()
+	}()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("no answer while the body is still being sent: %v", err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, chunk)
+	for i := range chunks {
+		if _, err := io.ReadFull(resp.Body, buf); err != nil {
+			t.Fatalf("echo of chunk %d: %v", i, err)
+		}
+		if !bytes.Equal(buf, bytes.Repeat([]byte{byte(i)}, chunk)) {
+			t.Fatalf("chunk %d came back different", i)
+		}
+		echoed <- struct{}{}
+	}
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || string(rest) != "end" {
+		t.Fatalf("after the last chunk: %q, %v; want the sandbox's \"end\"", rest, err)
 	}
 }
