@@ -22,6 +22,7 @@ import (
 	"github.com/skiff-dev/skiff/apiserver/internal/metrics"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
+	"github.com/skiff-dev/skiff/shared/logflags"
 	"github.com/skiff-dev/skiff/shared/placement"
 )
 
@@ -61,6 +62,7 @@ type serveOptions struct {
 	maxPerTeam       int
 	placement        placement.Options
 	staleness        kubeinventory.Options
+	log              logflags.Options
 }
 
 // newServeOptions returns the defaults.
@@ -74,6 +76,7 @@ func newServeOptions() *serveOptions {
 		createBurst:      20,
 		placement:        placement.NewOptions(),
 		staleness:        kubeinventory.NewOptions(),
+		log:              logflags.New(logflags.Text),
 	}
 }
 
@@ -95,6 +98,7 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.maxPerTeam, "max-sandboxes-per-team", o.maxPerTeam, "Most sandboxes (running and paused) one team may have (0: no limit); beyond, creates get 429.")
 	o.placement.AddFlags(f)
 	o.staleness.AddFlags(f)
+	o.log.AddFlags(f)
 }
 
 // Validate reports every option that cannot work, naming its flag.
@@ -106,6 +110,9 @@ func (o *serveOptions) Validate() error {
 		errs = append(errs, fmt.Errorf("--listen %q: want host:port: %w", o.listen, err))
 	}
 	errs = append(errs, o.validateAdmin()...)
+	if err := o.log.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	switch o.inventory {
 	case inventoryStatic:
 		if len(o.sandboxd) == 0 {
@@ -181,7 +188,11 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	log := slog.Default()
+	log, err := o.log.Logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
 	setKubeLogger(log)
 	var adminLn net.Listener
 	if o.adminListen != "" {

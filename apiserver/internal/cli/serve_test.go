@@ -54,6 +54,9 @@ func TestServeOptionsValidate(t *testing.T) {
 		{"rate without burst", with(static, "--create-rate-per-team", "1", "--create-burst-per-team", "0"), []string{"--create-burst-per-team"}},
 		{"negative team limit", with(static, "--max-sandboxes-per-team", "-1"), []string{"--max-sandboxes-per-team"}},
 		{"bad placement", with(kube, "--placement-sample-size", "0"), []string{"--placement-sample-size"}},
+		{"debug logs as JSON", with(static, "--log-level", "debug", "--log-format", "json"), nil},
+		{"unknown log level", with(static, "--log-level", "loud"), []string{"--log-level"}},
+		{"unknown log format", with(static, "--log-format", "xml"), []string{"--log-format"}},
 		{"every problem at once", []string{"--inventory", "kube", "--sandboxd", "h:1", "--api-keys-file", "/k", "--max-timeout", "0s"},
 			[]string{"--sandboxd is only", "--api-keys-file is only", "--sandboxd-token-file", "--max-timeout"}},
 	} {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/skiff-dev/skiff/envd-proxy/internal/fleet"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
+	"github.com/skiff-dev/skiff/shared/logflags"
 )
 
 // Where the fleet comes from (--inventory).
@@ -55,6 +56,8 @@ type Options struct {
 	// IndexRefresh is how often the routing index is rebuilt besides (kube
 	// mode) on every NodeInventory event.
 	IndexRefresh time.Duration
+	// Log is --log-level and --log-format.
+	Log logflags.Options
 }
 
 // NewOptions returns the defaults.
@@ -68,6 +71,7 @@ func NewOptions() Options {
 		ShutdownTimeout: 30 * time.Second,
 		TokenRoutes:     65536,
 		IndexRefresh:    fleet.DefaultRefreshInterval,
+		Log:             logflags.New(logflags.Text),
 	}
 }
 
@@ -86,6 +90,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "On SIGTERM or SIGINT, how long requests and streams in flight may take to finish before they are cut.")
 	fs.IntVar(&o.TokenRoutes, "token-routes", o.TokenRoutes, "Most X-Access-Token values remembered to route requests that carry only a token (old SDKs' /files calls); 0 turns that off.")
 	fs.DurationVar(&o.IndexRefresh, "index-refresh-interval", o.IndexRefresh, "How often the routing index is rebuilt from the fleet; with --inventory kube it is also rebuilt on every NodeInventory change.")
+	o.Log.AddFlags(fs)
 }
 
 // Validate reports every option that cannot work, naming its flag.
@@ -137,6 +142,9 @@ func (o *Options) Validate() error {
 	}
 	if o.IndexRefresh <= 0 {
 		add("--index-refresh-interval must be positive, got %s", o.IndexRefresh)
+	}
+	if err := o.Log.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,11 @@ func serve(ctx context.Context, o *Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	log, err := o.Log.Logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on --listen %s: %w", o.Listen, err)
@@ -58,7 +64,7 @@ func serve(ctx context.Context, o *Options) error {
 		_ = ln.Close()
 		return fmt.Errorf("listen on --admin-listen %s: %w", o.AdminListen, err)
 	}
-	return run(ctx, o, ln, adminLn, slog.Default())
+	return run(ctx, o, ln, adminLn, log)
 }
 
 // run serves on the given listeners until ctx ends (or the fleet cannot be

@@ -113,6 +113,9 @@ func TestValidate(t *testing.T) {
 		{"negative shutdown timeout", func(o *Options) { o.ShutdownTimeout = -1 }, "--shutdown-timeout"},
 		{"negative token routes", func(o *Options) { o.TokenRoutes = -1 }, "--token-routes"},
 		{"zero index refresh", func(o *Options) { o.IndexRefresh = 0 }, "--index-refresh-interval"},
+		{"debug logs as JSON", func(o *Options) { o.Log.Level, o.Log.Format = "debug", "json" }, ""},
+		{"unknown log level", func(o *Options) { o.Log.Level = "loud" }, "--log-level"},
+		{"unknown log format", func(o *Options) { o.Log.Format = "xml" }, "--log-format"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := valid()
@@ -141,7 +144,7 @@ func TestFlagsRegisterEveryOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"listen", "admin-listen", "inventory", "sandboxd", "sandboxd-token-file", "kubeconfig",
-		"inventory-stale-after", "tls-cert", "tls-key", "idle-timeout", "shutdown-timeout", "token-routes", "index-refresh-interval"} {
+		"inventory-stale-after", "tls-cert", "tls-key", "idle-timeout", "shutdown-timeout", "token-routes", "index-refresh-interval", "log-level", "log-format"} {
 		if serve.Flags().Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
 		}

@@ -94,3 +94,18 @@ echo "I: debootstrap $*"
 		t.Errorf("list = %q, %v", out, err)
 	}
 }
+
+// serve refuses logging flags it cannot honour before it touches the state
+// directory or the host.
+func TestServeRefusesBadLogFlags(t *testing.T) {
+	for flag, value := range map[string]string{"--log-level": "loud", "--log-format": "xml"} {
+		state := filepath.Join(t.TempDir(), "state")
+		_, err := run(t, "--state-dir", state, "serve", "--node-name", "test-host", "--auth-token-file", "/nonexistent", flag, value)
+		if want := flag + ` "` + value + `"`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("serve %s %s = %v, want an error naming %s", flag, value, err, want)
+		}
+		if _, err := os.Stat(state); !os.IsNotExist(err) {
+			t.Errorf("serve %s %s made its state directory (%v)", flag, value, err)
+		}
+	}
+}

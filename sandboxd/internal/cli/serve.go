@@ -20,6 +20,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/server"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	"github.com/skiff-dev/skiff/shared/logflags"
 )
 
 // DefaultRunDir holds what lives as long as the host's boot: the sandboxes'
@@ -29,6 +30,7 @@ const DefaultRunDir = "/run/skiff/sandboxd"
 // serveOptions are serve's own flags, beside the server's.
 type serveOptions struct {
 	server      server.Options
+	log         logflags.Options
 	runtime     string
 	runDir      string
 	uidBase     uint32
@@ -41,7 +43,7 @@ type serveOptions struct {
 }
 
 func serveCommand(stateDir *string) *cobra.Command {
-	o := serveOptions{server: server.NewOptions()}
+	o := serveOptions{server: server.NewOptions(), log: logflags.New(logflags.Text)}
 	nativeDefaults := native.DefaultOptions("")
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -56,6 +58,7 @@ its children: stopping sandboxd leaves them running.`,
 		},
 	}
 	o.server.AddFlags(cmd.Flags())
+	o.log.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&o.runtime, "runtime", native.Name, "The sandbox runtime: native (namespaces through libcontainer) or gvisor (gVisor's runsc, a user-space kernel).")
 	cmd.Flags().StringVar(&o.runsc, "runsc", "runsc", "With --runtime gvisor: the static runsc binary (a path, or a name looked up in PATH).")
 	cmd.Flags().StringVar(&o.platform, "runsc-platform", "systrap", "With --runtime gvisor: runsc's --platform.")
@@ -72,14 +75,18 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 	if err := o.server.Validate(); err != nil {
 		return err
 	}
+	log, err := o.log.Logger(os.Stderr)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log) // the relay and libraries log through the default
 	if o.runtime == native.Name {
 		// Once, so that no sandbox start copies the binary (see there).
 		if err := native.ReexecSealed(); err != nil {
 			return err
 		}
 	}
-	log := slog.Default()
-	stateDir, err := filepath.Abs(stateDir)
+	stateDir, err = filepath.Abs(stateDir)
 	if err != nil {
 		return err
 	}

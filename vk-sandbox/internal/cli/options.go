@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/skiff-dev/skiff/shared/logflags"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/publish"
 )
 
@@ -35,7 +35,7 @@ type Options struct {
 	KubeletNoAuth     bool
 	AdminListen       string
 	CacheSyncTimeout  time.Duration
-	LogLevel          string
+	Log               logflags.Options
 }
 
 // NewOptions returns the defaults.
@@ -51,7 +51,7 @@ func NewOptions() *Options {
 		KubeletListen:    ":10250",
 		AdminListen:      "127.0.0.1:27779",
 		CacheSyncTimeout: 2 * time.Minute,
-		LogLevel:         "info",
+		Log:              logflags.New(logflags.JSON),
 	}
 }
 
@@ -74,7 +74,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.KubeletNoAuth, "kubelet-insecure-no-auth", o.KubeletNoAuth, "Serve the kubelet API to anyone who reaches it (development only).")
 	f.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "Address of /metrics (Prometheus), /healthz and /readyz.")
 	f.DurationVar(&o.CacheSyncTimeout, "cache-sync-timeout", o.CacheSyncTimeout, "How long to wait for the first list of this node's pods and of the node before giving up.")
-	f.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Least level logged: debug, info, warn or error.")
+	o.Log.AddFlags(f)
 }
 
 // Validate reports every option that cannot work, naming its flag.
@@ -132,9 +132,8 @@ func (o *Options) Validate() error {
 	if o.CacheSyncTimeout <= 0 {
 		add("--cache-sync-timeout must be greater than 0, got %s", o.CacheSyncTimeout)
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(o.LogLevel)); err != nil {
-		add("--log-level %q: want debug, info, warn or error", o.LogLevel)
+	if err := o.Log.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

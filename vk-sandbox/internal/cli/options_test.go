@@ -31,7 +31,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"kubelet API without auth", func(o *Options) { o.KubeletClientCA = "" }, []string{"--kubelet-client-ca-file"}},
 		{"both auths", func(o *Options) { o.KubeletNoAuth = true }, []string{"exclude each other"}},
 		{"half a certificate", func(o *Options) { o.KubeletCertFile = "/x.crt" }, []string{"go together"}},
-		{"bad log level", func(o *Options) { o.LogLevel = "loud" }, []string{"--log-level"}},
+		{"bad log level", func(o *Options) { o.Log.Level = "loud" }, []string{"--log-level"}},
 		{"everything at once", func(o *Options) { o.SandboxdTokenFile, o.PodWorkers, o.AdminListen = "", 0, "" },
 			[]string{"--sandboxd-token-file", "--pod-workers", "--admin-listen"}},
 	}

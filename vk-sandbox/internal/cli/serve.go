@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/skiff-dev/skiff/shared/hostinventory"
+	"github.com/skiff-dev/skiff/shared/logflags"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/hostwatch"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/provider"
@@ -58,7 +59,10 @@ func serve(ctx context.Context, o *Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	log := newLogger(o.LogLevel)
+	log, err := newLogger(&o.Log)
+	if err != nil {
+		return err
+	}
 	ip, err := o.nodeIP()
 	if err != nil {
 		return err
@@ -203,16 +207,17 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 
 var loggerOnce sync.Once
 
-// newLogger returns a JSON logger on stderr at level, and sends client-go's
-// and virtual-kubelet's logs to it.
-func newLogger(level string) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(level))
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+// newLogger returns the logger of --log-level and --log-format on stderr,
+// and sends client-go's and virtual-kubelet's logs to it.
+func newLogger(o *logflags.Options) (*slog.Logger, error) {
+	log, err := o.Logger(os.Stderr)
+	if err != nil {
+		return nil, err
+	}
 	loggerOnce.Do(func() {
 		slog.SetDefault(log)
 		klog.SetLogger(logr.FromSlogHandler(log.Handler()))
 		vknode.SetVKLogger(log.With("component", "virtual-kubelet"))
 	})
-	return log
+	return log, nil
 }
