@@ -23,6 +23,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/skiff-dev/skiff/shared/cgroups"
 )
 
 // Binaries are the programs a System runs, all in one directory.
@@ -192,7 +194,7 @@ func (s *System) Stop(ctx context.Context) error {
 		}
 	}
 	if s.cfg.CgroupParent != "" {
-		errs = append(errs, removeCgroups(s.cfg.CgroupParent))
+		errs = append(errs, cgroups.Remove(s.cfg.CgroupParent))
 	}
 	if err := syscall.Unmount(filepath.Join(s.cfg.RunDir, "netns"), syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 		errs = append(errs, fmt.Errorf("unmount the netns dir: %w", err))
@@ -437,31 +439,4 @@ func FreeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-// removeCgroups removes the cgroup rel (sandboxd's --cgroup-parent) below
-// this process's own cgroup in every v1 hierarchy, or beside it on v2.
-func removeCgroups(rel string) error {
-	data, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		mount, own := "/sys/fs/cgroup/unified", parts[2]
-		if parts[1] != "" {
-			mount = "/sys/fs/cgroup/" + strings.TrimPrefix(parts[1], "name=")
-		}
-		if _, err := os.Stat(mount); err != nil {
-			mount, own = "/sys/fs/cgroup", filepath.Dir(own)
-		}
-		if err := os.Remove(filepath.Join(mount, own, rel)); err != nil && !os.IsNotExist(err) {
-			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/shared/cgroups"
 )
 
 // RequireRoot skips the test unless it runs as root, as sandboxd does.
@@ -206,7 +206,7 @@ func CgroupParent(t testing.TB) string {
 	t.Helper()
 	name := filepath.Base(Dir(t))
 	t.Cleanup(func() {
-		if err := sandboxrt.RemoveCgroups(name); err != nil {
+		if err := cgroups.Remove(name); err != nil {
 			t.Error(err)
 		}
 	})

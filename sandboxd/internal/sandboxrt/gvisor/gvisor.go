@@ -53,6 +53,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/shared/cgroups"
 )
 
 // Name is the --runtime value of this runtime.
@@ -757,7 +758,7 @@ func (r *Runtime) destroy(ctx context.Context, id string, m *meta, pid int) erro
 			errs = append(errs, err)
 		}
 	}
-	if err := sandboxrt.RemoveCgroups(filepath.Join(r.opts.CgroupParent, id)); err != nil {
+	if err := cgroups.Remove(filepath.Join(r.opts.CgroupParent, id)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

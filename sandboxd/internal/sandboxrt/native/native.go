@@ -43,6 +43,7 @@ import (
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/selfexe"
+	"github.com/skiff-dev/skiff/shared/cgroups"
 
 	// The cgroup device controller (libcontainer refuses device rules
 	// without it) and the C half of "init" that enters the namespaces.
@@ -588,7 +589,7 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	case errors.Is(err, sandboxrt.ErrNotFound):
 		// A start cut short (sandboxd killed during it) may have made
 		// the sandbox's cgroup before libcontainer recorded anything.
-		if err := sandboxrt.RemoveCgroups(filepath.Join(r.opts.CgroupParent, id)); err != nil {
+		if err := cgroups.Remove(filepath.Join(r.opts.CgroupParent, id)); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
 		}
 	case err != nil:

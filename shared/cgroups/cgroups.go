@@ -1,4 +1,8 @@
-package sandboxrt
+// Package cgroups finds and removes the cgroups a sandbox host makes for
+// its sandboxes, on cgroup v1, v2 and hybrid hosts alike. sandboxd's
+// runtimes, its tests and `make up` share it, so all three agree on where
+// a --cgroup-parent lives.
+package cgroups
 
 import (
 	"errors"
@@ -6,29 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
-// DefaultCapabilities are Docker's default capabilities, which a sandbox's
-// root holds inside the sandbox (its user namespace, or gVisor's kernel)
-// and never on the host: envd needs setuid and setgid to run commands as
-// the sandbox's user.
-var DefaultCapabilities = []string{
-	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
-	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
-	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
-}
-
-// CPUPeriod is the CFS period of sandboxes' CPU quota, in µs.
-const CPUPeriod = 100_000
-
-// CgroupPaths are the directories of the cgroup rel, given relative to this
+// Paths are the directories of the cgroup rel, given relative to this
 // process's cgroups as runtimes take it, in every hierarchy: below this
 // process's cgroup on cgroup v1 (and in the v2 part of a hybrid host), and
 // beside it — under its parent — on a cgroup v2 host, where libcontainer and
 // runsc put relative cgroups.
-func CgroupPaths(rel string) ([]string, error) {
+func Paths(rel string) ([]string, error) {
 	data, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, err
@@ -51,16 +40,16 @@ func CgroupPaths(rel string) ([]string, error) {
 	return paths, nil
 }
 
-// RemoveCgroups removes the (empty) cgroup rel from every hierarchy; one
-// that is not there is not an error.
-func RemoveCgroups(rel string) error {
-	paths, err := CgroupPaths(rel)
+// Remove removes the (empty) cgroup rel from every hierarchy; one that is
+// not there is not an error.
+func Remove(rel string) error {
+	paths, err := Paths(rel)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, p := range paths {
-		if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", p, err))
 		}
 	}
