@@ -28,7 +28,7 @@ import (
 // with X-Next-Token.
 func BenchmarkList2000(b *testing.B) {
 	env := kubetest.Start(b)
-	kc := writeKubeconfig(b, env.Config)
+	kc := kubetest.WriteKubeconfig(b, env.Config)
 	createNamespaces(b, env.Client, "team-a")
 	key, _ := keysCreate(b, kc, "team-a")
 	now := time.Now()

@@ -21,31 +21,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
-
-// writeKubeconfig writes a kubeconfig file that reaches cfg's cluster as
-// cfg's user, the way an operator hands one to the binary.
-func writeKubeconfig(t testing.TB, cfg *rest.Config) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken,
-		Impersonate: cfg.Impersonate.UserName}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	kc.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatalf("write kubeconfig: %v", err)
-	}
-	return path
-}
 
 func createNamespaces(t testing.TB, c client.Client, names ...string) {
 	t.Helper()
@@ -82,7 +63,7 @@ func keysCreate(t testing.TB, kc, team string) (key string, secret client.Object
 // be read; a team without a namespace is a clear error.
 func TestKeysCreateInKubernetes(t *testing.T) {
 	env := kubetest.Start(t)
-	kc := writeKubeconfig(t, env.Config)
+	kc := kubetest.WriteKubeconfig(t, env.Config)
 	createNamespaces(t, env.Client, "team-a")
 
 	key, ref := keysCreate(t, kc, "team-a")
@@ -241,7 +222,7 @@ func TestKubeMode(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx := t.Context()
 	c := env.Client
-	kc := writeKubeconfig(t, env.Config)
+	kc := kubetest.WriteKubeconfig(t, env.Config)
 	createNamespaces(t, c, "team-a", "team-b")
 
 	keyA, secretA := keysCreate(t, kc, "team-a")
@@ -451,7 +432,7 @@ func TestKubeModeWithoutTheCRDs(t *testing.T) {
 	if err := os.WriteFile(token, []byte("t"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := parseServe(t, "--inventory", "kube", "--kubeconfig", writeKubeconfig(t, env.Config), "--sandboxd-token-file", token)
+	o := parseServe(t, "--inventory", "kube", "--kubeconfig", kubetest.WriteKubeconfig(t, env.Config), "--sandboxd-token-file", token)
 	app, err := newApp(ctx, o, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err == nil {
 		app.stop()
@@ -469,7 +450,7 @@ func TestKubeModeCacheSyncTimeout(t *testing.T) {
 	env := kubetest.Start(t)
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rbac"}
-	kc := writeKubeconfig(t, cfg)
+	kc := kubetest.WriteKubeconfig(t, cfg)
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("t"), 0o600); err != nil {
 		t.Fatal(err)
@@ -491,7 +472,7 @@ func TestKubeModeCacheSyncTimeout(t *testing.T) {
 // An unreachable cluster fails newApp with an error naming it, rather than
 // a server that answers nothing.
 func TestKubeModeWithoutACluster(t *testing.T) {
-	kc := writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"})
+	kc := kubetest.WriteKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"})
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("t"), 0o600); err != nil {
 		t.Fatal(err)

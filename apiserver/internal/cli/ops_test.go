@@ -396,7 +396,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestKubeModeOperations(t *testing.T) {
 	env := kubetest.Start(t)
 	createNamespaces(t, env.Client, "team-a")
-	kc := writeKubeconfig(t, env.Config)
+	kc := kubetest.WriteKubeconfig(t, env.Config)
 	key, _ := keysCreate(t, kc, "team-a")
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte(standinToken), 0o600); err != nil {
@@ -404,7 +404,7 @@ func TestKubeModeOperations(t *testing.T) {
 	}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rbac"}
-	s := startServing(t, parseServe(t, "--inventory", "kube", "--kubeconfig", writeKubeconfig(t, cfg), "--sandboxd-token-file", token,
+	s := startServing(t, parseServe(t, "--inventory", "kube", "--kubeconfig", kubetest.WriteKubeconfig(t, cfg), "--sandboxd-token-file", token,
 		"--admin-listen", "127.0.0.1:0"))
 	waitFor(t, "/healthz answers 200", func() bool { code, _ := get(t, s.admin+"/healthz"); return code == http.StatusOK })
 	if code, body := get(t, s.admin+"/readyz"); code != http.StatusServiceUnavailable {

@@ -3,44 +3,23 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/hostinventory"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
+	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
-
-// writeKubeconfig writes a kubeconfig file reaching cfg's cluster as cfg's
-// user.
-func writeKubeconfig(t *testing.T, cfg *rest.Config, path string) {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	kc.CurrentContext = "test"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatalf("write kubeconfig: %v", err)
-	}
-}
 
 // publishHost mirrors the sandboxd at endpoint with shared/hostinventory and
 // server-side-applies its NodeInventory, stamped now, on every change and at
@@ -79,52 +58,11 @@ func publishHost(t *testing.T, c client.Client, endpoint, token string, interval
 // keys are made with sandbox-apiserver keys create against the cluster.
 func newKubeSystem(t *testing.T) *system {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: sandboxd runs sandboxes")
-	}
-	for _, tool := range []string{"debootstrap", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is needed (apt-get install %s)", tool, map[string]string{"debootstrap": "debootstrap", "nft": "nftables"}[tool])
-		}
-	}
 	env := kubetest.Start(t)
-	dir, err := os.MkdirTemp("", "skiff-e2e-kube-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil { // sandboxes reach their root through it
-		t.Fatal(err)
-	}
-	s := &system{t: t, dir: dir}
-	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
-	s.nftTable, s.cgroup = "skiff_apik_"+suffix, "skiff-apik-"+suffix
-	t.Cleanup(func() {
-		// After the daemons stopped (cleanups run last-registered first).
-		_ = exec.Command("nft", "delete", "table", "inet", s.nftTable).Run()
-		removeCgroups(t, s.cgroup)
-		_ = syscall.Unmount(filepath.Join(dir, "run", "netns"), syscall.MNT_DETACH)
-		if err := os.RemoveAll(dir); err != nil {
-			t.Errorf("remove %s: %v", dir, err)
-		}
-	})
-	sandboxd := build(t, dir, "github.com/skiff-dev/skiff/sandboxd/cmd/sandboxd", "sandboxd", "CGO_ENABLED=1", "GOFLAGS=-tags=seccomp")
-	build(t, dir, "github.com/skiff-dev/skiff/envd/cmd/envd", "envd", "CGO_ENABLED=0")
-	apiserver := build(t, dir, "github.com/skiff-dev/skiff/apiserver/cmd/sandbox-apiserver", "sandbox-apiserver")
-
-	state := filepath.Join(dir, "state")
-	if out, err := exec.Command(sandboxd, "--state-dir", state, "template", "build", "base").CombinedOutput(); err != nil {
-		t.Fatalf("template build base: %v\n%s", err, out)
-	}
-	token := fmt.Sprintf("node-token-%016x", rand.Uint64())
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sbd := freeAddr(t)
-	start(t, filepath.Join(dir, "sandboxd.log"), sandboxd, "--state-dir", state, "serve",
-		"--auth-token-file", tokenFile, "--listen", sbd, "--admin-listen", freeAddr(t), "--run-dir", filepath.Join(dir, "run"),
-		"--nft-table", s.nftTable, "--iface-prefix", "k"+suffix, "--cgroup-parent", s.cgroup, "--node-name", "host-k",
-		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4), "--overcommit", "16")
+	h := hosttest.NewHost(t, hosttest.Options{Name: "apik", NodeName: "host-k",
+		Build: []string{"github.com/skiff-dev/skiff/apiserver/cmd/sandbox-apiserver"}})
+	s := &system{t: t, dir: h.Dir, sandboxd: h.Addr, token: h.Token}
+	dir, sbd, token, tokenFile, apiserver := h.Dir, h.Addr, h.Token, h.TokenFile, h.Bins["sandbox-apiserver"]
 
 	// The cluster: teams, the base template (with an alias) and one no
 	// host holds, and the host's inventory.
@@ -145,8 +83,7 @@ func newKubeSystem(t *testing.T) *system {
 	}
 	publishHost(t, env.Client, sbd, token, 2*time.Second)
 
-	kc := filepath.Join(dir, "kubeconfig")
-	writeKubeconfig(t, env.Config, kc)
+	kc := env.Kubeconfig(t)
 	for _, k := range []*string{&s.keyA, &s.keyB} {
 		team := map[*string]string{&s.keyA: "team-a", &s.keyB: "team-b"}[k]
 		out, err := exec.Command(apiserver, "keys", "create", "--team", team, "--kubeconfig", kc).Output()
@@ -155,8 +92,8 @@ func newKubeSystem(t *testing.T) *system {
 		}
 		*k = strings.TrimSpace(string(out))
 	}
-	s.api = "http://" + freeAddr(t)
-	start(t, filepath.Join(dir, "apiserver.log"), apiserver, "serve", "--listen", strings.TrimPrefix(s.api, "http://"), "--admin-listen", freeAddr(t),
+	s.api = "http://" + hosttest.FreeAddr(t)
+	start(t, dir, "apiserver", apiserver, "serve", "--listen", strings.TrimPrefix(s.api, "http://"), "--admin-listen", hosttest.FreeAddr(t),
 		"--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", tokenFile)
 	s.waitForCatalog()
 	return s

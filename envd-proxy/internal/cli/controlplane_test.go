@@ -4,16 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
@@ -43,22 +39,6 @@ func publish(ctx context.Context, c client.Client, node, endpoint string, at tim
 	return c.Patch(ctx, inv, client.Apply, client.FieldOwner("vk-sandbox"), client.ForceOwnership)
 }
 
-// writeKubeconfig writes a kubeconfig for cfg, so the test also covers
-// --kubeconfig.
-func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	kc.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // Two nodes publish to a real kube-apiserver, each with a stand-in
 // sandboxd. Node A keeps publishing; node B stops. Once B is stale, its
 // sandbox gets e2b's 502 and B's listener sees no new connection; requests
@@ -76,7 +56,7 @@ func TestKubeModeStaleNodeGetsNoTraffic(t *testing.T) {
 	}
 
 	o := NewOptions()
-	o.Inventory, o.Kubeconfig = inventoryKube, writeKubeconfig(t, env.Config)
+	o.Inventory, o.Kubeconfig = inventoryKube, env.Kubeconfig(t)
 	o.Kube.StaleAfter = 3 * time.Second
 	p := startProxy(t, o)
 

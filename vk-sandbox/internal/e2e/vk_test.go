@@ -165,7 +165,7 @@ func TestVKSandbox(t *testing.T) {
 		before := s.inventory(t)
 		sandboxesBefore := s.sandboxIDs(t)
 		drain(writes)
-		s.vk.stop()
+		s.vk.Stop()
 		// Stopped: the inventory stays, unwritten (no final write, no delete).
 		time.Sleep(time.Second)
 		if cur := s.inventory(t); cur.ResourceVersion != before.ResourceVersion {
@@ -173,8 +173,8 @@ func TestVKSandbox(t *testing.T) {
 		}
 		podBefore := s.pod(t, "sb-1")
 		// Back with a short interval for the next steps.
-		s.vk.args = mergeFlags(s.vk.args, []string{"--publish-interval", "2s"})
-		s.vk.start()
+		s.vk.Args = mergeFlags(s.vk.Args, []string{"--publish-interval", "2s"})
+		s.vk.Start()
 		eventually(t, 60*time.Second, "the new vk-sandbox to be ready", func() bool { code, _ := s.adminGet("/readyz"); return code == 200 })
 		w := waitWrite(t, writes, 60*time.Second, func(w stamped) bool { return w.rv != before.ResourceVersion })
 		if !equality.Semantic.DeepEqual(w.spec, before.Spec) {
@@ -287,8 +287,8 @@ func TestVKSandbox(t *testing.T) {
 		}
 		// A restart: virtual-kubelet's start-up sweep must not kill it
 		// either (its pod is gone).
-		s.vk.stop()
-		s.vk.start()
+		s.vk.Stop()
+		s.vk.Start()
 		eventually(t, 60*time.Second, "the new vk-sandbox to be ready", func() bool { code, _ := s.adminGet("/readyz"); return code == 200 })
 		time.Sleep(3 * time.Second)
 		if s.getSandbox(t, id4) == nil {
@@ -300,7 +300,7 @@ func TestVKSandbox(t *testing.T) {
 		s.createPod(t, "sb-5", nil)
 		p := s.waitPod(t, "sb-5", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 		id5 := podSandbox(t, p)
-		s.sandboxd.kill9()
+		s.sandboxd.Kill9()
 		drain(writes)
 		n := s.waitNodeReady(t, corev1.ConditionFalse)
 		if c := readyCondition(n); c.Reason != "SandboxdUnreachable" {
@@ -321,7 +321,7 @@ func TestVKSandbox(t *testing.T) {
 			t.Errorf("the pod changed while sandboxd was dead: %+v", p.Status)
 		}
 		drain(writes)
-		s.startSandboxd()
+		s.host.StartSandboxd(t)
 		s.waitNodeReady(t, corev1.ConditionTrue)
 		eventually(t, 30*time.Second, "the lease to be renewed again", func() bool { return s.lease(t).Spec.RenewTime.After(lease.Spec.RenewTime.Time) })
 		w := waitWrite(t, writes, 60*time.Second, func(w stamped) bool { return w.rv != inv.ResourceVersion })

@@ -1,0 +1,300 @@
+// Package hosttest runs a real sandbox host for the end-to-end tests of the
+// binaries that drive one (sandbox-apiserver, vk-sandbox): sandboxd built
+// from this workspace with envd beside it, the base template, and a
+// directory, nftables table, cgroup, veth prefix and address pool of the
+// test's own. Everything it starts or makes is gone when the test ends,
+// passed or failed: the sandboxes, the daemons, the rules, the cgroups and
+// the files. Tests that use it run as root (they skip otherwise) and need
+// debootstrap and nft.
+package hosttest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/shared/cgroups"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+)
+
+// Options describe a host.
+type Options struct {
+	// Name tells this test's host resources apart from other tests' (a few
+	// lowercase letters): the nftables table is skiff_<name>_<random>.
+	Name string
+	// NodeName is sandboxd's --node-name (the tag in its sandbox IDs).
+	NodeName string
+	// Overcommit is sandboxd's --overcommit; default 16.
+	Overcommit int
+	// Build are more binaries to build into Dir beside sandboxd and envd,
+	// by package path (e.g. ".../apiserver/cmd/sandbox-apiserver"): each
+	// is built with CGO_ENABLED=0, named after the path's last element,
+	// and its path is in Host.Bins.
+	Build []string
+}
+
+// Host is one sandbox host of a test.
+type Host struct {
+	// Dir is the test's directory (mode 0711: sandboxes reach their root
+	// through it), removed at the end.
+	Dir string
+	// Bins maps a binary's name (sandboxd, envd, and Options.Build's) to
+	// its path in Dir.
+	Bins map[string]string
+	// Token is sandboxd's node token, kept in TokenFile.
+	Token, TokenFile string
+	// Addr is sandboxd's --listen.
+	Addr string
+	// Client calls sandboxd with Token.
+	Client sandboxdv1connect.SandboxdServiceClient
+	// Sandboxd is the daemon: stop it, kill it, start it again.
+	Sandboxd *Daemon
+}
+
+// NewHost builds sandboxd, envd and the other binaries, prepares the base
+// template and starts sandboxd, waiting until it answers. When the test
+// ends every sandbox is killed (sandboxd is started again for that if the
+// test left it dead), then sandboxd stops and the host's rules, cgroups and
+// files go.
+func NewHost(t testing.TB, o Options) *Host {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: sandboxd runs sandboxes")
+	}
+	for tool, pkg := range map[string]string{"debootstrap": "debootstrap", "nft": "nftables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed (apt-get install %s)", tool, pkg)
+		}
+	}
+	if o.Overcommit == 0 {
+		o.Overcommit = 16
+	}
+	dir, err := os.MkdirTemp("", "skiff-"+o.Name+"-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
+	nftTable, cgroup := "skiff_"+o.Name+"_"+suffix, "skiff-"+o.Name+"-"+suffix
+	forward, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	t.Cleanup(func() {
+		// Last, after the daemons stopped (cleanups run last-registered
+		// first): what sandboxd leaves for its next start.
+		_ = exec.Command("nft", "delete", "table", "inet", nftTable).Run()
+		if err := cgroups.Remove(cgroup); err != nil {
+			t.Errorf("remove cgroup %s: %v", cgroup, err)
+		}
+		_ = syscall.Unmount(filepath.Join(dir, "run", "netns"), syscall.MNT_DETACH)
+		if len(forward) > 0 {
+			_ = os.WriteFile("/proc/sys/net/ipv4/ip_forward", forward, 0o644)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+
+	h := &Host{Dir: dir, Bins: map[string]string{}}
+	const mod = "github.com/skiff-dev/skiff/"
+	h.Bins["sandboxd"] = Build(t, dir, mod+"sandboxd/cmd/sandboxd", "CGO_ENABLED=1", "GOFLAGS=-tags=seccomp")
+	h.Bins["envd"] = Build(t, dir, mod+"envd/cmd/envd", "CGO_ENABLED=0")
+	for _, pkg := range o.Build {
+		h.Bins[filepath.Base(pkg)] = Build(t, dir, pkg, "CGO_ENABLED=0")
+	}
+	state := filepath.Join(dir, "state")
+	if out, err := exec.Command(h.Bins["sandboxd"], "--state-dir", state, "template", "build", "base").CombinedOutput(); err != nil {
+		t.Fatalf("template build base: %v\n%s", err, out)
+	}
+	h.Token = fmt.Sprintf("node-token-%016x", rand.Uint64())
+	h.TokenFile = filepath.Join(dir, "token")
+	if err := os.WriteFile(h.TokenFile, []byte(h.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.Addr = FreeAddr(t)
+	h.Client = sandboxdapi.NewClients(h.Token, nil)(h.Addr)
+	h.Sandboxd = NewDaemon(t, dir, "sandboxd", h.Bins["sandboxd"], "--state-dir", state, "serve",
+		"--auth-token-file", h.TokenFile, "--listen", h.Addr, "--admin-listen", FreeAddr(t), "--run-dir", filepath.Join(dir, "run"),
+		"--nft-table", nftTable, "--iface-prefix", o.Name[:1]+suffix, "--cgroup-parent", cgroup, "--node-name", o.NodeName,
+		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4),
+		"--overcommit", fmt.Sprint(o.Overcommit))
+	h.StartSandboxd(t)
+	// Before sandboxd stops (which leaves sandboxes running, by design):
+	// kill every sandbox, also when the test failed half-way.
+	t.Cleanup(func() {
+		if !h.Sandboxd.Running() {
+			h.StartSandboxd(t)
+		}
+		h.KillAll(t)
+	})
+	return h
+}
+
+// StartSandboxd starts sandboxd and waits until it answers Info.
+func (h *Host) StartSandboxd(t testing.TB) {
+	t.Helper()
+	h.Sandboxd.Start()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := h.Client.Info(ctx, connect.NewRequest(&pb.InfoRequest{}))
+		cancel()
+		if err == nil {
+			return
+		}
+		if !h.Sandboxd.Running() {
+			t.Fatal("sandboxd exited at start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("sandboxd did not answer within 60s")
+}
+
+// KillAll kills every sandbox on the host, of any team and state.
+func (h *Host) KillAll(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := h.Client.List(ctx, connect.NewRequest(&pb.ListRequest{}))
+	if err != nil {
+		t.Errorf("list sandboxes to kill: %v", err)
+		return
+	}
+	for _, sb := range resp.Msg.GetSandboxes() {
+		if _, err := h.Client.Kill(ctx, connect.NewRequest(&pb.KillRequest{SandboxId: sb.GetId()})); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("kill %s: %v", sb.GetId(), err)
+		}
+	}
+}
+
+// Build builds the main package pkg of this workspace into dir, named after
+// the path's last element, with env added to the environment.
+func Build(t testing.TB, dir, pkg string, env ...string) string {
+	t.Helper()
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, b)
+	}
+	return bin
+}
+
+// FreeAddr returns a loopback address with a port free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Daemon is a process a test starts, stops and kills, in a session of its
+// own, its output appended to <dir>/<name>.log (the last 64 KiB of which
+// the test logs when it fails). It is stopped when the test ends.
+type Daemon struct {
+	t    testing.TB
+	name string
+	bin  string
+	// Args are the arguments of the next Start.
+	Args []string
+	// Log is the log file's path.
+	Log string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// NewDaemon returns the daemon, not started.
+func NewDaemon(t testing.TB, dir, name, bin string, args ...string) *Daemon {
+	d := &Daemon{t: t, name: name, bin: bin, Args: args, Log: filepath.Join(dir, name+".log")}
+	t.Cleanup(func() {
+		d.Stop()
+		if t.Failed() {
+			data, _ := os.ReadFile(d.Log)
+			if len(data) > 64<<10 {
+				data = data[len(data)-64<<10:]
+			}
+			t.Logf("%s (last 64 KiB):\n%s", filepath.Base(d.Log), data)
+		}
+	})
+	return d
+}
+
+// Start runs the daemon.
+func (d *Daemon) Start() {
+	d.t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd != nil {
+		d.t.Fatalf("%s is already running", d.name)
+	}
+	logf, err := os.OpenFile(d.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(d.bin, d.Args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	d.cmd, d.exited = cmd, exited
+}
+
+// Running reports whether the daemon runs.
+func (d *Daemon) Running() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cmd == nil {
+		return false
+	}
+	select {
+	case <-d.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Signal sends sig and waits for the daemon to exit (killing it after 30s).
+func (d *Daemon) Signal(sig syscall.Signal) {
+	d.mu.Lock()
+	cmd, exited := d.cmd, d.exited
+	d.cmd = nil
+	d.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		d.t.Errorf("%s did not exit within 30s of %v", d.name, sig)
+	}
+}
+
+// Stop ends the daemon with SIGTERM.
+func (d *Daemon) Stop() { d.Signal(syscall.SIGTERM) }
+
+// Kill9 ends the daemon at once, as a crash would.
+func (d *Daemon) Kill9() { d.Signal(syscall.SIGKILL) }
