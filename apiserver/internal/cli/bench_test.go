@@ -10,7 +10,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,8 +26,8 @@ import (
 // with 2,000 sandboxes on 4 hosts, through the wiring serve --inventory kube
 // runs (newApp) on a real kube-apiserver: the inventories come from the
 // informer cache through the freshness filter. page is the SDK's first page
-// (limit 100, the most the API gives); all is the whole list, page by page
-// with X-Next-Token.
+// (limit 100, the most the API gives), page-c20 the same from 20 clients at
+// once; all is the whole list, page by page with X-Next-Token.
 func BenchmarkList2000(b *testing.B) {
 	env := kubetest.Start(b)
 	kc := kubetest.WriteKubeconfig(b, env.Config)
@@ -59,19 +61,26 @@ func BenchmarkList2000(b *testing.B) {
 	srv := httptest.NewServer(app.handler)
 	b.Cleanup(srv.Close)
 
-	get := func(path string) ([]byte, string) {
+	fetch := func(path string) ([]byte, string, error) {
 		req, _ := http.NewRequestWithContext(b.Context(), http.MethodGet, srv.URL+path, nil)
 		req.Header.Set(auth.HeaderAPIKey, key)
 		resp, err := srv.Client().Do(req)
 		if err != nil {
-			b.Fatal(err)
+			return nil, "", err
 		}
 		body, err := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK {
-			b.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+			return nil, "", fmt.Errorf("GET %s: %d %v", path, resp.StatusCode, err)
 		}
-		return body, resp.Header.Get("X-Next-Token")
+		return body, resp.Header.Get("X-Next-Token"), nil
+	}
+	get := func(path string) ([]byte, string) {
+		body, next, err := fetch(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return body, next
 	}
 	// The cache has synced once the whole list is there.
 	eventually(b, "the 2,000 sandboxes listed", func() bool { return countAll(get) == 2000 })
@@ -83,6 +92,31 @@ func BenchmarkList2000(b *testing.B) {
 			get("/v2/sandboxes?limit=100")
 			lat = append(lat, time.Since(t0))
 		}
+		reportPercentiles(b, lat)
+	})
+	b.Run("page-c20", func(b *testing.B) {
+		// 20 clients at once: SetParallelism's goroutines per GOMAXPROCS.
+		b.SetParallelism(max(1, 20/runtime.GOMAXPROCS(0)))
+		var (
+			mu  sync.Mutex
+			lat []time.Duration
+		)
+		t0 := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			var mine []time.Duration
+			for pb.Next() {
+				t1 := time.Now()
+				if _, _, err := fetch("/v2/sandboxes?limit=100"); err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(t1))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+		b.ReportMetric(float64(len(lat))/time.Since(t0).Seconds(), "pages/s")
 		reportPercentiles(b, lat)
 	})
 	b.Run("all", func(b *testing.B) {
