@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -33,6 +32,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
 const asSandboxd = "SKIFF_E2E_AS_SANDBOXD"
@@ -107,7 +107,7 @@ func newHostWith(t testing.TB, addTemplate func(*template.Library) (*template.Te
 	if err := os.WriteFile(tokenFile, []byte(h.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h.listen, h.admin = freeAddr(t), freeAddr(t)
+	h.listen, h.admin = hosttest.FreeAddr(t), hosttest.FreeAddr(t)
 	h.cgroupParent = sandboxtest.CgroupParent(t)
 	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
 	// A /21: 512 sandboxes' /30s, more than any test asks for.
@@ -144,7 +144,7 @@ func (h *host) start() {
 		if attempt == 2 || !strings.Contains(h.logTail(), "address already in use") {
 			h.t.Fatalf("sandboxd exited: %v\n%s", h.exitErr, h.logTail())
 		}
-		h.listen, h.admin = freeAddr(h.t), freeAddr(h.t)
+		h.listen, h.admin = hosttest.FreeAddr(h.t), hosttest.FreeAddr(h.t)
 		h.setArg("--listen", h.listen)
 		h.setArg("--admin-listen", h.admin)
 		h.api = sandboxdv1connect.NewSandboxdServiceClient(http.DefaultClient, "http://"+h.listen, connect.WithInterceptors(bearer(h.token)))
@@ -342,16 +342,6 @@ func bearer(token string) connect.UnaryInterceptorFunc {
 			return next(ctx, req)
 		}
 	}
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 const forwardingSysctl = "/proc/sys/net/ipv4/ip_forward"
