@@ -367,12 +367,21 @@ func TestBuildBaseCancel(t *testing.T) {
 	if err == nil || time.Since(start) > 8*time.Second {
 		t.Fatalf("cancelled build = %v after %s", err, time.Since(start))
 	}
+	// The group got SIGKILL; the child dies when the kernel delivers it,
+	// which may be a moment after the build returned.
 	if pid, _ := os.ReadFile(filepath.Join(dir, "child")); len(pid) > 0 {
-		if _, err := os.Stat("/proc/" + strings.TrimSpace(string(pid))); err == nil {
-			stat, _ := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/stat")
-			if !strings.Contains(string(stat), ") Z ") {
-				t.Errorf("debootstrap's child %s survived the cancel", pid)
+		proc := "/proc/" + strings.TrimSpace(string(pid))
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			stat, err := os.ReadFile(proc + "/stat")
+			if err != nil || strings.Contains(string(stat), ") Z ") {
+				break // gone, or dead and waiting to be reaped
 			}
+			if time.Now().After(deadline) {
+				t.Errorf("debootstrap's child %s survived the cancel: %s", pid, stat)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	if entries, _ := os.ReadDir(cache); len(entries) != 2 {
