@@ -17,12 +17,15 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,8 +77,50 @@ func New(r Resolver) http.Handler {
 		FlushInterval: -1, // flush every write: streams and SSE must not wait
 		ErrorHandler:  h.proxyError,
 		BufferPool:    bufferPool{},
+		// An answer cut midway is logged by watchBody, with the sandbox
+		// named; ReverseProxy's own line for it (and its rare others) go
+		// to the debug level.
+		ModifyResponse: watchBody,
+		ErrorLog:       log.New(debugLog{}, "", 0),
 	}
 	return h
+}
+
+// watchBody makes an answer that ends early (the sandbox's process died,
+// or the connection into it was cut) a warning that names the sandbox and
+// port. The client going away is not logged.
+func watchBody(resp *http.Response) error {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return nil // the body is the upgraded connection
+	}
+	rt, _ := resp.Request.Context().Value(targetKey{}).(relayed)
+	resp.Body = &watchedBody{ReadCloser: resp.Body, ctx: resp.Request.Context(), target: rt.target}
+	return nil
+}
+
+type watchedBody struct {
+	io.ReadCloser
+	ctx    context.Context
+	target routing.Target
+	logged bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && !b.logged && b.ctx.Err() == nil {
+		b.logged = true
+		slog.WarnContext(b.ctx, "answer from sandbox ended early", "sandbox", b.target.SandboxID, "port", b.target.Port, "error", err)
+	}
+	return n, err
+}
+
+// debugLog writes ReverseProxy's log lines to slog's default logger at
+// debug level.
+type debugLog struct{}
+
+func (debugLog) Write(p []byte) (int, error) {
+	slog.Debug(strings.TrimSpace(string(p)), "component", "relay")
+	return len(p), nil
 }
 
 type handler struct {

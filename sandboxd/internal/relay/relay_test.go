@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -412,5 +413,88 @@ func TestStreamsBothWays(t *testing.T) {
 	rest, err := io.ReadAll(resp.Body)
 	if err != nil || string(rest) != "end" {
 		t.Fatalf("after the last chunk: %q, %v; want the sandbox's \"end\"", rest, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the servers' goroutines may log to.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// An answer the sandbox cuts midway is a warning naming the sandbox and
+// port; a client that leaves midway is not.
+func TestCutAnswerLogged(t *testing.T) {
+	var logs syncBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/cut" {
+			// Promise 1000 bytes, send 100, and drop the connection.
+			w.Header().Set("Content-Length", "1000")
+			_, _ = w.Write(make([]byte, 100))
+			w.(http.Flusher).Flush()
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		for { // /endless: until the client leaves
+			if _, err := w.Write(make([]byte, 4096)); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(time.Millisecond)
+		}
+	}))
+	defer upstream.Close()
+	relay, _ := startRelay(t)
+	port := portOf(t, upstream.URL)
+
+	resp, err := http.DefaultClient.Do(request(t, http.MethodGet, relay.URL, "/cut", port, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(resp.Body); err == nil {
+		t.Error("a cut answer read whole")
+	}
+	resp.Body.Close()
+	want := `msg="answer from sandbox ended early" sandbox=` + sandboxID + " port=" + port
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log:\n%s", want, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	resp, err = http.DefaultClient.Do(request(t, http.MethodGet, relay.URL, "/endless", port, nil).WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 8192)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	resp.Body.Close()
+	time.Sleep(200 * time.Millisecond) // time for a wrong warning to appear
+	if n := strings.Count(logs.String(), "ended early"); n != 1 {
+		t.Errorf("%d warnings after a client left; want only the cut answer's:\n%s", n, logs.String())
 	}
 }
