@@ -70,8 +70,11 @@ func BenchmarkList2000(b *testing.B) {
 		}
 		body, err := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return nil, "", fmt.Errorf("GET %s: %d %v", path, resp.StatusCode, err)
+		if err != nil {
+			return nil, "", fmt.Errorf("GET %s: %w", path, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, "", fmt.Errorf("GET %s: status %d: %s", path, resp.StatusCode, body)
 		}
 		return body, resp.Header.Get("X-Next-Token"), nil
 	}
