@@ -33,6 +33,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Executable by every uid: tests also run envd as an unprivileged user.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	envdBin = filepath.Join(dir, "envd")
 	build := exec.Command("go", "build", "-o", envdBin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/skiff-dev/skiff/envd"
+	"github.com/skiff-dev/skiff/envd/internal/harden"
 	"github.com/skiff-dev/skiff/envd/internal/logs"
 	"github.com/skiff-dev/skiff/envd/internal/reap"
 	"github.com/skiff-dev/skiff/envd/internal/server"
@@ -58,6 +59,12 @@ func run(args []string, stdout io.Writer) int {
 	})
 	logger := opts.Log.Logger()
 	logger.Info("envd starting", "version", envd.Version, "init", opts.Init, "log_process_output", opts.LogProcessOutput)
+	// Before anything runs in the sandbox: its root must not ptrace envd
+	// or open envd's /proc files (the host's log file among its fds).
+	if err := harden.NonDumpable(); err != nil {
+		logger.Error("envd cannot make itself non-dumpable", "error", err.Error())
+		return 1
+	}
 	if opts.Init {
 		r, err := reap.Start()
 		if err != nil {

@@ -1,0 +1,58 @@
+// Package harden protects envd's own process from the sandbox it serves.
+//
+// envd holds what a sandbox must not reach: the host's log file on its
+// stdout and stderr (whose limits envd enforces), its listening socket and
+// the access token. Root in a sandbox lacks CAP_SYS_PTRACE, so once envd is
+// not dumpable the kernel refuses that root ptrace(2) of envd and the
+// /proc/<envd>/{fd,mem,environ,…} files, which would hand it all of these.
+package harden
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// nonDumpable records that NonDumpable was called, for KeepNonDumpable.
+var nonDumpable atomic.Bool
+
+// NonDumpable makes envd's process not dumpable (prctl PR_SET_DUMPABLE 0):
+// no core dumps, its /proc/<pid> files owned by root, and ptrace(2) and
+// those files refused to anyone without CAP_SYS_PTRACE. It covers every
+// thread. The processes envd starts are unaffected: execve makes a program
+// that is not set-user-ID or set-group-ID dumpable again.
+func NonDumpable() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl PR_SET_DUMPABLE: %w", err)
+	}
+	nonDumpable.Store(true)
+	return nil
+}
+
+// Dumpable returns the process's dumpable flag (prctl PR_GET_DUMPABLE):
+// 0 not dumpable, 1 dumpable, 2 dumpable by root only.
+func Dumpable() (int, error) {
+	v, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	if err != nil {
+		return 0, fmt.Errorf("prctl PR_GET_DUMPABLE: %w", err)
+	}
+	return v, nil
+}
+
+// KeepNonDumpable makes the process not dumpable again if NonDumpable was
+// called and the flag is back at 1. The kernel sets the flag to the
+// fs.suid_dumpable sysctl whenever a thread's credentials change, an fsuid
+// switch included; at its default (0), or at 2, envd stays protected, but at
+// 1 (a debugging setting) every switch would make envd dumpable for good.
+// Call it after a thread gives back an identity it took.
+func KeepNonDumpable() error {
+	if !nonDumpable.Load() {
+		return nil
+	}
+	v, err := Dumpable()
+	if err != nil || v != 1 {
+		return err
+	}
+	return NonDumpable()
+}
