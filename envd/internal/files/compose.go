@@ -11,8 +11,10 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/skiff-dev/skiff/envd/internal/asuser"
 	"github.com/skiff-dev/skiff/envd/internal/entry"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
+	"github.com/skiff-dev/skiff/envd/proto/filesystem"
 )
 
 // Compose limits.
@@ -29,8 +31,9 @@ type composeRequest struct {
 }
 
 // compose serves POST /files/compose: it concatenates the sources into the
-// destination (replaced atomically, owned by the user), deletes the sources
-// and answers the destination's EntryInfo in the Connect JSON mapping.
+// destination (replaced atomically by a new file of the user's), deletes the
+// sources and answers the destination's EntryInfo in the Connect JSON
+// mapping.
 func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
 	if !h.sb.CheckToken(r.Header.Get(AccessTokenHeader)) {
 		return errUnauthorized
@@ -68,13 +71,10 @@ func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
 		if sources[i], err = identity.ResolvePath(s, u); err != nil {
 			return withStatus(http.StatusBadRequest, err, fmt.Sprintf("invalid source path %q: %v", s, err))
 		}
-		fi, err := os.Stat(sources[i])
-		if err != nil {
-			return statError(sources[i], err)
-		}
-		if err := checkRegular(sources[i], fi); err != nil {
-			return err
-		}
+	}
+	// Every path is checked, opened, created and removed as the user.
+	if err := asuser.Do(u, func() error { return checkSources(sources) }); err != nil {
+		return err
 	}
 
 	a, err := createDest(dest, u, replacement)
@@ -83,7 +83,7 @@ func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer a.abort()
 	for _, src := range sources {
-		if err := appendFile(a.f, src); err != nil {
+		if err := appendFile(a.f, src, u); err != nil {
 			return err
 		}
 	}
@@ -93,13 +93,18 @@ func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
 	if err := a.commit(); err != nil {
 		return err
 	}
-	if err := removeSources(sources, dest, a.target); err != nil {
+	var info *filesystem.EntryInfo
+	if err := asuser.Do(u, func() error {
+		if err := removeSources(sources, dest, a.target); err != nil {
+			return err
+		}
+		var err error
+		if info, err = entry.Info(dest); err != nil {
+			return fsError(err, "stat "+dest)
+		}
+		return nil
+	}); err != nil {
 		return err
-	}
-
-	info, err := entry.Info(dest)
-	if err != nil {
-		return fsError(err, "stat "+dest)
 	}
 	body, err := protojson.Marshal(info)
 	if err != nil {
@@ -111,10 +116,28 @@ func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// appendFile copies the regular file src to the end of dst.
-func appendFile(dst *os.File, src string) error {
-	f, _, err := openRegular(src)
-	if err != nil {
+// checkSources answers 404 or 400 unless every source is a regular file.
+func checkSources(sources []string) error {
+	for _, src := range sources {
+		fi, err := os.Stat(src)
+		if err != nil {
+			return pathError("stat", src, err)
+		}
+		if err := checkRegular(src, fi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendFile copies the regular file src, opened as u, to the end of dst.
+func appendFile(dst *os.File, src string, u *identity.User) error {
+	var f *os.File
+	if err := asuser.Do(u, func() error {
+		var err error
+		f, _, err = openRegular(src)
+		return err
+	}); err != nil {
 		return err
 	}
 	defer f.Close()

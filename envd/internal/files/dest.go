@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/skiff-dev/skiff/envd/internal/asuser"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 )
 
@@ -26,8 +27,9 @@ const (
 type destFile struct {
 	f       *os.File // nil once closed
 	target  string
-	tmp     string // the temporary file a replacement writes; "" in place
-	created bool   // in place, the upload made the file: abort removes it
+	tmp     string         // the temporary file a replacement writes; "" in place
+	created bool           // in place, the upload made the file: abort removes it
+	user    *identity.User // whose identity renames and removes use
 }
 
 // How createDest writes.
@@ -36,11 +38,29 @@ const (
 	replacement = true
 )
 
-// createDest opens dest for writing, owned by u: it resolves a symlinked dest
-// to the file it points to, creates missing parent directories (owned by u),
-// and opens the file truncated (in place) or a temporary file beside it
-// (replacement), with the mode of the file that exists, else newFileMode.
+// createDest opens dest for writing as u. It resolves a symlinked dest to
+// the file it points to, creates missing parent directories, and opens the
+// file truncated (in place) or a temporary file beside it (replacement),
+// with the mode of the file that exists, else newFileMode. Every path is
+// resolved and opened with u's identity (asuser.Do), so the kernel allows
+// exactly what it would allow u; what it creates is u's, and a file that
+// exists keeps its owner and mode.
 func createDest(dest string, u *identity.User, replace bool) (*destFile, error) {
+	var d *destFile
+	err := asuser.Do(u, func() error {
+		var err error
+		d, err = openDest(dest, replace)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.user = u
+	return d, nil
+}
+
+// openDest is createDest's work, made with the caller's identity.
+func openDest(dest string, replace bool) (*destFile, error) {
 	target := dest
 	mode := newFileMode
 	fi, err := os.Lstat(dest)
@@ -62,30 +82,27 @@ func createDest(dest string, u *identity.User, replace bool) (*destFile, error) 
 	}
 	created := err != nil
 	dir := filepath.Dir(target)
-	if err := mkdirAllOwned(dir, u); err != nil {
+	if err := mkdirAll(dir); err != nil {
 		return nil, fsError(err, "create directory "+dir)
 	}
 	d := &destFile{target: target}
-	if replace {
-		f, err := os.CreateTemp(dir, ".envd-compose-*")
-		if err != nil {
-			return nil, fsError(err, "create file in "+dir)
-		}
-		d.f, d.tmp = f, f.Name()
-		if err := f.Chmod(mode); err != nil {
-			d.abort()
-			return nil, fsError(err, "chmod "+d.tmp)
-		}
-	} else {
+	if !replace {
 		f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 		if err != nil {
 			return nil, fsError(err, "create file "+target)
 		}
 		d.f, d.created = f, created
+		return d, nil
 	}
-	if err := d.f.Chown(int(u.UID), int(u.GID)); err != nil {
-		d.abort()
-		return nil, fsError(err, "chown "+d.f.Name())
+	f, err := os.CreateTemp(dir, ".envd-compose-*")
+	if err != nil {
+		return nil, fsError(err, "create file in "+dir)
+	}
+	d.f, d.tmp = f, f.Name()
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		os.Remove(d.tmp)
+		return nil, fsError(err, "chmod "+d.tmp)
 	}
 	return d, nil
 }
@@ -111,7 +128,7 @@ func (d *destFile) commit() error {
 	if d.tmp == "" {
 		return nil
 	}
-	if err := os.Rename(d.tmp, d.target); err != nil {
+	if err := asuser.Do(d.user, func() error { return os.Rename(d.tmp, d.target) }); err != nil {
 		return fsError(err, "rename to "+d.target)
 	}
 	d.tmp = ""
@@ -119,25 +136,32 @@ func (d *destFile) commit() error {
 }
 
 // abort closes the file and removes a replacement, or an in-place file the
-// upload created; a file that existed keeps what was written, as with e2b's
-// envd.
+// upload created, as the user; a file that existed keeps what was written,
+// as with e2b's envd.
 func (d *destFile) abort() {
 	if d.f != nil {
 		d.f.Close()
 		d.f = nil
 	}
-	if d.tmp != "" {
-		os.Remove(d.tmp)
-		d.tmp = ""
+	tmp, created := d.tmp, d.created
+	d.tmp, d.created = "", false
+	if tmp == "" && !created {
+		return
 	}
-	if d.created {
-		os.Remove(d.target)
-		d.created = false
-	}
+	_ = asuser.Do(d.user, func() error {
+		if tmp != "" {
+			os.Remove(tmp)
+		}
+		if created {
+			os.Remove(d.target)
+		}
+		return nil
+	})
 }
 
-// mkdirAllOwned is os.MkdirAll that gives the directories it creates to u.
-func mkdirAllOwned(dir string, u *identity.User) error {
+// mkdirAll is os.MkdirAll with an error for a path that exists and is not
+// a directory, and without trouble from a directory made concurrently.
+func mkdirAll(dir string) error {
 	fi, err := os.Stat(dir)
 	switch {
 	case err == nil && fi.IsDir():
@@ -148,7 +172,7 @@ func mkdirAllOwned(dir string, u *identity.User) error {
 		return fmt.Errorf("stat directory: %w", err)
 	}
 	if parent := filepath.Dir(dir); parent != dir {
-		if err := mkdirAllOwned(parent, u); err != nil {
+		if err := mkdirAll(parent); err != nil {
 			return err
 		}
 	}
@@ -157,9 +181,6 @@ func mkdirAllOwned(dir string, u *identity.User) error {
 			return nil // created concurrently
 		}
 		return fmt.Errorf("make directory: %w", err)
-	}
-	if err := os.Lchown(dir, int(u.UID), int(u.GID)); err != nil {
-		return fmt.Errorf("chown directory: %w", err)
 	}
 	return nil
 }

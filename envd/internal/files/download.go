@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/skiff-dev/skiff/envd/internal/asuser"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 )
 
@@ -30,8 +31,15 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return withStatus(http.StatusBadRequest, err, fmt.Sprintf("invalid path '%s': %v", q.Get(queryPath), err))
 	}
-	f, fi, err := openRegular(p)
-	if err != nil {
+	// Opened as the user: the kernel checks the path as for the user's own
+	// open; reading the open file needs no identity.
+	var f *os.File
+	var fi fs.FileInfo
+	if err := asuser.Do(u, func() error {
+		var err error
+		f, fi, err = openRegular(p)
+		return err
+	}); err != nil {
 		return err
 	}
 	defer f.Close()
@@ -68,14 +76,14 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) error {
 func openRegular(p string) (*os.File, fs.FileInfo, error) {
 	fi, err := os.Stat(p)
 	if err != nil {
-		return nil, nil, statError(p, err)
+		return nil, nil, pathError("stat", p, err)
 	}
 	if err := checkRegular(p, fi); err != nil {
 		return nil, nil, err
 	}
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, nil, statError(p, err)
+		return nil, nil, pathError("open", p, err)
 	}
 	if fi, err = f.Stat(); err != nil {
 		f.Close()
@@ -88,13 +96,13 @@ func openRegular(p string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
-// statError maps the error of looking up p: a missing path is 404 with
-// e2b's message.
-func statError(p string, err error) error {
+// pathError maps the error of op (stat, open) on p: a missing path is 404
+// with e2b's message.
+func pathError(op, p string, err error) error {
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return withStatus(http.StatusNotFound, err, fmt.Sprintf("path '%s' does not exist", p))
 	}
-	return fsError(err, "stat "+p)
+	return fsError(err, op+" "+p)
 }
 
 // checkRegular answers 400 for a directory or another non-regular file.

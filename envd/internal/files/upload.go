@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/skiff-dev/skiff/envd/internal/asuser"
 	"github.com/skiff-dev/skiff/envd/internal/entry"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 )
@@ -35,6 +36,8 @@ type uploadedEntry struct {
 // an application/octet-stream body for the `path` query. Every file is
 // written in place, as e2b's envd does; if the body fails part-way, the files
 // this upload created are removed (files it overwrote keep what was written).
+// Paths are resolved, and files and directories created, with the user's
+// identity (see createDest).
 func (h *handler) upload(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r, opWrite); err != nil {
 		return err
@@ -207,7 +210,7 @@ func (up *uploader) add(dest string, src io.Reader) error {
 	up.pending = append(up.pending, a)
 	// The file is written in place, so metadata it had is replaced, and an
 	// upload without X-Metadata-* headers clears it.
-	if err := entry.SetMetadata(a.target, up.md); err != nil {
+	if err := asuser.Do(up.user, func() error { return entry.SetMetadata(a.target, up.md) }); err != nil {
 		if errors.Is(err, entry.ErrInvalidMetadata) {
 			return withStatus(http.StatusBadRequest, err, err.Error())
 		}
