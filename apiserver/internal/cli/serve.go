@@ -342,11 +342,23 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		Logger:        log,
 	})
 	limiter := auth.NewRateLimiter(o.createRate, o.createBurst)
-	mux := http.NewServeMux()
-	mux.Handle("GET /health", api) // unauthenticated, as e2b's
-	mux.Handle("/", auth.Middleware(keys, limitCreates(limiter, api)))
-	a.handler = m.Instrument(mux, routeOf(api))
+	a.handler = m.Instrument(withHealth(api, auth.Middleware(keys, limitCreates(limiter, api))), routeOf(api))
 	return a, nil
+}
+
+// withHealth sends GET and HEAD /health to api unauthenticated, as e2b's
+// API serves it, and everything else to authed. It is not a ServeMux: a
+// mux redirects a path that is not canonical ("//v2/sandboxes",
+// "/a/../health") before any handler sees it, and the e2b API answers such
+// a path 404 in e2b's shape (docs/e2b-compat.md).
+func withHealth(api, authed http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			api.ServeHTTP(w, r)
+			return
+		}
+		authed.ServeHTTP(w, r)
+	})
 }
 
 // routeOf returns the function that names the e2b API's route a request
