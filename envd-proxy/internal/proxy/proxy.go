@@ -24,6 +24,7 @@ import (
 	"github.com/skiff-dev/skiff/envd-proxy/internal/fleet"
 	"github.com/skiff-dev/skiff/envd-proxy/internal/route"
 	"github.com/skiff-dev/skiff/shared/routing"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
 
 // NodeTokenHeader carries the token sandboxd requires of relayed requests;
@@ -108,6 +109,7 @@ type forward struct {
 	node   fleet.Node
 	w      http.ResponseWriter // the client's, for streamBody
 	token  string              // the client's X-Access-Token, for token learning
+	method string
 	path   string
 	start  time.Time
 	status int // what the client got; 0 while none
@@ -166,7 +168,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = http.NewResponseController(w).EnableFullDuplex()
 	}
 	lw := &lockedWriter{ResponseWriter: w}
-	fw := &forward{target: t, node: node, w: lw, path: r.URL.Path, start: time.Now()}
+	fw := &forward{target: t, node: node, w: lw, method: r.Method, path: r.URL.Path, start: time.Now()}
 	if t.IsEnvd() {
 		fw.token = r.Header.Get(route.AccessTokenHeader)
 	}
@@ -237,21 +239,33 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	switch {
 	case fw.target.By == route.ByToken && resp.StatusCode == http.StatusBadGateway:
 		p.tokens.Forget(fw.token, fw.target.SandboxID) // the sandbox is gone
-	case learnable(fw.path, resp.StatusCode):
+	case learnable(fw.method, fw.path, fw.token, resp.StatusCode):
 		p.tokens.Learn(fw.token, fw.target.SandboxID)
 	}
 	return nil
 }
 
 // learnable reports whether envd's answer to a request shows that the
-// request's token belongs to its sandbox: envd checked it (every route but
-// /health does) and did not refuse it, and the sandbox is there (no 5xx:
-// sandboxd answers 502 for a sandbox it does not have).
-func learnable(path string, status int) bool {
-	if strings.TrimRight(path, "/") == "/health" {
+// request's token belongs to its sandbox: only a success (2xx) to a request
+// whose token envd checks. envd (envd/internal/server/auth.go) answers any
+// OPTIONS (CORS preflights), GET and HEAD /health and POST /init without
+// looking at the token, so a made-up token passes those; on every other
+// route a wrong token gets 401. Nothing else shows that the token is right:
+// a redirect, a 4xx (envd's mux answers 404 and 405 only after the token
+// passed, but a 400 from sandboxd's relay comes before envd), or a 5xx
+// (sandboxd answers 502 for a sandbox it does not have). A token that names
+// its sandbox (sandboxd's own format) routes without the map and is not
+// stored.
+func learnable(method, p, token string, status int) bool {
+	if status < 200 || status > 299 || method == http.MethodOptions {
 		return false
 	}
-	return status != http.StatusUnauthorized && status != http.StatusForbidden && status < 500
+	switch strings.TrimRight(path.Clean("/"+p), "/") {
+	case "/health", "/init":
+		return false
+	}
+	_, named := sandboxid.FromAccessToken(token)
+	return !named
 }
 
 // proxyError answers a failure to reach sandboxd or to read its answer.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -262,13 +263,8 @@ func TestTokenFallbackRouting(t *testing.T) {
 	// Sandboxd answers what the X-Status header says (default 200).
 	status := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code := http.StatusOK
-		switch r.Header.Get("X-Status") {
-		case "401":
-			code = http.StatusUnauthorized
-		case "403":
-			code = http.StatusForbidden
-		case "502":
-			code = http.StatusBadGateway
+		if s := r.Header.Get("X-Status"); s != "" {
+			code, _ = strconv.Atoi(s)
 		}
 		w.WriteHeader(code)
 	})
@@ -286,14 +282,18 @@ func TestTokenFallbackRouting(t *testing.T) {
 		}
 		return resp.StatusCode, ""
 	}
-	routed := func(id, token, path, status string) {
+	routedAs := func(method, id, token, path, status string) {
 		t.Helper()
-		req := h.request(http.MethodPost, path, id, "49983", nil)
+		req := h.request(method, path, id, "49983", nil)
 		req.Header.Set("X-Access-Token", token)
 		if status != "" {
 			req.Header.Set("X-Status", status)
 		}
 		h.do(req)
+	}
+	routed := func(id, token, path, status string) {
+		t.Helper()
+		routedAs(http.MethodPost, id, token, path, status)
 	}
 
 	if code, _ := tokenOnly("token-1"); code != http.StatusBadRequest {
@@ -307,19 +307,41 @@ func TestTokenFallbackRouting(t *testing.T) {
 		t.Fatalf("token-routed request reached sandboxd as port %q path %q", got.Header.Get("E2b-Sandbox-Port"), got.URL.Path)
 	}
 
-	// Not learned: envd refused the token, it did not check it (/health),
-	// the sandbox was gone, or the port was not envd's.
-	routed(id2, "token-401", "/process.Process/List", "401")
-	routed(id2, "token-403", "/process.Process/List", "403")
-	routed(id2, "token-health", "/health", "")
-	routed(id2, "token-502", "/process.Process/List", "502")
+	// Not learned: envd refused the token; it answered without checking
+	// it (a CORS preflight or any OPTIONS, /health); the answer was no
+	// success (a redirect, a 4xx, the 502 of a sandbox that was gone); the
+	// token names its sandbox already; or the port was not envd's.
+	named := id1 + ".0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct{ method, token, path, status string }{
+		{http.MethodPost, "token-401", "/process.Process/List", "401"},
+		{http.MethodPost, "token-403", "/process.Process/List", "403"},
+		{http.MethodPost, "token-health", "/health", ""},
+		{http.MethodGet, "token-health-get", "/health", "204"},
+		{http.MethodHead, "token-health-head", "/health/", ""},
+		{http.MethodOptions, "token-options", "/process.Process/List", "204"},
+		{http.MethodOptions, "token-options-files", "/files", ""},
+		{http.MethodPost, "token-307", "//files", "307"},
+		{http.MethodPost, "token-404", "/process.Process/Nope", "404"},
+		{http.MethodPost, "token-400", "/files", "400"},
+		{http.MethodPost, "token-502", "/process.Process/List", "502"},
+		{http.MethodPost, named, "/process.Process/List", ""},
+	} {
+		routedAs(tc.method, id2, tc.token, tc.path, tc.status)
+		if n := h.tokens.Len(); n != 1 {
+			t.Errorf("%s %s answered %q: %d tokens known, want only token-1", tc.method, tc.path, tc.status, n)
+		}
+		if code, got := tokenOnly(tc.token); tc.token != named && code != http.StatusBadRequest {
+			t.Errorf("%s %s answered %q taught the proxy its token: a token-only call went to %q (%d)", tc.method, tc.path, tc.status, got, code)
+		}
+	}
 	req := h.request(http.MethodGet, "/", id2, "8080", nil)
 	req.Header.Set("X-Access-Token", "token-user-port")
 	h.do(req)
-	for _, tok := range []string{"token-401", "token-403", "token-health", "token-502", "token-user-port"} {
-		if code, _ := tokenOnly(tok); code != http.StatusBadRequest {
-			t.Errorf("%s was learned: token-only call got %d", tok, code)
-		}
+	if code, _ := tokenOnly("token-user-port"); code != http.StatusBadRequest {
+		t.Errorf("a call to port 8080 taught the proxy its token: token-only call got %d", code)
+	}
+	if code, got := tokenOnly("token-1"); code != http.StatusOK || got != id1 {
+		t.Fatalf("token-1 after the calls that teach nothing: %d to %q, want %s", code, got, id1)
 	}
 
 	// The bound: learning two more forgets token-1, the least recently used.
