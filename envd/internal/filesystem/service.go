@@ -1,6 +1,10 @@
 // Package filesystem implements envd's filesystem.Filesystem Connect service:
 // stat, mkdir, move, list and remove, plus directory watches as a server
 // stream (WatchDir) or as polled watchers (CreateWatcher and friends).
+//
+// Every path is resolved and touched with the identity of the request's
+// user (asuser.Do), so the kernel allows exactly what it would allow that
+// user, whatever symlinks lie on the way; what is created is the user's.
 package filesystem
 
 import (
@@ -16,6 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/skiff-dev/skiff/envd/internal/asuser"
 	"github.com/skiff-dev/skiff/envd/internal/entry"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 	"github.com/skiff-dev/skiff/envd/internal/state"
@@ -106,20 +111,25 @@ func osError(err error) *connect.Error {
 
 // Stat describes one entry without following a final symlink.
 func (s *Service) Stat(_ context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	p, _, err := s.resolve(req, req.Msg.GetPath())
+	p, u, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	e, err := entry.Info(p)
-	if err != nil {
+	var e *filesystem.EntryInfo
+	if err := asuser.Do(u, func() error {
+		var err error
+		e, err = entry.Info(p)
+		return err
+	}); err != nil {
 		return nil, osError(err)
 	}
 	return connect.NewResponse(&filesystem.StatResponse{Entry: e}), nil
 }
 
-// mkdirAll creates p and its missing parents, each owned by u. It reports
-// whether it created p itself; an existing non-directory is an error.
-func mkdirAll(p string, u *identity.User) (created bool, err error) {
+// mkdirAll creates p and its missing parents. It reports whether it
+// created p itself; an existing non-directory is an error. Called in
+// asuser.Do, it creates them as the user, owned by the user.
+func mkdirAll(p string) (created bool, err error) {
 	fi, err := os.Stat(p)
 	if err == nil {
 		if !fi.IsDir() {
@@ -131,7 +141,7 @@ func mkdirAll(p string, u *identity.User) (created bool, err error) {
 		return false, err
 	}
 	if parent := filepath.Dir(p); parent != p {
-		if _, err := mkdirAll(parent, u); err != nil {
+		if _, err := mkdirAll(parent); err != nil {
 			return false, err
 		}
 	}
@@ -144,25 +154,36 @@ func mkdirAll(p string, u *identity.User) (created bool, err error) {
 		}
 		return false, err
 	}
-	if err := os.Lchown(p, int(u.UID), int(u.GID)); err != nil {
-		return true, fmt.Errorf("chown %s: %w", p, err)
-	}
 	return true, nil
 }
 
-// MakeDir creates a directory and its missing parents, owned by the user.
+// MakeDir creates a directory and its missing parents as the user, so
+// owned by the user.
 func (s *Service) MakeDir(_ context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
 	p, u, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
+	var e *filesystem.EntryInfo
+	if err := asuser.Do(u, func() error {
+		var err error
+		e, err = makeDir(p)
+		return err
+	}); err != nil {
+		return nil, osError(err)
+	}
+	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: e}), nil
+}
+
+// makeDir is MakeDir's work, made with the caller's identity.
+func makeDir(p string) (*filesystem.EntryInfo, error) {
 	if fi, err := os.Stat(p); err == nil {
 		if fi.IsDir() {
 			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory '%s' already exists", p))
 		}
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path '%s' already exists and is not a directory", p))
 	}
-	created, err := mkdirAll(p, u)
+	created, err := mkdirAll(p)
 	if err != nil {
 		if errors.Is(err, syscall.ENOTDIR) {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("make dir %s: %w", p, err))
@@ -172,14 +193,11 @@ func (s *Service) MakeDir(_ context.Context, req *connect.Request[filesystem.Mak
 	if !created {
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory '%s' already exists", p))
 	}
-	e, err := entry.Info(p)
-	if err != nil {
-		return nil, osError(err)
-	}
-	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: e}), nil
+	return entry.Info(p)
 }
 
-// Move renames source to destination, creating the destination's parents.
+// Move renames source to destination as the user, creating the
+// destination's parents.
 func (s *Service) Move(_ context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
 	src, u, err := s.resolve(req, req.Msg.GetSource())
 	if err != nil {
@@ -189,30 +207,40 @@ func (s *Service) Move(_ context.Context, req *connect.Request[filesystem.MoveRe
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid path '%s': %w", req.Msg.GetDestination(), err))
 	}
-	if _, err := os.Lstat(src); err != nil {
-		return nil, osError(err)
-	}
-	if _, err := mkdirAll(filepath.Dir(dst), u); err != nil {
-		if errors.Is(err, syscall.ENOTDIR) {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("create parent of %s: %w", dst, err))
-		}
-		return nil, osError(err)
-	}
-	if err := os.Rename(src, dst); err != nil {
-		return nil, osError(err)
-	}
-	e, err := entry.Info(dst)
-	if err != nil {
+	var e *filesystem.EntryInfo
+	if err := asuser.Do(u, func() error {
+		var err error
+		e, err = move(src, dst)
+		return err
+	}); err != nil {
 		return nil, osError(err)
 	}
 	return connect.NewResponse(&filesystem.MoveResponse{Entry: e}), nil
 }
 
+// move is Move's work, made with the caller's identity.
+func move(src, dst string) (*filesystem.EntryInfo, error) {
+	if _, err := os.Lstat(src); err != nil {
+		return nil, err
+	}
+	if _, err := mkdirAll(filepath.Dir(dst)); err != nil {
+		if errors.Is(err, syscall.ENOTDIR) {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("create parent of %s: %w", dst, err))
+		}
+		return nil, err
+	}
+	if err := os.Rename(src, dst); err != nil {
+		return nil, err
+	}
+	return entry.Info(dst)
+}
+
 // ListDir lists a directory recursively up to depth (0 means 1), without
 // following symlinks below it and without the directory itself. A symlink
 // given as the path is followed, and entries are reported under its target.
+// It reads as the user: a subdirectory the user may not read is skipped.
 func (s *Service) ListDir(_ context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	p, _, err := s.resolve(req, req.Msg.GetPath())
+	p, u, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -220,13 +248,26 @@ func (s *Service) ListDir(_ context.Context, req *connect.Request[filesystem.Lis
 	if depth == 0 {
 		depth = 1
 	}
+	var entries []*filesystem.EntryInfo
+	if err := asuser.Do(u, func() error {
+		var err error
+		entries, err = listDir(p, depth)
+		return err
+	}); err != nil {
+		return nil, osError(err)
+	}
+	return connect.NewResponse(&filesystem.ListDirResponse{Entries: entries}), nil
+}
+
+// listDir is ListDir's work, made with the caller's identity.
+func listDir(p string, depth int) ([]*filesystem.EntryInfo, error) {
 	root, err := filepath.EvalSymlinks(p)
 	if err != nil {
-		return nil, osError(err)
+		return nil, err
 	}
 	fi, err := os.Stat(root)
 	if err != nil {
-		return nil, osError(err)
+		return nil, err
 	}
 	if !fi.IsDir() {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path '%s' is not a directory", p))
@@ -253,19 +294,17 @@ func (s *Service) ListDir(_ context.Context, req *connect.Request[filesystem.Lis
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, osError(err)
-	}
-	return connect.NewResponse(&filesystem.ListDirResponse{Entries: entries}), nil
+	return entries, err
 }
 
-// Remove deletes a path recursively; a missing path is not an error.
+// Remove deletes a path recursively as the user; a missing path is not an
+// error.
 func (s *Service) Remove(_ context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
-	p, _, err := s.resolve(req, req.Msg.GetPath())
+	p, u, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	if err := os.RemoveAll(p); err != nil {
+	if err := asuser.Do(u, func() error { return os.RemoveAll(p) }); err != nil {
 		return nil, osError(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil

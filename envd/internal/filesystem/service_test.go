@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/skiff-dev/skiff/envd/internal/asuser/asusertest"
 	"github.com/skiff-dev/skiff/envd/internal/state"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem/filesystemconnect"
@@ -146,31 +147,20 @@ func TestMakeDir(t *testing.T) {
 	wantCode(t, err, connect.CodeUnauthenticated)
 
 	t.Run("created dirs are owned by the user", func(t *testing.T) {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root to chown")
-		}
-		p := filepath.Join(dir, "owned", "x")
-		resp, err := client.MakeDir(ctx, as("nobody", &filesystem.MakeDirRequest{Path: p}))
+		tr := asusertest.New(t)
+		u := tr.User
+		p := filepath.Join(tr.Home, "owned", "x")
+		resp, err := client.MakeDir(ctx, as(u.Name, &filesystem.MakeDirRequest{Path: p}))
 		if err != nil {
-			t.Skipf("no usable user nobody: %v", err)
+			t.Fatal(err)
 		}
-		if resp.Msg.GetEntry().GetOwner() != "nobody" {
-			t.Errorf("owner = %q, want nobody", resp.Msg.GetEntry().GetOwner())
+		if resp.Msg.GetEntry().GetOwner() != u.Name {
+			t.Errorf("owner = %q, want %s", resp.Msg.GetEntry().GetOwner(), u.Name)
 		}
-		for _, d := range []string{filepath.Join(dir, "owned"), p} {
-			fi, err := os.Stat(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != 65534 {
-				t.Errorf("%s uid = %d, want 65534", d, uid)
-			}
-		}
+		asusertest.CheckOwner(t, filepath.Join(tr.Home, "owned"), u.UID, u.GID)
+		asusertest.CheckOwner(t, p, u.UID, u.GID)
 		// The pre-existing parent keeps its owner.
-		fi, _ := os.Stat(dir)
-		if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != 0 {
-			t.Errorf("%s uid changed to %d", dir, uid)
-		}
+		asusertest.CheckOwner(t, tr.Home, u.UID, u.GID)
 	})
 }
 

@@ -14,7 +14,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/skiff-dev/skiff/envd/internal/asuser"
 	"github.com/skiff-dev/skiff/envd/internal/entry"
+	"github.com/skiff-dev/skiff/envd/internal/identity"
 	"github.com/skiff-dev/skiff/envd/internal/keepalive"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem"
 )
@@ -28,6 +30,7 @@ const maxQueuedEvents = 10_000
 // watcher turns fsnotify events under root into FilesystemEvents. One
 // goroutine (loop) owns the fsnotify watcher and calls emit; stop ends it.
 type watcher struct {
+	user         *identity.User // whose identity adds watches and reads entries
 	root         string
 	recursive    bool
 	includeEntry bool
@@ -54,39 +57,48 @@ func checkWatchRoot(p string) error {
 }
 
 // startWatcher watches root (and, when recursive, every directory below it)
-// and starts the goroutine delivering events to emit.
-func startWatcher(root string, recursive, includeEntry, stopOnError bool, emit func(*filesystem.FilesystemEvent, <-chan struct{})) (*watcher, error) {
-	if err := checkWatchRoot(root); err != nil {
-		return nil, err
-	}
+// as u, so only where u may read, and starts the goroutine delivering
+// events to emit.
+func startWatcher(u *identity.User, root string, recursive, includeEntry, stopOnError bool, emit func(*filesystem.FilesystemEvent, <-chan struct{})) (*watcher, error) {
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("create watcher: %w", err))
 	}
 	w := &watcher{
-		root: root, recursive: recursive, includeEntry: includeEntry, stopOnError: stopOnError,
+		user: u, root: root, recursive: recursive, includeEntry: includeEntry, stopOnError: stopOnError,
 		emit: emit, fw: fw, stopCh: make(chan struct{}), done: make(chan struct{}),
 	}
-	if err := fw.Add(root); err != nil {
+	if err := asuser.Do(u, w.addRoot); err != nil {
 		_ = fw.Close()
-		return nil, osError(fmt.Errorf("watch %s: %w", root, err))
-	}
-	if recursive {
-		if err := w.addTree(root, false); err != nil {
-			_ = fw.Close()
-			return nil, osError(err)
-		}
+		return nil, osError(err)
 	}
 	go w.loop()
 	return w, nil
 }
 
+// addRoot checks the root and watches it (and, when recursive, the
+// directories below it).
+func (w *watcher) addRoot() error {
+	if err := checkWatchRoot(w.root); err != nil {
+		return err
+	}
+	if err := w.fw.Add(w.root); err != nil {
+		return fmt.Errorf("watch %s: %w", w.root, err)
+	}
+	if w.recursive {
+		_, err := w.addTree(w.root, false)
+		return err
+	}
+	return nil
+}
+
 // addTree adds watches for the directories below dir (dir itself is already
 // watched). Directories are not followed through symlinks. With announce, it
-// also emits CREATE for every entry found: they appeared in a new directory
-// before its watch existed, so inotify never reported them.
-func (w *watcher) addTree(dir string, announce bool) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+// also returns every entry found, for CREATE events: they appeared in a new
+// directory before its watch existed, so inotify never reported them.
+func (w *watcher) addTree(dir string, announce bool) ([]string, error) {
+	var found []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == dir && !announce {
 				return err
@@ -97,7 +109,7 @@ func (w *watcher) addTree(dir string, announce bool) error {
 			return nil
 		}
 		if announce {
-			w.send(p, filesystem.EventType_EVENT_TYPE_CREATE)
+			found = append(found, p)
 		}
 		if d.IsDir() {
 			// Directories created later are watched on a best-effort basis;
@@ -108,6 +120,7 @@ func (w *watcher) addTree(dir string, announce bool) error {
 		}
 		return nil
 	})
+	return found, err
 }
 
 // ops maps fsnotify operations to e2b event types, in the order emitted
@@ -159,14 +172,24 @@ func (w *watcher) handle(ev fsnotify.Event) {
 			w.send(ev.Name, o.typ)
 		}
 	}
-	if w.recursive && ev.Has(fsnotify.Create) {
+	if !w.recursive || !ev.Has(fsnotify.Create) {
+		return
+	}
+	// Watch a new directory as the user; announce what it already holds
+	// after, so that no thread keeps the user's identity while emit waits.
+	// Entries created between the Add and the walk may be reported twice
+	// (by inotify and by the walk); none are missed.
+	var found []string
+	_ = asuser.Do(w.user, func() error {
 		if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
-			// Entries created between the Add and the walk may be reported
-			// twice (by inotify and by the walk); none are missed.
 			if err := w.fw.Add(ev.Name); err == nil {
-				_ = w.addTree(ev.Name, true)
+				found, _ = w.addTree(ev.Name, true)
 			}
 		}
+		return nil
+	})
+	for _, p := range found {
+		w.send(p, filesystem.EventType_EVENT_TYPE_CREATE)
 	}
 }
 
@@ -178,9 +201,11 @@ func (w *watcher) send(path string, typ filesystem.EventType) {
 	}
 	ev := &filesystem.FilesystemEvent{Name: rel, Type: typ}
 	if w.includeEntry {
-		if e, err := entry.Info(path); err == nil {
-			ev.Entry = e
-		}
+		_ = asuser.Do(w.user, func() error {
+			var err error
+			ev.Entry, err = entry.Info(path)
+			return err
+		})
 	}
 	w.emit(ev, w.stopCh)
 }
@@ -241,14 +266,14 @@ func (s *Service) unregister(id string) *watcher {
 // ends when the client cancels (nil) or the request deadline passes
 // (deadline_exceeded).
 func (s *Service) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	p, _, err := s.resolve(req, req.Msg.GetPath())
+	p, u, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return err
 	}
 	// allow_network_mounts is accepted and ignored: a sandbox has no
 	// network mounts to refuse.
 	events := make(chan *filesystem.FilesystemEvent, 64)
-	w, err := startWatcher(p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), true,
+	w, err := startWatcher(u, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), true,
 		func(ev *filesystem.FilesystemEvent, stop <-chan struct{}) {
 			select {
 			case events <- ev:
@@ -342,12 +367,12 @@ func (q *pollQueue) drain() []*filesystem.FilesystemEvent {
 // CreateWatcher starts a watcher whose events are queued until
 // GetWatcherEvents drains them; it runs until RemoveWatcher or Close.
 func (s *Service) CreateWatcher(_ context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
-	p, _, err := s.resolve(req, req.Msg.GetPath())
+	p, u, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
 	q := &pollQueue{}
-	w, err := startWatcher(p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), false,
+	w, err := startWatcher(u, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), false,
 		func(ev *filesystem.FilesystemEvent, _ <-chan struct{}) { q.push(ev) })
 	if err != nil {
 		return nil, err
