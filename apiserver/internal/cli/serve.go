@@ -44,6 +44,16 @@ const DefaultAdminListen = "127.0.0.1:9090"
 // its informer caches before giving up.
 const DefaultCacheSyncTimeout = 2 * time.Minute
 
+// Per-team limits unless a flag says otherwise: e2b's defaults for a Pro
+// team (100 concurrent sandboxes, 5 creates a second), so that one team's
+// runaway loop cannot take a whole fleet. Skiff counts paused sandboxes
+// too: on a Skiff host they still hold their disk and memory.
+const (
+	DefaultCreateRatePerTeam   = 5
+	DefaultCreateBurstPerTeam  = 20
+	DefaultMaxSandboxesPerTeam = 100
+)
+
 // serveOptions are the flags of `serve`.
 type serveOptions struct {
 	listen           string
@@ -73,7 +83,9 @@ func newServeOptions() *serveOptions {
 		inventory:        inventoryStatic,
 		cacheSyncTimeout: DefaultCacheSyncTimeout,
 		maxTimeout:       e2bapi.DefaultMaxTimeout,
-		createBurst:      20,
+		createRate:       DefaultCreateRatePerTeam,
+		createBurst:      DefaultCreateBurstPerTeam,
+		maxPerTeam:       DefaultMaxSandboxesPerTeam,
 		placement:        placement.NewOptions(),
 		staleness:        kubeinventory.NewOptions(),
 		log:              logflags.New(logflags.Text),

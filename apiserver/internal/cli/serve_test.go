@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
 // parseServe parses serve's flags from args onto the defaults.
@@ -94,5 +97,33 @@ func TestServeOperationsDefaults(t *testing.T) {
 	o := parseServe(t)
 	if o.adminListen != "127.0.0.1:9090" || o.enablePprof {
 		t.Errorf("--admin-listen %q, --enable-pprof %v; want 127.0.0.1:9090 and false", o.adminListen, o.enablePprof)
+	}
+}
+
+// Teams are limited by default, as on e2b (its Pro plan: 100 concurrent
+// sandboxes, 5 creates a second), and each limit can be turned off.
+func TestServeLimitsTeamsByDefault(t *testing.T) {
+	o := parseServe(t)
+	if o.createRate != 5 || o.createBurst != 20 || o.maxPerTeam != 100 {
+		t.Errorf("--create-rate-per-team %g, --create-burst-per-team %d, --max-sandboxes-per-team %d; want 5, 20 and 100",
+			o.createRate, o.createBurst, o.maxPerTeam)
+	}
+	if o := parseServe(t, "--create-rate-per-team", "0", "--max-sandboxes-per-team", "0"); o.createRate != 0 || o.maxPerTeam != 0 {
+		t.Errorf("limits off: rate %g, max %d", o.createRate, o.maxPerTeam)
+	}
+
+	// A team with 100 sandboxes gets 429 for the next, with no flag set.
+	host := newStandin(t, "host-a")
+	for range 100 {
+		host.sandboxes = append(host.sandboxes, &pb.Sandbox{Id: host.sandboxID(t), Template: "base", State: pb.SandboxState_SANDBOX_STATE_RUNNING, Team: "team-a"})
+	}
+	host.release()
+	o, key := staticOptions(t, []string{host.endpoint()})
+	s := startServing(t, o)
+	waitFor(t, "/readyz answers 200", func() bool { code, _ := get(t, s.admin+"/readyz"); return code == http.StatusOK })
+	a := api{t: t, base: s.api}
+	code, body := a.call(key, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`)
+	if code != http.StatusTooManyRequests || !strings.Contains(string(body), "100 sandboxes") {
+		t.Errorf("the 101st sandbox of a team = %d %s, want 429 naming the limit of 100", code, body)
 	}
 }

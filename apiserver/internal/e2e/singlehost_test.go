@@ -49,8 +49,11 @@ func newSystem(t testing.TB) *system {
 		*k = strings.TrimSpace(string(out))
 	}
 	s.api = "http://" + hosttest.FreeAddr(t)
+	// No per-team limits: the benchmarks create hundreds of sandboxes a
+	// second; the limits have tests of their own (internal/cli).
 	start(t, h.Dir, "apiserver", apiserver, "serve", "--listen", strings.TrimPrefix(s.api, "http://"),
-		"--sandboxd", h.Addr, "--sandboxd-token-file", h.TokenFile, "--api-keys-file", keys, "--admin-listen", hosttest.FreeAddr(t))
+		"--sandboxd", h.Addr, "--sandboxd-token-file", h.TokenFile, "--api-keys-file", keys, "--admin-listen", hosttest.FreeAddr(t),
+		"--create-rate-per-team", "0", "--max-sandboxes-per-team", "0")
 	s.waitForHost()
 	return s
 }

@@ -37,6 +37,9 @@ func run() int {
 	flag.StringVar(&cfg.CgroupParent, "cgroup-parent", "skiff-up", "sandboxd's cgroup for the sandboxes.")
 	flag.StringVar(&cfg.IfacePrefix, "iface-prefix", "skup", "Start of the host-side names of the sandboxes' veths.")
 	flag.StringVar(&cfg.SandboxCIDR, "sandbox-cidr", "10.203.0.0/16", "The sandboxes' address pool.")
+	flag.Float64Var(&cfg.CreateRatePerTeam, "create-rate-per-team", system.DefaultCreateRatePerTeam, "Creates per second one team may make (sandbox-apiserver --create-rate-per-team); 0: no limit.")
+	flag.IntVar(&cfg.CreateBurstPerTeam, "create-burst-per-team", system.DefaultCreateBurstPerTeam, "Creates one team may make at once above its rate (sandbox-apiserver --create-burst-per-team).")
+	flag.IntVar(&cfg.MaxSandboxesPerTeam, "max-sandboxes-per-team", system.DefaultMaxSandboxesPerTeam, "Most sandboxes, running and paused, one team may have (sandbox-apiserver --max-sandboxes-per-team); 0: no limit.")
 	flag.Parse()
 	cfg.Progress = os.Stderr
 

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +30,15 @@ import (
 
 // Binaries are the programs a System runs, all in one directory.
 var Binaries = []string{"sandboxd", "envd", "sandbox-apiserver", "sandbox-envd-proxy"}
+
+// make up's per-team limits: sandbox-apiserver's defaults (e2b's for a Pro
+// team), passed explicitly so that a change there does not change make up
+// unseen.
+const (
+	DefaultCreateRatePerTeam   = 5
+	DefaultCreateBurstPerTeam  = 20
+	DefaultMaxSandboxesPerTeam = 100
+)
 
 // Config is one system on this machine. Every address should be on
 // loopback: the system has no TLS and its sandboxd a shared token.
@@ -59,6 +69,11 @@ type Config struct {
 	// NFTTable, CgroupParent, IfacePrefix and SandboxCIDR are sandboxd's
 	// host resources; distinct values let two systems share a machine.
 	NFTTable, CgroupParent, IfacePrefix, SandboxCIDR string
+	// CreateRatePerTeam, CreateBurstPerTeam and MaxSandboxesPerTeam are
+	// the apiserver's per-team limits, always passed (0: no limit; the
+	// burst only counts with a rate).
+	CreateRatePerTeam                       float64
+	CreateBurstPerTeam, MaxSandboxesPerTeam int
 	// Progress receives a line per step; nil discards them.
 	Progress io.Writer
 }
@@ -159,7 +174,10 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	}
 	if err := s.start("sandbox-apiserver", filepath.Join(cfg.Bin, "sandbox-apiserver"), "serve",
 		"--listen", cfg.APIListen, "--admin-listen", cfg.APIAdmin, "--inventory", "static", "--sandboxd", cfg.SandboxdListen,
-		"--sandboxd-token-file", token, "--api-keys-file", keysFile); err != nil {
+		"--sandboxd-token-file", token, "--api-keys-file", keysFile,
+		"--create-rate-per-team", strconv.FormatFloat(cfg.CreateRatePerTeam, 'g', -1, 64),
+		"--create-burst-per-team", strconv.Itoa(max(cfg.CreateBurstPerTeam, 1)),
+		"--max-sandboxes-per-team", strconv.Itoa(cfg.MaxSandboxesPerTeam)); err != nil {
 		return nil, err
 	}
 	if err := s.start("sandbox-envd-proxy", filepath.Join(cfg.Bin, "sandbox-envd-proxy"), "serve",

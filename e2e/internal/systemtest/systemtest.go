@@ -51,7 +51,12 @@ func Start(tb testing.TB, teams ...string) *system.System {
 		Bin: bin, State: state, RunDir: filepath.Join(state, "run"),
 		APIListen: addrs[0], ProxyListen: addrs[1], ProxyAdmin: addrs[2], SandboxdListen: addrs[3], SandboxdAdmin: addrs[4], APIAdmin: addrs[5],
 		Teams: teams, NodeName: "test-host", Overcommit: "32",
-		NFTTable: "skiff_sys_" + suffix, CgroupParent: "skiff-sys-" + suffix, IfacePrefix: "y" + suffix,
+		// make up's per-team limits: the SDK suite stays within them (it
+		// creates one sandbox at a time, slower than 5 a second, and holds
+		// no more than a few at once), as an SDK user's code would.
+		CreateRatePerTeam: system.DefaultCreateRatePerTeam, CreateBurstPerTeam: system.DefaultCreateBurstPerTeam,
+		MaxSandboxesPerTeam: system.DefaultMaxSandboxesPerTeam,
+		NFTTable:            "skiff_sys_" + suffix, CgroupParent: "skiff-sys-" + suffix, IfacePrefix: "y" + suffix,
 		SandboxCIDR: fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4),
 		Progress:    testWriter{tb},
 	}
