@@ -32,6 +32,16 @@ var buildEnvd = sync.OnceValues(func() (string, error) {
 	if p := os.Getenv("SKIFF_ENVD"); p != "" {
 		return p, nil
 	}
+	return buildStatic("github.com/skiff-dev/skiff/envd/cmd/envd", "envd")
+})
+
+var buildHog = sync.OnceValues(func() (string, error) {
+	return buildStatic("github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest/hog", "hog")
+})
+
+// buildStatic builds the static binary of package pkg from the workspace
+// into the test cache as name, and returns its path.
+func buildStatic(pkg, name string) (string, error) {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		return "", err
@@ -40,20 +50,20 @@ var buildEnvd = sync.OnceValues(func() (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	tmp, err := os.CreateTemp(dir, ".envd-*")
+	tmp, err := os.CreateTemp(dir, "."+name+"-*")
 	if err != nil {
 		return "", err
 	}
 	_ = tmp.Close()
-	cmd := exec.Command("go", "build", "-trimpath", "-o", tmp.Name(), "github.com/skiff-dev/skiff/envd/cmd/envd")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", tmp.Name(), pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		_ = os.Remove(tmp.Name())
-		return "", fmt.Errorf("build envd: %w\n%s", err, out)
+		return "", fmt.Errorf("build %s: %w\n%s", name, err, out)
 	}
-	bin := filepath.Join(dir, "envd")
+	bin := filepath.Join(dir, name)
 	return bin, os.Rename(tmp.Name(), bin)
-})
+}
 
 // EnvdBinary returns the path of a static envd binary: $SKIFF_ENVD, or one built
 // from the workspace once per test binary.
@@ -64,6 +74,30 @@ func EnvdBinary(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Hog returns the path of the static hog binary (package hog), built once
+// per test binary: it takes one kind of kernel resource until refused.
+func Hog(t testing.TB) string {
+	t.Helper()
+	p, err := buildHog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// InstallHog copies the hog binary into the root filesystem at rootfs, as
+// /usr/bin/hog.
+func InstallHog(t testing.TB, rootfs string) {
+	t.Helper()
+	data, err := os.ReadFile(Hog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "usr/bin/hog"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Dir returns a new directory that unprivileged users may search (mode

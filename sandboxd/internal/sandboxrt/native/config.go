@@ -18,8 +18,9 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 )
 
-// config is the libcontainer configuration of a sandbox.
-func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd string) (*configs.Config, error) {
+// config is the libcontainer configuration of a sandbox whose user
+// namespace (newUserns) is at usernsPath.
+func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd, usernsPath string) (*configs.Config, error) {
 	sc, err := defaultSeccomp()
 	if err != nil {
 		return nil, err
@@ -45,7 +46,9 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd string) (*confi
 		RootPropagation: unix.MS_SLAVE | unix.MS_REC,
 		Hostname:        spec.Hostname,
 		Namespaces: configs.Namespaces{
-			{Type: configs.NEWUSER},
+			// Joined, not made: see newUserns for why. The mappings
+			// below are that namespace's, which libcontainer reads.
+			{Type: configs.NEWUSER, Path: usernsPath},
 			{Type: configs.NEWNS},
 			{Type: configs.NEWPID},
 			{Type: configs.NEWUTS},

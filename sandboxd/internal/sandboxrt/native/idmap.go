@@ -1,11 +1,12 @@
 package native
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -14,67 +15,90 @@ import (
 // idRange is the size of every sandbox's uid and gid range.
 const idRange = 65536
 
-// usernsCache holds one user namespace file per uid base, to idmap template
-// mounts with. Creating one costs a fork; a base is reused by every sandbox
-// that gets its slot, so each is made once per sandboxd process.
-type usernsCache struct {
-	mu  sync.Mutex
-	fds map[uint32]*os.File
-}
-
-// get returns a user namespace mapping 0..65535 to base..base+65535, for
-// uids and gids alike. The file stays owned by the cache.
-func (c *usernsCache) get(base uint32) (*os.File, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if f, ok := c.fds[base]; ok {
-		return f, nil
+// newUserns makes the user namespace of one sandbox: it maps the
+// sandbox's 0..65535 to base..base+65535, for uids and gids alike, and it
+// is owned by host uid base, the sandbox's root, rather than by host root.
+//
+// The owner is who the kernel charges the per-user counts of everything
+// made inside the namespace (inotify instances and watches, pending
+// signals, POSIX message queue bytes, user namespaces): each is counted
+// once for the user inside and once more for the namespace's owner, against
+// the host's per-user limits (fs.inotify.max_user_instances, …). A
+// namespace made by sandboxd itself would be owned by host root, so every
+// sandbox would share root's counts, and one sandbox holding 128 inotify
+// instances would leave host root and every other sandbox with EMFILE.
+// Owned by its own host uid, each sandbox has the host's per-user limits to
+// itself, and host root's counts are untouched.
+//
+// The namespace is made by a helper that runs as uid base: this binary
+// again, whose C constructor (userns_owner.c) unshares a user namespace
+// before the Go runtime starts, says so, and waits; sandboxd (root) writes
+// the id maps, opens the namespace, and lets the helper go. The returned
+// file holds the namespace; the caller closes it.
+func newUserns(base uint32) (_ *os.File, err error) {
+	if !hasOwnerHelper {
+		return nil, errors.New("user namespace for a sandbox: sandboxd was built without cgo")
 	}
-	f, err := newUserns(base)
+	stdin, release, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	if c.fds == nil {
-		c.fds = map[uint32]*os.File{}
+	defer stdin.Close()
+	defer release.Close()
+	status, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, err
 	}
-	c.fds[base] = f
-	return f, nil
-}
-
-func (c *usernsCache) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, f := range c.fds {
-		_ = f.Close()
-	}
-	c.fds = nil
-}
-
-// newUserns makes a user namespace with the mapping by starting a process in
-// it that stops, traced, before it executes anything (the technique runc
-// uses for idmapped mounts), opening its namespace, and killing it.
-func newUserns(base uint32) (*os.File, error) {
-	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: idRange}}
-	proc, err := os.StartProcess("/proc/self/exe", []string{"skiff-userns"}, &os.ProcAttr{
+	defer status.Close()
+	proc, err := os.StartProcess("/proc/self/exe", []string{"skiff-userns-owner"}, &os.ProcAttr{
+		Env:   []string{ownerEnv + "=1"},
+		Files: []*os.File{stdin, statusW, nil},
 		Sys: &syscall.SysProcAttr{
-			Cloneflags:  unix.CLONE_NEWUSER,
-			UidMappings: m,
-			GidMappings: m,
-			Ptrace:      true,
+			Credential: &syscall.Credential{Uid: base, Gid: base},
+			Pdeathsig:  syscall.SIGKILL,
 		},
 	})
+	_ = statusW.Close()
 	if err != nil {
-		return nil, fmt.Errorf("start a process in a user namespace for uid %d: %w", base, err)
+		return nil, fmt.Errorf("start the owner of a user namespace for uid %d: %w", base, err)
 	}
 	defer func() {
-		_ = proc.Kill()
+		if err != nil {
+			_ = proc.Kill()
+		}
+		_ = release.Close() // lets the helper go
 		_, _ = proc.Wait()
 	}()
-	f, err := os.Open("/proc/" + strconv.Itoa(proc.Pid) + "/ns/user")
+	line, err := bufio.NewReader(status).ReadString('\n')
+	if err != nil {
+		return nil, fmt.Errorf("user namespace for uid %d: its owner said nothing: %w", base, err)
+	}
+	if line = strings.TrimSpace(line); line != "ok" {
+		errno, _ := strconv.Atoi(line)
+		return nil, fmt.Errorf("user namespace for uid %d: unshare: %w", base, syscall.Errno(errno))
+	}
+	pid := "/proc/" + strconv.Itoa(proc.Pid)
+	m := fmt.Sprintf("0 %d %d\n", base, idRange)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile(pid+"/"+f, []byte(m), 0); err != nil {
+			return nil, fmt.Errorf("user namespace for uid %d: write %s: %w", base, f, err)
+		}
+	}
+	ns, err := os.Open(pid + "/ns/user")
 	if err != nil {
 		return nil, fmt.Errorf("open user namespace for uid %d: %w", base, err)
 	}
-	return f, nil
+	return ns, nil
+}
+
+// ownerEnv tells this binary, started again, to be a user namespace's
+// owner (userns_owner.c).
+const ownerEnv = "_SKIFF_USERNS_OWNER"
+
+// nsPath is a path to the namespace f holds that another process of the
+// host (libcontainer's init, a child of this one) can open.
+func nsPath(f *os.File) string {
+	return "/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(int(f.Fd()))
 }
 
 // idmappedTree returns a detached, read-only copy of the tree at path whose

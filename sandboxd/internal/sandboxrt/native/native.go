@@ -99,7 +99,6 @@ type Runtime struct {
 	opts       Options
 	containers string // libcontainer's root
 	sandboxes  string // <Dir>/sandboxes/<id>/{rootfs,upper,work,meta.json}
-	userns     usernsCache
 	envd       sandboxrt.EnvdCopies
 
 	mu       sync.Mutex
@@ -182,11 +181,9 @@ func checkSearchable(dir string) error {
 	}
 }
 
-// Close releases the cached user namespaces. Sandboxes keep running.
-func (r *Runtime) Close() error {
-	r.userns.close()
-	return nil
-}
+// Close releases what the runtime holds for itself: nothing today.
+// Sandboxes keep running.
+func (r *Runtime) Close() error { return nil }
 
 // Options returns the options the runtime was made with.
 func (r *Runtime) Options() Options { return r.opts }
@@ -330,14 +327,21 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 	}()
 	base := r.opts.UIDBase + uint32(slot)*idRange
 	m := &meta{Slot: slot, UIDBase: int64(base), DiskLimit: spec.DiskMiB << 20}
-	if err := r.prepareRoot(spec, m); err != nil {
+	// The sandbox's own user namespace, held open until its init has
+	// joined it (c.Start); the idmapped template holds it too.
+	userns, err := newUserns(base)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	defer userns.Close()
+	if err := r.prepareRoot(spec, m, userns); err != nil {
 		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
 	envd, err := r.envd.Copy(spec.Envd)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
-	cfg, err := r.config(spec, base, envd)
+	cfg, err := r.config(spec, base, envd, nsPath(userns))
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
@@ -392,8 +396,9 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 const envdPath = "/usr/bin/envd"
 
 // prepareRoot builds the sandbox's root: its directory, the overlay of the
-// idmapped template and a private upper layer, and the extra files.
-func (r *Runtime) prepareRoot(spec *sandboxrt.Spec, m *meta) error {
+// template idmapped through userns and a private upper layer, and the
+// extra files.
+func (r *Runtime) prepareRoot(spec *sandboxrt.Spec, m *meta, userns *os.File) error {
 	dir := r.dir(spec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("create sandbox directory: %w", err)
@@ -414,10 +419,6 @@ func (r *Runtime) prepareRoot(spec *sandboxrt.Spec, m *meta) error {
 	}
 	// The sandbox's root reaches its directory through the host: let it.
 	if err := os.Chmod(dir, 0o711); err != nil {
-		return err
-	}
-	userns, err := r.userns.get(uint32(m.UIDBase))
-	if err != nil {
 		return err
 	}
 	lower, err := idmappedTree(spec.Rootfs, userns)

@@ -1,0 +1,148 @@
+package native_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
+)
+
+// withHog starts sandboxes whose root has the hog binary.
+func withHog(t *testing.T) func(*sandboxrt.Spec) {
+	rootfs := sandboxtest.BusyboxRootfs(t)
+	sandboxtest.InstallHog(t, rootfs)
+	return func(sp *sandboxrt.Spec) { sp.Rootfs = rootfs }
+}
+
+var hogLine = regexp.MustCompile(`got=(\d+) err=(\S+)`)
+
+// hog runs the hog in the sandbox as user and returns how much it got and
+// what stopped it; with hold, the hog keeps what it took, in the
+// background, until the sandbox stops.
+func (s *sandbox) hog(t *testing.T, user, what string, n int, hold bool) (int, string) {
+	t.Helper()
+	cmd := "hog " + what + " " + strconv.Itoa(n)
+	if !hold {
+		return parseHog(t, s.run(t, user, cmd).Stdout)
+	}
+	out := "/tmp/hog-" + what + ".out"
+	s.run(t, user, cmd+" hold > "+out+" 2>&1 &")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if got := s.run(t, user, "cat "+out+" 2>/dev/null").Stdout; got != "" {
+			return parseHog(t, got)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hog %s printed nothing in 30 s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// hostHog runs the hog on the host, as this test's user (root).
+func hostHog(t *testing.T, what string, n int) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, sandboxtest.Hog(t), what, strconv.Itoa(n)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hog %s on the host: %v: %s", what, err, out)
+	}
+	return parseHog(t, string(out))
+}
+
+func parseHog(t *testing.T, out string) (int, string) {
+	t.Helper()
+	m := hogLine.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("hog said %q", out)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n, m[2]
+}
+
+// The kernel's per-user counts (inotify instances, pending signals, message
+// queue bytes) of a sandbox are its own: one sandbox that takes all it may
+// leaves the host's root and another sandbox what they had. With
+// namespaces owned by host root, every sandbox's counts were root's too,
+// so one sandbox's 128 inotify instances left the host and everyone else
+// with EMFILE.
+func TestKernelCountsAreEachSandboxsOwn(t *testing.T) {
+	rt, dir := newRuntime(t)
+	hog := withHog(t)
+	greedy, other := start(t, rt, dir, hog), start(t, rt, dir, hog)
+
+	for _, c := range []struct {
+		what string
+		ask  int // more than a sandbox may have
+		min  int // what it gets at least: the host's default per-user limit, about
+		err  string
+	}{
+		{"inotify", 100_000, 100, "EMFILE"},
+		{"sigpending", 10_000_000, 1000, "EAGAIN"},
+		{"mqueue", 100_000, 8, "EMFILE"},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			got, why := greedy.hog(t, "user", c.what, c.ask, true)
+			if got < c.min || why != c.err {
+				t.Fatalf("the greedy sandbox got %d %s (stopped by %s), want at least %d, stopped by %s", got, c.what, why, c.min, c.err)
+			}
+			t.Logf("the greedy sandbox holds %d %s", got, c.what)
+			if n, why := hostHog(t, c.what, 3); n != 3 {
+				t.Errorf("the host's root got %d of 3 %s (%s) while a sandbox holds its share", n, c.what, why)
+			}
+			if n, why := other.hog(t, "user", c.what, 3, false); n != 3 {
+				t.Errorf("another sandbox's user got %d of 3 %s (%s)", n, c.what, why)
+			}
+			if n, why := other.hog(t, "root", c.what, 3, false); n != 3 {
+				t.Errorf("another sandbox's root got %d of 3 %s (%s)", n, c.what, why)
+			}
+		})
+	}
+	// Each sandbox's user namespace belongs to the sandbox's own root on
+	// the host (the first uid of its range), not to host root.
+	for _, s := range []*sandbox{greedy, other} {
+		f := strings.Fields(s.run(t, "root", "cat /proc/self/uid_map").Stdout)
+		if len(f) != 3 {
+			t.Fatalf("uid_map %q", f)
+		}
+		if owner := usernsOwner(t, rt, s); strconv.Itoa(owner) != f[1] {
+			t.Errorf("the user namespace mapping 0 to %s is owned by host uid %d", f[1], owner)
+		}
+	}
+}
+
+// usernsOwner is the host uid that owns the user namespace of the
+// sandbox's init.
+func usernsOwner(t *testing.T, rt *native.Runtime, s *sandbox) int {
+	t.Helper()
+	procs := filepath.Join("/sys/fs/cgroup/pids", ownCgroup(t, "pids"), rt.Options().CgroupParent, s.spec.ID, "cgroup.procs")
+	data, err := os.ReadFile(procs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _, _ := strings.Cut(string(data), "\n")
+	ns, err := os.Open("/proc/" + pid + "/ns/user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	var uid uint32
+	const nsGetOwnerUID = 0xb704 // NS_GET_OWNER_UID, <linux/nsfs.h>
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, ns.Fd(), nsGetOwnerUID, uintptr(unsafe.Pointer(&uid))); e != 0 {
+		t.Fatalf("NS_GET_OWNER_UID: %v", e)
+	}
+	return int(uid)
+}
