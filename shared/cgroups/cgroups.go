@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -18,11 +19,63 @@ import (
 // beside it — under its parent — on a cgroup v2 host, where libcontainer and
 // runsc put relative cgroups.
 func Paths(rel string) ([]string, error) {
+	hs, err := hierarchies(rel)
+	if err != nil {
+		return nil, err
+	}
+	paths := make([]string, len(hs))
+	for i, h := range hs {
+		paths[i] = h.path
+	}
+	return paths, nil
+}
+
+// ErrNoController is returned by ControllerPath when no hierarchy of this
+// host has the controller.
+var ErrNoController = errors.New("no cgroup hierarchy has the controller")
+
+// ControllerPath is the directory of the cgroup rel (as Paths takes it) in
+// the hierarchy of controller ("pids", "memory", …): its v1 hierarchy, or
+// the unified one when that has it. On cgroup v2 the controller is enabled
+// for rel's parent's children, so that rel has its files once made.
+func ControllerPath(rel, controller string) (string, error) {
+	hs, err := hierarchies(rel)
+	if err != nil {
+		return "", err
+	}
+	for _, h := range hs {
+		if !h.unified {
+			if slices.Contains(strings.Split(h.controllers, ","), controller) {
+				return h.path, nil
+			}
+			continue
+		}
+		parent := filepath.Dir(h.path)
+		data, err := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
+		if err != nil || !slices.Contains(strings.Fields(string(data)), controller) {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+"+controller), 0); err != nil {
+			return "", fmt.Errorf("enable the %s controller in %s: %w", controller, parent, err)
+		}
+		return h.path, nil
+	}
+	return "", fmt.Errorf("%w %s", ErrNoController, controller)
+}
+
+// hierarchy is where rel is in one line of /proc/self/cgroup.
+type hierarchy struct {
+	controllers string // v1: "cpu,cpuacct", "name=systemd"; "" for v2
+	unified     bool
+	path        string
+}
+
+func hierarchies(rel string) ([]hierarchy, error) {
 	data, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, err
 	}
-	var paths []string
+	var hs []hierarchy
 	for line := range strings.SplitSeq(strings.TrimSpace(string(data)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
@@ -35,9 +88,9 @@ func Paths(rel string) ([]string, error) {
 		if _, err := os.Stat(mount); err != nil {
 			mount, own = "/sys/fs/cgroup", filepath.Dir(own)
 		}
-		paths = append(paths, filepath.Join(mount, own, rel))
+		hs = append(hs, hierarchy{controllers: parts[1], unified: parts[1] == "", path: filepath.Join(mount, own, rel)})
 	}
-	return paths, nil
+	return hs, nil
 }
 
 // Remove removes the (empty) cgroup rel from every hierarchy; one that is

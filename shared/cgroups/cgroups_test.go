@@ -1,6 +1,7 @@
 package cgroups
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,5 +64,26 @@ func TestRemove(t *testing.T) {
 		if _, err := os.Stat(filepath.Clean(p)); !os.IsNotExist(err) {
 			t.Errorf("%s is still there (%v)", p, err)
 		}
+	}
+}
+
+// ControllerPath finds the hierarchy that has the controller, and refuses
+// one that no hierarchy has.
+func TestControllerPath(t *testing.T) {
+	if _, err := os.Stat("/sys/fs/cgroup"); err != nil {
+		t.Skip("no cgroups here")
+	}
+	p, err := ControllerPath("skiff-test/x", "pids")
+	if err != nil {
+		t.Skipf("no pids controller here: %v", err)
+	}
+	if !strings.HasSuffix(p, "/skiff-test/x") {
+		t.Errorf("path %q", p)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(filepath.Dir(p)), "pids.max")); err != nil && !strings.HasPrefix(p, "/sys/fs/cgroup/pids/") {
+		t.Errorf("%s is not in the pids hierarchy", p)
+	}
+	if _, err := ControllerPath("x", "no-such-controller"); !errors.Is(err, ErrNoController) {
+		t.Errorf("unknown controller: %v", err)
 	}
 }

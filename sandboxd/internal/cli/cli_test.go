@@ -109,3 +109,18 @@ func TestServeRefusesBadLogFlags(t *testing.T) {
 		}
 	}
 }
+
+// serve refuses process limits that cannot work before it changes the
+// host (kernel.pid_max, the sandboxes' cgroup) or its state directory.
+func TestServeRefusesBadPidsFlags(t *testing.T) {
+	for flag, value := range map[string]string{"--pids-limit": "0", "--host-pids-reserve": "-1"} {
+		state := filepath.Join(t.TempDir(), "state")
+		_, err := run(t, "--state-dir", state, "serve", "--node-name", "test-host", "--insecure-no-auth", flag, value)
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("serve %s %s = %v, want an error naming %s", flag, value, err, flag)
+		}
+		if _, err := os.Stat(state); !os.IsNotExist(err) {
+			t.Errorf("serve %s %s made its state directory (%v)", flag, value, err)
+		}
+	}
+}

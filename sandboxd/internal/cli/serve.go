@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/hostlimits"
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/network"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
@@ -35,6 +37,7 @@ type serveOptions struct {
 	runDir      string
 	uidBase     uint32
 	pidsLimit   int64
+	pidsReserve int64
 	cgroup      string
 	ifacePrefix string
 	nftTable    string
@@ -64,15 +67,29 @@ its children: stopping sandboxd leaves them running.`,
 	cmd.Flags().StringVar(&o.platform, "runsc-platform", "systrap", "With --runtime gvisor: runsc's --platform.")
 	cmd.Flags().StringVar(&o.runDir, "run-dir", DefaultRunDir, "Directory of the sandboxes' network namespaces (a tmpfs such as /run: they end with the boot).")
 	cmd.Flags().Uint32Var(&o.uidBase, "uid-base", nativeDefaults.UIDBase, "First host uid and gid of the sandboxes' ranges: each sandbox gets 65536 ids from here; nothing else on the host may use them.")
-	cmd.Flags().Int64Var(&o.pidsLimit, "pids-limit", nativeDefaults.PidsLimit, "Most processes in one sandbox.")
+	cmd.Flags().Int64Var(&o.pidsLimit, "pids-limit", nativeDefaults.PidsLimit, "Most processes (threads count) in one sandbox.")
+	cmd.Flags().Int64Var(&o.pidsReserve, "host-pids-reserve", hostlimits.DefaultPidsReserve, "Processes kept for the host: all sandboxes together may have the host's PIDs and threads (the smaller of kernel.pid_max and kernel.threads-max) less this. "+
+		"kernel.pid_max is raised, when lower, to --max-sandboxes × --pids-limit + this.")
 	cmd.Flags().StringVar(&o.cgroup, "cgroup-parent", nativeDefaults.CgroupParent, "Cgroup, relative to sandboxd's own (cgroup v1) or beside it (v2), under which each sandbox gets one.")
 	cmd.Flags().StringVar(&o.ifacePrefix, "iface-prefix", network.DefaultIfacePrefix, "Start of the host-side name of every sandbox's veth; no other interface may start with it.")
 	cmd.Flags().StringVar(&o.nftTable, "nft-table", network.DefaultTable, "The nftables table (inet) of the sandboxes' isolation and NAT rules; sandboxd owns it.")
 	return cmd
 }
 
+// validate checks the server's options and serve's own.
+func (o *serveOptions) validate() error {
+	errs := []error{o.server.Validate()}
+	if o.pidsLimit < 1 {
+		errs = append(errs, fmt.Errorf("--pids-limit must be at least 1, got %d", o.pidsLimit))
+	}
+	if o.pidsReserve < 0 {
+		errs = append(errs, fmt.Errorf("--host-pids-reserve must not be negative, got %d", o.pidsReserve))
+	}
+	return errors.Join(errs...)
+}
+
 func serve(ctx context.Context, stateDir string, o *serveOptions) error {
-	if err := o.server.Validate(); err != nil {
+	if err := o.validate(); err != nil {
 		return err
 	}
 	log, err := o.log.Logger(os.Stderr)
@@ -80,6 +97,17 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 		return err
 	}
 	slog.SetDefault(log) // the relay and libraries log through the default
+	limits, err := hostlimits.Apply(hostlimits.Options{
+		MaxSandboxes: o.server.MaxSandboxes, PidsLimit: o.pidsLimit, PidsReserve: o.pidsReserve, CgroupParent: o.cgroup,
+	})
+	if err != nil {
+		return err
+	}
+	if limits.RaisedFrom != 0 {
+		log.Info("raised kernel.pid_max for the sandboxes", "from", limits.RaisedFrom, "to", limits.PidMax)
+	}
+	log.Info("bounded the processes of all sandboxes together", "pids_max", limits.SandboxPids, "per_sandbox", o.pidsLimit,
+		"kernel_pid_max", limits.PidMax, "kernel_threads_max", limits.ThreadsMax, "host_reserve", o.pidsReserve)
 	if o.runtime == native.Name {
 		// Once, so that no sandbox start copies the binary (see there).
 		if err := native.ReexecSealed(); err != nil {

@@ -31,12 +31,15 @@ type sandbox struct {
 	envd *sandboxtest.Envd
 }
 
-func newRuntime(t *testing.T) (*native.Runtime, string) {
+func newRuntime(t *testing.T, edit ...func(*native.Options)) (*native.Runtime, string) {
 	t.Helper()
 	sandboxtest.RequireRoot(t)
 	dir := sandboxtest.Dir(t)
 	opts := native.DefaultOptions(filepath.Join(dir, "native"))
 	opts.CgroupParent = sandboxtest.CgroupParent(t)
+	for _, e := range edit {
+		e(&opts)
+	}
 	rt, err := native.New(opts)
 	if err != nil {
 		t.Fatal(err)

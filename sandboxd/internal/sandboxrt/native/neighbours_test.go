@@ -14,8 +14,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/hostlimits"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
+	"github.com/skiff-dev/skiff/shared/cgroups"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
 )
 
@@ -145,4 +147,45 @@ func usernsOwner(t *testing.T, rt *native.Runtime, s *sandbox) int {
 		t.Fatalf("NS_GET_OWNER_UID: %v", e)
 	}
 	return int(uid)
+}
+
+// All sandboxes together have at most their parent cgroup's processes,
+// whatever each may have: without that bound, eight sandboxes of 4096
+// processes each took every PID of a host whose kernel.pid_max is 32768.
+// Here two sandboxes of 150 each run fork bombs under a bound of 200.
+func TestSandboxesTogetherStayUnderTheHostsBound(t *testing.T) {
+	const perSandbox, together = 150, 200
+	rt, dir := newRuntime(t, func(o *native.Options) { o.PidsLimit = perSandbox })
+	parent := rt.Options().CgroupParent
+	if err := hostlimits.BoundSandboxPids(parent, together); err != nil {
+		t.Fatal(err)
+	}
+	hog := withHog(t)
+	a, b := start(t, rt, dir, hog), start(t, rt, dir, hog)
+	na, _ := a.hog(t, "root", "procs", 400, false)
+	nb, _ := b.hog(t, "root", "procs", 400, false)
+	t.Logf("the first sandbox holds %d processes, the second %d", na, nb)
+	if na > perSandbox || nb > perSandbox {
+		t.Errorf("a sandbox holds more than its %d processes: %d, %d", perSandbox, na, nb)
+	}
+	dirPids, err := cgroups.ControllerPath(parent, "pids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dirPids, "pids.current"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := strconv.Atoi(strings.TrimSpace(string(data))); cur > together || na+nb > together {
+		t.Errorf("the sandboxes hold %d processes together (%d + %d), above the bound of %d", cur, na, nb, together)
+	}
+	if nb < 10 {
+		t.Errorf("the second sandbox got only %d processes: the first took what was left", nb)
+	}
+	// Each still answers: its envd made its threads before the bomb.
+	for _, s := range []*sandbox{a, b} {
+		if got := s.run(t, "root", "pkill sleep; echo alive").Stdout; !strings.Contains(got, "alive") {
+			t.Errorf("after the bomb: %q", got)
+		}
+	}
 }

@@ -7,6 +7,7 @@
 //	hog sigpending N [hold] queued real-time signals (pending, blocked)
 //	hog mqueue N [hold]     POSIX message queues of 80 KiB each
 //	hog mem MiB [hold]      anonymous memory, touched
+//	hog procs N [hold]      processes (sleep 600, from PATH)
 //
 // Each prints one line, "got=<how many> err=<what stopped it, or none>",
 // and with "hold" then keeps what it took until it is killed (at most ten
@@ -17,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"time"
@@ -39,7 +41,7 @@ func main() {
 	}
 	hold := len(os.Args) > 3 && os.Args[3] == "hold"
 	take := map[string]func(int) (int, error){
-		"inotify": inotify, "sigpending": sigpending, "mqueue": mqueue, "mem": mem,
+		"inotify": inotify, "sigpending": sigpending, "mqueue": mqueue, "mem": mem, "procs": procs,
 	}[os.Args[1]]
 	if take == nil {
 		fmt.Fprintln(os.Stderr, "hog: unknown resource", os.Args[1])
@@ -122,6 +124,17 @@ func mem(n int) (int, error) {
 	}
 	for i := 0; i < len(b); i += os.Getpagesize() {
 		b[i] = 1
+	}
+	return n, nil
+}
+
+// procs starts n processes that sleep, as a fork bomb does, until the
+// kernel refuses one. They outlive the hog.
+func procs(n int) (int, error) {
+	for i := range n {
+		if err := exec.Command("sleep", "600").Start(); err != nil {
+			return i, err
+		}
 	}
 	return n, nil
 }
