@@ -3,9 +3,11 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +82,81 @@ func TestNonCanonicalPathsAnswer404(t *testing.T) {
 	if resp, body := rawCall(t, addr, http.MethodGet, "/health", ""); resp.StatusCode != http.StatusOK {
 		t.Errorf("GET /health = %d %q", resp.StatusCode, body)
 	}
+}
+
+// A body that does not arrive within --read-timeout answers 408 in e2b's
+// shape and loses its connection; a body that arrives in time and a
+// keep-alive connection idle for longer than the timeout are not cut.
+func TestSlowBodyAnswers408(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	o, key := staticOptions(t, []string{closedAddr(t)}, "--read-timeout", timeout.String())
+	s := startServing(t, o)
+	waitFor(t, "/readyz answers 200", func() bool { code, _ := get(t, s.admin+"/readyz"); return code == http.StatusOK })
+	addr := strings.TrimPrefix(s.api, "http://")
+
+	// send writes a create's headers and then the body in parts, pause
+	// apart; it returns the connection and a reader of its answers.
+	send := func(t *testing.T, parts []string, pause time.Duration) (net.Conn, *bufio.Reader) {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second)) // a hang fails, not blocks
+		body := `{"templateID":"ruby","timeout":60}`
+		if _, err := io.WriteString(conn, "POST /v2/sandboxes HTTP/1.1\r\nHost: "+addr+"\r\nX-API-Key: "+key+
+			"\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range parts {
+			if i > 0 {
+				time.Sleep(pause)
+			}
+			if _, err := io.WriteString(conn, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return conn, bufio.NewReader(conn)
+	}
+
+	t.Run("stalled body", func(t *testing.T) {
+		start := time.Now()
+		_, br := send(t, []string{`{"templateID":`}, 0)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("no answer to a stalled body: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		wantE2BError(t, "a stalled body", resp, string(b), http.StatusRequestTimeout)
+		if strings.Contains(string(b), "127.0.0.1") {
+			t.Errorf("the answer names an address: %s", b)
+		}
+		if d := time.Since(start); d > 10*timeout {
+			t.Errorf("answered after %s, with a read timeout of %s", d, timeout)
+		}
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("the connection stays open after the 408: %v", err)
+		}
+	})
+
+	t.Run("body in time, keep-alive idle longer", func(t *testing.T) {
+		body := `{"templateID":"ruby","timeout":60}`
+		conn, br := send(t, []string{body[:10], body[10:20], body[20:]}, timeout/5)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		wantE2BError(t, "a body sent in parts", resp, string(b), http.StatusBadRequest) // the unknown template
+		time.Sleep(2 * timeout)
+		if _, err := io.WriteString(conn, "GET /v2/sandboxes HTTP/1.1\r\nHost: "+addr+"\r\nX-API-Key: "+key+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("the next request on the kept connection: %v %v", resp, err)
+		}
+	})
 }

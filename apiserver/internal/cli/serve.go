@@ -40,6 +40,15 @@ const (
 // but the host sees them until an operator opens them up.
 const DefaultAdminListen = "127.0.0.1:9090"
 
+// DefaultReadTimeout bounds how long a request to the e2b API may take to
+// arrive, headers and body: its bodies are JSON of a few KB (at most 1
+// MiB), so a client that sends them slower is holding a connection, not
+// using the API.
+const DefaultReadTimeout = 20 * time.Second
+
+// readHeaderTimeout bounds the headers alone.
+const readHeaderTimeout = 10 * time.Second
+
 // DefaultCacheSyncTimeout bounds how long serve --inventory kube waits for
 // its informer caches before giving up.
 const DefaultCacheSyncTimeout = 2 * time.Minute
@@ -57,6 +66,7 @@ const (
 // serveOptions are the flags of `serve`.
 type serveOptions struct {
 	listen           string
+	readTimeout      time.Duration
 	adminListen      string
 	enablePprof      bool
 	inventory        string
@@ -79,6 +89,7 @@ type serveOptions struct {
 func newServeOptions() *serveOptions {
 	return &serveOptions{
 		listen:           ":8080",
+		readTimeout:      DefaultReadTimeout,
 		adminListen:      DefaultAdminListen,
 		inventory:        inventoryStatic,
 		cacheSyncTimeout: DefaultCacheSyncTimeout,
@@ -95,6 +106,7 @@ func newServeOptions() *serveOptions {
 // addFlags registers serve's flags, each defaulting to o's current value.
 func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.listen, "listen", o.listen, "Address of the e2b API.")
+	f.DurationVar(&o.readTimeout, "read-timeout", o.readTimeout, "How long a request to the e2b API may take to arrive, headers and body; a body not in by then answers 408 and its connection is closed.")
 	f.StringVar(&o.adminListen, "admin-listen", o.adminListen, "Address of the operations endpoints: /metrics (Prometheus), /healthz, /readyz, and /debug/pprof/ with --enable-pprof; empty turns them off.")
 	f.BoolVar(&o.enablePprof, "enable-pprof", o.enablePprof, "Serve Go's profiles (net/http/pprof) under /debug/pprof/ on --admin-listen; never on --listen.")
 	f.StringVar(&o.inventory, "inventory", o.inventory, "Where the fleet comes from: static (the --sandboxd hosts, no Kubernetes) or kube (NodeInventory objects, SandboxTemplates and API-key Secrets from Kubernetes).")
@@ -120,6 +132,9 @@ func (o *serveOptions) Validate() error {
 		errs = append(errs, errors.New("--listen is required"))
 	} else if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q: want host:port: %w", o.listen, err))
+	}
+	if o.readTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--read-timeout must be greater than 0, got %s", o.readTimeout))
 	}
 	errs = append(errs, o.validateAdmin()...)
 	if err := o.log.Validate(); err != nil {
@@ -249,7 +264,10 @@ func serveOn(ctx context.Context, o *serveOptions, ln, adminLn net.Listener, log
 	defer a.stop()
 	current.Store(a)
 
-	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 620 * time.Second}
+	// ReadTimeout bounds each request's headers and body from its first
+	// byte; once the body is read, the server clears it, so a long create
+	// or a keep-alive connection is not cut (IdleTimeout is for those).
+	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: min(readHeaderTimeout, o.readTimeout), ReadTimeout: o.readTimeout, IdleTimeout: 620 * time.Second}
 	log.Info("serving the e2b API", append([]any{"listen", ln.Addr().String()}, a.describe...)...)
 	var serveErr error
 	served := make(chan struct{})

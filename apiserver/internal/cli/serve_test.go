@@ -53,6 +53,7 @@ func TestServeOptionsValidate(t *testing.T) {
 		{"admin listen is listen", with(static, "--listen", ":8080", "--admin-listen", ":8080"), []string{"--admin-listen \":8080\": must differ from --listen"}},
 		{"pprof without admin", with(static, "--admin-listen", "", "--enable-pprof"), []string{"--enable-pprof needs --admin-listen"}},
 		{"no max timeout", with(static, "--max-timeout", "0s"), []string{"--max-timeout"}},
+		{"no read timeout", with(static, "--read-timeout", "0s"), []string{"--read-timeout"}},
 		{"negative rate", with(static, "--create-rate-per-team", "-1"), []string{"--create-rate-per-team"}},
 		{"rate without burst", with(static, "--create-rate-per-team", "1", "--create-burst-per-team", "0"), []string{"--create-burst-per-team"}},
 		{"negative team limit", with(static, "--max-sandboxes-per-team", "-1"), []string{"--max-sandboxes-per-team"}},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -16,7 +17,7 @@ import (
 // an older server does not know. A field of the wrong type is a 400 naming
 // the field. On failure decodeBody writes the answer and returns false.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	body := &readErrs{r: http.MaxBytesReader(w, r.Body, maxBodyBytes)}
 	dec := json.NewDecoder(body)
 	err := dec.Decode(v)
 	if errors.Is(err, io.EOF) {
@@ -40,7 +41,16 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		typeErr   *json.UnmarshalTypeError
 		syntaxErr *json.SyntaxError
 	)
+	var netErr net.Error
 	switch {
+	case errors.As(body.err, &netErr) && netErr.Timeout():
+		// The server's read timeout: a body sent too slowly. The
+		// connection is closed after this answer.
+		writeError(w, http.StatusRequestTimeout, "", "body: not received in time")
+	case body.err != nil && !errors.As(body.err, &maxErr):
+		// The connection failed (its error names addresses): whoever
+		// sent the body has most likely gone.
+		writeError(w, http.StatusBadRequest, "", "body: could not be read")
 	case errors.As(err, &maxErr):
 		writeError(w, http.StatusRequestEntityTooLarge, "", "body: larger than %d bytes", maxBodyBytes)
 	case errors.As(err, &typeErr):
@@ -57,6 +67,21 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, http.StatusBadRequest, "", "body: invalid JSON: %s", err.Error())
 	}
 	return false
+}
+
+// readErrs remembers the error of a body read other than io.EOF, so that
+// decodeBody can tell a failing connection from malformed JSON.
+type readErrs struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErrs) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		e.err = err
+	}
+	return n, err
 }
 
 // jsonValueKind names the JSON value an UnmarshalTypeError saw ("number",
