@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -31,14 +32,14 @@ func (s *Service) start(req *pb.StartRequest, u *identity.User) (*proc, *subscri
 		attrs.Setsid, attrs.Setctty = true, true
 		ws := &pty.Winsize{Cols: uint16(max(size.GetCols(), 1)), Rows: uint16(max(size.GetRows(), 1))}
 		var ptmx *os.File
-		p.release, err = s.reaper.Spawn(func() (int, error) {
+		p.release, err = s.reaper.Spawn(rankedForOOM(func() (int, error) {
 			f, err := pty.StartWithAttrs(cmd, ws, attrs)
 			if err != nil {
 				return 0, err
 			}
 			ptmx = f
 			return cmd.Process.Pid, nil
-		})
+		}))
 		if err != nil {
 			s.logger.Warn("process start failed", "cmd", logs.Truncate(cmd.Args[0], maxAttr), "error", logs.Truncate(err.Error(), maxAttr))
 			return nil, nil, nil, startError(err)
@@ -65,12 +66,12 @@ func (s *Service) start(req *pb.StartRequest, u *identity.User) (*proc, *subscri
 				return nil, nil, nil, startError(err)
 			}
 		}
-		p.release, err = s.reaper.Spawn(func() (int, error) {
+		p.release, err = s.reaper.Spawn(rankedForOOM(func() (int, error) {
 			if err := cmd.Start(); err != nil {
 				return 0, err
 			}
 			return cmd.Process.Pid, nil
-		})
+		}))
 		closeAll(outW, errW) // the child has its copies
 		if err != nil {
 			closeAll(outR, errR)
@@ -198,6 +199,47 @@ func startError(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("start process: %w", err))
 	}
 	return connect.NewError(connect.CodeInternal, fmt.Errorf("start process: %w", err))
+}
+
+// oomScoreAdj is what every process envd starts gets: the most, so that
+// when the sandbox passes its memory limit the kernel's OOM killer takes a
+// process of the workload, never envd. The processes inherited envd's score
+// before, and a storm of processes each smaller than envd (make -j, a test
+// runner) had envd killed, and with it, as the sandbox's init, every
+// process and the sandbox. A process may raise its score further but not
+// lower it below envd's, which sandboxd set with privilege.
+const oomScoreAdj = "1000"
+
+const ownOOMScore = "/proc/self/oom_score_adj"
+
+var (
+	// oomMu keeps envd's score raised for one start at a time.
+	oomMu sync.Mutex
+	// envdOOMScore is envd's own score, as sandboxd set it.
+	envdOOMScore = sync.OnceValue(func() []byte {
+		b, _ := os.ReadFile(ownOOMScore)
+		return bytes.TrimSpace(b)
+	})
+)
+
+// rankedForOOM wraps start (a fork and exec) so that the child has
+// oomScoreAdj from its first instruction: envd's own score is raised for
+// the fork, which the child inherits, and put back after. (Writing the
+// child's score once it runs would leave the processes it starts at once,
+// make's jobs, with envd's.) Only for the moment of the fork does envd rank
+// as high as its children. Where the score cannot be changed (envd not
+// root, in tests on a host), start runs as it is.
+func rankedForOOM(start func() (int, error)) func() (int, error) {
+	return func() (int, error) {
+		own := envdOOMScore()
+		oomMu.Lock()
+		defer oomMu.Unlock()
+		if len(own) == 0 || os.WriteFile(ownOOMScore, []byte(oomScoreAdj), 0) != nil {
+			return start()
+		}
+		defer func() { _ = os.WriteFile(ownOOMScore, own, 0) }()
+		return start()
+	}
 }
 
 func closeAll(cs ...io.Closer) {

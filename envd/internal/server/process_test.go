@@ -475,3 +475,21 @@ func TestStreamInput(t *testing.T) {
 		t.Fatalf("data before start = %v, want invalid_argument", err)
 	}
 }
+
+// A process envd starts ranks above envd for the OOM killer from its first
+// instruction, so a storm of them past the sandbox's memory limit costs
+// them and not envd (the sandbox's init); envd's own score is as it was.
+func TestStartedProcessesRankAboveEnvdForTheOOMKiller(t *testing.T) {
+	own, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Skip("no oom_score_adj here")
+	}
+	e := startEnvd(t)
+	r := e.run(t.Context(), t, bash("cat /proc/self/oom_score_adj"), nil)
+	if r.err != nil || strings.TrimSpace(r.stdout) != "1000" {
+		t.Errorf("a started process has oom_score_adj %q (%v), want 1000", r.stdout, r.err)
+	}
+	if after, _ := os.ReadFile("/proc/self/oom_score_adj"); string(after) != string(own) {
+		t.Errorf("envd's own oom_score_adj went from %q to %q", own, after)
+	}
+}

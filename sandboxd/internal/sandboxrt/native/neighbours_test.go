@@ -189,3 +189,33 @@ func TestSandboxesTogetherStayUnderTheHostsBound(t *testing.T) {
 		}
 	}
 }
+
+// A storm of processes that together pass the memory limit (make -j, a
+// test runner) costs some of those processes, never envd: every process
+// inherited envd's OOM score, and with each smaller than envd the memory
+// cgroup's OOM killer took envd, the sandbox's init, and with it the
+// whole sandbox. The processes envd starts now rank above it.
+func TestAForkStormPastTheMemoryLimitSparesEnvd(t *testing.T) {
+	rt, dir := newRuntime(t)
+	hog := withHog(t)
+	s := start(t, rt, dir, func(sp *sandboxrt.Spec) {
+		hog(sp)
+		sp.MemoryMiB = 128
+	})
+	// 40 processes of 6 MiB each: 240 MiB in a sandbox of 128, each
+	// smaller than envd.
+	got := s.run(t, "user", "for i in $(seq 40); do hog mem 6 hold >/dev/null 2>&1 & done; sleep 3; echo storm-over")
+	if !strings.Contains(got.Stdout, "storm-over") {
+		t.Fatalf("the storm: %+v", got)
+	}
+	if st, err := rt.Status(context.Background(), s.spec.ID); err != nil || st != sandboxrt.Running {
+		t.Fatalf("after the storm the sandbox is %v (%v)", st, err)
+	}
+	if got := s.run(t, "root", "pkill hog; cat /proc/1/oom_score_adj; echo alive"); !strings.HasSuffix(got.Stdout, "alive\n") {
+		t.Errorf("envd after the storm: %+v", got)
+	}
+	// What envd starts ranks above envd for the OOM killer.
+	if f := strings.Fields(s.run(t, "user", "cat /proc/self/oom_score_adj /proc/1/oom_score_adj").Stdout); len(f) != 2 || f[0] != "1000" || f[1] == "1000" {
+		t.Errorf("oom_score_adj of a command and of envd: %q", f)
+	}
+}
