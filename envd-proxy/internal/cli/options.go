@@ -29,6 +29,17 @@ const (
 	minTokenLen = 16
 )
 
+const (
+	// DefaultBodyIdleTimeout is longer than the longest pause a Connect
+	// stream's requests make between keep-alives (the SDKs' interval is
+	// 50 s, envd's default 90 s), so only a stalled body is cut.
+	DefaultBodyIdleTimeout = 2 * time.Minute
+	// DefaultMaxConnsPerClient is far above what one SDK process keeps
+	// open (a connection per call in flight over HTTP/1.1, a few with
+	// HTTP/2), and far below the descriptors a proxy has.
+	DefaultMaxConnsPerClient = 1024
+)
+
 // Options are `sandbox-envd-proxy serve`'s flags.
 type Options struct {
 	// Listen is the proxy's address, E2B_SANDBOX_URL's host:port.
@@ -51,6 +62,12 @@ type Options struct {
 	IdleTimeout time.Duration
 	// ShutdownTimeout bounds the drain of requests in flight on SIGTERM.
 	ShutdownTimeout time.Duration
+	// BodyIdleTimeout cuts a request body that sends nothing this long; 0
+	// never does.
+	BodyIdleTimeout time.Duration
+	// MaxConnsPerClient caps one client address's open connections; 0 is
+	// no cap.
+	MaxConnsPerClient int
 	// TokenRoutes bounds the X-Access-Token index; 0 turns token routing off.
 	TokenRoutes int
 	// IndexRefresh is how often the routing index is rebuilt besides (kube
@@ -63,15 +80,17 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() Options {
 	return Options{
-		Listen:          ":3002",
-		AdminListen:     ":9092",
-		Inventory:       inventoryStatic,
-		Kube:            kubeinventory.NewOptions(),
-		IdleTimeout:     620 * time.Second,
-		ShutdownTimeout: 30 * time.Second,
-		TokenRoutes:     65536,
-		IndexRefresh:    fleet.DefaultRefreshInterval,
-		Log:             logflags.New(logflags.Text),
+		Listen:            ":3002",
+		AdminListen:       ":9092",
+		Inventory:         inventoryStatic,
+		Kube:              kubeinventory.NewOptions(),
+		IdleTimeout:       620 * time.Second,
+		ShutdownTimeout:   30 * time.Second,
+		BodyIdleTimeout:   DefaultBodyIdleTimeout,
+		MaxConnsPerClient: DefaultMaxConnsPerClient,
+		TokenRoutes:       65536,
+		IndexRefresh:      fleet.DefaultRefreshInterval,
+		Log:               logflags.New(logflags.Text),
 	}
 }
 
@@ -88,6 +107,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Private key (PEM) of --tls-cert.")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "Close a client's keep-alive connection after it idled this long; keep it at least 610s (e2b's edge), which the SDKs' pools expect.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "On SIGTERM or SIGINT, how long requests and streams in flight may take to finish before they are cut.")
+	fs.DurationVar(&o.BodyIdleTimeout, "body-idle-timeout", o.BodyIdleTimeout, "Cut a request whose body sends nothing for this long (408, and the connection closes); a body that keeps moving may take as long as it takes. 0 never cuts.")
+	fs.IntVar(&o.MaxConnsPerClient, "max-conns-per-client", o.MaxConnsPerClient, "Most open connections from one client IP address; each request on one beyond gets 429 and its connection closes. 0: no cap.")
 	fs.IntVar(&o.TokenRoutes, "token-routes", o.TokenRoutes, "Most X-Access-Token values remembered to route requests that carry only a token (old SDKs' /files calls); 0 turns that off.")
 	fs.DurationVar(&o.IndexRefresh, "index-refresh-interval", o.IndexRefresh, "How often the routing index is rebuilt from the fleet; with --inventory kube it is also rebuilt on every NodeInventory change.")
 	o.Log.AddFlags(fs)
@@ -136,6 +157,12 @@ func (o *Options) Validate() error {
 	}
 	if o.ShutdownTimeout < 0 {
 		add("--shutdown-timeout must not be negative, got %s", o.ShutdownTimeout)
+	}
+	if o.BodyIdleTimeout < 0 {
+		add("--body-idle-timeout must not be negative, got %s", o.BodyIdleTimeout)
+	}
+	if o.MaxConnsPerClient < 0 {
+		add("--max-conns-per-client must not be negative, got %d", o.MaxConnsPerClient)
 	}
 	if o.TokenRoutes < 0 {
 		add("--token-routes must not be negative, got %d", o.TokenRoutes)

@@ -142,22 +142,25 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		return false
 	}
 	handler := proxy.New(proxy.Config{
-		Fleet:     index,
-		Ready:     readyFn,
-		Tokens:    tokens,
-		NodeToken: token,
-		Transport: proxy.NewTransport(proxy.TransportOptions{}, metrics),
-		Metrics:   metrics,
-		Logger:    log,
+		Fleet:           index,
+		Ready:           readyFn,
+		Tokens:          tokens,
+		NodeToken:       token,
+		BodyIdleTimeout: o.BodyIdleTimeout,
+		Transport:       proxy.NewTransport(proxy.TransportOptions{}, metrics),
+		Metrics:         metrics,
+		Logger:          log,
 	})
 	err = server.Serve(ctx, server.Config{
-		Handler:         handler,
-		TLS:             tlsConfig,
-		IdleTimeout:     o.IdleTimeout,
-		ShutdownTimeout: o.ShutdownTimeout,
-		Registry:        metrics.Registry,
-		Ready:           readyFn,
-		Logger:          log,
+		Handler:           handler,
+		TLS:               tlsConfig,
+		IdleTimeout:       o.IdleTimeout,
+		MaxConnsPerClient: o.MaxConnsPerClient,
+		OverLimit:         http.HandlerFunc(handler.TooManyConnections),
+		ShutdownTimeout:   o.ShutdownTimeout,
+		Registry:          metrics.Registry,
+		Ready:             readyFn,
+		Logger:            log,
 	}, ln, adminLn)
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && err == nil {
 		return cause // the fleet could not be followed

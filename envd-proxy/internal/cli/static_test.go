@@ -112,6 +112,9 @@ func TestValidate(t *testing.T) {
 		{"zero idle timeout", func(o *Options) { o.IdleTimeout = 0 }, "--idle-timeout"},
 		{"negative shutdown timeout", func(o *Options) { o.ShutdownTimeout = -1 }, "--shutdown-timeout"},
 		{"negative token routes", func(o *Options) { o.TokenRoutes = -1 }, "--token-routes"},
+		{"body idle timeout and connection cap off", func(o *Options) { o.BodyIdleTimeout, o.MaxConnsPerClient = 0, 0 }, ""},
+		{"negative body idle timeout", func(o *Options) { o.BodyIdleTimeout = -1 }, "--body-idle-timeout"},
+		{"negative connection cap", func(o *Options) { o.MaxConnsPerClient = -1 }, "--max-conns-per-client"},
 		{"zero index refresh", func(o *Options) { o.IndexRefresh = 0 }, "--index-refresh-interval"},
 		{"debug logs as JSON", func(o *Options) { o.Log.Level, o.Log.Format = "debug", "json" }, ""},
 		{"unknown log level", func(o *Options) { o.Log.Level = "loud" }, "--log-level"},
@@ -144,13 +147,16 @@ func TestFlagsRegisterEveryOption(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"listen", "admin-listen", "inventory", "sandboxd", "sandboxd-token-file", "kubeconfig",
-		"inventory-stale-after", "tls-cert", "tls-key", "idle-timeout", "shutdown-timeout", "token-routes", "index-refresh-interval", "log-level", "log-format"} {
+		"inventory-stale-after", "tls-cert", "tls-key", "idle-timeout", "shutdown-timeout", "token-routes", "index-refresh-interval", "log-level", "log-format",
+		"body-idle-timeout", "max-conns-per-client"} {
 		if serve.Flags().Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
 		}
 	}
-	if f := serve.Flags().Lookup("idle-timeout"); f.DefValue != "10m20s" {
-		t.Errorf("--idle-timeout defaults to %s", f.DefValue)
+	for flag, want := range map[string]string{"idle-timeout": "10m20s", "body-idle-timeout": "2m0s", "max-conns-per-client": "1024"} {
+		if f := serve.Flags().Lookup(flag); f.DefValue != want {
+			t.Errorf("--%s defaults to %s, want %s", flag, f.DefValue, want)
+		}
 	}
 	cmd.SetArgs([]string{"serve", "--sandboxd-token-file", "/nonexistent", "--sandboxd", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--sandboxd-token-file") {

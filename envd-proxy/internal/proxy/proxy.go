@@ -49,6 +49,9 @@ type Config struct {
 	// request gets 503, not a 502 that SDKs take for "the sandbox is gone".
 	// Nil means always.
 	Ready func() bool
+	// BodyIdleTimeout cuts a request whose body sends nothing for this
+	// long (408); 0 never does.
+	BodyIdleTimeout time.Duration
 	// Transport reaches sandboxd; nil means NewTransport with defaults.
 	Transport http.RoundTripper
 	// Metrics may be nil.
@@ -64,6 +67,7 @@ type Proxy struct {
 	ready     func() bool
 	tokens    *route.Tokens
 	nodeToken string
+	bodyIdle  time.Duration
 	metrics   *Metrics
 	log       *slog.Logger
 	rp        *httputil.ReverseProxy
@@ -83,7 +87,8 @@ func New(cfg Config) *Proxy {
 	if cfg.Ready == nil {
 		cfg.Ready = func() bool { return true }
 	}
-	p := &Proxy{fleet: cfg.Fleet, ready: cfg.Ready, tokens: cfg.Tokens, nodeToken: cfg.NodeToken, metrics: cfg.Metrics, log: cfg.Logger}
+	p := &Proxy{fleet: cfg.Fleet, ready: cfg.Ready, tokens: cfg.Tokens, nodeToken: cfg.NodeToken, bodyIdle: cfg.BodyIdleTimeout,
+		metrics: cfg.Metrics, log: cfg.Logger}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
 		Transport: cfg.Transport,
@@ -111,6 +116,7 @@ type forward struct {
 	token  string              // the client's X-Access-Token, for token learning
 	method string
 	path   string
+	body   *idleBody // nil: no body, or no idle timeout
 	start  time.Time
 	status int // what the client got; 0 while none
 }
@@ -129,6 +135,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	open.Inc()
 	defer open.Dec()
 	debug := p.log.Enabled(r.Context(), slog.LevelDebug)
+	body := p.watchBody(w, r)
 
 	t, err := route.Resolve(r, p.tokens)
 	if err != nil {
@@ -172,6 +179,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if t.IsEnvd() {
 		fw.token = r.Header.Get(route.AccessTokenHeader)
 	}
+	fw.body = body
 	// Deferred: ReverseProxy ends a response cut midway by panicking with
 	// http.ErrAbortHandler, which the server recovers from quietly.
 	defer func() {
@@ -182,6 +190,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	p.rp.ServeHTTP(lw, r.WithContext(context.WithValue(r.Context(), forwardKey{}, fw)))
+}
+
+// watchBody puts a request's body, if it has one, under the body idle
+// timeout (idleBody), and returns it; nil when there is none. The first
+// deadline is set at once: it also bounds what the server drains of the
+// body after an answer the proxy gives itself.
+func (p *Proxy) watchBody(w http.ResponseWriter, r *http.Request) *idleBody {
+	if p.bodyIdle <= 0 || r.Body == nil || r.Body == http.NoBody || r.Header.Get("Upgrade") != "" {
+		return nil
+	}
+	b := &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle}
+	if err := b.rc.SetReadDeadline(time.Now().Add(p.bodyIdle)); err != nil {
+		return nil
+	}
+	r.Body = b
+	return b
 }
 
 // blockedPath reports whether path, or its cleaned form (which envd's mux
@@ -271,6 +295,16 @@ func learnable(method, p, token string, status int) bool {
 // proxyError answers a failure to reach sandboxd or to read its answer.
 func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	fw, _ := r.Context().Value(forwardKey{}).(*forward)
+	if fw != nil && fw.body.timedOut() {
+		// The client stalled; its connection's read failed (which also
+		// cancelled r's context), and it is closed after this answer.
+		fw.status = http.StatusRequestTimeout
+		p.log.InfoContext(r.Context(), "request body idle: cut", "sandbox", fw.target.SandboxID, "port", fw.target.Port,
+			"idle_timeout", p.bodyIdle)
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, "the request body sent nothing for "+p.bodyIdle.String()+"; the proxy cut it")
+		return
+	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the client went away (or the proxy is shutting down): nobody to answer
 	}
@@ -282,6 +316,17 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, http.StatusBadGateway, "the sandbox's host is not reachable; retry, or check that the sandbox is running")
 }
 
+// TooManyConnections answers a request on a client connection beyond the
+// proxy's per-client cap: 429 in e2b's shape, and the connection closes
+// after it (HTTP/2: GOAWAY).
+func (p *Proxy) TooManyConnections(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Connection", "close")
+	h.Set("Retry-After", "1")
+	writeError(w, http.StatusTooManyRequests, "too many connections from this client; reuse a connection or retry later")
+	p.metrics.request(route.ByNone, http.StatusTooManyRequests)
+}
+
 // apiError is e2b's error shape.
 type apiError struct {
 	Code    int    `json:"code"`
@@ -291,6 +336,11 @@ type apiError struct {
 // bodyFailed logs a response body that ended early: sandboxd (or the
 // sandbox) failing midway is a warning; the client going away is not.
 func (p *Proxy) bodyFailed(r *http.Request, fw *forward, err error) {
+	if fw.body.timedOut() {
+		p.log.InfoContext(r.Context(), "request body idle: cut", "sandbox", fw.target.SandboxID, "port", fw.target.Port,
+			"idle_timeout", p.bodyIdle)
+		return
+	}
 	if errors.Is(err, errClientWrite) || r.Context().Err() != nil {
 		p.log.DebugContext(r.Context(), "client left during the response", "sandbox", fw.target.SandboxID, "port", fw.target.Port)
 		return

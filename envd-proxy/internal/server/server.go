@@ -41,6 +41,14 @@ type Config struct {
 	TLS *tls.Config
 	// IdleTimeout closes a keep-alive connection idle this long.
 	IdleTimeout time.Duration
+	// MaxConnsPerClient caps the open connections of one client address;
+	// each request on a connection beyond it gets OverLimit, and the
+	// connection closes. 0 means no cap.
+	MaxConnsPerClient int
+	// OverLimit answers the requests of a connection beyond
+	// MaxConnsPerClient; it should set "Connection: close". Nil answers a
+	// plain 429.
+	OverLimit http.Handler
 	// ShutdownTimeout bounds the drain of requests in flight on shutdown.
 	ShutdownTimeout time.Duration
 	// Registry is served on /metrics; nil serves no metrics.
@@ -67,15 +75,30 @@ func Serve(ctx context.Context, cfg Config, ln, adminLn net.Listener) error {
 	base, cut := context.WithCancel(context.WithoutCancel(ctx))
 	defer cut()
 
-	proxySrv := newHTTPServer(inflight.wrap(cfg.Handler), cfg, log)
+	handler := cfg.Handler
+	if cfg.MaxConnsPerClient > 0 {
+		over := cfg.OverLimit
+		if over == nil {
+			over = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Connection", "close")
+				http.Error(w, "too many connections from this client", http.StatusTooManyRequests)
+			})
+		}
+		handler = refuseOverLimit(handler, over)
+		ln = &limitListener{Listener: ln, conns: newClientConns(cfg.MaxConnsPerClient)}
+	}
+	proxySrv := newHTTPServer(inflight.wrap(handler), cfg, log)
 	proxySrv.BaseContext = func(net.Listener) context.Context { return base }
+	if cfg.MaxConnsPerClient > 0 {
+		proxySrv.ConnContext = markOverLimit
+	}
 	adminSrv := newHTTPServer(adminHandler(cfg, &draining), Config{IdleTimeout: cfg.IdleTimeout}, log)
 
 	errc := make(chan error, 2)
 	go func() { errc <- serveOn(proxySrv, ln, cfg.TLS != nil) }()
 	go func() { errc <- adminSrv.Serve(adminLn) }()
 	log.InfoContext(ctx, "envd proxy serving", "address", ln.Addr().String(), "admin_address", adminLn.Addr().String(),
-		"tls", cfg.TLS != nil)
+		"tls", cfg.TLS != nil, "max_conns_per_client", cfg.MaxConnsPerClient)
 
 	var serveErr error
 	select {

@@ -69,6 +69,14 @@ func start(t *testing.T, cfg Config) *running {
 // and a sandbox ID on it.
 func proxyTo(t *testing.T, h http.Handler) (http.Handler, string) {
 	t.Helper()
+	p, id := proxyWith(t, h, proxy.Config{})
+	return p, id
+}
+
+// proxyWith is proxyTo with cfg's other fields (BodyIdleTimeout, …), and
+// returns the *proxy.Proxy.
+func proxyWith(t *testing.T, h http.Handler, cfg proxy.Config) (*proxy.Proxy, string) {
+	t.Helper()
 	up := httptest.NewServer(h)
 	t.Cleanup(up.Close)
 	src := inventory.NewStaticSource(&v1beta1.NodeInventory{
@@ -85,7 +93,8 @@ func proxyTo(t *testing.T, h http.Handler) (http.Handler, string) {
 	}
 	tr := proxy.NewTransport(proxy.TransportOptions{}, nil)
 	t.Cleanup(tr.CloseIdleConnections)
-	return proxy.New(proxy.Config{Fleet: idx, Tokens: route.NewTokens(8), NodeToken: "node-token-0123456789", Transport: tr}), id
+	cfg.Fleet, cfg.Tokens, cfg.NodeToken, cfg.Transport = idx, route.NewTokens(8), "node-token-0123456789", tr
+	return proxy.New(cfg), id
 }
 
 func get(t *testing.T, url string) (int, string) {

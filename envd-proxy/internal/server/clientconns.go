@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+)
+
+// clientConns counts the open connections of each client address, so that
+// one client cannot hold every connection the proxy can take (slow bodies,
+// or merely many idle connections). A connection beyond max is still
+// accepted, but marked: each request on it is answered by the over-limit
+// handler (429) and the connection closed, which tells an HTTP client
+// more than a reset would. Over-limit connections are not counted; the
+// server's header timeout bounds the ones that send nothing.
+type clientConns struct {
+	max int
+
+	mu   sync.Mutex
+	open map[netip.Addr]int
+}
+
+func newClientConns(max int) *clientConns {
+	return &clientConns{max: max, open: make(map[netip.Addr]int)}
+}
+
+// acquire counts a connection of addr unless addr is at the cap.
+func (c *clientConns) acquire(addr netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.open[addr] >= c.max {
+		return false
+	}
+	c.open[addr]++
+	return true
+}
+
+func (c *clientConns) release(addr netip.Addr) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.open[addr]--; c.open[addr] <= 0 {
+		delete(c.open, addr)
+	}
+}
+
+// limitListener marks each accepted connection with whether its client is
+// within the cap.
+type limitListener struct {
+	net.Listener
+	conns *clientConns
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	addr := clientAddr(conn.RemoteAddr())
+	if !addr.IsValid() { // not TCP: nothing to count by
+		return conn, nil
+	}
+	if !l.conns.acquire(addr) {
+		return &countedConn{Conn: conn, over: true}, nil
+	}
+	return &countedConn{Conn: conn, addr: addr, conns: l.conns}, nil
+}
+
+// clientAddr is the IP of a TCP peer, IPv4-mapped IPv6 unmapped; the zero
+// Addr for anything else.
+func clientAddr(a net.Addr) netip.Addr {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return tcp.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+// countedConn releases its client's count once, on its first Close.
+type countedConn struct {
+	net.Conn
+	over  bool
+	addr  netip.Addr
+	conns *clientConns
+	once  sync.Once
+}
+
+func (c *countedConn) Close() error {
+	if c.conns != nil {
+		c.once.Do(func() { c.conns.release(c.addr) })
+	}
+	return c.Conn.Close()
+}
+
+// ReadFrom and WriteTo keep the TCP connection's fast paths (sendfile,
+// splice) that embedding the interface would hide.
+func (c *countedConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(onlyWriter{c.Conn}, r)
+}
+
+func (c *countedConn) WriteTo(w io.Writer) (int64, error) {
+	if wt, ok := c.Conn.(io.WriterTo); ok {
+		return wt.WriteTo(w)
+	}
+	return io.Copy(w, onlyReader{c.Conn})
+}
+
+// CloseWrite lets the HTTP server half-close a connection it is done with
+// (it sends FIN and lets the client read the last answer).
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+type onlyWriter struct{ io.Writer }
+
+type onlyReader struct{ io.Reader }
+
+type overLimitKey struct{}
+
+// markOverLimit is the server's ConnContext: it records in a connection's
+// context whether the connection is beyond its client's cap. TLS wraps
+// the listener's connections, so it looks underneath.
+func markOverLimit(ctx context.Context, c net.Conn) context.Context {
+	for {
+		switch cc := c.(type) {
+		case *countedConn:
+			if cc.over {
+				return context.WithValue(ctx, overLimitKey{}, true)
+			}
+			return ctx
+		case interface{ NetConn() net.Conn }:
+			c = cc.NetConn()
+		default:
+			return ctx
+		}
+	}
+}
+
+// refuseOverLimit answers every request on an over-limit connection with
+// over, and passes the others to next.
+func refuseOverLimit(next, over http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v, _ := r.Context().Value(overLimitKey{}).(bool); v {
+			over.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
