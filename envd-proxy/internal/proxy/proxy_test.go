@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -412,5 +413,29 @@ func TestLogsCarryNoTokens(t *testing.T) {
 	}
 	if strings.Contains(logs, "signature") {
 		t.Errorf("logs carry the query string:\n%s", logs)
+	}
+}
+
+// Every error the proxy answers itself says what failed without the
+// node's address, which goes to the log instead.
+func TestErrorsNameNoAddress(t *testing.T) {
+	hangUp := newUpstream(t, "node-h", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close() // before any answer
+		}
+	}))
+	down := newUpstream(t, "node-d", ok("node-d"))
+	h := newHarness(t, harnessOptions{}, hangUp, down)
+	down.Close()
+	for _, u := range []*upstream{hangUp, down} {
+		resp, body := h.do(h.request(http.MethodGet, "/files?path=%2Fa", sandbox(t, u.node), "49983", nil))
+		host, _, _ := net.SplitHostPort(u.endpoint())
+		if resp.StatusCode != http.StatusBadGateway || strings.Contains(body, u.endpoint()) || strings.Contains(body, host) {
+			t.Errorf("%s: %d %q, want a 502 that names no address", u.node, resp.StatusCode, body)
+		}
+		if !strings.Contains(h.logs.String(), u.endpoint()) {
+			t.Errorf("%s: the log does not name the endpoint %s:\n%s", u.node, u.endpoint(), h.logs)
+		}
 	}
 }
