@@ -97,6 +97,12 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 		return err
 	}
 	slog.SetDefault(log) // the relay and libraries log through the default
+	if o.runtime == native.Name {
+		// Once, so that no sandbox start copies the binary (see there).
+		if err := native.ReexecSealed(); err != nil {
+			return err
+		}
+	}
 	limits, err := hostlimits.Apply(hostlimits.Options{
 		MaxSandboxes: o.server.MaxSandboxes, PidsLimit: o.pidsLimit, PidsReserve: o.pidsReserve, CgroupParent: o.cgroup,
 	})
@@ -108,12 +114,6 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 	}
 	log.Info("bounded the processes of all sandboxes together", "pids_max", limits.SandboxPids, "per_sandbox", o.pidsLimit,
 		"kernel_pid_max", limits.PidMax, "kernel_threads_max", limits.ThreadsMax, "host_reserve", o.pidsReserve)
-	if o.runtime == native.Name {
-		// Once, so that no sandbox start copies the binary (see there).
-		if err := native.ReexecSealed(); err != nil {
-			return err
-		}
-	}
 	stateDir, err = filepath.Abs(stateDir)
 	if err != nil {
 		return err

@@ -222,7 +222,11 @@ func (r *Registry) ClaimAny(pool, template string, fn func(*store.Record) error)
 }
 
 // Remove forgets a sandbox, durably; removing an unknown one is not an error.
-func (r *Registry) Remove(id string) error {
+func (r *Registry) Remove(id string) error { return r.RemoveEnded(id, "") }
+
+// RemoveEnded is Remove of a sandbox that ended by itself, with why, which
+// its Deleted event carries.
+func (r *Registry) RemoveEnded(id, why string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.store.Delete(id); err != nil {
@@ -230,7 +234,7 @@ func (r *Registry) Remove(id string) error {
 	}
 	if rec, ok := r.sandboxes[id]; ok {
 		delete(r.sandboxes, id)
-		r.notifyLocked(Event{Type: Deleted, Record: clone(rec)})
+		r.notifyLocked(Event{Type: Deleted, Record: clone(rec), Ended: why})
 	}
 	return nil
 }

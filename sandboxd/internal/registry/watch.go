@@ -17,6 +17,9 @@ const (
 type Event struct {
 	Type   EventType
 	Record *store.Record
+	// Ended says why a Deleted sandbox ended, when it ended by itself
+	// (RemoveEnded); empty for a kill.
+	Ended string
 }
 
 // WatchBuffer is how many changes a watcher may lag behind. One that falls

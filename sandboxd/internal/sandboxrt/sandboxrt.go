@@ -13,6 +13,9 @@ package sandboxrt
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -108,6 +111,47 @@ type Preparer interface {
 	// StartPrepared sets the prepared sandbox's limits and runs envd,
 	// returning once envd runs, as Start does.
 	StartPrepared(ctx context.Context, id string, limits Limits) error
+}
+
+// ExitWatcher is a runtime that says when a sandbox ends by itself: its
+// init (envd) died, OOM-killed or crashed, so nothing of it answers.
+type ExitWatcher interface {
+	// WaitExit waits until the process that runs sandbox id now exits,
+	// or ctx ends, and says how it ended as far as the runtime knows. It
+	// fails at once when nothing of the sandbox runs (stopped, or paused
+	// to disk). A process that ends because the sandbox is paused or
+	// stopped returns too: the caller checks Status.
+	WaitExit(ctx context.Context, id string) (Exit, error)
+}
+
+// Exit is how a sandbox's init ended.
+type Exit struct {
+	// Known: the runtime saw the exit status (it started the sandbox in
+	// this process); then Code is the exit code, or Signal the signal
+	// that killed the init.
+	Known  bool
+	Code   int
+	Signal syscall.Signal
+	// OOMKills is how many processes the sandbox's memory limit had
+	// killed, the init among them perhaps; -1 when not known.
+	OOMKills int64
+}
+
+// String says how the sandbox ended, in words for its log.
+func (e Exit) String() string {
+	var parts []string
+	switch {
+	case !e.Known:
+		parts = append(parts, "envd (its init) exited")
+	case e.Signal != 0:
+		parts = append(parts, fmt.Sprintf("envd (its init) was killed by signal %d (%s)", int(e.Signal), e.Signal))
+	default:
+		parts = append(parts, fmt.Sprintf("envd (its init) exited with code %d", e.Code))
+	}
+	if e.OOMKills > 0 {
+		parts = append(parts, fmt.Sprintf("the memory limit killed %d process(es)", e.OOMKills))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Runtime runs sandboxes. Implementations are safe for concurrent use on

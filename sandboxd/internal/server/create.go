@@ -192,6 +192,7 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 	if rec.State == registry.StateRunning {
 		s.deadlines.Set(id, rec.EndAt)
 	}
+	s.watchExit(id)
 	kind := l.kind
 	if ps.netns != "" {
 		kind = kindCreatePrepared

@@ -137,6 +137,8 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	}
 	stopSampler()
 	wg.Wait()
+	s.stopExits()
+	s.exitWG.Wait()
 	s.deadlines.Stop()
 	// Prepared sandboxes are not sandboxes: they go (a sandboxd killed
 	// instead leaves them to the next one's sweep of orphans).

@@ -80,13 +80,19 @@ const (
 // killLocked stops the sandbox, releases its network and address, and
 // removes its record and log. If the runtime cannot stop it, the record
 // stays, so a retry (or a restart's recovery) finds it again.
-func (s *Server) killLocked(ctx context.Context, rec *store.Record, reason string) (err error) {
+func (s *Server) killLocked(ctx context.Context, rec *store.Record, reason string) error {
+	return s.endLocked(ctx, rec, reason, "")
+}
+
+// endLocked is killLocked of a sandbox that ended for why (a Watch delete
+// says it; empty for a kill).
+func (s *Server) endLocked(ctx context.Context, rec *store.Record, reason, why string) (err error) {
 	defer func() { s.metrics.kills.WithLabelValues(reason, resultOf(toConnect(err))).Inc() }()
 	if err := s.rt.Stop(ctx, rec.ID); err != nil {
 		return fmt.Errorf("stop sandbox %s: %w", rec.ID, err)
 	}
 	s.releaseNetwork(ctx, rec)
-	if err := s.reg.Remove(rec.ID); err != nil {
+	if err := s.reg.RemoveEnded(rec.ID, why); err != nil {
 		return fmt.Errorf("remove record of %s: %w", rec.ID, err)
 	}
 	s.deadlines.Cancel(rec.ID)
@@ -237,6 +243,7 @@ func (s *Server) resumeLocked(ctx context.Context, rec *store.Record, lifetime t
 		return nil, fmt.Errorf("record resume of %s: %w", id, err)
 	}
 	s.deadlines.Set(id, endAt)
+	s.watchExit(id) // a runtime that paused to disk runs a new process
 	return rec, nil
 }
 

@@ -100,6 +100,7 @@ func (s *Server) adopt(ctx context.Context, rec *store.Record) {
 	if rec.State == registry.StateRunning && !rec.EndAt.IsZero() {
 		s.deadlines.Set(rec.ID, rec.EndAt)
 	}
+	s.watchExit(rec.ID)
 }
 
 // sweepOrphans stops the runtime's sandboxes and tears down the networks

@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -117,6 +118,14 @@ type Server struct {
 	// prepared holds sandboxes made ahead of cold creates; nil when off.
 	prepared *preparedPool
 
+	// Watching sandboxes' inits (exits.go): the IDs watched, and the
+	// watchers' context and group, which Serve's shutdown ends and waits.
+	exitMu    sync.Mutex
+	watching  map[string]struct{}
+	exitCtx   context.Context
+	stopExits context.CancelFunc
+	exitWG    sync.WaitGroup
+
 	recovered atomic.Bool
 	// stopping closes when Serve shuts down, so Watch streams end.
 	stopping chan struct{}
@@ -139,7 +148,9 @@ func New(opts Options, deps Deps) (*Server, error) {
 		clock: deps.Clock, log: deps.Logger, envd: deps.Envd, envdAddr: deps.EnvdAddr,
 		envdVersion: deps.EnvdVersion, tag: sandboxid.NodeTag(opts.NodeName),
 		stopping: make(chan struct{}),
+		watching: map[string]struct{}{},
 	}
+	s.exitCtx, s.stopExits = context.WithCancel(context.Background())
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}

@@ -56,7 +56,7 @@ func (s *Server) watchOnce(ctx context.Context, send func(*pb.WatchResponse) err
 			if ev.Type == registry.Deleted {
 				typ = pb.WatchResponse_CHANGE_TYPE_DELETED
 			}
-			change := &pb.WatchResponse_Change{Type: typ, Sandbox: s.toSandbox(ev.Record)}
+			change := &pb.WatchResponse_Change{Type: typ, Sandbox: s.toSandbox(ev.Record), Ended: ev.Ended}
 			if err := send(&pb.WatchResponse{Event: &pb.WatchResponse_Change_{Change: change}}); err != nil {
 				return err
 			}

@@ -104,6 +104,9 @@ type Runtime struct {
 	mu       sync.Mutex
 	slots    map[int]string                     // slot → sandbox ID
 	prepared map[string]*libcontainer.Container // prepared, not yet started
+	// reaped gets the wait status of the init of each sandbox this
+	// process started, once it exits (exit.go).
+	reaped map[string]chan *os.ProcessState
 }
 
 var _ sandboxrt.Runtime = (*Runtime)(nil)
@@ -133,6 +136,7 @@ func New(opts Options) (*Runtime, error) {
 		sandboxes:  filepath.Join(opts.Dir, "sandboxes"),
 		slots:      map[int]string{},
 		prepared:   map[string]*libcontainer.Container{},
+		reaped:     map[string]chan *os.ProcessState{},
 		envd:       sandboxrt.EnvdCopies{Dir: filepath.Join(opts.Dir, "bin"), Perm: 0o711},
 	}
 	// A sandbox's root reaches its root filesystem and envd through these
@@ -377,9 +381,17 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 	if err := c.Start(p); err != nil {
 		return fmt.Errorf("sandbox %s: create container: %w", spec.ID, err)
 	}
-	// Reap the init when it exits, while this sandboxd lives; after a
-	// restart the host's init (or subreaper) does.
-	go func() { _, _ = p.Wait() }()
+	// Reap the init when it exits, while this sandboxd lives, keeping its
+	// status for WaitExit; after a restart the host's init (or subreaper)
+	// reaps it.
+	reaped := make(chan *os.ProcessState, 1)
+	r.mu.Lock()
+	r.reaped[spec.ID] = reaped
+	r.mu.Unlock()
+	go func() {
+		st, _ := p.Wait()
+		reaped <- st
+	}()
 	if !run {
 		r.mu.Lock()
 		r.prepared[spec.ID] = c
@@ -583,6 +595,7 @@ func diskUsage(dir string) int64 {
 func (r *Runtime) Stop(ctx context.Context, id string) error {
 	r.mu.Lock()
 	delete(r.prepared, id)
+	delete(r.reaped, id)
 	r.mu.Unlock()
 	var errs []error
 	c, err := r.load(id)

@@ -2118,9 +2118,14 @@ func (x *WatchResponse_Snapshot) GetSandboxes() []*Sandbox {
 }
 
 type WatchResponse_Change struct {
-	state         protoimpl.MessageState   `protogen:"open.v1"`
-	Type          WatchResponse_ChangeType `protobuf:"varint,1,opt,name=type,proto3,enum=skiff.sandboxd.v1.WatchResponse_ChangeType" json:"type,omitempty"`
-	Sandbox       *Sandbox                 `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	state   protoimpl.MessageState   `protogen:"open.v1"`
+	Type    WatchResponse_ChangeType `protobuf:"varint,1,opt,name=type,proto3,enum=skiff.sandboxd.v1.WatchResponse_ChangeType" json:"type,omitempty"`
+	Sandbox *Sandbox                 `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// For a DELETED sandbox that ended by itself (its init died: OOM-killed,
+	// crashed), why, in words ("the sandbox died: envd (its init) was
+	// killed by signal 9 (killed); the memory limit killed 1 process(es)");
+	// empty for a kill (the API, a deadline).
+	Ended         string `protobuf:"bytes,3,opt,name=ended,proto3" json:"ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2167,6 +2172,13 @@ func (x *WatchResponse_Change) GetSandbox() *Sandbox {
 		return x.Sandbox
 	}
 	return nil
+}
+
+func (x *WatchResponse_Change) GetEnded() string {
+	if x != nil {
+		return x.Ended
+	}
+	return ""
 }
 
 var File_skiff_sandboxd_v1_sandboxd_proto protoreflect.FileDescriptor
@@ -2335,15 +2347,16 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06source\x18\x03 \x01(\tR\x06source\"?\n" +
 	"\fLogsResponse\x12/\n" +
 	"\x04logs\x18\x01 \x03(\v2\x1b.skiff.sandboxd.v1.LogEntryR\x04logs\"\x0e\n" +
-	"\fWatchRequest\"\xc9\x03\n" +
+	"\fWatchRequest\"\xe0\x03\n" +
 	"\rWatchResponse\x12G\n" +
 	"\bsnapshot\x18\x01 \x01(\v2).skiff.sandboxd.v1.WatchResponse.SnapshotH\x00R\bsnapshot\x12A\n" +
 	"\x06change\x18\x02 \x01(\v2'.skiff.sandboxd.v1.WatchResponse.ChangeH\x00R\x06change\x1aD\n" +
 	"\bSnapshot\x128\n" +
-	"\tsandboxes\x18\x01 \x03(\v2\x1a.skiff.sandboxd.v1.SandboxR\tsandboxes\x1a\x7f\n" +
+	"\tsandboxes\x18\x01 \x03(\v2\x1a.skiff.sandboxd.v1.SandboxR\tsandboxes\x1a\x95\x01\n" +
 	"\x06Change\x12?\n" +
 	"\x04type\x18\x01 \x01(\x0e2+.skiff.sandboxd.v1.WatchResponse.ChangeTypeR\x04type\x124\n" +
-	"\asandbox\x18\x02 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"\\\n" +
+	"\asandbox\x18\x02 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\x12\x14\n" +
+	"\x05ended\x18\x03 \x01(\tR\x05ended\"\\\n" +
 	"\n" +
 	"ChangeType\x12\x1b\n" +
 	"\x17CHANGE_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
