@@ -63,9 +63,10 @@ func newPreparedPool(s *Server, per int) *preparedPool {
 
 // usable reports whether l may start from a prepared sandbox: a create
 // (warm sandboxes are started ahead of time anyway) with the network every
-// prepared sandbox has, internet access included.
+// prepared sandbox has, internet access included, and its disk, of the
+// default size.
 func (p *preparedPool) usable(l *launch) bool {
-	return p != nil && l.kind == kindCreate && l.rec.AllowInternetAccess
+	return p != nil && l.kind == kindCreate && l.rec.AllowInternetAccess && l.disk == p.s.opts.DefaultDiskMiB
 }
 
 // take returns a sandbox prepared for l's template, or nil. When none is

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sync/singleflight"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
@@ -22,6 +23,8 @@ const freshSample = time.Second
 // CPU use is a rate, so it needs two samples.
 type sampler struct {
 	size int
+	// inflight makes concurrent samples of one sandbox one sample.
+	inflight singleflight.Group
 
 	mu    sync.Mutex
 	rings map[string]*ring
@@ -119,7 +122,16 @@ func (s *Server) sampleAll(ctx context.Context) {
 	s.samples.retain(keep)
 }
 
+// sampleOne samples sandbox id once, or waits for the sample being taken
+// (ten Metrics calls at once take one sample, not ten).
 func (s *Server) sampleOne(ctx context.Context, id string) {
+	_, _, _ = s.samples.inflight.Do(id, func() (any, error) {
+		s.sampleNow(ctx, id)
+		return nil, nil
+	})
+}
+
+func (s *Server) sampleNow(ctx context.Context, id string) {
 	st, err := s.rt.Stats(ctx, id)
 	if err != nil {
 		s.log.DebugContext(ctx, "sample sandbox", "sandbox", id, "error", err)

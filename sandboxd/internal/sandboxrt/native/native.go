@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -98,8 +97,9 @@ func DefaultOptions(dir string) Options {
 type Runtime struct {
 	opts       Options
 	containers string // libcontainer's root
-	sandboxes  string // <Dir>/sandboxes/<id>/{rootfs,upper,work,meta.json}
+	sandboxes  string // <Dir>/sandboxes/<id>/{rootfs,disk.img,disk/{upper,work},meta.json}
 	envd       sandboxrt.EnvdCopies
+	golden     goldenImages // empty disk images, one per size (disk.go)
 
 	mu       sync.Mutex
 	slots    map[int]string                     // slot → sandbox ID
@@ -138,6 +138,7 @@ func New(opts Options) (*Runtime, error) {
 		prepared:   map[string]*libcontainer.Container{},
 		reaped:     map[string]chan *os.ProcessState{},
 		envd:       sandboxrt.EnvdCopies{Dir: filepath.Join(opts.Dir, "bin"), Perm: 0o711},
+		golden:     goldenImages{dir: filepath.Join(opts.Dir, "disks")},
 	}
 	// A sandbox's root reaches its root filesystem and envd through these
 	// directories before it pivots: they must be searchable, not readable.
@@ -289,11 +290,9 @@ func (r *Runtime) StartPrepared(ctx context.Context, id string, lim sandboxrt.Li
 	}
 	if m, err := r.readMeta(id); err != nil {
 		return err
-	} else if m.DiskLimit != lim.DiskMiB<<20 {
-		m.DiskLimit = lim.DiskMiB << 20
-		if err := r.writeMeta(id, m); err != nil {
-			return err
-		}
+	} else if m.DiskLimit != diskLimit(lim.DiskMiB) {
+		// The disk was made with the sandbox, at its size.
+		return fmt.Errorf("sandbox %s: prepared with a disk of %d bytes, not %d MiB", id, m.DiskLimit, lim.DiskMiB)
 	}
 	if err := c.Exec(); err != nil {
 		return fmt.Errorf("sandbox %s: start envd: %w", id, err)
@@ -330,7 +329,7 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 		}
 	}()
 	base := r.opts.UIDBase + uint32(slot)*idRange
-	m := &meta{Slot: slot, UIDBase: int64(base), DiskLimit: spec.DiskMiB << 20}
+	m := &meta{Slot: slot, UIDBase: int64(base), DiskLimit: diskLimit(spec.DiskMiB)}
 	// The sandbox's own user namespace, held open until its init has
 	// joined it (c.Start); the idmapped template holds it too.
 	userns, err := newUserns(base)
@@ -418,7 +417,16 @@ func (r *Runtime) prepareRoot(spec *sandboxrt.Spec, m *meta, userns *os.File) er
 	if err := r.writeMeta(spec.ID, m); err != nil {
 		return err
 	}
-	upper, work, rootfs := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "rootfs")
+	// The writable layer is on the sandbox's own filesystem (disk.go), or
+	// without a disk size on the state directory's.
+	layers := dir
+	if spec.DiskMiB > 0 {
+		var err error
+		if layers, err = r.attachDisk(dir, spec.DiskMiB); err != nil {
+			return err
+		}
+	}
+	upper, work, rootfs := filepath.Join(layers, "upper"), filepath.Join(layers, "work"), filepath.Join(dir, "rootfs")
 	for _, d := range []string{upper, work, rootfs} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
@@ -559,36 +567,17 @@ func (r *Runtime) Stats(_ context.Context, id string) (sandboxrt.Stats, error) {
 	if m, err := r.readMeta(id); err == nil {
 		out.DiskLimit = m.DiskLimit
 	}
-	out.DiskUsed = diskUsage(filepath.Join(r.dir(id), "upper"))
+	out.DiskUsed = max(diskUsed(r.dir(id)), 0)
 	return out, nil
 }
 
-// diskUsage is the space the files under dir take, hard links once.
-func diskUsage(dir string) int64 {
-	var total int64
-	seen := map[uint64]bool{}
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil //nolint:nilerr // a file removed meanwhile is not used
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil //nolint:nilerr // likewise
-		}
-		st, ok := info.Sys().(*unix.Stat_t)
-		if !ok {
-			return nil
-		}
-		if st.Nlink > 1 && !d.IsDir() {
-			if seen[st.Ino] {
-				return nil
-			}
-			seen[st.Ino] = true
-		}
-		total += st.Blocks * 512
-		return nil
-	})
-	return total
+// diskLimit is the size, in bytes, of the disk a sandbox of mib MiB gets;
+// 0 (no disk of its own) for 0.
+func diskLimit(mib int64) int64 {
+	if mib <= 0 {
+		return 0
+	}
+	return max(mib, minDiskMiB) << 20
 }
 
 // Stop implements sandboxrt.Runtime.
@@ -618,6 +607,9 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	rootfs := filepath.Join(r.dir(id), "rootfs")
 	if err := unix.Unmount(rootfs, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		errs = append(errs, fmt.Errorf("sandbox %s: unmount root: %w", id, err))
+	}
+	if err := detachDisk(r.dir(id)); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
 	}
 	if len(errs) == 0 {
 		if err := os.RemoveAll(r.dir(id)); err != nil {

@@ -198,7 +198,7 @@ func TestPauseFreezesAndResumeThaws(t *testing.T) {
 }
 
 func (s *sandbox) rootfsUpper() string {
-	return filepath.Join(s.dir, "native", "sandboxes", s.spec.ID, "upper")
+	return filepath.Join(s.dir, "native", "sandboxes", s.spec.ID, "disk", "upper")
 }
 
 func TestStopRemovesEverythingAndIsIdempotent(t *testing.T) {

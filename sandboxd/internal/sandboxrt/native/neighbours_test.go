@@ -219,3 +219,39 @@ func TestAForkStormPastTheMemoryLimitSparesEnvd(t *testing.T) {
 		t.Errorf("oom_score_adj of a command and of envd: %q", f)
 	}
 }
+
+// A sandbox's writes stop at its disk size, with ENOSPC inside it, and
+// take no more of the host's disk; its use is measured without walking its
+// files. Before, the upper layer sat on the host's filesystem: 1 GiB
+// written went straight to the host, and the use read 0.
+func TestADiskFillStopsAtTheSandboxsDisk(t *testing.T) {
+	rt, dir := newRuntime(t)
+	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.DiskMiB = 64 })
+	got := s.run(t, "user", "dd if=/dev/zero of=/home/user/fill bs=1M count=200 2>&1; echo exit=$?")
+	if !strings.Contains(got.Stdout, "No space left on device") || strings.Contains(got.Stdout, "exit=0") {
+		t.Errorf("writing 200 MiB on a disk of 64: %q", got.Stdout)
+	}
+	st, err := rt.Stats(context.Background(), s.spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DiskLimit != 64<<20 || st.DiskUsed < 48<<20 || st.DiskUsed > st.DiskLimit {
+		t.Errorf("disk used %d of %d bytes after filling it", st.DiskUsed, st.DiskLimit)
+	}
+	// The host holds what the sandbox wrote, no more.
+	var img unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "native", "sandboxes", s.spec.ID, "disk.img"), &img); err != nil {
+		t.Fatal(err)
+	}
+	if host := img.Blocks * 512; host > 72<<20 {
+		t.Errorf("the host's disk holds %d bytes of a sandbox of 64 MiB", host)
+	}
+	// Space freed inside is free again.
+	s.run(t, "user", "rm /home/user/fill; sync")
+	if st, err := rt.Stats(context.Background(), s.spec.ID); err != nil || st.DiskUsed > 8<<20 {
+		t.Errorf("disk used %d bytes after the file went (%v)", st.DiskUsed, err)
+	}
+	if got := s.run(t, "user", "echo fits > /home/user/small && cat /home/user/small").Stdout; got != "fits\n" {
+		t.Errorf("writing after the fill: %q", got)
+	}
+}
