@@ -110,10 +110,11 @@ func TestServeRefusesBadLogFlags(t *testing.T) {
 	}
 }
 
-// serve refuses process limits that cannot work before it changes the
-// host (kernel.pid_max, the sandboxes' cgroup) or its state directory.
+// serve refuses process limits and egress prefixes that cannot work
+// before it changes the host (kernel.pid_max, the sandboxes' cgroup) or
+// its state directory.
 func TestServeRefusesBadPidsFlags(t *testing.T) {
-	for flag, value := range map[string]string{"--pids-limit": "0", "--host-pids-reserve": "-1"} {
+	for flag, value := range map[string]string{"--pids-limit": "0", "--host-pids-reserve": "-1", "--deny-cidr": "10.0.0.0/33", "--allow-cidr": "fd00::/8"} {
 		state := filepath.Join(t.TempDir(), "state")
 		_, err := run(t, "--state-dir", state, "serve", "--node-name", "test-host", "--insecure-no-auth", flag, value)
 		if err == nil || !strings.Contains(err.Error(), flag) {

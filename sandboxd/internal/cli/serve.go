@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -41,6 +42,8 @@ type serveOptions struct {
 	cgroup      string
 	ifacePrefix string
 	nftTable    string
+	denyCIDRs   []string
+	allowCIDRs  []string
 	runsc       string
 	platform    string
 }
@@ -73,6 +76,8 @@ its children: stopping sandboxd leaves them running.`,
 	cmd.Flags().StringVar(&o.cgroup, "cgroup-parent", nativeDefaults.CgroupParent, "Cgroup, relative to sandboxd's own (cgroup v1) or beside it (v2), under which each sandbox gets one.")
 	cmd.Flags().StringVar(&o.ifacePrefix, "iface-prefix", network.DefaultIfacePrefix, "Start of the host-side name of every sandbox's veth; no other interface may start with it.")
 	cmd.Flags().StringVar(&o.nftTable, "nft-table", network.DefaultTable, "The nftables table (inet) of the sandboxes' isolation and NAT rules; sandboxd owns it.")
+	cmd.Flags().StringSliceVar(&o.denyCIDRs, "deny-cidr", nil, "IPv4 prefixes no sandbox reaches, beside the private, shared (CGNAT), link-local and cloud metadata ranges always denied (repeat or comma-separate).")
+	cmd.Flags().StringSliceVar(&o.allowCIDRs, "allow-cidr", nil, "IPv4 prefixes sandboxes with internet access reach even in a denied range, such as an internal service (repeat or comma-separate).")
 	return cmd
 }
 
@@ -85,7 +90,28 @@ func (o *serveOptions) validate() error {
 	if o.pidsReserve < 0 {
 		errs = append(errs, fmt.Errorf("--host-pids-reserve must not be negative, got %d", o.pidsReserve))
 	}
+	for flag, list := range map[string][]string{"--deny-cidr": o.denyCIDRs, "--allow-cidr": o.allowCIDRs} {
+		if _, err := prefixes(list); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", flag, err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// prefixes parses IPv4 prefixes.
+func prefixes(list []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(list))
+	for _, s := range list {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, err
+		}
+		if !p.Addr().Is4() {
+			return nil, fmt.Errorf("%s is not IPv4: sandboxes have IPv4 only", p)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func serve(ctx context.Context, stateDir string, o *serveOptions) error {
@@ -142,8 +168,10 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	deny, _ := prefixes(o.denyCIDRs) // validated
+	allow, _ := prefixes(o.allowCIDRs)
 	nm, err := network.New(network.Options{
-		RunDir: o.runDir, Table: o.nftTable, IfacePrefix: o.ifacePrefix, Pool: prefix,
+		RunDir: o.runDir, Table: o.nftTable, IfacePrefix: o.ifacePrefix, Pool: prefix, Deny: deny, Allow: allow,
 	})
 	if err != nil {
 		return err

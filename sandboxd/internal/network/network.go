@@ -13,9 +13,12 @@
 //
 //   - forward: a packet from a sandbox is dropped when it goes to another
 //     sandbox or anywhere in the pool, has a source address that is not
-//     routed back through the interface it came in on (spoofed), is not IPv4,
-//     goes to a link-local TCP port other than DNS (cloud metadata services),
-//     or comes from an address not in the egress set; the rest is accepted.
+//     routed back through the interface it came in on (spoofed), is not
+//     IPv4, goes to a denied destination (DefaultDeny: the private, shared
+//     and link-local ranges and the clouds' metadata addresses, and
+//     Options.Deny) that is neither one of the sandboxes' resolvers on port
+//     53 nor in Options.Allow, or comes from an address not in the egress
+//     set; the rest is accepted.
 //     A packet to a sandbox passes only as a reply (established or related),
 //     so nothing outside opens connections to a sandbox.
 //   - input: packets from sandboxes to the host itself pass only as replies.
@@ -46,6 +49,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -90,6 +94,35 @@ type Options struct {
 	// MTU of both ends of every veth pair; the kernel's default (1500) if
 	// 0. It should not exceed the MTU of the host's uplink.
 	MTU int
+	// Deny are destinations no sandbox reaches, beside DefaultDeny (the
+	// private, shared and link-local ranges, where a fleet's hosts, its
+	// control plane and clouds' metadata services are). Allow are
+	// destinations sandboxes with internet access reach even when denied
+	// (an operator's internal service). The resolvers sandboxes are given
+	// (ResolvConf) are reached on port 53 whatever the lists say.
+	Deny, Allow []netip.Prefix
+}
+
+// DefaultDeny are the destinations no sandbox reaches unless allowed:
+// "this network", RFC 1918's private ranges, RFC 6598's shared range
+// (CGNAT; Alibaba Cloud's metadata service at 100.100.100.200), loopback,
+// link-local (the metadata services of AWS, GCP, Azure and others at
+// 169.254.169.254, ECS's at 169.254.170.2), the IETF's protocol range
+// (Oracle Cloud's 192.0.0.192), Azure's host agent (168.63.129.16),
+// multicast and the reserved range. In a fleet, the private ranges hold
+// every other host's sandboxd and the control plane.
+var DefaultDeny = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("168.63.129.16/32"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
 }
 
 // Manager sets up and tears down sandboxes' network namespaces. It is safe
@@ -100,6 +133,10 @@ type Manager struct {
 	pool   netip.Prefix
 	mtu    int
 	table  *nftables.Table
+	deny   []netip.Prefix
+	allow  []netip.Prefix
+	// resolvConf are the files ResolvConf reads, in order.
+	resolvConf []string
 
 	// nftMu serializes nftables batches on nft, a lasting connection
 	// (dialling one per batch costs more than the batch).
@@ -139,13 +176,32 @@ func New(opts Options) (*Manager, error) {
 	if opts.MTU < 0 {
 		return nil, fmt.Errorf("network: MTU %d is negative", opts.MTU)
 	}
-	return &Manager{
-		nsDir:  filepath.Join(opts.RunDir, "netns"),
-		prefix: opts.IfacePrefix,
-		pool:   opts.Pool.Masked(),
-		mtu:    opts.MTU,
-		table:  &nftables.Table{Name: opts.Table, Family: nftables.TableFamilyINet},
-	}, nil
+	for _, p := range slices.Concat(opts.Deny, opts.Allow) {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return nil, fmt.Errorf("network: %v is not an IPv4 prefix (sandboxes have IPv4 only)", p)
+		}
+	}
+	m := &Manager{
+		nsDir:      filepath.Join(opts.RunDir, "netns"),
+		prefix:     opts.IfacePrefix,
+		pool:       opts.Pool.Masked(),
+		mtu:        opts.MTU,
+		table:      &nftables.Table{Name: opts.Table, Family: nftables.TableFamilyINet},
+		allow:      masked(opts.Allow),
+		resolvConf: []string{"/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"},
+	}
+	m.deny = masked(slices.Concat(DefaultDeny, opts.Deny))
+	return m, nil
+}
+
+func masked(ps []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ps))
+	for _, p := range ps {
+		if p = p.Masked(); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Init prepares the host: it creates RunDir/netns as a shared mount point
@@ -430,31 +486,42 @@ func (m *Manager) List() ([]string, error) {
 // at another of the host's own addresses is kept but unreachable too: the
 // input rules drop whatever sandboxes send to the host.
 func (m *Manager) ResolvConf() []byte {
-	return m.resolvConf("/etc/resolv.conf", "/run/systemd/resolve/resolv.conf")
+	var out bytes.Buffer
+	for _, a := range m.Resolvers() {
+		fmt.Fprintf(&out, "nameserver %s\n", a)
+	}
+	if out.Len() == 0 {
+		return []byte("# the host has no nameserver that sandboxes can reach\n")
+	}
+	return out.Bytes()
 }
 
-func (m *Manager) resolvConf(paths ...string) []byte {
-	for _, p := range paths {
+// Resolvers are the nameservers of ResolvConf: the host's IPv4
+// nameservers outside loopback and the pool. The rules let sandboxes reach
+// them on port 53 even in a denied range (a VPC's resolver at 10.0.0.2,
+// AWS's at 169.254.169.253).
+func (m *Manager) Resolvers() []netip.Addr {
+	for _, p := range m.resolvConf {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
-		var out bytes.Buffer
+		var out []netip.Addr
 		for line := range strings.Lines(string(data)) {
 			f := strings.Fields(line)
 			if len(f) < 2 || f[0] != "nameserver" {
 				continue
 			}
 			a, err := netip.ParseAddr(f[1])
-			if err == nil && a.Is4() && !a.IsLoopback() && !a.IsUnspecified() && !m.pool.Contains(a) {
-				fmt.Fprintf(&out, "nameserver %s\n", a)
+			if err == nil && a.Is4() && !a.IsLoopback() && !a.IsUnspecified() && !m.pool.Contains(a) && !slices.Contains(out, a) {
+				out = append(out, a)
 			}
 		}
-		if out.Len() > 0 {
-			return out.Bytes()
+		if len(out) > 0 {
+			return out
 		}
 	}
-	return []byte("# the host has no nameserver that sandboxes can reach\n")
+	return nil
 }
 
 func (m *Manager) nsPath(id string) string { return filepath.Join(m.nsDir, id) }

@@ -36,7 +36,7 @@ type env struct {
 	tag  string // random letters that make names unique to the test
 }
 
-func newEnv(tb testing.TB) *env {
+func newEnv(tb testing.TB, edit ...func(*Options, *Manager)) *env {
 	tb.Helper()
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root: creates network namespaces, veth pairs and nftables tables")
@@ -51,8 +51,14 @@ func newEnv(tb testing.TB) *env {
 	if e.ipam, err = ipam.New(pool.String()); err != nil {
 		tb.Fatal(err)
 	}
+	for _, ed := range edit {
+		ed(&e.opts, nil)
+	}
 	if e.m, err = New(e.opts); err != nil {
 		tb.Fatal(err)
+	}
+	for _, ed := range edit {
+		ed(&e.opts, e.m)
 	}
 	restoreSysctl(tb, "net/ipv4/ip_forward")
 	// Runs after the cleanups of the test's sandboxes: removes the table
@@ -116,6 +122,7 @@ func (e *env) setup(name string, allowInternet bool) *Sandbox {
 type outside struct {
 	ns         string
 	host, addr netip.Addr
+	held       map[netip.Addr]bool // addresses hold gave it
 }
 
 func (e *env) outside() *outside {
@@ -435,45 +442,90 @@ func TestEgress(t *testing.T) {
 	}
 }
 
-// TestLinkLocal: a sandbox with internet access reaches TCP port 53 of a
-// link-local address (where clouds put DNS) but not other TCP ports (where
-// they put metadata services).
-func TestLinkLocal(t *testing.T) {
-	e := newEnv(t)
+// TestPrivateDestinations: a sandbox with internet access reaches the
+// internet but nothing in the private, shared (CGNAT) or link-local ranges
+// — in a fleet, other hosts' sandboxd, the control plane, the clouds'
+// metadata services — over TCP or UDP; its resolvers only on port 53, and
+// what the operator allows (Options.Allow). Before, only TCP to link-local
+// ports other than 53 was dropped.
+func TestPrivateDestinations(t *testing.T) {
+	r := byte(1 + rand.IntN(250))
+	resolver := netip.AddrFrom4([4]byte{172, 31, r, 53})
+	allowed := netip.AddrFrom4([4]byte{192, 168, 254, r})
+	e := newEnv(t, func(o *Options, m *Manager) {
+		if m == nil {
+			o.Allow = []netip.Prefix{netip.PrefixFrom(allowed, 32)}
+			return
+		}
+		conf := filepath.Join(t.TempDir(), "resolv.conf")
+		if err := os.WriteFile(conf, []byte("nameserver "+resolver.String()+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m.resolvConf = []string{conf}
+	})
 	on := e.setup("on", true)
 	out := e.outside()
-	// Clear of the addresses clouds use (169.254.169.254 and neighbours).
-	ll := netip.AddrFrom4([4]byte{169, 254, byte(100 + rand.IntN(50)), byte(1 + rand.IntN(254))})
-	// The outside namespace holds ll; the host routes it there.
-	err := onNSThread(enterPath(out.ns), func(netns.NsHandle) error {
+	for _, c := range []struct {
+		name string
+		addr netip.Addr
+		port uint16
+		ok   bool
+	}{
+		{"the internet", netip.AddrFrom4([4]byte{198, 51, 100, r}), 80, true},
+		{"RFC 1918 10/8", netip.AddrFrom4([4]byte{10, 254, r, 2}), 80, false},
+		{"RFC 1918 172.16/12", netip.AddrFrom4([4]byte{172, 31, r, 2}), 80, false},
+		{"RFC 1918 192.168/16", netip.AddrFrom4([4]byte{192, 168, 253, r}), 80, false},
+		{"CGNAT 100.64/10", netip.AddrFrom4([4]byte{100, 127, r, 2}), 80, false},
+		{"link-local, DNS port", netip.AddrFrom4([4]byte{169, 254, r, 61}), 53, false},
+		{"link-local", netip.AddrFrom4([4]byte{169, 254, r, 62}), 80, false},
+		{"the resolver, DNS", resolver, 53, true},
+		{"the resolver, another port", resolver, 80, false},
+		{"allowed by the operator", allowed, 80, true},
+	} {
+		out.hold(t, c.addr)
+		t.Run(c.name, func(t *testing.T) {
+			ap := netip.AddrPortFrom(c.addr, c.port)
+			l := listenInAt(t, out.ns, ap)
+			conn, err := dialIn(on.NetNS, ap.String())
+			if err == nil {
+				conn.Close()
+			}
+			if _, accepted := accept(l, 50*time.Millisecond); (err == nil) != c.ok || accepted != c.ok {
+				t.Errorf("TCP to %s: dial error %v, accepted %v; want reached %v", ap, err, accepted, c.ok)
+			}
+			if got := udpArrives(t, on, listenUDPAt(t, out.ns, ap)); got != c.ok {
+				t.Errorf("UDP to %s arrived %v, want %v", ap, got, c.ok)
+			}
+		})
+	}
+}
+
+// hold has the outside namespace hold address a, and the host route it
+// there, until the test ends.
+func (o *outside) hold(t *testing.T, a netip.Addr) {
+	t.Helper()
+	if o.held == nil {
+		o.held = map[netip.Addr]bool{}
+	}
+	if o.held[a] {
+		return
+	}
+	o.held[a] = true
+	err := onNSThread(enterPath(o.ns), func(netns.NsHandle) error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
 			return err
 		}
-		return netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(ll, 32))})
+		return netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(a, 32))})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	route := &netlink.Route{Dst: prefixNet(netip.PrefixFrom(ll, 32)), Gw: out.addr.AsSlice()}
+	route := &netlink.Route{Dst: prefixNet(netip.PrefixFrom(a, 32)), Gw: o.addr.AsSlice()}
 	if err := netlink.RouteAdd(route); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = netlink.RouteDel(route) }) // also goes with the outside's veth
-
-	for _, tc := range []struct {
-		port uint16
-		ok   bool
-	}{{53, true}, {80, false}} {
-		l := listenInAt(t, out.ns, netip.AddrPortFrom(ll, tc.port))
-		c, err := dialIn(on.NetNS, l.Addr().String())
-		if err == nil {
-			c.Close()
-		}
-		if _, accepted := accept(l, 50*time.Millisecond); (err == nil) != tc.ok || accepted != tc.ok {
-			t.Errorf("TCP to %s: dial error %v, accepted %v; want success %v", l.Addr(), err, accepted, tc.ok)
-		}
-	}
 }
 
 // TestTeardownAndRestart: Teardown is idempotent and leaves nothing; a new
@@ -619,12 +671,10 @@ func TestResolvConf(t *testing.T) {
 		{[]string{stub, upstream}, "nameserver 192.0.2.53\nnameserver 198.51.100.53\n"},
 		{[]string{filepath.Join(dir, "missing"), stub}, "#"},
 	} {
-		if got := string(m.resolvConf(tc.paths...)); !strings.HasPrefix(got, tc.want) || (tc.want == "#" && strings.Contains(got, "\nnameserver")) {
-			t.Errorf("resolvConf(%v) = %q, want %q", tc.paths, got, tc.want)
+		m.resolvConf = tc.paths
+		if got := string(m.ResolvConf()); !strings.HasPrefix(got, tc.want) || (tc.want == "#" && strings.Contains(got, "\nnameserver")) {
+			t.Errorf("ResolvConf from %v = %q, want %q", tc.paths, got, tc.want)
 		}
-	}
-	if len(m.ResolvConf()) == 0 {
-		t.Error("ResolvConf is empty")
 	}
 }
 
@@ -695,10 +745,15 @@ func listenInAt(t *testing.T, path string, ap netip.AddrPort) *net.TCPListener {
 
 func listenUDPIn(t *testing.T, path string, a netip.Addr) *net.UDPConn {
 	t.Helper()
+	return listenUDPAt(t, path, netip.AddrPortFrom(a, 0))
+}
+
+func listenUDPAt(t *testing.T, path string, ap netip.AddrPort) *net.UDPConn {
+	t.Helper()
 	var c *net.UDPConn
 	err := onNSThread(enterPath(path), func(netns.NsHandle) error {
 		var err error
-		c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 0)))
+		c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(ap))
 		return err
 	})
 	if err != nil {
@@ -710,6 +765,27 @@ func listenUDPIn(t *testing.T, path string, a netip.Addr) *net.UDPConn {
 
 // dialIn connects from the namespace at path to addr, giving up after
 // blocked.
+// udpArrives sends a datagram from the sandbox to u and reports whether it
+// arrived.
+func udpArrives(t *testing.T, sb *Sandbox, u *net.UDPConn) bool {
+	t.Helper()
+	err := onNSThread(enterPath(sb.NetNS), func(netns.NsHandle) error {
+		c, err := net.DialUDP("udp4", nil, u.LocalAddr().(*net.UDPAddr))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("x"))
+		return err
+	})
+	if err != nil {
+		return false
+	}
+	_ = u.SetReadDeadline(time.Now().Add(blocked))
+	_, _, err = u.ReadFrom(make([]byte, 16))
+	return err == nil
+}
+
 func dialIn(path, addr string) (net.Conn, error) {
 	var c net.Conn
 	err := onNSThread(enterPath(path), func(netns.NsHandle) error {

@@ -17,6 +17,8 @@ const (
 	egressSetName = "egress"
 	// fromSandboxChain holds the forward rules for packets from sandboxes.
 	fromSandboxChain = "from_sandbox"
+	// egressChain lets out what comes from an address in the egress set.
+	egressChain = "egress"
 
 	// IPv4 header offsets.
 	ipSrcOffset = 12
@@ -116,6 +118,7 @@ func (m *Manager) writeRules(cc *nftables.Conn, egress []nftables.SetElement) er
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
 	})
 	fromSandbox := cc.AddChain(&nftables.Chain{Name: fromSandboxChain, Table: t})
+	egressOK := cc.AddChain(&nftables.Chain{Name: egressChain, Table: t})
 	input := cc.AddChain(&nftables.Chain{
 		Name: "input", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter,
@@ -129,13 +132,12 @@ func (m *Manager) writeRules(cc *nftables.Conn, egress []nftables.SetElement) er
 	}
 	fromSandboxIf := ifname(expr.MetaKeyIIFNAME, m.prefix)
 	toSandboxIf := ifname(expr.MetaKeyOIFNAME, m.prefix)
-	linkLocal := netip.PrefixFrom(netip.AddrFrom4([4]byte{169, 254}), 16)
 
 	add(forward, fromSandboxIf, verdict(expr.VerdictGoto, fromSandboxChain))
 	add(forward, toSandboxIf, ctReply(), verdict(expr.VerdictAccept, ""))
 	add(forward, toSandboxIf, verdict(expr.VerdictDrop, ""))
 
-	drop := verdict(expr.VerdictDrop, "")
+	drop, toEgress := verdict(expr.VerdictDrop, ""), verdict(expr.VerdictGoto, egressChain)
 	add(fromSandbox, toSandboxIf, drop)
 	add(fromSandbox, []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
@@ -146,17 +148,26 @@ func (m *Manager) writeRules(cc *nftables.Conn, egress []nftables.SetElement) er
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
 	}, drop)
 	add(fromSandbox, ipIn(ipDstOffset, m.pool), drop)
-	add(fromSandbox, ipIn(ipDstOffset, linkLocal), []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.BigEndian.PutUint16(53)},
-	}, drop)
-	add(fromSandbox, []expr.Any{
+	// The resolvers on port 53, then what the operator allows, then what
+	// is denied; the rest is the internet.
+	for _, r := range m.Resolvers() {
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			add(fromSandbox, ipIn(ipDstOffset, netip.PrefixFrom(r, 32)), dport(proto, 53), toEgress)
+		}
+	}
+	for _, p := range m.allow {
+		add(fromSandbox, ipIn(ipDstOffset, p), toEgress)
+	}
+	for _, p := range m.deny {
+		add(fromSandbox, ipIn(ipDstOffset, p), drop)
+	}
+	add(fromSandbox, toEgress)
+
+	add(egressOK, []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipSrcOffset, Len: 4},
 		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
 	}, verdict(expr.VerdictAccept, ""))
-	add(fromSandbox, drop)
+	add(egressOK, drop)
 
 	add(input, fromSandboxIf, ctReply(), verdict(expr.VerdictAccept, ""))
 	add(input, fromSandboxIf, drop)
@@ -206,4 +217,14 @@ func ipPrefix(offset uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
 
 func verdict(kind expr.VerdictKind, chain string) []expr.Any {
 	return []expr.Any{&expr.Verdict{Kind: kind, Chain: chain}}
+}
+
+// dport matches an l4 protocol proto to destination port port.
+func dport(proto byte, port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+	}
 }
