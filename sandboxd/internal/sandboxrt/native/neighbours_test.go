@@ -17,8 +17,8 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/hostlimits"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
-	"github.com/skiff-dev/skiff/shared/cgroups"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
+	"github.com/skiff-dev/skiff/shared/cgroups"
 )
 
 // withHog starts sandboxes whose root has the hog binary.
