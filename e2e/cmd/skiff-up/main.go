@@ -1,8 +1,9 @@
 // Command skiff-up runs the whole Skiff system on this machine — sandboxd
 // with the base template, sandbox-apiserver in single-host mode and
 // sandbox-envd-proxy — prints the E2B_* lines that point an unmodified e2b
-// SDK at it, and on Ctrl-C kills its sandboxes and stops it all. `make up`
-// builds the binaries and runs it.
+// SDK at it, and on Ctrl-C kills its sandboxes and stops it all. A server
+// that dies meanwhile is restarted (sandboxd re-adopts its sandboxes), with
+// a line on stderr that says so. `make up` builds the binaries and runs it.
 package main
 
 import (
@@ -58,16 +59,11 @@ export E2B_API_URL=%s
 export E2B_SANDBOX_URL=%s
 export E2B_API_KEY=%s
 
-Ctrl-C kills the sandboxes and stops it all.
+Ctrl-C kills the sandboxes and stops it all; a server that dies before is restarted.
 `, sys.LogDir(), sys.APIURL, sys.SandboxURL, sys.Keys["default"])
 
 	code := 0
-	select {
-	case <-ctx.Done():
-	case name := <-sys.Exited():
-		fmt.Fprintf(os.Stderr, "skiff-up: %s exited; its log ends:\n%s\n", name, sys.LogTail(name, 20))
-		code = 1
-	}
+	<-ctx.Done()
 	stop()
 	fmt.Fprintln(os.Stderr, "stopping: killing the sandboxes, then the servers...")
 	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)

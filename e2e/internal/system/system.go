@@ -3,6 +3,10 @@
 // template), sandbox-apiserver in single-host mode following it, and
 // sandbox-envd-proxy in front of its relay, plus an API key per team. It is
 // `make up`, and the SDK suite runs on exactly the same path.
+//
+// Once started, a server that exits on its own is restarted (see
+// supervise.go): only Stop, the operator's Ctrl-C, takes the system down
+// and removes what sandboxd keeps on the host.
 package system
 
 import (
@@ -22,6 +26,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -86,14 +91,10 @@ type System struct {
 	// Keys maps each team to its API key (E2B_API_KEY).
 	Keys map[string]string
 
-	procs []*proc // in start order
-}
-
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
+	procs       []*proc       // in start order
+	quit        chan struct{} // closed by Stop: no more restarts
+	supervisors sync.WaitGroup
+	progressMu  sync.Mutex
 }
 
 // Start builds the base template (cached after the first time), then starts
@@ -192,17 +193,24 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if err := s.waitTemplate(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}
+	s.supervise()
 	return s, nil
 }
 
-// Stop kills every sandbox through sandboxd's API, then
+// Stop ends the restarts, kills every sandbox through sandboxd's API, then
 // stops the servers (SIGTERM, then SIGKILL after 20 s) and removes the
-// host resources sandboxd keeps for its next start.
+// host resources sandboxd keeps for its next start. When the sandboxes
+// could not be killed (sandboxd was down), it keeps those resources — the
+// nftables table above all, which isolates the sandboxes still running —
+// for the next start's sandboxd to re-adopt them.
 func (s *System) Stop(ctx context.Context) error {
+	s.stopSupervising()
 	var errs []error
-	if len(s.procs) > 0 { // sandboxd runs
+	if len(s.procs) > 0 { // sandboxd was started
 		if err := s.killSandboxes(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("kill the sandboxes: %w", err))
+			s.stopProcesses()
+			return fmt.Errorf("kill the sandboxes: %w (kept nftables table %s, cgroup %s and %s for the next start, which re-adopts the sandboxes)",
+				err, s.cfg.NFTTable, s.cfg.CgroupParent, s.cfg.RunDir)
 		}
 	}
 	s.stopProcesses()
@@ -218,22 +226,6 @@ func (s *System) Stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("unmount the netns dir: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-// Exited returns a channel that is closed when any server exits, with
-// the name of the first one to go.
-func (s *System) Exited() <-chan string {
-	out := make(chan string, 1)
-	for _, p := range s.procs {
-		go func() {
-			<-p.done
-			select {
-			case out <- p.name:
-			default:
-			}
-		}()
-	}
-	return out
 }
 
 // LogTail returns the last lines of a server's log, for an error message.
@@ -259,42 +251,26 @@ func (s *System) NodeToken() (string, error) {
 	return strings.TrimSpace(string(b)), err
 }
 
+// Config returns the configuration the system runs with.
+func (s *System) Config() Config { return s.cfg }
+
 // LogDir is where the servers write their logs.
 func (s *System) LogDir() string { return filepath.Join(s.cfg.State, "logs") }
 
 func (s *System) start(name, bin string, args ...string) error {
-	logPath := filepath.Join(s.LogDir(), name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return fmt.Errorf("create %s's log: %w", name, err)
+	p := &proc{name: name, bin: bin, args: args, log: filepath.Join(s.LogDir(), name+".log")}
+	if err := p.run(true); err != nil {
+		return err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// Its own process group: a terminal's Ctrl-C reaches only us, and we
-	// stop the servers in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); _ = f.Close(); close(p.done) }()
 	s.procs = append(s.procs, p)
-	fmt.Fprintf(s.cfg.Progress, "started %s (pid %d, log %s)\n", name, cmd.Process.Pid, logPath)
+	s.progressf("started %s (pid %d, log %s)", name, p.pid(), p.log)
 	return nil
 }
 
 // stopProcesses stops the servers, last started first.
 func (s *System) stopProcesses() {
 	for i := len(s.procs) - 1; i >= 0; i-- {
-		p := s.procs[i]
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		s.procs[i].stop(20 * time.Second)
 	}
 	s.procs = nil
 }
@@ -349,9 +325,10 @@ func (s *System) waitTemplate(ctx context.Context, timeout time.Duration) error 
 
 func (s *System) exitedErr() error {
 	for _, p := range s.procs {
+		cmd, done, _ := p.current()
 		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited (%v); its log ends:\n%s", p.name, p.cmd.ProcessState, s.LogTail(p.name, 20))
+		case <-done:
+			return fmt.Errorf("%s exited (%v); its log ends:\n%s", p.name, cmd.ProcessState, s.LogTail(p.name, 20))
 		default:
 		}
 	}
