@@ -1,15 +1,10 @@
 package files
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
 	"errors"
 	"net/http"
-	"net/url"
-	"strconv"
-	"time"
 
+	"github.com/skiff-dev/skiff/envd/filesig"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 )
 
@@ -21,20 +16,15 @@ const unauthorizedMessage = "unauthorized access, please provide a valid access 
 
 // Signature operations: what a signed URL allows.
 const (
-	opRead  = "read"  // GET /files
-	opWrite = "write" // POST /files
+	opRead  = filesig.OpRead  // GET /files
+	opWrite = filesig.OpWrite // POST /files
 )
 
 // Query parameters of /files.
 const (
-	queryPath       = "path"
-	queryUsername   = "username"
-	querySignature  = "signature"
-	queryExpiration = "signature_expiration"
+	queryPath     = filesig.QueryPath
+	queryUsername = filesig.QueryUsername
 )
-
-// signaturePrefix versions the URL signature scheme.
-const signaturePrefix = "v1_"
 
 // errUnauthorized answers a request without valid credentials.
 var errUnauthorized = &httpError{status: http.StatusUnauthorized, message: unauthorizedMessage}
@@ -54,45 +44,15 @@ func (h *handler) authorize(r *http.Request, op string) error {
 		}
 		return errUnauthorized
 	}
-	if verifySignature(r.URL.Query(), op, token, h.now()) {
+	if filesig.Verify(r.URL.Query(), op, token, h.now()) {
 		return nil
 	}
 	return errUnauthorized
 }
 
-// Signature returns the URL signature e2b's SDKs compute for op on path as
-// username ("" when the URL names none), valid until expiration (unix
-// seconds; nil for a signature that does not expire).
+// Signature is filesig.Sign, for this package's tests.
 func Signature(path, op, username, token string, expiration *int64) string {
-	payload := path + ":" + op + ":" + username + ":" + token
-	if expiration != nil {
-		payload += ":" + strconv.FormatInt(*expiration, 10)
-	}
-	sum := sha256.Sum256([]byte(payload))
-	return signaturePrefix + base64.RawStdEncoding.EncodeToString(sum[:])
-}
-
-// verifySignature reports whether q carries exactly one signature valid for
-// op on q's path and username under token, and unexpired at now. Anything
-// not exactly valid (repeated or non-canonical parameters) is rejected.
-func verifySignature(q url.Values, op, token string, now time.Time) bool {
-	sigs := q[querySignature]
-	if len(sigs) != 1 || token == "" {
-		return false
-	}
-	var expiration *int64
-	if exps, ok := q[queryExpiration]; ok {
-		if len(exps) != 1 {
-			return false
-		}
-		exp, err := strconv.ParseInt(exps[0], 10, 64)
-		if err != nil || strconv.FormatInt(exp, 10) != exps[0] || exp < now.Unix() {
-			return false
-		}
-		expiration = &exp
-	}
-	want := Signature(q.Get(queryPath), op, q.Get(queryUsername), token, expiration)
-	return subtle.ConstantTimeCompare([]byte(want), []byte(sigs[0])) == 1
+	return filesig.Sign(path, op, username, token, expiration)
 }
 
 // requestUser resolves who a request acts as: name when not empty, else the

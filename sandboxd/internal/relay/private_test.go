@@ -10,11 +10,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/skiff-dev/skiff/envd/filesig"
 	"github.com/skiff-dev/skiff/shared/routing"
 )
 
@@ -217,6 +220,71 @@ func TestAutoResume(t *testing.T) {
 			}
 			if n := rs.resumes.Load(); n != tc.wantResumes {
 				t.Fatalf("%d resumes, want %d", n, tc.wantResumes)
+			}
+		})
+	}
+}
+
+// A paused sandbox wakes for a request to envd's port only if envd would
+// take it: with the sandbox's access token, or a /files URL signed with
+// it. A request without it (a /health probe, a CORS preflight, a made-up
+// token) used to resume the sandbox, with a full new timeout, before envd
+// refused it.
+func TestAutoResumeOfEnvdNeedsItsToken(t *testing.T) {
+	const token = "k3x9q2m7v1p8z0c4t7fa.secret-secret-secret"
+	ip := loopbackIP()
+	envd := &echoServer{}
+	serveAt(t, ip, routing.EnvdPort, envd)
+	const id = "sbx00000000000asleep"
+	exp := time.Now().Add(time.Hour).Unix()
+	signed := "/files?" + url.Values{
+		"path": {"/home/user/a"}, "signature": {filesig.Sign("/home/user/a", filesig.OpRead, "", token, nil)},
+	}.Encode()
+	signedExp := "/files?" + url.Values{
+		"path": {"/home/user/a"}, "username": {"user"}, "signature_expiration": {strconv.FormatInt(exp, 10)},
+		"signature": {filesig.Sign("/home/user/a", filesig.OpWrite, "user", token, &exp)},
+	}.Encode()
+	for _, tc := range []struct {
+		name, method, path string
+		headers            map[string]string
+		wake               bool
+	}{
+		{"the access token", http.MethodPost, "/process.Process/Start", map[string]string{"X-Access-Token": token}, true},
+		{"no token", http.MethodPost, "/process.Process/Start", nil, false},
+		{"a wrong token", http.MethodPost, "/process.Process/Start", map[string]string{"X-Access-Token": token + "x"}, false},
+		{"a health check", http.MethodGet, "/health", map[string]string{"X-Access-Token": token}, false},
+		{"a CORS preflight", http.MethodOptions, "/files", map[string]string{"X-Access-Token": token}, false},
+		{"a signed download", http.MethodGet, signed, nil, true},
+		{"a signed upload with an expiry", http.MethodPost, signedExp, nil, true},
+		{"a download signed for upload", http.MethodGet, signedExp, nil, false},
+		{"a signature elsewhere", http.MethodGet, "/envs?" + strings.SplitN(signed, "?", 2)[1], nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := newResolver()
+			res.set(id, Sandbox{Address: ip, Paused: true, AutoResume: true, EnvdAccessToken: token})
+			rs := &resumer{resolver: res}
+			srv := httptest.NewServer(New(rs))
+			defer srv.Close()
+			req, err := http.NewRequestWithContext(t.Context(), tc.method, srv.URL+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set(routing.HeaderSandboxID, id)
+			req.Header.Set(routing.HeaderSandboxPort, strconv.Itoa(routing.EnvdPort))
+			for k, v := range tc.headers {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if woke := rs.resumes.Load() == 1; woke != tc.wake {
+				t.Fatalf("woken %v, want %v (answer %d %q)", woke, tc.wake, resp.StatusCode, body)
+			}
+			if !tc.wake {
+				wantE2bError(t, relayAnswer{resp.StatusCode, string(body)}, http.StatusBadGateway, "The sandbox was not found")
 			}
 		})
 	}

@@ -9,7 +9,9 @@
 // for any of its ports but envd's (envd checks its own X-Access-Token) must
 // carry it in TrafficTokenHeader, else 401 (missing) or 403 (wrong). A
 // request for a paused sandbox with auto-resume resumes it (AutoResumer)
-// and is then forwarded; any other paused sandbox gets e2b's 502.
+// and is then forwarded — for envd's port, only a request envd would take
+// (its access token, or a signed /files URL; never /health or OPTIONS);
+// any other paused sandbox gets e2b's 502.
 package relay
 
 import (
@@ -29,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skiff-dev/skiff/envd/filesig"
 	"github.com/skiff-dev/skiff/shared/routing"
 )
 
@@ -48,6 +51,10 @@ type Sandbox struct {
 	// TrafficAccessToken, when set, must come in TrafficTokenHeader with
 	// every request for a port other than envd's.
 	TrafficAccessToken string
+	// EnvdAccessToken is the token envd checks (X-Access-Token). A
+	// request for envd's port wakes a paused sandbox only with it, or with
+	// a /files URL signed with it.
+	EnvdAccessToken string
 	// Paused: its ports answer nothing until it is resumed.
 	Paused bool
 	// AutoResume: a request for it while paused resumes it.
@@ -170,7 +177,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if sb.Paused {
-		if !sb.AutoResume || h.resumer == nil {
+		if !sb.AutoResume || h.resumer == nil || (t.IsEnvd() && !mayWakeEnvd(r, sb.EnvdAccessToken)) {
 			routing.WriteSandboxNotFound(w, r, t.SandboxID)
 			return
 		}
@@ -219,6 +226,37 @@ func (h *handler) resumeFailed(w http.ResponseWriter, r *http.Request, id string
 	}
 }
 
+// mayWakeEnvd reports whether a request for envd's port may wake its
+// paused sandbox: only one envd would take, carrying the sandbox's access
+// token (X-Access-Token) or, for /files, a URL signed with it. A health
+// check or a CORS preflight never wakes it: envd answers those without a
+// token, so anyone could keep a sandbox awake, and resumed with a full new
+// timeout, for nothing. The token is compared in constant time, of
+// digests.
+func mayWakeEnvd(r *http.Request, token string) bool {
+	if r.Method == http.MethodOptions || r.URL.Path == "/health" {
+		return false
+	}
+	if token == "" {
+		return true // envd checks nothing either
+	}
+	if got := r.Header.Get(envdTokenHeader); got != "" {
+		a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(token))
+		return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+	}
+	if r.URL.Path != "/files" {
+		return false
+	}
+	op := filesig.OpRead
+	if r.Method == http.MethodPost {
+		op = filesig.OpWrite
+	}
+	return filesig.Verify(r.URL.Query(), op, token, time.Now())
+}
+
+// envdTokenHeader carries a sandbox's envd access token.
+const envdTokenHeader = "X-Access-Token"
+
 // checkTrafficToken compares the request's traffic token with want, in
 // constant time (of digests, so lengths do not show): 0 when it matches,
 // else the status and message to answer.
@@ -260,7 +298,15 @@ func (h *handler) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		return // the client went away
 	}
 	slog.WarnContext(r.Context(), "relay to sandbox failed", "sandbox", rt.target.SandboxID, "port", rt.target.Port, "error", err)
-	writeError(w, http.StatusBadGateway, "the sandbox port "+strconv.Itoa(int(rt.target.Port))+" is not reachable: "+err.Error())
+	// The request's body may be unread, and the server reads it on its
+	// own while the answer goes (full duplex, see ServeHTTP): reusing the
+	// connection then read the next request beside that read, and Go's
+	// server panicked ("invalid concurrent Body.Read call"). So this
+	// connection ends with the answer.
+	w.Header().Set("Connection", "close")
+	// The cause (a dial error naming the sandbox's address) is logged, not
+	// sent: addresses inside the host are none of the client's business.
+	writeError(w, http.StatusBadGateway, "the sandbox port "+strconv.Itoa(int(rt.target.Port))+" is not reachable: nothing answers on it in the sandbox")
 }
 
 func writeError(w http.ResponseWriter, status int, message string) {

@@ -498,3 +498,45 @@ func TestCutAnswerLogged(t *testing.T) {
 		t.Errorf("%d warnings after a client left; want only the cut answer's:\n%s", n, logs.String())
 	}
 }
+
+// A request whose body is still coming when the relay finds the sandbox's
+// port closed gets the 502, and so does the next request on the same
+// connection: the relay read bodies full duplex, and Go's server then read
+// the next request beside its own read of the unread body, and panicked
+// ("invalid concurrent Body.Read call"). The answer names no address.
+func TestClosedPortWithABody(t *testing.T) {
+	relay, _ := startRelay(t)
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadPort := portOf(t, "http://"+closed.Addr().String())
+	closed.Close()
+	client := &http.Client{Transport: &http.Transport{}} // one kept connection
+	defer client.CloseIdleConnections()
+	for i := range 6 {
+		body, w := io.Pipe()
+		go func() {
+			for range 5 {
+				if _, err := w.Write(bytes.Repeat([]byte("x"), 1000)); err != nil {
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			_ = w.Close()
+		}()
+		req := request(t, http.MethodPost, relay.URL, "/upload", deadPort, body)
+		if i%2 == 1 {
+			req.Header.Set("Expect", "100-continue")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway || !json.Valid(got) || strings.Contains(string(got), "127.0.0.1") {
+			t.Fatalf("request %d = %d %q, want e2b's 502 naming no address", i, resp.StatusCode, got)
+		}
+	}
+}

@@ -76,6 +76,7 @@ func toRelay(rec *store.Record) relay.Sandbox {
 	return relay.Sandbox{
 		Address:            rec.Address,
 		TrafficAccessToken: rec.TrafficAccessToken,
+		EnvdAccessToken:    rec.EnvdAccessToken,
 		Paused:             rec.State != registry.StateRunning,
 		AutoResume:         rec.AutoResume,
 	}
