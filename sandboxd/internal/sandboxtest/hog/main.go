@@ -8,6 +8,7 @@
 //	hog mqueue N [hold]     POSIX message queues of 80 KiB each
 //	hog mem MiB [hold]      anonymous memory, touched
 //	hog procs N [hold]      processes (sleep 600, from PATH)
+//	hog threads N [hold]    threads, each blocked in the kernel
 //
 // Each prints one line, "got=<how many> err=<what stopped it, or none>",
 // and with "hold" then keeps what it took until it is killed (at most ten
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"time"
 	"unsafe"
@@ -41,7 +43,7 @@ func main() {
 	}
 	hold := len(os.Args) > 3 && os.Args[3] == "hold"
 	take := map[string]func(int) (int, error){
-		"inotify": inotify, "sigpending": sigpending, "mqueue": mqueue, "mem": mem, "procs": procs,
+		"inotify": inotify, "sigpending": sigpending, "mqueue": mqueue, "mem": mem, "procs": procs, "threads": threads,
 	}[os.Args[1]]
 	if take == nil {
 		fmt.Fprintln(os.Stderr, "hog: unknown resource", os.Args[1])
@@ -135,6 +137,24 @@ func procs(n int) (int, error) {
 		if err := exec.Command("sleep", "600").Start(); err != nil {
 			return i, err
 		}
+	}
+	return n, nil
+}
+
+// threads makes n threads, each a goroutine locked to its thread and
+// blocked in pause(2). Go ends the whole process when the kernel refuses
+// it a thread (a thread bomb ends itself at the limit, freeing its
+// threads), so a refusal shows as the hog's death, not as a count.
+func threads(n int) (int, error) {
+	debug.SetMaxThreads(n + 100)
+	started := make(chan struct{})
+	for range n {
+		go func() {
+			runtime.LockOSThread()
+			started <- struct{}{}
+			_, _, _ = unix.Syscall(unix.SYS_PAUSE, 0, 0, 0)
+		}()
+		<-started
 	}
 	return n, nil
 }
