@@ -115,8 +115,9 @@ func TestPrivateTraffic(t *testing.T) {
 }
 
 // TestAutoResume: a paused sandbox created with auto-resume is resumed by a
-// request for its envd, which then answers; its deadline moves to now + its
-// last timeout. A paused sandbox without auto-resume answers 502. After
+// request for its envd that carries its access token (a health check or a
+// request without the token leaves it asleep), which envd then answers;
+// its deadline moves to now + its last timeout. A paused sandbox without auto-resume answers 502. After
 // kill -9 of sandboxd, a paused private sandbox keeps its traffic token and
 // auto-resume.
 func TestAutoResume(t *testing.T) {
@@ -143,11 +144,24 @@ func TestAutoResume(t *testing.T) {
 		t.Errorf("the sandbox without auto-resume is %s", st)
 	}
 
+	// Only a request envd would take wakes it: not a health check, not a
+	// request without the sandbox's access token.
+	for _, probe := range []struct {
+		path    string
+		headers map[string]string
+	}{{"/health", nil}, {"/envs", nil}, {"/envs", map[string]string{"X-Access-Token": "made-up"}}} {
+		if status, _ := h.relayGet(autoID, 49983, probe.path, probe.headers); status != http.StatusBadGateway {
+			t.Errorf("%s %v to the paused sandbox with auto-resume: %d, want e2b's 502", probe.path, probe.headers, status)
+		}
+	}
+	if st := h.get(autoID).GetSandbox().GetState(); st != sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
+		t.Fatalf("a request without the access token woke the sandbox: %s", st)
+	}
 	before := time.Now()
-	status, _ := h.relayGet(autoID, 49983, "/health", nil)
+	status, _ := h.relayGet(autoID, 49983, "/envs", map[string]string{"X-Access-Token": auto.GetEnvdAccessToken()})
 	after := time.Now()
 	if status/100 != 2 {
-		t.Fatalf("envd /health of the auto-resumed sandbox: %d\n%s", status, h.logTail())
+		t.Fatalf("envd /envs of the auto-resumed sandbox: %d\n%s", status, h.logTail())
 	}
 	sb := h.get(autoID).GetSandbox()
 	end := sb.GetEndAt().AsTime()

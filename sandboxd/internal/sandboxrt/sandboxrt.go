@@ -52,7 +52,9 @@ type Spec struct {
 	// (for example /etc/resolv.conf and /etc/hosts), by path inside it.
 	Files map[string][]byte
 	// Log is the host path of the file that receives envd's stdout and
-	// stderr. It outlives sandboxd, unlike a pipe.
+	// stderr. It outlives sandboxd, unlike a pipe. A runtime may keep the
+	// file elsewhere (on the sandbox's own disk) and make Log a link to
+	// it.
 	Log string
 }
 

@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"runtime"
 	"strings"
 	"testing"
@@ -126,4 +128,29 @@ func (e *Envd) Run(ctx context.Context, user, token, script string) (Result, err
 		return Result{}, err
 	}
 	return Result{}, errors.New("the command's stream ended without an end event")
+}
+
+// ReadFile downloads the file at path as user (GET /files), which starts
+// no process in the sandbox: it works in a sandbox that can fork no more.
+func (e *Envd) ReadFile(ctx context.Context, user, token, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.URL+"/files?"+url.Values{"path": {path}, "username": {user}}.Encode(), nil)
+	if err != nil {
+		return "", err
+	}
+	if token != "" {
+		req.Header.Set("X-Access-Token", token)
+	}
+	resp, err := e.HTTP.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /files %s: %d %s", path, resp.StatusCode, body)
+	}
+	return string(body), nil
 }

@@ -1,13 +1,22 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
@@ -130,6 +139,25 @@ func FuzzReadLog(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			for _, start := range []time.Time{{}, epoch, time.Date(2026, 1, 1, 0, 0, 2, 0, time.UTC)} {
+				since := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC)
+				back, err := readLog(path, start, limit, since)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fwd, err := readLogForward(path, start, limit, since)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(back) != len(fwd) {
+					t.Fatalf("start %v limit %d: %d lines from the end, %d from the start", start, limit, len(back), len(fwd))
+				}
+				for i := range back {
+					if !proto.Equal(back[i], fwd[i]) {
+						t.Fatalf("start %v limit %d: line %d = %v from the end, %v from the start", start, limit, i, back[i], fwd[i])
+					}
+				}
+			}
 			if len(got) > limit {
 				t.Fatalf("%d lines over limit %d", len(got), limit)
 			}
@@ -140,4 +168,105 @@ func FuzzReadLog(f *testing.F) {
 			}
 		}
 	})
+}
+
+// readLogForward is readLog as it was, reading the whole file from its
+// start: the reference that FuzzReadLog holds readLog to.
+func readLogForward(path string, start time.Time, limit int, since time.Time) ([]*pb.LogEntry, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []*pb.LogEntry{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open sandbox log: %w", err)
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 64<<10)
+	last := since
+	kept := make([]*pb.LogEntry, 0, min(limit, 256))
+	next := 0 // once kept is full, the index of its oldest entry
+	for {
+		raw, err := readLine(br)
+		if len(raw) > 0 {
+			e, t := parseLogLine(raw, last)
+			last = t
+			if start.IsZero() || !t.Before(start) {
+				if len(kept) < limit {
+					kept = append(kept, e)
+				} else {
+					kept[next] = e
+					next = (next + 1) % limit
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read sandbox log: %w", err)
+		}
+	}
+	return slices.Concat(kept[next:], kept[:next]), nil
+}
+
+// parseLogLine reads one line, and returns it with its time.
+func parseLogLine(raw []byte, last time.Time) (*pb.LogEntry, time.Time) {
+	var l logLine
+	if raw[0] == '{' && json.Unmarshal(raw, &l) == nil && l.Line != nil && !l.Time.IsZero() {
+		src := l.Source
+		if src != "stdout" && src != "stderr" {
+			src = "envd"
+		}
+		return &pb.LogEntry{Timestamp: timestamppb.New(l.Time), Line: *l.Line, Source: src}, l.Time
+	}
+	return &pb.LogEntry{Timestamp: timestamppb.New(last), Line: string(raw), Source: "envd"}, last
+}
+
+// readLine reads one line without its line ending, keeping at most
+// maxLogLine bytes of it.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if room := maxLogLine - len(line); room > 0 {
+			line = append(line, chunk[:min(len(chunk), room)]...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return bytes.TrimRight(line, "\r\n"), err
+	}
+}
+
+// BenchmarkReadLog is one Logs call's read of a full log (64 MiB, envd's
+// budget), its newest 1000 lines: from the end as readLog reads, and from
+// the start as it did.
+func BenchmarkReadLog(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "x.log")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	for i := 0; ; i++ {
+		fmt.Fprintf(w, `{"time":"2026-01-01T00:00:%02dZ","source":"stdout","pid":42,"line":"line %d of a process's output, long enough to look like one"}`+"\n", i%60, i)
+		if st, _ := f.Stat(); i%4096 == 0 && st.Size() >= 64<<20 {
+			break
+		}
+	}
+	if err := errors.Join(w.Flush(), f.Close()); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		read func(string, time.Time, int, time.Time) ([]*pb.LogEntry, error)
+	}{{"from-the-end", readLog}, {"whole-file", readLogForward}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if got, err := c.read(path, time.Time{}, defaultLogLimit, time.Time{}); err != nil || len(got) != defaultLogLimit {
+					b.Fatalf("%d lines, %v", len(got), err)
+				}
+			}
+		})
+	}
 }

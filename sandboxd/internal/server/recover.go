@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,7 +155,8 @@ func (s *Server) sweepLogs(ctx context.Context, known map[string]bool) {
 	}
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".log")
-		if ok && e.Type().IsRegular() && sandboxid.Valid(id) && !known[id] {
+		// A link: the native runtime keeps a log on the sandbox's disk.
+		if ok && (e.Type().IsRegular() || e.Type()&fs.ModeSymlink != 0) && sandboxid.Valid(id) && !known[id] {
 			_ = os.Remove(filepath.Join(s.logDir, e.Name()))
 		}
 	}

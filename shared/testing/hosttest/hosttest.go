@@ -128,7 +128,7 @@ func NewHost(t testing.TB, o Options) *Host {
 	h.Sandboxd = NewDaemon(t, dir, "sandboxd", h.Bins["sandboxd"], "--state-dir", state, "serve",
 		"--auth-token-file", h.TokenFile, "--listen", h.Addr, "--admin-listen", FreeAddr(t), "--run-dir", filepath.Join(dir, "run"),
 		"--nft-table", nftTable, "--iface-prefix", o.Name[:1]+suffix, "--cgroup-parent", cgroup, "--node-name", o.NodeName,
-		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4),
+		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4), "--uid-base", fmt.Sprint(UIDBase()),
 		"--overcommit", fmt.Sprint(o.Overcommit))
 	h.StartSandboxd(t)
 	// Before sandboxd stops (which leaves sandboxes running, by design):
@@ -189,6 +189,16 @@ func Build(t testing.TB, dir, pkg string, env ...string) string {
 		t.Fatalf("build %s: %v\n%s", pkg, err, b)
 	}
 	return bin
+}
+
+// UIDBase returns a --uid-base for a test's sandboxd (or native runtime)
+// of its own: the start of one of 700 blocks of 64 uid ranges above the
+// default. Two sandbox hosts on one machine with the same base give their
+// sandboxes the same host uids, and so the same kernel per-user counts
+// (inotify instances, pending signals): tests running side by side then
+// saw each other's sandboxes' use.
+func UIDBase() uint32 {
+	return 1_000_000_000 + uint32(rand.IntN(700))*64*65536
 }
 
 // FreeAddr returns a loopback address with a port free a moment ago.

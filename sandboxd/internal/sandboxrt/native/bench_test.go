@@ -11,6 +11,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
 // BenchmarkStartToEnvdHealthy is the runtime's part of a cold create: from
@@ -21,6 +22,7 @@ func BenchmarkStartToEnvdHealthy(b *testing.B) {
 	dir := sandboxtest.Dir(b)
 	opts := native.DefaultOptions(filepath.Join(dir, "native"))
 	opts.CgroupParent = sandboxtest.CgroupParent(b)
+	opts.UIDBase = hosttest.UIDBase()
 	rt, err := native.New(opts)
 	if err != nil {
 		b.Fatal(err)
@@ -63,6 +65,7 @@ func BenchmarkStatsOf100kFiles(b *testing.B) {
 	dir := sandboxtest.Dir(b)
 	opts := native.DefaultOptions(filepath.Join(dir, "native"))
 	opts.CgroupParent = sandboxtest.CgroupParent(b)
+	opts.UIDBase = hosttest.UIDBase()
 	rt, err := native.New(opts)
 	if err != nil {
 		b.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -348,7 +349,7 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
-	log, err := os.OpenFile(spec.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	log, err := r.openLog(spec)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: open log: %w", spec.ID, err)
 	}
@@ -401,6 +402,25 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 		return fmt.Errorf("sandbox %s: start envd: %w", spec.ID, err)
 	}
 	return nil
+}
+
+// openLog opens the file envd writes its log to. A sandbox with a disk of
+// its own keeps it there, beside (not in) its writable layer, where the
+// sandbox cannot see it, and spec.Log links to it: whatever envd writes
+// then fills the sandbox's disk, never the host's, even if something in
+// the sandbox got hold of envd's descriptor past envd's own budget.
+func (r *Runtime) openLog(spec *sandboxrt.Spec) (*os.File, error) {
+	path := spec.Log
+	if spec.DiskMiB > 0 {
+		path = filepath.Join(r.dir(spec.ID), diskMount, "envd.log")
+		if err := os.Remove(spec.Log); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		if err := os.Symlink(path, spec.Log); err != nil {
+			return nil, err
+		}
+	}
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 }
 
 // envdPath is where envd appears inside every sandbox.

@@ -15,6 +15,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
 	"github.com/skiff-dev/skiff/sandboxd/internal/selfexe"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
 func init() {
@@ -37,6 +38,7 @@ func newRuntime(t *testing.T, edit ...func(*native.Options)) (*native.Runtime, s
 	dir := sandboxtest.Dir(t)
 	opts := native.DefaultOptions(filepath.Join(dir, "native"))
 	opts.CgroupParent = sandboxtest.CgroupParent(t)
+	opts.UIDBase = hosttest.UIDBase()
 	for _, e := range edit {
 		e(&opts)
 	}
@@ -131,7 +133,7 @@ func TestSandboxRunsEnvdAsInitWithUsers(t *testing.T) {
 		t.Errorf("the template was written: %v", err)
 	}
 	// Root in the sandbox holds no capability on the host.
-	if got := s.run(t, "root", "grep CapEff /proc/self/status; cat /proc/self/uid_map"); !strings.Contains(got.Stdout, "1000000000") {
+	if got := s.run(t, "root", "grep CapEff /proc/self/status; cat /proc/self/uid_map"); !strings.Contains(got.Stdout, " "+strconv.FormatUint(uint64(rt.Options().UIDBase), 10)+" ") {
 		t.Errorf("not in a mapped user namespace: %q", got.Stdout)
 	}
 	if got := s.run(t, "root", "mount -t tmpfs none /mnt 2>&1; umount /mnt 2>/dev/null; grep NoNewPrivs /proc/self/status"); !strings.Contains(got.Stdout, "NoNewPrivs:\t1") {
@@ -264,7 +266,7 @@ func TestANewRuntimeFindsTheSandboxesOfTheOldOne(t *testing.T) {
 	}
 	// A second sandbox gets another uid range than the adopted one.
 	other := start(t, again, dir, nil)
-	if got := other.run(t, "root", "cat /proc/self/uid_map"); strings.Contains(got.Stdout, " 1000000000 ") {
+	if got := other.run(t, "root", "cat /proc/self/uid_map"); strings.Contains(got.Stdout, " "+strconv.FormatUint(uint64(rt.Options().UIDBase), 10)+" ") {
 		t.Errorf("the new sandbox reuses the adopted one's uid range: %q", got.Stdout)
 	}
 	if err := again.Stop(ctx, s.spec.ID); err != nil {

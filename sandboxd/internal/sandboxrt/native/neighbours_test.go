@@ -255,3 +255,31 @@ func TestADiskFillStopsAtTheSandboxsDisk(t *testing.T) {
 		t.Errorf("writing after the fill: %q", got)
 	}
 }
+
+// envd's log is on the sandbox's own disk, where the sandbox cannot see
+// it, so whatever is written to it fills that disk and not the host's.
+func TestTheLogIsOnTheSandboxsDisk(t *testing.T) {
+	rt, dir := newRuntime(t)
+	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.DiskMiB = 64 })
+	s.run(t, "user", "echo hello-log")
+	target, err := os.Readlink(s.spec.Log)
+	if err != nil {
+		t.Fatalf("the log is not a link to the sandbox's disk: %v", err)
+	}
+	var disk, logf unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "native", "sandboxes", s.spec.ID, "disk"), &disk); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(target, &logf); err != nil {
+		t.Fatal(err)
+	}
+	if disk.Dev != logf.Dev {
+		t.Errorf("the log %s is not on the sandbox's disk", target)
+	}
+	if data, err := os.ReadFile(s.spec.Log); err != nil || !strings.Contains(string(data), "hello-log") {
+		t.Errorf("the log has not the command's output (%v)", err)
+	}
+	if got := s.run(t, "root", "find / -xdev -name envd.log 2>/dev/null | wc -l").Stdout; strings.TrimSpace(got) != "0" {
+		t.Errorf("the sandbox sees its log: %q", got)
+	}
+}
