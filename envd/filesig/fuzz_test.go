@@ -49,4 +49,3 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
-

@@ -193,4 +193,3 @@ func parseJSONLine(raw []byte) (e *pb.LogEntry, t time.Time, ok bool) {
 	}
 	return &pb.LogEntry{Timestamp: timestamppb.New(l.Time), Line: *l.Line, Source: src}, l.Time, true
 }
-
