@@ -210,6 +210,11 @@ type runtime interface {
 func newRuntime(stateDir string, o *serveOptions, log *slog.Logger) (runtime, error) {
 	switch o.runtime {
 	case native.Name:
+		if o.server.DefaultDiskMiB > 0 {
+			if err := native.CheckDisks(); err != nil {
+				return nil, err
+			}
+		}
 		opts := native.DefaultOptions(filepath.Join(stateDir, native.Name))
 		opts.UIDBase, opts.PidsLimit, opts.CgroupParent, opts.Logger = o.uidBase, o.pidsLimit, o.cgroup, log
 		opts.Slots = o.server.MaxSandboxes

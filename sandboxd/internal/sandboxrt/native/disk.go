@@ -57,6 +57,21 @@ var mkfsArgs = []string{"-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "lazy
 // keeps the kernel from zeroing every inode table in the background.
 const mountData = "discard,noinit_itable"
 
+// CheckDisks reports what stops this host from giving sandboxes disks of
+// their own: loop devices and mkfs.ext4. sandboxd checks it at start when
+// sandboxes get disks, rather than fail every create.
+func CheckDisks() error {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sandboxes' disks are loop-mounted images, and /dev/loop-control cannot be opened (%w): load the loop module (modprobe loop), or give --default-disk 0 to keep their writable layers on the state directory, unlimited", err)
+	}
+	_ = ctl.Close()
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		return fmt.Errorf("sandboxes' disks are ext4 images, and mkfs.ext4 is not in PATH (%w): install e2fsprogs, or give --default-disk 0 to keep their writable layers on the state directory, unlimited", err)
+	}
+	return nil
+}
+
 // goldenImages makes and keeps one empty image per size.
 type goldenImages struct {
 	dir string
