@@ -8,26 +8,15 @@ import (
 	"time"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
-	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
-	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
 // BenchmarkStartToEnvdHealthy is the runtime's part of a cold create: from
 // Start to envd answering /health inside the sandbox (network namespace
 // made beforehand; sandboxd makes it on its side).
 func BenchmarkStartToEnvdHealthy(b *testing.B) {
-	sandboxtest.RequireRoot(b)
-	dir := sandboxtest.Dir(b)
-	opts := native.DefaultOptions(filepath.Join(dir, "native"))
-	opts.CgroupParent = sandboxtest.CgroupParent(b)
-	opts.UIDBase = hosttest.UIDBase()
-	rt, err := native.New(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rt.Close()
+	rt, dir := newRuntime(b)
 	rootfs, envd := sandboxtest.BusyboxRootfs(b), sandboxtest.EnvdBinary(b)
 	ctx := context.Background()
 	var took []time.Duration
@@ -61,16 +50,7 @@ func BenchmarkStartToEnvdHealthy(b *testing.B) {
 // 100,000 files: the disk's use comes from its filesystem, not from a walk
 // of the files (which cost 30 % of a core, sampled every 5 s, with 300k).
 func BenchmarkStatsOf100kFiles(b *testing.B) {
-	sandboxtest.RequireRoot(b)
-	dir := sandboxtest.Dir(b)
-	opts := native.DefaultOptions(filepath.Join(dir, "native"))
-	opts.CgroupParent = sandboxtest.CgroupParent(b)
-	opts.UIDBase = hosttest.UIDBase()
-	rt, err := native.New(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rt.Close()
+	rt, dir := newRuntime(b)
 	ns := sandboxtest.Netns(b)
 	id, _ := sandboxid.New(sandboxid.NodeTag("bench"))
 	ctx := context.Background()

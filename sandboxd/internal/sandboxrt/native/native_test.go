@@ -32,7 +32,7 @@ type sandbox struct {
 	envd *sandboxtest.Envd
 }
 
-func newRuntime(t *testing.T, edit ...func(*native.Options)) (*native.Runtime, string) {
+func newRuntime(t testing.TB, edit ...func(*native.Options)) (*native.Runtime, string) {
 	t.Helper()
 	sandboxtest.RequireRoot(t)
 	dir := sandboxtest.Dir(t)
