@@ -42,8 +42,15 @@ func dialProxy(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	return conn, bufio.NewReader(conn)
 }
 
+// answer is a response whose body was read and closed.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+	Close      bool
+}
+
 // readAnswer reads one response from br, body included.
-func readAnswer(t *testing.T, br *bufio.Reader) (*http.Response, string) {
+func readAnswer(t *testing.T, br *bufio.Reader) (answer, string) {
 	t.Helper()
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
@@ -54,7 +61,7 @@ func readAnswer(t *testing.T, br *bufio.Reader) (*http.Response, string) {
 	if err != nil {
 		t.Fatalf("read the answer's body: %v", err)
 	}
-	return resp, string(b)
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header, Close: resp.Close}, string(b)
 }
 
 // A request body that sends nothing for --body-idle-timeout is cut with
@@ -181,7 +188,7 @@ func TestConnectionCapPerClient(t *testing.T) {
 	srv := start(t, Config{Handler: h, IdleTimeout: time.Minute, ShutdownTimeout: time.Second,
 		MaxConnsPerClient: 2, OverLimit: http.HandlerFunc(h.TooManyConnections)})
 	request := "GET / HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 8080\r\n\r\n"
-	call := func(conn net.Conn, br *bufio.Reader) (*http.Response, string) {
+	call := func(conn net.Conn, br *bufio.Reader) (answer, string) {
 		t.Helper()
 		if _, err := io.WriteString(conn, request); err != nil {
 			t.Fatal(err)
