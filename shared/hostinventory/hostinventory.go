@@ -58,7 +58,14 @@ type Host struct {
 	synced    bool // a snapshot arrived on the current stream
 	lastErr   error
 	changed   chan struct{}
+	// ended is why sandboxes that ended by themselves ended, as their
+	// Watch deletes said, the newest maxEnded of them.
+	ended      map[string]string
+	endedOrder []string
 }
+
+// maxEnded bounds how many endings the mirror remembers.
+const maxEnded = 1024
 
 // New returns a mirror of the sandboxd that client talks to, which the
 // fleet reaches at endpoint (the NodeInventory's spec.endpoint).
@@ -195,6 +202,9 @@ func (h *Host) apply(m *pb.WatchResponse) {
 		switch ev.Change.GetType() {
 		case pb.WatchResponse_CHANGE_TYPE_DELETED:
 			delete(h.sandboxes, sb.GetId())
+			if why := ev.Change.GetEnded(); why != "" {
+				h.rememberEndedLocked(sb.GetId(), why)
+			}
 		default:
 			h.sandboxes[sb.GetId()] = sb
 		}
@@ -204,6 +214,30 @@ func (h *Host) apply(m *pb.WatchResponse) {
 	}
 	h.mu.Unlock()
 	h.notify()
+}
+
+// rememberEndedLocked keeps why sandbox id ended, forgetting the oldest
+// ending past maxEnded.
+func (h *Host) rememberEndedLocked(id, why string) {
+	if h.ended == nil {
+		h.ended = map[string]string{}
+	}
+	if _, ok := h.ended[id]; !ok {
+		h.endedOrder = append(h.endedOrder, id)
+	}
+	h.ended[id] = why
+	if len(h.endedOrder) > maxEnded {
+		delete(h.ended, h.endedOrder[0])
+		h.endedOrder = h.endedOrder[1:]
+	}
+}
+
+// Ended says why sandbox id ended, when it ended by itself (its envd died)
+// and its Watch delete said so; "" otherwise, or once forgotten.
+func (h *Host) Ended(id string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended[id]
 }
 
 // ErrNotSynced is returned by Inventory while the mirror does not follow a

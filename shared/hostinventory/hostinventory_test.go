@@ -3,6 +3,7 @@ package hostinventory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -157,6 +158,24 @@ func TestMirrorFollowsSnapshotAndChanges(t *testing.T) {
 		inv, err := h.Inventory()
 		return err == nil && len(inv.Spec.Sandboxes) == 1 && inv.Spec.Sandboxes[0].State == v1beta1.SandboxPaused && inv.Spec.Allocated.Sandboxes == 1
 	})
+	if why := h.Ended("bbbbbbbbbbbbbbbbtag1"); why != "" {
+		t.Errorf("a killed sandbox ended %q", why)
+	}
+	// A sandbox that died: the mirror keeps why its delete said.
+	f.events <- &pb.WatchResponse{Event: &pb.WatchResponse_Change_{Change: &pb.WatchResponse_Change{
+		Type: pb.WatchResponse_CHANGE_TYPE_DELETED, Sandbox: &pb.Sandbox{Id: "aaaaaaaaaaaaaaaatag1"}, Ended: "the sandbox died: oom"}}}
+	eventually(t, "the ending", func() bool { return h.Ended("aaaaaaaaaaaaaaaatag1") == "the sandbox died: oom" })
+}
+
+// The mirror forgets the oldest endings past maxEnded.
+func TestEndingsAreBounded(t *testing.T) {
+	h := &Host{}
+	for i := range maxEnded + 10 {
+		h.rememberEndedLocked(fmt.Sprintf("id-%d", i), "why")
+	}
+	if len(h.ended) != maxEnded || h.Ended("id-0") != "" || h.Ended(fmt.Sprintf("id-%d", maxEnded+9)) != "why" {
+		t.Errorf("%d endings kept; the oldest %q, the newest %q", len(h.ended), h.Ended("id-0"), h.Ended(fmt.Sprintf("id-%d", maxEnded+9)))
+	}
 }
 
 func TestMirrorLosesSyncWhenTheStreamBreaksAndComesBack(t *testing.T) {

@@ -47,6 +47,13 @@ type Mirror interface {
 	Sandboxes() ([]*pb.Sandbox, error)
 }
 
+// Ender is an optional capability of a Mirror: why a sandbox that left it
+// ended, when it ended by itself (its envd died: OOM-killed, crashed), as
+// sandboxd's Watch said; "" when it did not say.
+type Ender interface {
+	Ended(sandboxID string) string
+}
+
 // Config wires a Provider.
 type Config struct {
 	Sandboxd Sandboxd
@@ -271,7 +278,12 @@ func (p *Provider) endLocked(linked map[types.UID]*pb.Sandbox, byUID map[types.U
 			continue // Create answered; the stream has not shown it yet
 		}
 		st.end = endingOf(st, now)
-		p.log.Info("the sandbox of a pod ended", "pod", st.namespace+"/"+st.name, "sandbox", st.sandbox.GetId(), "reason", st.end.reason)
+		if ender, ok := p.cfg.Mirror.(Ender); ok && !st.killed {
+			if why := ender.Ended(st.sandbox.GetId()); why != "" {
+				st.end = &ending{phase: corev1.PodFailed, reason: ReasonSandboxDied, message: why, exitCode: 137, at: now}
+			}
+		}
+		p.log.Info("the sandbox of a pod ended", "pod", st.namespace+"/"+st.name, "sandbox", st.sandbox.GetId(), "reason", st.end.reason, "message", st.end.message)
 		p.cfg.Metrics.ended(st.end.reason)
 	}
 	for uid, pod := range byUID {

@@ -32,9 +32,17 @@ type host struct {
 	creates   int
 	kills     []string
 	n         int
+	ended     map[string]string // why, for sandboxes that ended by themselves
 }
 
 func newHost() *host { return &host{sandboxes: map[string]*pb.Sandbox{}, synced: true} }
+
+// Ended implements Ender, as shared/hostinventory's Host does.
+func (h *host) Ended(id string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended[id]
+}
 
 func (h *host) Sandboxes() ([]*pb.Sandbox, error) {
 	h.mu.Lock()
@@ -206,6 +214,30 @@ func TestNothingIsDecidedWhileSandboxdCannotBeHeard(t *testing.T) {
 	f.p.sync(t.Context())
 	if n := f.lastNote("a"); n.Status.Phase != corev1.PodFailed || n.Status.Reason != ReasonSandboxKilled {
 		t.Errorf("after the sandbox went: %+v", n.Status)
+	}
+}
+
+// A pod whose sandbox died by itself (its envd was OOM-killed) fails with
+// SandboxDied and sandboxd's words for how, which kubectl describe shows.
+func TestAPodWhoseSandboxDiedSaysWhy(t *testing.T) {
+	f := newFixture(t)
+	pod := f.add(t, "a", nil)
+	if err := f.p.CreatePod(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	f.p.sync(t.Context())
+	const why = "the sandbox died: envd (its init) was killed by signal 9 (killed); the memory limit killed 1 process(es)"
+	f.h.set(func(h *host) {
+		delete(h.sandboxes, "sandbox000000001tag1")
+		h.ended = map[string]string{"sandbox000000001tag1": why}
+	})
+	f.p.sync(t.Context())
+	n := f.lastNote("a")
+	if n == nil || n.Status.Phase != corev1.PodFailed || n.Status.Reason != ReasonSandboxDied || n.Status.Message != why {
+		t.Fatalf("after the sandbox died: %+v", n)
+	}
+	if term := n.Status.ContainerStatuses[0].State.Terminated; term == nil || term.Reason != ReasonSandboxDied || term.Message != why {
+		t.Errorf("the container's state: %+v", n.Status.ContainerStatuses[0].State)
 	}
 }
 

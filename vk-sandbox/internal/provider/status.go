@@ -26,6 +26,9 @@ const (
 	// ReasonSandboxKilled: the sandbox was killed outside Kubernetes (the
 	// e2b API, or sandboxd) before its deadline.
 	ReasonSandboxKilled = "SandboxKilled"
+	// ReasonSandboxDied: the sandbox ended by itself: its envd died
+	// (killed by the memory limit, crashed); the message says how.
+	ReasonSandboxDied = "SandboxDied"
 	// ReasonSandboxLost: the sandbox ended while vk-sandbox was not
 	// watching, before its deadline (killed, or the host restarted).
 	ReasonSandboxLost = "SandboxLost"
