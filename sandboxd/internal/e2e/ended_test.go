@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -12,6 +13,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
+	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -153,4 +156,42 @@ func (h *host) metrics(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(body)
+}
+
+// Under gVisor a sandbox whose memory passes its limit dies whole (gVisor
+// has no OOM killer of its own), and it is seen to die; a pause (which
+// ends runsc's process, to disk) and a resume are not mistaken for a
+// death. runsc's process is not sandboxd's child, and gVisor's end leaves
+// no OOM kill in the cgroup, so the delete says only that envd exited.
+func TestAGvisorSandboxThatDiesIsSeenToDie(t *testing.T) {
+	runsc := os.Getenv("SKIFF_RUNSC")
+	if _, err := os.Stat(runsc); err != nil {
+		t.Fatalf("SKIFF_RUNSC=%q: %v (make runsc builds it)", runsc, err)
+	}
+	h := newHostWith(t, func(lib *template.Library) (*template.Template, error) {
+		rootfs := sandboxtest.BusyboxRootfs(t)
+		sandboxtest.InstallHog(t, rootfs)
+		return lib.ImportDir("busybox", rootfs)
+	}, "--runtime", "gvisor", "--runsc", runsc)
+	ctx := context.Background()
+	watch := h.watchChanges(t)
+	c := h.create(func(r *sandboxdv1.CreateRequest) { r.Resources = &sandboxdv1.Resources{CpuMilli: 1000, MemoryMib: 256} })
+	id, token := c.GetSandbox().GetId(), c.GetEnvdAccessToken()
+	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.api.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.mustRun(id, token, "user", "echo alive"); got.Stdout != "alive\n" {
+		t.Fatalf("after pause and resume: %+v", got)
+	}
+	_, _ = h.run(id, token, "user", "hog mem 1024") // it dies with the sandbox
+	ch := watch.deleted(t, id)
+	if !strings.Contains(ch.GetEnded(), "the sandbox died: envd (its init) exited") {
+		t.Errorf("the delete of a gVisor sandbox that passed its memory limit says %q", ch.GetEnded())
+	}
+	if _, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: id})); code(err) != connect.CodeNotFound {
+		t.Errorf("get of the dead sandbox: %v", err)
+	}
 }
