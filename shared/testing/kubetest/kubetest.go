@@ -1,6 +1,8 @@
 // Package kubetest starts a real kube-apiserver and etcd on loopback for a
-// test, installs Skiff's CRDs (from api/crds), and stops everything when the
-// test ends, whether it passed, failed or panicked.
+// test, installs Skiff's CRDs (from api/crds) and the admission policy and
+// RBAC that bind each NodeInventory to its host (from api/policies), and
+// stops everything when the test ends, whether it passed, failed or
+// panicked.
 //
 // The binaries come from KUBEBUILDER_ASSETS, or else from the cache folder
 // that `make kube-bins` (hack/kube/build.sh) fills. Without them a test fails
@@ -50,11 +52,26 @@ type Env struct {
 	// WorkDir holds everything the control plane writes; it is removed when
 	// the test ends.
 	WorkDir string
+
+	env *envtest.Environment
 }
 
-// Start starts etcd and kube-apiserver, installs the CRDs and waits until
-// they are established. Stopping is registered with t.Cleanup.
+// Options change what Start installs.
+type Options struct {
+	// NoPolicies leaves out api/policies, so that a test can show what a
+	// host's identity could do without them (InstallPolicies adds them).
+	NoPolicies bool
+}
+
+// Start starts etcd and kube-apiserver, installs the CRDs and the policies
+// and waits until they are in force. Stopping is registered with t.Cleanup.
 func Start(t testing.TB) *Env {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, o Options) *Env {
 	t.Helper()
 	// controller-runtime warns, with a stack trace, when nothing set its
 	// logger; tests read failures from their own output instead.
@@ -104,7 +121,11 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatalf("kubetest: client: %v", err)
 	}
-	return &Env{Config: cfg, Client: c, Scheme: scheme, WorkDir: work}
+	e := &Env{Config: cfg, Client: c, Scheme: scheme, WorkDir: work, env: env}
+	if !o.NoPolicies {
+		e.InstallPolicies(t)
+	}
+	return e
 }
 
 // StartCache starts an informer cache, as the readers run in production, with
