@@ -69,8 +69,13 @@ func (b *Backend) place(ctx context.Context, team string, p e2bapi.CreateParams)
 	return out, false, nil
 }
 
-// claim claims candidate c for team.
+// claim claims candidate c for team. A candidate its node cannot own (an
+// ID with another node's tag, see inventory.Owned) is passed over without
+// a call: its node would be answering for another's sandbox.
 func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams, c inventory.Candidate) (*e2bapi.Sandbox, error) {
+	if !inventory.Owns(c.Node, c.SandboxID) {
+		return nil, fmt.Errorf("%w: node %s lists warm sandbox %s, which is not its own", placement.ErrClaimConflict, c.Node, c.SandboxID)
+	}
 	done, ok := b.startClaim(c.SandboxID)
 	if !ok {
 		return nil, fmt.Errorf("%w: sandbox %s is being or was claimed by this replica", placement.ErrClaimConflict, c.SandboxID)

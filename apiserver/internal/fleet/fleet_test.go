@@ -13,6 +13,7 @@ import (
 	"github.com/skiff-dev/skiff/apiserver/internal/metrics"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/placement"
+	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
@@ -483,5 +484,47 @@ func TestCreateHostLacksTemplate(t *testing.T) {
 		if err != nil || sb.Node != "node-b" {
 			t.Fatalf("Create = %+v, %v; want node-b", sb, err)
 		}
+	}
+}
+
+// An inventory that lists other nodes' sandboxes (a lying or compromised
+// host) shows none of them in lists, and its warm entries for them are
+// never claimed through it: they would be that host answering for another
+// node's sandbox (inventory.Owned).
+func TestForeignEntriesIgnored(t *testing.T) {
+	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
+	b.full = true // creates stay on node-a; node-b's sandboxes are made by hand
+	h := newHarness(t, a, b)
+	warmB := b.addWarm(t, "base")
+	b.mu.Lock()
+	runB, err := sandboxid.New(sandboxid.NodeTag("node-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sandboxes[runB] = &sandboxdv1.Sandbox{Id: runB, Template: "base", State: sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING, Team: "team1"}
+	b.mu.Unlock()
+	h.publish(b)
+	// node-a's inventory claims node-b's running sandbox, and its warm one.
+	lie := a.inventory()
+	lie.Spec.Sandboxes = append(lie.Spec.Sandboxes, b.inventory().Spec.Sandboxes...)
+	h.src.Apply(lie)
+
+	list, err := h.b.List(t.Context(), "team1", []e2bapi.State{e2bapi.StateRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != runB || list[0].Node != "node-b" {
+		t.Errorf("List = %+v, want %s once, on node-b", list, runB)
+	}
+
+	b.full = false
+	b.claimed[warmB] = true // node-b's own answer: the claim conflicts, so a cold create follows
+	a.full = true
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil || sb.Node != "node-b" {
+		t.Fatalf("Create = %+v, %v; want a cold create on node-b", sb, err)
+	}
+	if slices.Contains(a.calls, "Claim") {
+		t.Errorf("node-a was asked to claim node-b's warm sandbox: %v", a.calls)
 	}
 }

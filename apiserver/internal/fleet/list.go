@@ -7,11 +7,13 @@ import (
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	"github.com/skiff-dev/skiff/shared/inventory"
 )
 
 // List returns team's sandboxes in states from the fresh inventories,
 // overridden by this replica's own recent writes (creates and claims the
-// inventory does not list yet, state changes, kills).
+// inventory does not list yet, state changes, kills). An inventory's
+// entries for other nodes' sandboxes are not listed (inventory.Owned).
 func (b *Backend) List(ctx context.Context, team string, states []e2bapi.State) ([]e2bapi.Sandbox, error) {
 	nodes, err := b.src.ListNodes(ctx)
 	if err != nil {
@@ -24,8 +26,9 @@ func (b *Backend) List(ctx context.Context, team string, states []e2bapi.State) 
 	for i := range nodes {
 		n := &nodes[i]
 		fresh[n.Name] = true
-		for j := range n.Spec.Sandboxes {
-			if e := &n.Spec.Sandboxes[j]; e.Team == team && e.State != v1beta1.SandboxWarm {
+		owned := inventory.Owned(n)
+		for j := range owned {
+			if e := &owned[j]; e.Team == team && e.State != v1beta1.SandboxWarm {
 				all = append(all, fromEntry(n.Name, e))
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
 
@@ -172,8 +173,11 @@ func (x *Index) Refresh(ctx context.Context) error {
 		}
 		return err
 	}
-	next := build(x.snap.Load(), invs)
+	next, foreign := build(x.snap.Load(), invs)
 	x.snap.Store(next)
+	for _, f := range foreign {
+		x.log.WarnContext(ctx, "node inventory lists sandboxes of other nodes; they are not routed to it", "node", f.node, "sandboxes", f.count)
+	}
 	x.see(next)
 	x.synced.Store(true)
 	if x.opts.OnRefresh != nil {
@@ -190,30 +194,48 @@ func (x *Index) see(s *snapshot) {
 	}
 }
 
+// foreignEntries counts the entries of a node's inventory that name other
+// nodes' sandboxes (see inventory.Owned), which the index leaves out.
+type foreignEntries struct {
+	node  string
+	count int
+}
+
 // build makes a snapshot of invs, reusing prev's node where the inventory
 // did not change (same resourceVersion, endpoint and sandbox IDs), so a
-// rebuild on every publish of a big fleet copies almost nothing.
-func build(prev *snapshot, invs []v1beta1.NodeInventory) *snapshot {
-	s := &snapshot{
+// rebuild on every publish of a big fleet copies almost nothing. A node's
+// IDs are those its inventory can own (inventory.Owned); foreign counts,
+// for each node built anew, the entries left out.
+func build(prev *snapshot, invs []v1beta1.NodeInventory) (s *snapshot, foreign []foreignEntries) {
+	s = &snapshot{
 		byTag:  make(map[sandboxid.Tag][]*node, len(invs)),
 		byName: make(map[string]*node, len(invs)),
 	}
 	for i := range invs {
 		inv := &invs[i]
 		n := prev.byName[inv.Name]
+		fresh := func(owned []v1beta1.SandboxEntry) *node {
+			if d := len(inv.Spec.Sandboxes) - len(owned); d > 0 {
+				foreign = append(foreign, foreignEntries{node: inv.Name, count: d})
+			}
+			return newNode(inv, owned)
+		}
 		switch {
 		case n == nil || n.Endpoint != inv.Spec.Endpoint:
-			n = newNode(inv)
+			n = fresh(inventory.Owned(inv))
 		case inv.ResourceVersion != "" && inv.ResourceVersion == n.resourceVersion:
 			// The very object of the last rebuild.
-		case sameIDs(n.ids, inv.Spec.Sandboxes):
+		default:
+			owned := inventory.Owned(inv)
+			if !sameIDs(n.ids, owned) {
+				n = fresh(owned)
+				break
+			}
 			if n.resourceVersion != inv.ResourceVersion {
 				c := *n // a new publish of the same sandboxes: share the IDs
 				c.resourceVersion = inv.ResourceVersion
 				n = &c
 			}
-		default:
-			n = newNode(inv)
 		}
 		s.byName[n.Name] = n
 		s.byTag[n.tag] = append(s.byTag[n.tag], n)
@@ -223,13 +245,14 @@ func build(prev *snapshot, invs []v1beta1.NodeInventory) *snapshot {
 			slices.SortFunc(cands, func(a, b *node) int { return strings.Compare(a.Name, b.Name) })
 		}
 	}
-	return s
+	return s, foreign
 }
 
-func newNode(inv *v1beta1.NodeInventory) *node {
-	ids := make([]string, len(inv.Spec.Sandboxes))
-	for i := range inv.Spec.Sandboxes {
-		ids[i] = inv.Spec.Sandboxes[i].ID
+// newNode is inv's node, listing the sandboxes owned (inventory.Owned(inv)).
+func newNode(inv *v1beta1.NodeInventory, owned []v1beta1.SandboxEntry) *node {
+	ids := make([]string, len(owned))
+	for i := range owned {
+		ids[i] = owned[i].ID
 	}
 	if !slices.IsSorted(ids) {
 		slices.Sort(ids)

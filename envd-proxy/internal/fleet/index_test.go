@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,7 +60,7 @@ func TestLookup(t *testing.T) {
 	idC := newID(t, "node-c")
 	src := inventory.NewStaticSource(
 		inv(b, "10.0.0.2:27777", idB),
-		inv(a, "10.0.0.1:27777", idA, "zzzzzzzzzzzzzzzzzzzz"), // unsorted after idA? sorted by newNode
+		inv(a, "10.0.0.1:27777", "zzzzzzzzzzzzzzzz"+string(sandboxid.NodeTag(a)), idA), // unsorted: newNode sorts
 		inv("node-c", "10.0.0.3:27777"),
 	)
 	x := New(src, Options{})
@@ -106,6 +109,43 @@ func TestLookup(t *testing.T) {
 	}
 	if !x.Seen("10.0.0.3:27777") {
 		t.Error("Seen forgot an endpoint")
+	}
+}
+
+// An inventory that lists other nodes' sandboxes (inventory.Owned) gets none
+// of their traffic and the index does not hold them; the node's own still
+// route. (Lookup only ever asks nodes with the ID's tag, so this held before
+// the index dropped foreign entries too; the index now holds only what it
+// can route, and says which node lied.)
+func TestLookupIgnoresOtherNodesSandboxes(t *testing.T) {
+	idA, idB, idGone := newID(t, "node-a"), newID(t, "node-b"), newID(t, "node-gone")
+	var logs strings.Builder
+	src := inventory.NewStaticSource(
+		inv("node-a", "10.0.0.1:27777", idB, idA, idGone),
+		inv("node-b", "10.0.0.2:27777", idB),
+	)
+	x := New(src, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err := x.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ id, want string }{{idA, "node-a"}, {idB, "node-b"}, {idGone, ""}} {
+		if got, ok := x.Lookup(tc.id); ok != (tc.want != "") || got.Name != tc.want {
+			t.Errorf("Lookup(%s) = %+v, %v; want %q", tc.id, got, ok, tc.want)
+		}
+	}
+	if ids := x.snap.Load().byName["node-a"].ids; !slices.Equal(ids, []string{idA}) {
+		t.Errorf("node-a's IDs in the index = %q, want only its own", ids)
+	}
+	if !strings.Contains(logs.String(), "node inventory lists sandboxes of other nodes") || !strings.Contains(logs.String(), "node=node-a sandboxes=2") {
+		t.Errorf("log: %s", logs.String())
+	}
+	// node-b gone, its sandbox still on node-a's list: no route at all.
+	src.Remove("node-b")
+	if err := x.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := x.Lookup(idB); ok {
+		t.Errorf("node-b's sandbox routes to %+v once node-b left", got)
 	}
 }
 
