@@ -15,21 +15,32 @@ import (
 // "Authorization: Bearer <token>" on every call, streams included. A nil
 // httpClient means http.DefaultClient.
 func NewClients(token string, httpClient *http.Client) func(endpoint string) sandboxdv1connect.SandboxdServiceClient {
+	clients := NewNodeClients(func(string) string { return token }, httpClient)
+	return func(endpoint string) sandboxdv1connect.SandboxdServiceClient { return clients("", endpoint) }
+}
+
+// NewNodeClients is NewClients with a token per node: the lookup keeps one
+// client per node and endpoint (the node's NodeInventory names both), which
+// sends token(node) (nodetoken.Tokens.For). A node whose inventory moves to
+// another endpoint gets a client there.
+func NewNodeClients(token func(node string) string, httpClient *http.Client) func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient {
 	if httpClient == nil {
 		httpClient = http.DefaultClient
 	}
-	auth := connect.WithInterceptors(bearer("Bearer " + token))
+	type key struct{ node, endpoint string }
 	var (
 		mu      sync.Mutex
-		clients = make(map[string]sandboxdv1connect.SandboxdServiceClient)
+		clients = make(map[key]sandboxdv1connect.SandboxdServiceClient)
 	)
-	return func(endpoint string) sandboxdv1connect.SandboxdServiceClient {
+	return func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient {
 		mu.Lock()
 		defer mu.Unlock()
-		c, ok := clients[endpoint]
+		k := key{node, endpoint}
+		c, ok := clients[k]
 		if !ok {
+			auth := connect.WithInterceptors(bearer("Bearer " + token(node)))
 			c = sandboxdv1connect.NewSandboxdServiceClient(httpClient, "http://"+endpoint, auth)
-			clients[endpoint] = c
+			clients[k] = c
 		}
 		return c
 	}

@@ -49,7 +49,7 @@ func BenchmarkList2000(b *testing.B) {
 		publish(b, env.Client, name, fmt.Sprintf("127.0.0.1:%d", 27000+n), now, []string{"base"}, entries...)
 	}
 	token := filepath.Join(b.TempDir(), "token")
-	if err := os.WriteFile(token, []byte("node-token\n"), 0o600); err != nil {
+	if err := os.WriteFile(token, []byte("node-token-0123456789\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	o := parseServe(b, "--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", token, "--listen", "127.0.0.1:0")

@@ -4,7 +4,8 @@
 // NodeInventories, SandboxTemplates and API-key Secrets through one
 // informer cache), and its operations endpoints (/metrics, /healthz,
 // /readyz, opt-in pprof) on --admin-listen; `keys create` makes an API key,
-// as a Secret or in a keys file.
+// as a Secret or in a keys file; `node-token` prints a host's node token
+// under the fleet key.
 package cli
 
 import (
@@ -19,6 +20,6 @@ func NewCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCommand(), keysCommand())
+	root.AddCommand(serveCommand(), keysCommand(), nodeTokenCommand())
 	return root
 }

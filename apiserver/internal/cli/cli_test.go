@@ -79,3 +79,34 @@ func TestKeysCreateRefusesBadInput(t *testing.T) {
 		t.Errorf("a refused create wrote the file: %v", err)
 	}
 }
+
+func TestNodeTokenPrintsTheDerivedToken(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "node-token", "--key-file", key, "host-a")
+	// printf host-a | openssl dgst -sha256 -hmac 0123456789abcdef0123456789abcdef
+	if err != nil || out != "e9fcac7952749dc54be33b7022727d2eb732084334f1ffc7966771a9eab3aae6\n" {
+		t.Fatalf("node-token = %q, %v", out, err)
+	}
+	short := filepath.Join(t.TempDir(), "short")
+	if err := os.WriteFile(short, []byte("0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"no key file":     {[]string{"node-token", "host-a"}, "--key-file is required"},
+		"no node":         {[]string{"node-token", "--key-file", key}, "accepts 1 arg"},
+		"two nodes":       {[]string{"node-token", "--key-file", key, "host-a", "host-b"}, "accepts 1 arg"},
+		"bad node name":   {[]string{"node-token", "--key-file", key, "Host_A"}, `node "Host_A"`},
+		"missing key":     {[]string{"node-token", "--key-file", key + ".missing", "host-a"}, "--key-file: read key file"},
+		"too short a key": {[]string{"node-token", "--key-file", short, "host-a"}, "at least 32 bytes"},
+	} {
+		if out, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) || out != "" {
+			t.Errorf("%s: %q, %v; want an error with %q", name, out, err, tc.want)
+		}
+	}
+}

@@ -25,14 +25,15 @@ import (
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
+	"github.com/skiff-dev/skiff/shared/nodetoken"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 )
 
-// newClients returns the sandboxd client of each endpoint, authenticated
-// with token.
-func newClients(token string) func(string) sandboxdv1connect.SandboxdServiceClient {
-	return sandboxdapi.NewClients(token, &http.Client{})
+// newClients returns the sandboxd client of each node and endpoint, which
+// sends the node's token.
+func newClients(tokens *nodetoken.Tokens) func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient {
+	return sandboxdapi.NewNodeClients(tokens.For, &http.Client{})
 }
 
 // restConfig finds the cluster: the kubeconfig file at path; with an empty

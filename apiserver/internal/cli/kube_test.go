@@ -25,6 +25,7 @@ import (
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
 
@@ -103,12 +104,13 @@ func TestKeysCreateInKubernetes(t *testing.T) {
 	}
 }
 
-// fleet objects for TestKubeMode.
-const (
-	idA1 = "aaaaaaaaaaaaaaaafrsh" // team-a, on the fresh node
-	idB1 = "bbbbbbbbbbbbbbbbfrsh" // team-b, on the fresh node
-	idW1 = "wwwwwwwwwwwwwwwwfrsh" // warm, on the fresh node
-	idA2 = "aaaaaaaaaaaaaaaastal" // team-a, on the stale node
+// fleet objects for TestKubeMode, with their nodes' tags (readers ignore
+// an entry whose ID has another node's, see inventory.Owned).
+var (
+	idA1 = "aaaaaaaaaaaaaaaa" + string(sandboxid.NodeTag("node-fresh")) // team-a, on the fresh node
+	idB1 = "bbbbbbbbbbbbbbbb" + string(sandboxid.NodeTag("node-fresh")) // team-b, on the fresh node
+	idW1 = "wwwwwwwwwwwwwwww" + string(sandboxid.NodeTag("node-fresh")) // warm, on the fresh node
+	idA2 = "aaaaaaaaaaaaaaaa" + string(sandboxid.NodeTag("node-stale")) // team-a, on the stale node
 )
 
 func sandboxTemplate(name string, aliases []string, cpuMilli, memMiB int64) *v1beta1.SandboxTemplate {
@@ -261,7 +263,7 @@ func TestKubeMode(t *testing.T) {
 	publish(t, c, "node-stale", staleEndpoint, now.Add(-10*time.Minute), []string{"base", "go"}, entry(idA2, "team-a", v1beta1.SandboxRunning))
 
 	token := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(token, []byte("node-token\n"), 0o600); err != nil {
+	if err := os.WriteFile(token, []byte("node-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o := parseServe(t, "--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", token, "--listen", "127.0.0.1:0")
@@ -391,7 +393,7 @@ func TestKubeMode(t *testing.T) {
 		publish(t, c, "node-stale", staleEndpoint, time.Now(), []string{"base", "go"}, entry(idA2, "team-a", v1beta1.SandboxRunning))
 		eventually(t, "team-a lists the republished node's sandbox", func() bool {
 			ids, _ := a.sandboxIDs(keyA)
-			return slices.Equal(ids, []string{idA1, idA2})
+			return slices.Equal(ids, slices.Sorted(slices.Values([]string{idA1, idA2})))
 		})
 	})
 
@@ -429,7 +431,7 @@ func TestKubeModeWithoutTheCRDs(t *testing.T) {
 		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(crd), crd))
 	})
 	token := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(token, []byte("t"), 0o600); err != nil {
+	if err := os.WriteFile(token, []byte("node-token-0123456789"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o := parseServe(t, "--inventory", "kube", "--kubeconfig", kubetest.WriteKubeconfig(t, env.Config), "--sandboxd-token-file", token)
@@ -452,7 +454,7 @@ func TestKubeModeCacheSyncTimeout(t *testing.T) {
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rbac"}
 	kc := kubetest.WriteKubeconfig(t, cfg)
 	token := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(token, []byte("t"), 0o600); err != nil {
+	if err := os.WriteFile(token, []byte("node-token-0123456789"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o := parseServe(t, "--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", token, "--cache-sync-timeout", "2s")
@@ -474,7 +476,7 @@ func TestKubeModeCacheSyncTimeout(t *testing.T) {
 func TestKubeModeWithoutACluster(t *testing.T) {
 	kc := kubetest.WriteKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"})
 	token := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(token, []byte("t"), 0o600); err != nil {
+	if err := os.WriteFile(token, []byte("node-token-0123456789"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o := parseServe(t, "--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", token, "--cache-sync-timeout", "5s")

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +22,9 @@ import (
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
 	"github.com/skiff-dev/skiff/shared/logflags"
+	"github.com/skiff-dev/skiff/shared/nodetoken"
 	"github.com/skiff-dev/skiff/shared/placement"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 )
 
 // Where serve's fleet comes from (--inventory).
@@ -73,7 +74,7 @@ type serveOptions struct {
 	sandboxd         []string
 	kubeconfig       string
 	cacheSyncTimeout time.Duration
-	tokenFile        string
+	nodeTokens       nodetoken.Options
 	keysFile         string
 	sandboxDomain    string
 	maxTimeout       time.Duration
@@ -113,13 +114,13 @@ func (o *serveOptions) addFlags(f *pflag.FlagSet) {
 	f.StringSliceVar(&o.sandboxd, "sandboxd", o.sandboxd, "With --inventory static: a sandboxd's host:port (repeat or comma-separate for several).")
 	f.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "With --inventory kube: the kubeconfig file; empty: $KUBECONFIG, else the pod's service account, else ~/.kube/config.")
 	f.DurationVar(&o.cacheSyncTimeout, "cache-sync-timeout", o.cacheSyncTimeout, "With --inventory kube: how long to wait for the first list of NodeInventories, SandboxTemplates and API-key Secrets before giving up.")
-	f.StringVar(&o.tokenFile, "sandboxd-token-file", o.tokenFile, "File holding the token sandboxd hosts accept (their --auth-token-file).")
 	f.StringVar(&o.keysFile, "api-keys-file", o.keysFile, "With --inventory static: file of API keys, one \"team key\" per line, reloaded on change (sandbox-apiserver keys create adds one). With --inventory kube keys are Secrets instead.")
 	f.StringVar(&o.sandboxDomain, "sandbox-domain", o.sandboxDomain, "Domain returned to SDKs, which then reach envd at 49983-<id>.<domain>; empty: the SDK's own.")
 	f.DurationVar(&o.maxTimeout, "max-timeout", o.maxTimeout, "Longest lifetime a sandbox may be given.")
 	f.Float64Var(&o.createRate, "create-rate-per-team", o.createRate, "Creates per second one team may make on average (0: no limit); beyond, 429.")
 	f.IntVar(&o.createBurst, "create-burst-per-team", o.createBurst, "Creates one team may make at once above its rate.")
 	f.IntVar(&o.maxPerTeam, "max-sandboxes-per-team", o.maxPerTeam, "Most sandboxes (running and paused) one team may have (0: no limit); beyond, creates get 429.")
+	o.nodeTokens.AddFlags(f)
 	o.placement.AddFlags(f)
 	o.staleness.AddFlags(f)
 	o.log.AddFlags(f)
@@ -167,8 +168,8 @@ func (o *serveOptions) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--inventory %q: must be %s or %s", o.inventory, inventoryStatic, inventoryKube))
 	}
-	if o.tokenFile == "" {
-		errs = append(errs, errors.New("--sandboxd-token-file is required"))
+	if err := o.nodeTokens.Validate(o.inventory == inventoryKube); err != nil {
+		errs = append(errs, err)
 	}
 	if o.maxTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--max-timeout must be greater than 0, got %s", o.maxTimeout))
@@ -316,11 +317,11 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 	if m == nil {
 		m = metrics.New()
 	}
-	token, err := readToken(o.tokenFile)
+	tokens, err := o.nodeTokens.Load()
 	if err != nil {
 		return nil, err
 	}
-	clients := newClients(token)
+	clients := newClients(tokens)
 	a := &app{}
 	var (
 		src     inventory.Source
@@ -336,7 +337,11 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		runCtx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		a.stop = func() { cancel(); wg.Wait(); _ = fs.Close() }
-		static, hosts := followHosts(runCtx, &wg, o.sandboxd, clients)
+		// A fleet-wide token (Validate): the hosts are called before their
+		// names are known.
+		static, hosts := followHosts(runCtx, &wg, o.sandboxd, func(endpoint string) sandboxdv1connect.SandboxdServiceClient {
+			return clients("", endpoint)
+		})
 		src, keys = static, fs
 		a.ready = once(func() bool { return hostsTried(runCtx, hosts, static) }, func() {
 			log.Info("fleet inventory synced", "hosts", len(hosts))
@@ -351,7 +356,7 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		a.ready = func() bool { return true } // startKube waited for the caches
 		src, keys, catalog = k.source, k.keys, k.templates
 		m.APIKeys(k.countKeys)
-		a.describe = []any{"inventory", inventoryKube, "kube-apiserver", k.host}
+		a.describe = []any{"inventory", inventoryKube, "kube-apiserver", k.host, "node_tokens_per_host", tokens.PerNode()}
 	default:
 		return nil, fmt.Errorf("--inventory %q: must be %s or %s", o.inventory, inventoryStatic, inventoryKube)
 	}
@@ -414,21 +419,6 @@ func limitCreates(l *auth.RateLimiter, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-func readToken(path string) (string, error) {
-	if path == "" {
-		return "", errors.New("--sandboxd-token-file is required")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read --sandboxd-token-file: %w", err)
-	}
-	token := strings.TrimSpace(string(data))
-	if token == "" {
-		return "", fmt.Errorf("--sandboxd-token-file %s is empty", path)
-	}
-	return token, nil
 }
 
 // validateAdmin checks --admin-listen and --enable-pprof.

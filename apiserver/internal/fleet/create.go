@@ -81,7 +81,7 @@ func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams,
 		return nil, fmt.Errorf("%w: sandbox %s is being or was claimed by this replica", placement.ErrClaimConflict, c.SandboxID)
 	}
 	defer done()
-	client := b.clients(c.Endpoint)
+	client := b.clients(c.Node, c.Endpoint)
 	resp, err := client.Claim(ctx, connect.NewRequest(&sandboxdv1.ClaimRequest{
 		SandboxId:          c.SandboxID,
 		Team:               team,
@@ -114,7 +114,7 @@ func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams,
 
 // create creates a sandbox for team on node n with resources res.
 func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams, n *v1beta1.NodeInventory, res Defaults) (*e2bapi.Sandbox, error) {
-	client := b.clients(n.Spec.Endpoint)
+	client := b.clients(n.Name, n.Spec.Endpoint)
 	resp, err := client.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{
 		Template:            p.TemplateID,
 		Resources:           &sandboxdv1.Resources{CpuMilli: res.CPUMilli, MemoryMib: res.MemoryMiB, DiskMib: res.DiskMiB},

@@ -49,9 +49,11 @@ type Config struct {
 	Source inventory.Source
 	// Placer places creates over Source; required.
 	Placer *placement.Placer
-	// Clients returns the sandboxd client of an endpoint (host:port);
-	// required. sandboxdapi.NewClients builds one.
-	Clients func(endpoint string) sandboxdv1connect.SandboxdServiceClient
+	// Clients returns the sandboxd client of a node at an endpoint
+	// (host:port), both as the node's inventory names them; the client
+	// carries that node's token. Required: sandboxdapi.NewNodeClients
+	// builds one.
+	Clients func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient
 	// Defaults are the sandbox resources; zero fields mean
 	// DefaultCPUMilli and DefaultMemoryMiB (and the host's disk default).
 	// A template's own resources (see Catalog) win over them.
@@ -80,7 +82,7 @@ type Backend struct {
 	src        inventory.Source
 	catalog    Catalog
 	placer     *placement.Placer
-	clients    func(string) sandboxdv1connect.SandboxdServiceClient
+	clients    func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient
 	defaults   Defaults
 	claimLimit int
 	ttl        time.Duration

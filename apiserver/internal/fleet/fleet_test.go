@@ -45,11 +45,14 @@ func newHarnessWithMetrics(t *testing.T, m *metrics.Metrics, nodes ...*fakeNode)
 		Metrics: m,
 		Source:  h.src,
 		Placer:  placement.New(h.src, placement.Options{}),
-		Clients: func(endpoint string) sandboxdv1connect.SandboxdServiceClient {
+		Clients: func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient {
 			n, ok := h.nodes[endpoint]
 			if !ok {
 				t.Errorf("client asked for unknown endpoint %s", endpoint)
 				return newFakeNode("unknown")
+			}
+			if node != n.name { // the client carries the node's token
+				t.Errorf("client for %s's endpoint asked as node %q", n.name, node)
 			}
 			return n
 		},

@@ -69,7 +69,7 @@ func (b *Backend) locate(ctx context.Context, team, id string) (*located, error)
 	}
 	var unreachable error
 	for _, t := range append(first, rest...) {
-		c := b.clients(t.endpoint)
+		c := b.clients(t.name, t.endpoint)
 		resp, err := c.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: id}))
 		if err != nil {
 			if connect.CodeOf(err) == connect.CodeNotFound {

@@ -27,7 +27,7 @@ func withCatalog(t *testing.T, h *harness, catalog fleet.Catalog, defaults fleet
 		Source:  h.src,
 		Placer:  placement.New(h.src, placement.Options{}),
 		Catalog: catalog,
-		Clients: func(endpoint string) sandboxdv1connect.SandboxdServiceClient {
+		Clients: func(_, endpoint string) sandboxdv1connect.SandboxdServiceClient {
 			n, ok := h.nodes[endpoint]
 			if !ok {
 				t.Errorf("client asked for unknown endpoint %s", endpoint)

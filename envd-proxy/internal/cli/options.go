@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -13,6 +11,7 @@ import (
 	"github.com/skiff-dev/skiff/envd-proxy/internal/fleet"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
 	"github.com/skiff-dev/skiff/shared/logflags"
+	"github.com/skiff-dev/skiff/shared/nodetoken"
 )
 
 // Where the fleet comes from (--inventory).
@@ -25,8 +24,6 @@ const (
 	// minAdvisedIdleTimeout is e2b's client-proxy idle timeout: the SDKs'
 	// keep-alive pools are tuned to it.
 	minAdvisedIdleTimeout = 610 * time.Second
-	// minTokenLen matches what sandboxd accepts in its --auth-token-file.
-	minTokenLen = 16
 )
 
 const (
@@ -50,8 +47,10 @@ type Options struct {
 	Inventory string
 	// Sandboxd are the hosts of static mode (host:port).
 	Sandboxd []string
-	// SandboxdTokenFile holds the token sandboxd hosts accept.
-	SandboxdTokenFile string
+	// NodeTokens are the tokens the sandboxd hosts accept: one for all
+	// (--sandboxd-token-file) or each host's, derived from the fleet key
+	// (--node-token-key-file, kube mode).
+	NodeTokens nodetoken.Options
 	// Kubeconfig, in kube mode; empty means in-cluster or $KUBECONFIG.
 	Kubeconfig string
 	// Kube is the freshness filter of kube mode.
@@ -100,7 +99,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "Address of /metrics (Prometheus), /healthz and /readyz.")
 	fs.StringVar(&o.Inventory, "inventory", o.Inventory, "Where the fleet comes from: static (the --sandboxd hosts, followed over their Watch streams; no Kubernetes) or kube (NodeInventory objects, freshness-filtered).")
 	fs.StringSliceVar(&o.Sandboxd, "sandboxd", o.Sandboxd, "With --inventory static: a sandboxd's host:port (repeat, or comma-separate, for several).")
-	fs.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "File holding the token the sandboxd hosts accept (their --auth-token-file); sent as Skiff-Node-Token. Required.")
+	o.NodeTokens.AddFlags(fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "With --inventory kube: the kubeconfig file; empty means $KUBECONFIG, ~/.kube/config, else in-cluster.")
 	o.Kube.AddFlags(fs)
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Certificate (PEM) to serve TLS with; HTTP/2 is then offered through ALPN. Needs --tls-key.")
@@ -146,8 +145,8 @@ func (o *Options) Validate() error {
 	default:
 		add("--inventory %q: want %s or %s", o.Inventory, inventoryStatic, inventoryKube)
 	}
-	if o.SandboxdTokenFile == "" {
-		add("--sandboxd-token-file is required")
+	if err := o.NodeTokens.Validate(o.Inventory == inventoryKube); err != nil {
+		errs = append(errs, err)
 	}
 	if (o.TLSCert == "") != (o.TLSKey == "") {
 		add("--tls-cert and --tls-key go together")
@@ -174,18 +173,4 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// readToken reads --sandboxd-token-file; surrounding white space is not
-// part of the token.
-func (o *Options) readToken() (string, error) {
-	data, err := os.ReadFile(o.SandboxdTokenFile)
-	if err != nil {
-		return "", fmt.Errorf("read --sandboxd-token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(data))
-	if len(tok) < minTokenLen {
-		return "", fmt.Errorf("--sandboxd-token-file %s: the token must be at least %d characters, as sandboxd requires", o.SandboxdTokenFile, minTokenLen)
-	}
-	return tok, nil
 }

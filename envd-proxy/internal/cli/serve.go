@@ -76,7 +76,7 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 			_ = adminLn.Close()
 		}
 	}()
-	token, err := o.readToken()
+	nodeTokens, err := o.NodeTokens.Load()
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,9 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 	default:
 		src := inventory.NewStaticSource()
 		index = fleet.New(src, idxOpts)
-		hosts := followHosts(ctx, &wg, o.Sandboxd, sandboxdapi.NewClients(token, &http.Client{}), src)
+		// A fleet-wide token (Validate): the hosts are followed before
+		// their names are known.
+		hosts := followHosts(ctx, &wg, o.Sandboxd, sandboxdapi.NewClients(nodeTokens.For(""), &http.Client{}), src)
 		synced = func() bool { return index.Synced() && hostsTried(hosts, index) }
 		wg.Go(func() { _ = index.Run(ctx) })
 	}
@@ -145,7 +147,7 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		Fleet:           index,
 		Ready:           readyFn,
 		Tokens:          tokens,
-		NodeToken:       token,
+		NodeToken:       nodeTokens.For,
 		BodyIdleTimeout: o.BodyIdleTimeout,
 		Transport:       proxy.NewTransport(proxy.TransportOptions{}, metrics),
 		Metrics:         metrics,

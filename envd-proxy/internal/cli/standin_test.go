@@ -162,7 +162,7 @@ func startProxy(t *testing.T, o Options) *proxyRun {
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o.SandboxdTokenFile = tokenFile
+	o.NodeTokens.TokenFile = tokenFile
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/skiff-dev/skiff/shared/nodetoken"
 )
 
 func TestMain(m *testing.M) {
@@ -87,7 +89,7 @@ func TestValidate(t *testing.T) {
 	valid := func() Options {
 		o := NewOptions()
 		o.Sandboxd = []string{"127.0.0.1:27777"}
-		o.SandboxdTokenFile = "/etc/skiff/token"
+		o.NodeTokens.TokenFile = "/etc/skiff/token"
 		return o
 	}
 	for _, tc := range []struct {
@@ -107,7 +109,13 @@ func TestValidate(t *testing.T) {
 		{"static with kubeconfig", func(o *Options) { o.Kubeconfig = "/k" }, "--kubeconfig"},
 		{"kube with hosts", func(o *Options) { o.Inventory = "kube" }, "--sandboxd"},
 		{"kube with a zero window", func(o *Options) { o.Inventory, o.Sandboxd, o.Kube.StaleAfter = "kube", nil, 0 }, "--inventory-stale-after"},
-		{"no token file", func(o *Options) { o.SandboxdTokenFile = "" }, "--sandboxd-token-file"},
+		{"no token file", func(o *Options) { o.NodeTokens.TokenFile = "" }, "--sandboxd-token-file is required"},
+		{"kube with a token per host", func(o *Options) {
+			o.Inventory, o.Sandboxd, o.NodeTokens = "kube", nil, nodetoken.Options{KeyFile: "/key"}
+		}, ""},
+		{"kube with a token and a key", func(o *Options) { o.Inventory, o.Sandboxd, o.NodeTokens.KeyFile = "kube", nil, "/key" }, "exclude each other"},
+		{"kube without a token", func(o *Options) { o.Inventory, o.Sandboxd, o.NodeTokens.TokenFile = "kube", nil, "" }, "--node-token-key-file"},
+		{"static with a key", func(o *Options) { o.NodeTokens = nodetoken.Options{KeyFile: "/key"} }, "--node-token-key-file is only read with --inventory kube"},
 		{"cert without key", func(o *Options) { o.TLSCert = "c.pem" }, "--tls-key"},
 		{"zero idle timeout", func(o *Options) { o.IdleTimeout = 0 }, "--idle-timeout"},
 		{"negative shutdown timeout", func(o *Options) { o.ShutdownTimeout = -1 }, "--shutdown-timeout"},
@@ -134,7 +142,7 @@ func TestValidate(t *testing.T) {
 	}
 	// Every problem is reported at once.
 	o := valid()
-	o.Listen, o.TokenRoutes, o.SandboxdTokenFile = "x", -1, ""
+	o.Listen, o.TokenRoutes, o.NodeTokens.TokenFile = "x", -1, ""
 	if err := o.Validate(); err == nil || strings.Count(err.Error(), "\n") < 2 {
 		t.Fatalf("Validate joined %v", err)
 	}
@@ -146,7 +154,7 @@ func TestFlagsRegisterEveryOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"listen", "admin-listen", "inventory", "sandboxd", "sandboxd-token-file", "kubeconfig",
+	for _, name := range []string{"listen", "admin-listen", "inventory", "sandboxd", "sandboxd-token-file", "node-token-key-file", "kubeconfig",
 		"inventory-stale-after", "tls-cert", "tls-key", "idle-timeout", "shutdown-timeout", "token-routes", "index-refresh-interval", "log-level", "log-format",
 		"body-idle-timeout", "max-conns-per-client"} {
 		if serve.Flags().Lookup(name) == nil {

@@ -97,7 +97,9 @@ type harness struct {
 
 type harnessOptions struct {
 	tokenRoutes int
-	quiet       bool // log at info, as in production (benchmarks), not debug
+	// nodeToken is each node's token; nil: nodeToken for every node.
+	nodeToken func(node string) string
+	quiet     bool // log at info, as in production (benchmarks), not debug
 }
 
 func newHarness(t testing.TB, opts harnessOptions, ups ...*upstream) *harness {
@@ -118,7 +120,10 @@ func newHarness(t testing.TB, opts harnessOptions, ups ...*upstream) *harness {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: level}))
-	h.proxy = New(Config{Fleet: h.index, Tokens: h.tokens, NodeToken: nodeToken, Ready: h.ready.Load, Logger: log})
+	if opts.nodeToken == nil {
+		opts.nodeToken = func(string) string { return nodeToken }
+	}
+	h.proxy = New(Config{Fleet: h.index, Tokens: h.tokens, NodeToken: opts.nodeToken, Ready: h.ready.Load, Logger: log})
 	h.srv = httptest.NewServer(h.proxy)
 	t.Cleanup(h.srv.Close)
 	return h

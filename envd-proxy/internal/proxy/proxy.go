@@ -43,8 +43,9 @@ type Config struct {
 	// Tokens maps access tokens to sandboxes for requests that carry only
 	// a token; nil turns token routing off.
 	Tokens *route.Tokens
-	// NodeToken is sent to sandboxd as NodeTokenHeader.
-	NodeToken string
+	// NodeToken returns the token of the named node's sandboxd, which the
+	// node's requests carry as NodeTokenHeader (nodetoken.Tokens.For).
+	NodeToken func(node string) string
 	// Ready reports whether the fleet view has synced; until it has, every
 	// request gets 503, not a 502 that SDKs take for "the sandbox is gone".
 	// Nil means always.
@@ -66,7 +67,7 @@ type Proxy struct {
 	fleet     Locator
 	ready     func() bool
 	tokens    *route.Tokens
-	nodeToken string
+	nodeToken func(node string) string
 	bodyIdle  time.Duration
 	metrics   *Metrics
 	log       *slog.Logger
@@ -217,7 +218,7 @@ func blockedPath(p string) bool {
 // rewrite points the outgoing request at the node's sandboxd, keeping the
 // client's host, path, query and headers. It sets the routing headers to
 // the target (however the client named it), so that sandboxd routes by
-// them, and the node token, which a client can never supply.
+// them, and the node's token, which a client can never supply.
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	fw := pr.In.Context().Value(forwardKey{}).(*forward)
 	pr.Out.URL.Scheme = "http"
@@ -233,7 +234,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 			delete(h, name)
 		}
 	}
-	h.Set(NodeTokenHeader, p.nodeToken)
+	h.Set(NodeTokenHeader, p.nodeToken(fw.node.Name))
 	h.Set(routing.HeaderSandboxID, fw.target.SandboxID)
 	h.Set(routing.HeaderSandboxPort, strconv.Itoa(int(fw.target.Port)))
 }

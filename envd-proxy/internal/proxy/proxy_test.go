@@ -126,6 +126,21 @@ func TestNodeTokenNeverFromTheClient(t *testing.T) {
 	}
 }
 
+// Each node's requests carry that node's token (a token per host, derived
+// from the fleet key), never another node's.
+func TestEachNodeGetsItsOwnToken(t *testing.T) {
+	a, b := newUpstream(t, "node-a", ok("node-a")), newUpstream(t, "node-b", ok("node-b"))
+	h := newHarness(t, harnessOptions{nodeToken: func(node string) string { return "token-of-" + node }}, a, b)
+	for _, u := range []*upstream{a, b, a} {
+		if resp, _ := h.do(h.request(http.MethodGet, "/", sandbox(t, u.node), "8080", nil)); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", u.node, resp.StatusCode)
+		}
+		if got := u.last(t).Header.Values(NodeTokenHeader); len(got) != 1 || got[0] != "token-of-"+u.node {
+			t.Errorf("sandboxd of %s got %s %q", u.node, NodeTokenHeader, got)
+		}
+	}
+}
+
 func TestBlockedEnvdPathsAnswer404WithoutUpstream(t *testing.T) {
 	a := newUpstream(t, "node-a", ok("node-a"))
 	h := newHarness(t, harnessOptions{}, a)

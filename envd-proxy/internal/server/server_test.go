@@ -93,7 +93,7 @@ func proxyWith(t *testing.T, h http.Handler, cfg proxy.Config) (*proxy.Proxy, st
 	}
 	tr := proxy.NewTransport(proxy.TransportOptions{}, nil)
 	t.Cleanup(tr.CloseIdleConnections)
-	cfg.Fleet, cfg.Tokens, cfg.NodeToken, cfg.Transport = idx, route.NewTokens(8), "node-token-0123456789", tr
+	cfg.Fleet, cfg.Tokens, cfg.NodeToken, cfg.Transport = idx, route.NewTokens(8), func(string) string { return "node-token-0123456789" }, tr
 	return proxy.New(cfg), id
 }
 

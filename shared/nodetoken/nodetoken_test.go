@@ -1,0 +1,125 @@
+package nodetoken_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/skiff-dev/skiff/shared/nodetoken"
+)
+
+const key = "0123456789abcdef0123456789abcdef"
+
+// The known answers are openssl's: printf host-a | openssl dgst -sha256 -hmac $key.
+func TestDerive(t *testing.T) {
+	for node, want := range map[string]string{
+		"host-a": "e9fcac7952749dc54be33b7022727d2eb732084334f1ffc7966771a9eab3aae6",
+		"host-b": "d12db135ea5023d41d817348f2b9902df460d0b7baf100240150eb8e3a5247d6",
+	} {
+		if got := nodetoken.Derive([]byte(key), node); got != want {
+			t.Errorf("Derive(%s) = %s, want %s", node, got, want)
+		}
+	}
+	if nodetoken.Derive([]byte(key), "host-a") == nodetoken.Derive([]byte(key+"x"), "host-a") {
+		t.Error("two keys derive one token")
+	}
+}
+
+func TestTokensFor(t *testing.T) {
+	shared := nodetoken.Shared("fleet-wide-token-0123")
+	derived := nodetoken.Derived([]byte(key))
+	for _, tc := range []struct {
+		name   string
+		tokens *nodetoken.Tokens
+		node   string
+		want   string
+	}{
+		{"shared, a node", shared, "host-a", "fleet-wide-token-0123"},
+		{"shared, another node", shared, "host-b", "fleet-wide-token-0123"},
+		{"shared, unnamed", shared, "", "fleet-wide-token-0123"},
+		{"derived, a node", derived, "host-a", nodetoken.Derive([]byte(key), "host-a")},
+		{"derived, another node", derived, "host-b", nodetoken.Derive([]byte(key), "host-b")},
+		{"derived, unnamed", derived, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 2 { // the second from the cache
+				if got := tc.tokens.For(tc.node); got != tc.want {
+					t.Errorf("For(%q) = %q, want %q", tc.node, got, tc.want)
+				}
+			}
+		})
+	}
+	if shared.PerNode() || !derived.PerNode() {
+		t.Error("PerNode is wrong")
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if derived.For("host-c") != nodetoken.Derive([]byte(key), "host-c") {
+				t.Error("concurrent For disagrees")
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func write(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestOptions(t *testing.T) {
+	tokenFile, keyFile := write(t, " fleet-wide-token-0123\n"), write(t, key+"\n")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		perNode bool
+		wantErr string // substring; empty: valid and loads
+		want    func(*nodetoken.Tokens) bool
+	}{
+		{"token, static", []string{"--sandboxd-token-file", tokenFile}, false, "",
+			func(tk *nodetoken.Tokens) bool { return tk.For("") == "fleet-wide-token-0123" }},
+		{"token, kube", []string{"--sandboxd-token-file", tokenFile}, true, "",
+			func(tk *nodetoken.Tokens) bool { return tk.For("host-a") == "fleet-wide-token-0123" }},
+		{"key, kube", []string{"--node-token-key-file", keyFile}, true, "",
+			func(tk *nodetoken.Tokens) bool { return tk.For("host-a") == nodetoken.Derive([]byte(key), "host-a") }},
+		{"key, static", []string{"--node-token-key-file", keyFile}, false, "--node-token-key-file is only read with --inventory kube", nil},
+		{"both", []string{"--sandboxd-token-file", tokenFile, "--node-token-key-file", keyFile}, true, "exclude each other", nil},
+		{"neither, static", nil, false, "--sandboxd-token-file is required", nil},
+		{"neither, kube", nil, true, "set --sandboxd-token-file (a token every host accepts) or --node-token-key-file", nil},
+		{"short token", []string{"--sandboxd-token-file", write(t, "short\n")}, true, "--sandboxd-token-file: token file", nil},
+		{"missing token file", []string{"--sandboxd-token-file", "/no/such/file"}, true, "--sandboxd-token-file: read token file", nil},
+		{"short key", []string{"--node-token-key-file", write(t, "0123456789abcdef\n")}, true, "--node-token-key-file: key file", nil},
+		{"missing key file", []string{"--node-token-key-file", "/no/such/file"}, true, "--node-token-key-file: read key file", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var o nodetoken.Options
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			err := o.Validate(tc.perNode)
+			var tokens *nodetoken.Tokens
+			if err == nil {
+				tokens, err = o.Load()
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("error %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want one with %q", err, tc.wantErr)
+			case tc.want != nil && !tc.want(tokens):
+				t.Fatalf("loaded the wrong tokens")
+			}
+		})
+	}
+}
