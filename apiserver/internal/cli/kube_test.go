@@ -129,6 +129,13 @@ func sandboxTemplate(name string, aliases []string, cpuMilli, memMiB int64) *v1b
 // stamped at, as vk-sandbox does.
 func publish(t testing.TB, c client.Client, name, endpoint string, at time.Time, templates []string, sandboxes ...v1beta1.SandboxEntry) {
 	t.Helper()
+	if err := tryPublish(t.Context(), c, name, endpoint, at, templates, sandboxes...); err != nil {
+		t.Fatalf("publish %s: %v", name, err)
+	}
+}
+
+// tryPublish is publish, returning the kube-apiserver's answer.
+func tryPublish(ctx context.Context, c client.Client, name, endpoint string, at time.Time, templates []string, sandboxes ...v1beta1.SandboxEntry) error {
 	inv := &v1beta1.NodeInventory{
 		TypeMeta:    metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "NodeInventory"},
 		ObjectMeta:  metav1.ObjectMeta{Name: name},
@@ -143,9 +150,7 @@ func publish(t testing.TB, c client.Client, name, endpoint string, at time.Time,
 		inv.Spec.Templates = append(inv.Spec.Templates, v1beta1.TemplateVersion{Name: tm, Version: "v1"})
 	}
 	//nolint:staticcheck // client.Apply with a typed object is how vk-sandbox publishes until it moves to apply configurations.
-	if err := c.Patch(t.Context(), inv, client.Apply, client.FieldOwner("vk-sandbox"), client.ForceOwnership); err != nil {
-		t.Fatalf("publish %s: %v", name, err)
-	}
+	return c.Patch(ctx, inv, client.Apply, client.FieldOwner("vk-sandbox"), client.ForceOwnership)
 }
 
 func entry(id, team string, state v1beta1.SandboxState) v1beta1.SandboxEntry {

@@ -27,10 +27,13 @@ const testToken = "node-token-for-tests-0123456789"
 // standin stands in for one host's sandboxd: its Connect API answers Info
 // and Watch (what static mode follows), and a request naming a sandbox is
 // "relayed": answered with the node's name, after a check of the node
-// token. It counts accepted connections and relayed requests.
+// token (testToken unless newStandinWithToken). It counts accepted
+// connections and relayed requests, and keeps the last relayed request's
+// headers, token or not.
 type standin struct {
 	sandboxdv1connect.UnimplementedSandboxdServiceHandler
 	node    string
+	token   string
 	srv     *httptest.Server
 	accepts atomic.Int64
 	relayed atomic.Int64
@@ -43,12 +46,18 @@ type standin struct {
 
 func newStandin(t *testing.T, node string) *standin {
 	t.Helper()
-	s := &standin{node: node, stopWatch: make(chan struct{})}
+	return newStandinWithToken(t, node, testToken)
+}
+
+// newStandinWithToken is newStandin for a host that accepts token.
+func newStandinWithToken(t *testing.T, node, token string) *standin {
+	t.Helper()
+	s := &standin{node: node, token: token, stopWatch: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle(sandboxdv1connect.NewSandboxdServiceHandler(s))
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("E2b-Sandbox-Id") == "" {
-			if r.Header.Get("Authorization") != "Bearer "+testToken {
+			if r.Header.Get("Authorization") != "Bearer "+s.token {
 				http.Error(w, "bad token", http.StatusUnauthorized)
 				return
 			}
@@ -59,7 +68,7 @@ func newStandin(t *testing.T, node string) *standin {
 		s.mu.Lock()
 		s.lastRelay = r.Header.Clone()
 		s.mu.Unlock()
-		if r.Header.Get("Skiff-Node-Token") != testToken {
+		if r.Header.Get("Skiff-Node-Token") != s.token {
 			http.Error(w, "bad node token", http.StatusUnauthorized)
 			return
 		}
@@ -72,6 +81,13 @@ func newStandin(t *testing.T, node string) *standin {
 }
 
 func (s *standin) endpoint() string { return s.srv.Listener.Addr().String() }
+
+// lastHeader is a header of the last relayed request.
+func (s *standin) lastHeader(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastRelay.Get(name)
+}
 
 // newSandbox adds a sandbox to the host and returns its ID.
 func (s *standin) newSandbox(t *testing.T) string {
@@ -155,14 +171,17 @@ type proxyRun struct {
 }
 
 // startProxy runs the proxy with o (listen addresses are ignored) and
-// returns once /readyz answers 200.
+// returns once /readyz answers 200. Without a --node-token-key-file, its
+// --sandboxd-token-file holds testToken.
 func startProxy(t *testing.T, o Options) *proxyRun {
 	t.Helper()
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+	if o.NodeTokens.KeyFile == "" {
+		tokenFile := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o.NodeTokens.TokenFile = tokenFile
 	}
-	o.NodeTokens.TokenFile = tokenFile
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}

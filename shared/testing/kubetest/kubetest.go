@@ -59,7 +59,8 @@ type Env struct {
 // Options change what Start installs.
 type Options struct {
 	// NoPolicies leaves out api/policies, so that a test can show what a
-	// host's identity could do without them (InstallPolicies adds them).
+	// host's identity could do without them (InstallRBAC adds the RBAC
+	// alone, InstallPolicies everything).
 	NoPolicies bool
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,6 +51,25 @@ func Policies(scheme *runtime.Scheme) ([]client.Object, error) {
 		return nil, errors.New("read embedded policies: none found")
 	}
 	return out, nil
+}
+
+// InstallRBAC creates only the ClusterRole and ClusterRoleBinding of
+// api/policies: the cluster before its operator installs the admission
+// policy, where RBAC alone lets any host write any host's NodeInventory.
+func (e *Env) InstallRBAC(t testing.TB) {
+	t.Helper()
+	objs, err := Policies(e.Scheme)
+	if err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	for _, obj := range objs {
+		switch obj.(type) {
+		case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
+			if err := e.Client.Create(t.Context(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("kubetest: install %T %s: %v", obj, obj.GetName(), err)
+			}
+		}
+	}
 }
 
 // InstallPolicies creates the objects of api/policies (leaving those that

@@ -56,18 +56,7 @@ func remove(ctx context.Context, c client.Client, node string) error {
 func TestPolicyBindsEachInventoryToItsHost(t *testing.T) {
 	env := kubetest.StartWith(t, kubetest.Options{NoPolicies: true})
 	ctx := t.Context()
-	objs, err := kubetest.Policies(env.Scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, obj := range objs { // the RBAC alone, as a cluster without the policy has it
-		switch obj.(type) {
-		case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding:
-			if err := env.Client.Create(ctx, obj); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	env.InstallRBAC(t) // as a cluster without the policy has it
 	// More than the shipped role grants (which is create and patch), as an
 	// operator might: the policy must hold whatever RBAC allows.
 	grant(t, env, "test:more-than-publish", rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: policies.NodesGroup},
