@@ -38,6 +38,9 @@ type Options struct {
 	NodeName string
 	// Overcommit is sandboxd's --overcommit; default 16.
 	Overcommit int
+	// Token is sandboxd's node token (its --auth-token-file), e.g. one
+	// derived from a fleet key (shared/nodetoken); empty: a random one.
+	Token string
 	// Build are more binaries to build into Dir beside sandboxd and envd,
 	// by package path (e.g. ".../apiserver/cmd/sandbox-apiserver"): each
 	// is built with CGO_ENABLED=0, named after the path's last element,
@@ -118,7 +121,10 @@ func NewHost(t testing.TB, o Options) *Host {
 	if out, err := exec.Command(h.Bins["sandboxd"], "--state-dir", state, "template", "build", "base").CombinedOutput(); err != nil {
 		t.Fatalf("template build base: %v\n%s", err, out)
 	}
-	h.Token = fmt.Sprintf("node-token-%016x", rand.Uint64())
+	h.Token = o.Token
+	if h.Token == "" {
+		h.Token = fmt.Sprintf("node-token-%016x", rand.Uint64())
+	}
 	h.TokenFile = filepath.Join(dir, "token")
 	if err := os.WriteFile(h.TokenFile, []byte(h.Token), 0o600); err != nil {
 		t.Fatal(err)
