@@ -37,7 +37,8 @@ func (s *system) relayGet(t *testing.T, id string, port int, path string, header
 // checkPrivateAutoResume creates a sandbox with private traffic and
 // auto-resume through the e2b API and checks, on the real sandboxd, that
 // its user ports need the returned trafficAccessToken and that a request
-// for its envd resumes it once paused.
+// for its envd with its access token resumes it once paused (a health
+// check does not).
 func (s *system) checkPrivateAutoResume(t *testing.T) {
 	code, body := s.call(s.keyA, http.MethodPost, "/v2/sandboxes", map[string]any{
 		"templateID": "base", "timeout": 120, "autoResume": map[string]any{"enabled": true},
@@ -48,6 +49,7 @@ func (s *system) checkPrivateAutoResume(t *testing.T) {
 	}
 	var created struct {
 		SandboxID          string
+		EnvdAccessToken    string
 		TrafficAccessToken *string
 	}
 	if err := json.Unmarshal(body, &created); err != nil {
@@ -80,8 +82,13 @@ func (s *system) checkPrivateAutoResume(t *testing.T) {
 	if code, body = s.call(s.keyA, http.MethodPost, "/sandboxes/"+id+"/pause", nil); code != http.StatusNoContent {
 		t.Fatalf("pause: %d %s", code, body)
 	}
-	if status, got := s.relayGet(t, id, 49983, "/health", nil); status/100 != 2 {
-		t.Errorf("envd /health of the paused auto-resume sandbox: %d %s", status, got)
+	// A health check does not wake it (envd takes one without a token);
+	// a request with the sandbox's access token does.
+	if status, got := s.relayGet(t, id, 49983, "/health", nil); status != http.StatusBadGateway {
+		t.Errorf("envd /health of the paused auto-resume sandbox: %d %s, want e2b's 502", status, got)
+	}
+	if status, got := s.relayGet(t, id, 49983, "/envs", map[string]string{"X-Access-Token": created.EnvdAccessToken}); status/100 != 2 {
+		t.Errorf("envd /envs of the paused auto-resume sandbox, with its token: %d %s", status, got)
 	}
 	if code, body = s.call(s.keyA, http.MethodGet, "/sandboxes/"+id, nil); code != http.StatusOK || !strings.Contains(string(body), `"state":"running"`) {
 		t.Errorf("get after auto-resume: %d %s", code, body)
