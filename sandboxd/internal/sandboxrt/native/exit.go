@@ -73,4 +73,3 @@ func (r *Runtime) exitOf(id string) sandboxrt.Exit {
 	}
 	return e
 }
-
