@@ -1,12 +1,14 @@
 package process
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,7 +34,7 @@ func (s *Service) start(req *pb.StartRequest, u *identity.User) (*proc, *subscri
 		attrs.Setsid, attrs.Setctty = true, true
 		ws := &pty.Winsize{Cols: uint16(max(size.GetCols(), 1)), Rows: uint16(max(size.GetRows(), 1))}
 		var ptmx *os.File
-		p.release, err = s.reaper.Spawn(rankedForOOM(func() (int, error) {
+		p.release, err = s.reaper.Spawn(rankedForOOM(attrs, func() (int, error) {
 			f, err := pty.StartWithAttrs(cmd, ws, attrs)
 			if err != nil {
 				return 0, err
@@ -66,7 +68,7 @@ func (s *Service) start(req *pb.StartRequest, u *identity.User) (*proc, *subscri
 				return nil, nil, nil, startError(err)
 			}
 		}
-		p.release, err = s.reaper.Spawn(rankedForOOM(func() (int, error) {
+		p.release, err = s.reaper.Spawn(rankedForOOM(cmd.SysProcAttr, func() (int, error) {
 			if err := cmd.Start(); err != nil {
 				return 0, err
 			}
@@ -210,36 +212,61 @@ func startError(err error) error {
 // lower it below envd's, which sandboxd set with privilege.
 const oomScoreAdj = "1000"
 
-const ownOOMScore = "/proc/self/oom_score_adj"
-
-var (
-	// oomMu keeps envd's score raised for one start at a time.
-	oomMu sync.Mutex
-	// envdOOMScore is envd's own score, as sandboxd set it.
-	envdOOMScore = sync.OnceValue(func() []byte {
-		b, _ := os.ReadFile(ownOOMScore)
-		return bytes.TrimSpace(b)
-	})
-)
-
-// rankedForOOM wraps start (a fork and exec) so that the child has
-// oomScoreAdj from its first instruction: envd's own score is raised for
-// the fork, which the child inherits, and put back after. (Writing the
-// child's score once it runs would leave the processes it starts at once,
-// make's jobs, with envd's.) Only for the moment of the fork does envd rank
-// as high as its children. Where the score cannot be changed (envd not
-// root, in tests on a host), start runs as it is.
-func rankedForOOM(start func() (int, error)) func() (int, error) {
+// rankedForOOM wraps start (a fork and exec of a command with attrs) so
+// that the child has oomScoreAdj before it runs an instruction of its
+// program: it starts traced (PTRACE_TRACEME, which needs no privilege), so
+// the kernel stops it at its exec; envd writes its score then and lets it
+// go. Writing the score once the child runs left the processes it starts at
+// once (make's jobs) with envd's score; raising envd's own score for the
+// fork made envd, at that moment, the OOM killer's pick in a sandbox at
+// its memory limit. Where tracing is refused (a seccomp profile without
+// ptrace), the child starts untraced and gets its score just after.
+func rankedForOOM(attrs *syscall.SysProcAttr, start func() (int, error)) func() (int, error) {
 	return func() (int, error) {
-		own := envdOOMScore()
-		oomMu.Lock()
-		defer oomMu.Unlock()
-		if len(own) == 0 || os.WriteFile(ownOOMScore, []byte(oomScoreAdj), 0) != nil {
-			return start()
+		// A tracee's tracer is the thread that forked it: the stop is
+		// waited for and the tracee let go from this one.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		attrs.Ptrace = true
+		pid, err := start()
+		if errors.Is(err, syscall.EPERM) {
+			attrs.Ptrace = false
+			if pid, err = start(); err == nil {
+				setOOMScore(pid)
+			}
+			return pid, err
 		}
-		defer func() { _ = os.WriteFile(ownOOMScore, own, 0) }()
-		return start()
+		if err != nil {
+			return pid, err
+		}
+		releaseAtExec(pid)
+		return pid, nil
 	}
+}
+
+// releaseAtExec waits for the traced child pid to stop at its exec, gives
+// it its OOM score and detaches from it, so it runs on untraced. A child
+// that died before its stop (killed in that instant) has been reaped here;
+// its owner's Wait then reports an error rather than its status.
+func releaseAtExec(pid int) {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, syscall.WALL, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if !ws.Stopped() {
+		return
+	}
+	setOOMScore(pid)
+	_ = syscall.PtraceDetach(pid)
+}
+
+// setOOMScore gives process pid oomScoreAdj. Failing (envd not root, in
+// tests on a host) changes nothing.
+func setOOMScore(pid int) {
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(oomScoreAdj), 0)
 }
 
 func closeAll(cs ...io.Closer) {
