@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"sync"
@@ -219,30 +220,45 @@ const oomScoreAdj = "1000"
 // go. Writing the score once the child runs left the processes it starts at
 // once (make's jobs) with envd's score; raising envd's own score for the
 // fork made envd, at that moment, the OOM killer's pick in a sandbox at
-// its memory limit. Where tracing is refused (a seccomp profile without
-// ptrace), the child starts untraced and gets its score just after.
+// its memory limit. Where tracing is refused (gVisor refuses
+// PTRACE_TRACEME), the child starts untraced and gets its score just after.
 func rankedForOOM(attrs *syscall.SysProcAttr, start func() (int, error)) func() (int, error) {
 	return func() (int, error) {
 		// A tracee's tracer is the thread that forked it: the stop is
 		// waited for and the tracee let go from this one.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		attrs.Ptrace = true
+		attrs.Ptrace = canTrace()
 		pid, err := start()
-		if errors.Is(err, syscall.EPERM) {
-			attrs.Ptrace = false
-			if pid, err = start(); err == nil {
-				setOOMScore(pid)
-			}
-			return pid, err
-		}
 		if err != nil {
 			return pid, err
 		}
-		releaseAtExec(pid)
+		if attrs.Ptrace {
+			releaseAtExec(pid)
+		} else {
+			setOOMScore(pid)
+		}
 		return pid, nil
 	}
 }
+
+// canTrace reports whether a child may ask to be traced here, found once
+// by starting this binary traced and killing it at its exec. Callers hold
+// their OS thread and run inside the reaper's Spawn.
+var canTrace = sync.OnceValue(func() bool {
+	exe, err := os.Executable()
+	if err != nil {
+		return false
+	}
+	probe := exec.Command(exe, "--version")
+	probe.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
+	if err := probe.Start(); err != nil {
+		return false
+	}
+	_ = probe.Process.Kill()
+	_ = probe.Wait()
+	return true
+})
 
 // releaseAtExec waits for the traced child pid to stop at its exec, gives
 // it its OOM score and detaches from it, so it runs on untraced. A child
