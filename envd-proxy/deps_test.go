@@ -25,7 +25,7 @@ func TestDependencyBoundaries(t *testing.T) {
 		}
 		mod, _, _ := strings.Cut(strings.TrimPrefix(pkg, own), "/")
 		mod = strings.TrimSuffix(strings.TrimSuffix(mod, "_test"), ".test") // test packages
-		if mod != "api" && mod != "shared" && mod != "envd-proxy" {
+		if mod != "api" && mod != "shared" && mod != "wire" && mod != "envd-proxy" {
 			t.Errorf("envd-proxy depends on %s, in the %s module", pkg, mod)
 		}
 	}
