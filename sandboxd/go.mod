@@ -49,6 +49,7 @@ require (
 	github.com/prometheus/procfs v0.21.1 // indirect
 	github.com/seccomp/libseccomp-golang v0.12.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
+	github.com/skiff-dev/skiff/wire v0.0.0
 	golang.org/x/net v0.57.0 // indirect
 )
 
@@ -57,3 +58,5 @@ replace (
 	github.com/skiff-dev/skiff/envd => ../envd
 	github.com/skiff-dev/skiff/shared => ../shared
 )
+
+replace github.com/skiff-dev/skiff/wire => ../wire

@@ -49,6 +49,7 @@ require (
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
+	github.com/skiff-dev/skiff/wire v0.0.0
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
@@ -69,3 +70,5 @@ require (
 )
 
 replace github.com/skiff-dev/skiff/api => ../api
+
+replace github.com/skiff-dev/skiff/wire => ../wire
