@@ -33,6 +33,7 @@ import (
 
 	"github.com/skiff-dev/skiff/envd/filesig"
 	"github.com/skiff-dev/skiff/shared/routing"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // TrafficTokenHeader carries a private sandbox's traffic access token, as
@@ -153,11 +154,11 @@ type targetKey struct{}
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t, err := routing.Parse(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		wire.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	if t.IsEnvd() && routing.BlockedEnvdPath(r.URL.Path) {
-		writeError(w, http.StatusNotFound, "404 page not found")
+		wire.WriteError(w, http.StatusNotFound, "404 page not found")
 		return
 	}
 	sb, err := h.resolver.Resolve(r.Context(), t.SandboxID)
@@ -172,7 +173,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// wake it either.
 	if !t.IsEnvd() && sb.TrafficAccessToken != "" {
 		if status, msg := checkTrafficToken(r, sb.TrafficAccessToken); status != 0 {
-			writeError(w, status, msg)
+			wire.WriteError(w, status, msg)
 			return
 		}
 	}
@@ -222,7 +223,7 @@ func (h *handler) resumeFailed(w http.ResponseWriter, r *http.Request, id string
 		// the client went away
 	default:
 		slog.ErrorContext(r.Context(), "auto-resume sandbox", "sandbox", id, "error", err)
-		writeError(w, http.StatusBadGateway, "the sandbox "+id+" is paused and could not be resumed")
+		wire.WriteError(w, http.StatusBadGateway, "the sandbox "+id+" is paused and could not be resumed")
 	}
 }
 
@@ -240,7 +241,7 @@ func mayWakeEnvd(r *http.Request, token string) bool {
 	if token == "" {
 		return true // envd checks nothing either
 	}
-	if got := r.Header.Get(envdTokenHeader); got != "" {
+	if got := r.Header.Get(wire.AccessTokenHeader); got != "" {
 		a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(token))
 		return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 	}
@@ -253,9 +254,6 @@ func mayWakeEnvd(r *http.Request, token string) bool {
 	}
 	return filesig.Verify(r.URL.Query(), op, token, time.Now())
 }
-
-// envdTokenHeader carries a sandbox's envd access token.
-const envdTokenHeader = "X-Access-Token"
 
 // checkTrafficToken compares the request's traffic token with want, in
 // constant time (of digests, so lengths do not show): 0 when it matches,
@@ -306,13 +304,7 @@ func (h *handler) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	w.Header().Set("Connection", "close")
 	// The cause (a dial error naming the sandbox's address) is logged, not
 	// sent: addresses inside the host are none of the client's business.
-	writeError(w, http.StatusBadGateway, "the sandbox port "+strconv.Itoa(int(rt.target.Port))+" is not reachable: nothing answers on it in the sandbox")
-}
-
-func writeError(w http.ResponseWriter, status int, message string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(`{"code":` + strconv.Itoa(status) + `,"message":` + strconv.Quote(message) + "}\n"))
+	wire.WriteError(w, http.StatusBadGateway, "the sandbox port "+strconv.Itoa(int(rt.target.Port))+" is not reachable: nothing answers on it in the sandbox")
 }
 
 // newTransport is the relay's way into sandboxes. It passes bodies as they
