@@ -15,14 +15,18 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/skiff-dev/skiff/wire"
 )
 
 const (
 	// HeaderSandboxID carries the target sandbox when the SDK talks to one
-	// shared sandbox URL.
-	HeaderSandboxID = "E2b-Sandbox-Id"
-	// HeaderSandboxPort carries the target port, with HeaderSandboxID.
-	HeaderSandboxPort = "E2b-Sandbox-Port"
+	// shared sandbox URL: wire.SandboxIDHeader, under the name its users
+	// (sandboxd's server among them) know.
+	HeaderSandboxID = wire.SandboxIDHeader
+	// HeaderSandboxPort carries the target port, with HeaderSandboxID:
+	// wire.SandboxPortHeader.
+	HeaderSandboxPort = wire.SandboxPortHeader
 	// EnvdPort is the port of envd inside every sandbox.
 	EnvdPort = 49983
 	// maxIDLen bounds a sandbox ID read from a request.
@@ -94,16 +98,14 @@ func BlockedEnvdPath(path string) bool {
 // gone as e2b's edge does: 502 with e2b's JSON, or an HTML page for a
 // browser. The SDKs read a 502 as "the sandbox was killed or timed out".
 func WriteSandboxNotFound(w http.ResponseWriter, r *http.Request, sandboxID string) {
-	w.Header().Set("Cache-Control", "no-store")
 	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusBadGateway)
 		fmt.Fprintf(w, "<!doctype html><title>Sandbox not found</title><h1>Sandbox not found</h1><p>The sandbox %s was not found: it may have been killed or timed out.</p>\n", html.EscapeString(sandboxID))
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadGateway)
-	fmt.Fprintf(w, `{"sandboxId":%s,"message":"The sandbox was not found","code":502}`+"\n", strconv.Quote(sandboxID))
+	wire.Write(w, wire.Error{SandboxID: sandboxID, Code: http.StatusBadGateway, Message: "The sandbox was not found"})
 }
 
 func validID(id string) bool {
