@@ -13,6 +13,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // Claim hands a warm sandbox to a team: atomically through the registry (of
@@ -113,7 +114,7 @@ func (s *Server) rotateToken(ctx context.Context, rec *store.Record, oldToken, t
 	if err != nil {
 		return err
 	}
-	in := &EnvdInit{AccessToken: token, EnvVars: env, Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
+	in := &wire.EnvdInit{AccessToken: &token, EnvVars: env, Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
 	_, err = s.envd.Init(ctx, s.envdAddr(b), oldToken, in)
 	return err
 }

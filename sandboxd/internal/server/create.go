@@ -21,6 +21,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/routing"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 const (
@@ -210,12 +211,12 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 func (s *Server) initEnvd(ctx context.Context, id string, l *launch, block ipam.Block) (token, version string, err error) {
 	addr := s.envdAddr(block)
 	started := time.Now()
-	if err := waitEnvd(ctx, s.envd, addr, s.opts.EnvdReadyTimeout); err != nil {
+	if err := s.envd.WaitHealthy(ctx, addr, s.opts.EnvdReadyTimeout); err != nil {
 		return "", "", err
 	}
 	s.metrics.envdReady.Observe(time.Since(started).Seconds())
 	token = sandboxid.NewAccessToken(id)
-	in := &EnvdInit{AccessToken: token, EnvVars: l.envVars, Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
+	in := &wire.EnvdInit{AccessToken: &token, EnvVars: l.envVars, Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
 	if hasUser(l.tmpl.Rootfs, defaultUser) {
 		in.DefaultUser, in.DefaultWorkdir = defaultUser, defaultWorkdir
 	}

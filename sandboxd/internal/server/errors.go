@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/envdclient"
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
@@ -37,7 +38,7 @@ func toConnect(err error) error {
 		code = connect.CodeResourceExhausted
 	case errors.Is(err, registry.ErrNotWarm), errors.Is(err, errWrongState):
 		code = connect.CodeFailedPrecondition
-	case errors.Is(err, errEnvd):
+	case errors.Is(err, envdclient.ErrEnvd):
 		code = connect.CodeUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		code = connect.CodeDeadlineExceeded

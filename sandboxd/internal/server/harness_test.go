@@ -30,6 +30,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // The sandboxes' addresses are on loopback (all of 127/8 is), so the fake
@@ -81,11 +82,11 @@ func startFakeEnvd(t *testing.T, ip netip.Addr, unhealthy bool, token string) *f
 			http.Error(w, `{"code":500,"message":"broken"}`, http.StatusInternalServerError)
 			return
 		}
-		if e.token != "" && r.Header.Get("X-Access-Token") != e.token {
+		if e.token != "" && r.Header.Get(wire.AccessTokenHeader) != e.token {
 			http.Error(w, `{"code":401,"message":"unauthorized access"}`, http.StatusUnauthorized)
 			return
 		}
-		var in EnvdInit
+		var in wire.EnvdInit
 		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -94,7 +95,9 @@ func startFakeEnvd(t *testing.T, ip netip.Addr, unhealthy bool, token string) *f
 			http.Error(w, "bad timestamp", http.StatusBadRequest)
 			return
 		}
-		e.token = in.AccessToken
+		if in.AccessToken != nil {
+			e.token = *in.AccessToken
+		}
 		maps.Copy(e.env, in.EnvVars)
 		if in.DefaultUser != "" {
 			e.user, e.workdir = in.DefaultUser, in.DefaultWorkdir

@@ -116,16 +116,3 @@ func TestReadToken(t *testing.T) {
 		t.Fatal("a missing token file was accepted")
 	}
 }
-
-func TestEnvdVersion(t *testing.T) {
-	script := filepath.Join(t.TempDir(), "envd")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\n[ \"$1\" = --version ] && echo 0.6.4\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := EnvdVersion(t.Context(), script); err != nil || v != "0.6.4" {
-		t.Fatalf("EnvdVersion = %q, %v", v, err)
-	}
-	if _, err := EnvdVersion(t.Context(), filepath.Join(t.TempDir(), "missing")); err == nil {
-		t.Fatal("a missing envd gave a version")
-	}
-}

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/deadline"
+	"github.com/skiff-dev/skiff/sandboxd/internal/envdclient"
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
@@ -36,6 +37,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/routing"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // Network gives each sandbox its network namespace: a veth pair on its
@@ -51,6 +53,15 @@ type Network interface {
 	List() ([]string, error)
 	// ResolvConf is the /etc/resolv.conf every sandbox gets.
 	ResolvConf() []byte
+}
+
+// Envd reaches the envd in each sandbox, at addr (host:port).
+type Envd interface {
+	// WaitHealthy returns nil once envd answers, or an error after timeout.
+	WaitHealthy(ctx context.Context, addr string, timeout time.Duration) error
+	// Init posts in to /init, authenticated by the token envd holds now
+	// ("" before the first /init), and returns envd's version.
+	Init(ctx context.Context, addr, currentToken string, in *wire.EnvdInit) (version string, err error)
 }
 
 // Templates are the root filesystems sandboxes start from.
@@ -78,13 +89,14 @@ type Deps struct {
 	Clock clock.WithTickerAndDelayedExecution
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Envd reaches the envd in each sandbox; an EnvdClient by default.
+	// Envd reaches the envd in each sandbox; an envdclient.Client by
+	// default.
 	Envd Envd
 	// EnvdAddr is where a sandbox's envd listens, by default its address
 	// at port 49983.
 	EnvdAddr func(ipam.Block) string
 	// EnvdVersion is the version the envd binary advertises; by default
-	// New asks the binary (EnvdVersion).
+	// New asks the binary (envdclient.Version).
 	EnvdVersion string
 }
 
@@ -159,7 +171,7 @@ func New(opts Options, deps Deps) (*Server, error) {
 		s.log = slog.Default()
 	}
 	if s.envd == nil {
-		s.envd = NewEnvdClient(max(opts.EnvdReadyTimeout, defaultEnvdRequestTimeout))
+		s.envd = envdclient.New(max(opts.EnvdReadyTimeout, envdclient.DefaultTimeout))
 	}
 	if s.envdAddr == nil {
 		s.envdAddr = func(b ipam.Block) string {
@@ -167,7 +179,7 @@ func New(opts Options, deps Deps) (*Server, error) {
 		}
 	}
 	if s.envdVersion == "" {
-		v, err := EnvdVersion(context.Background(), opts.Envd)
+		v, err := envdclient.Version(context.Background(), opts.Envd)
 		if err != nil {
 			return nil, fmt.Errorf("new server: %w", err)
 		}
@@ -189,9 +201,6 @@ func New(opts Options, deps Deps) (*Server, error) {
 	s.metrics = newMetrics(s)
 	return s, nil
 }
-
-// defaultEnvdRequestTimeout bounds one request to envd.
-const defaultEnvdRequestTimeout = 10 * time.Second
 
 // asyncClock runs AfterFunc callbacks on their own goroutine, as the real
 // clock does. A fake clock calls them while it holds its own lock, where a
