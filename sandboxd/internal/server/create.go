@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+	"github.com/skiff-dev/skiff/sandboxd/internal/prepared"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
@@ -128,23 +129,26 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 		return nil, "", fmt.Errorf("reserve capacity: %w", err)
 	}
 	l.undo = append(l.undo, func(context.Context) { res.Release() })
-	// A prepared sandbox (prepared.go) comes with its ID, address and
+	// A prepared sandbox (package prepared) comes with its ID, address and
 	// network; a new one is prepared in its place, as after a create that
 	// found none.
-	defer s.prepared.fill(l)
-	ps := s.prepared.take(ctx, l)
+	var ps *prepared.Sandbox
+	if s.preparable(l) {
+		defer s.prepared.Fill(l.tmpl)
+		ps = s.prepared.Take(ctx, l.tmpl)
+	}
 	if ps == nil {
 		id, err := sandboxid.New(s.tag)
 		if err != nil {
 			return nil, "", fmt.Errorf("new sandbox ID: %w", err)
 		}
-		ps = &preparedSandbox{id: id}
+		ps = &prepared.Sandbox{ID: id}
 	}
-	id, block := ps.id, ps.block
+	id, block := ps.ID, ps.Block
 	log := s.log.With("sandbox", id)
 	defer s.locks.lock(id)()
 
-	if ps.netns == "" {
+	if ps.NetNS == "" {
 		if block, err = s.ipam.Allocate(id); err != nil {
 			return nil, "", fmt.Errorf("allocate address: %w", err)
 		}
@@ -156,7 +160,7 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 		}
 	})
 	step := time.Now()
-	netns := ps.netns
+	netns := ps.NetNS
 	if netns == "" {
 		if netns, err = s.net.Setup(ctx, id, block, l.rec.AllowInternetAccess); err != nil {
 			return nil, "", fmt.Errorf("set up network: %w", err)
@@ -171,8 +175,8 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 		}
 		_ = os.Remove(logPath)
 	})
-	if ps.netns != "" {
-		if err := s.prepared.rt.StartPrepared(ctx, id, sandboxrt.Limits{CPUMilli: l.cpu, MemoryMiB: l.mem, DiskMiB: l.disk}); err != nil {
+	if ps.NetNS != "" {
+		if err := s.preparer.StartPrepared(ctx, id, sandboxrt.Limits{CPUMilli: l.cpu, MemoryMiB: l.mem, DiskMiB: l.disk}); err != nil {
 			return nil, "", fmt.Errorf("start prepared sandbox: %w", err)
 		}
 	} else if err := s.rt.Start(ctx, s.spec(id, l, block, netns, logPath)); err != nil {
@@ -195,13 +199,13 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 	}
 	s.watchExit(id)
 	kind := l.kind
-	if ps.netns != "" {
+	if ps.NetNS != "" {
 		kind = kindCreatePrepared
 	}
 	s.metrics.createDuration.WithLabelValues(kind).Observe(time.Since(began).Seconds())
 	log.InfoContext(ctx, "sandbox started", "kind", l.kind, "template", rec.Template, "state", rec.State,
 		"team", rec.Team, "pool", rec.Pool, "cpu_milli", rec.CPUMilli, "memory_mib", rec.MemoryMiB, "duration", time.Since(began),
-		"network", tookNet, "runtime", tookRuntime, "envd", tookEnvd, "record", tookRecord, "prepared", ps.netns != "")
+		"network", tookNet, "runtime", tookRuntime, "envd", tookEnvd, "record", tookRecord, "prepared", ps.NetNS != "")
 	return &rec, token, nil
 }
 

@@ -142,7 +142,9 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	s.deadlines.Stop()
 	// Prepared sandboxes are not sandboxes: they go (a sandboxd killed
 	// instead leaves them to the next one's sweep of orphans).
-	s.prepared.close(shutdownCtx)
+	if s.prepared != nil {
+		s.prepared.Close(shutdownCtx)
+	}
 	s.log.InfoContext(ctx, "sandboxd stopped; sandboxes keep running")
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", serveErr)

@@ -60,7 +60,7 @@ type Options struct {
 	// answer /health.
 	EnvdReadyTimeout time.Duration
 	// PreparedSandboxes is how many sandboxes are kept prepared for cold
-	// creates, per template (prepared.go); 0 turns it off.
+	// creates, per template (package prepared); 0 turns it off.
 	PreparedSandboxes int
 	// MaxTimeout bounds a sandbox's lifetime.
 	MaxTimeout time.Duration

@@ -30,6 +30,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/deadline"
 	"github.com/skiff-dev/skiff/sandboxd/internal/envdclient"
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+	"github.com/skiff-dev/skiff/sandboxd/internal/prepared"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
@@ -127,8 +128,10 @@ type Server struct {
 	// watchSource is the registry's Watch; tests replace it.
 	watchSource func() ([]*store.Record, <-chan registry.Event, func())
 
-	// prepared holds sandboxes made ahead of cold creates; nil when off.
-	prepared *preparedPool
+	// prepared holds sandboxes made ahead of cold creates, through
+	// preparer; both nil when off.
+	prepared *prepared.Pool
+	preparer sandboxrt.Preparer
 
 	// Watching sandboxes' inits (exits.go): the IDs watched, and the
 	// watchers' context and group, which Serve's shutdown ends and waits.
@@ -166,9 +169,12 @@ func New(opts Options, deps Deps) (*Server, error) {
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
-	s.prepared = newPreparedPool(s, opts.PreparedSandboxes)
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if rt, ok := s.rt.(sandboxrt.Preparer); ok && opts.PreparedSandboxes > 0 {
+		s.preparer = rt
+		s.prepared = prepared.New(preparer{s, rt}, opts.PreparedSandboxes, s.log)
 	}
 	if s.envd == nil {
 		s.envd = envdclient.New(max(opts.EnvdReadyTimeout, envdclient.DefaultTimeout))
