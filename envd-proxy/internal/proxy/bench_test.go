@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // The benchmarks run a stand-in sandboxd, the proxy and the client in one
@@ -62,7 +64,7 @@ func (s *benchSetup) request(ctx context.Context, viaProxy bool, method, path st
 	req.Header.Set("X-Access-Token", "bench-token")
 	req.Header.Set("Content-Type", "application/json")
 	if !viaProxy {
-		req.Header.Set(NodeTokenHeader, nodeToken)
+		req.Header.Set(wire.NodeTokenHeader, nodeToken)
 	}
 	return req
 }

@@ -11,7 +11,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -25,11 +24,8 @@ import (
 	"github.com/skiff-dev/skiff/envd-proxy/internal/route"
 	"github.com/skiff-dev/skiff/shared/routing"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/wire"
 )
-
-// NodeTokenHeader carries the token sandboxd requires of relayed requests;
-// sandboxd removes it before the request reaches a sandbox.
-const NodeTokenHeader = "Skiff-Node-Token"
 
 // Locator finds the node that runs a sandbox (fleet.Index).
 type Locator interface {
@@ -44,7 +40,7 @@ type Config struct {
 	// a token; nil turns token routing off.
 	Tokens *route.Tokens
 	// NodeToken returns the token of the named node's sandboxd, which the
-	// node's requests carry as NodeTokenHeader (nodetoken.Tokens.For).
+	// node's requests carry as wire.NodeTokenHeader (nodetoken.Tokens.For).
 	NodeToken func(node string) string
 	// Ready reports whether the fleet view has synced; until it has, every
 	// request gets 503, not a 502 that SDKs take for "the sandbox is gone".
@@ -143,25 +139,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if debug {
 			p.log.DebugContext(r.Context(), "request names no routable sandbox", "method", r.Method, "error", err)
 		}
-		writeError(w, http.StatusBadRequest, err.Error())
+		wire.WriteError(w, http.StatusBadRequest, err.Error())
 		p.metrics.request(route.ByNone, http.StatusBadRequest)
 		return
 	}
 	if t.IsEnvd() && blockedPath(r.URL.Path) {
-		writeError(w, http.StatusNotFound, "404 page not found")
+		wire.WriteError(w, http.StatusNotFound, "404 page not found")
 		p.metrics.request(t.By, http.StatusNotFound)
 		return
 	}
 	if !p.ready() {
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "the proxy is starting and has not synced the fleet's inventory yet; retry")
+		wire.WriteError(w, http.StatusServiceUnavailable, "the proxy is starting and has not synced the fleet's inventory yet; retry")
 		p.metrics.request(t.By, http.StatusServiceUnavailable)
 		return
 	}
 	node, ok := p.fleet.Lookup(t.SandboxID)
 	if !ok {
 		if t.By == route.ByToken {
-			p.tokens.Forget(r.Header.Get(route.AccessTokenHeader), t.SandboxID)
+			p.tokens.Forget(r.Header.Get(wire.AccessTokenHeader), t.SandboxID)
 		}
 		if debug {
 			p.log.DebugContext(r.Context(), "sandbox on no fresh node", "sandbox", t.SandboxID, "port", t.Port, "routed_by", t.By)
@@ -178,7 +174,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	lw := &lockedWriter{ResponseWriter: w}
 	fw := &forward{target: t, node: node, w: lw, method: r.Method, path: r.URL.Path, start: time.Now()}
 	if t.IsEnvd() {
-		fw.token = r.Header.Get(route.AccessTokenHeader)
+		fw.token = r.Header.Get(wire.AccessTokenHeader)
 	}
 	fw.body = body
 	// Deferred: ReverseProxy ends a response cut midway by panicking with
@@ -234,15 +230,15 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 			delete(h, name)
 		}
 	}
-	h.Set(NodeTokenHeader, p.nodeToken(fw.node.Name))
-	h.Set(routing.HeaderSandboxID, fw.target.SandboxID)
-	h.Set(routing.HeaderSandboxPort, strconv.Itoa(int(fw.target.Port)))
+	h.Set(wire.NodeTokenHeader, p.nodeToken(fw.node.Name))
+	h.Set(wire.SandboxIDHeader, fw.target.SandboxID)
+	h.Set(wire.SandboxPortHeader, strconv.Itoa(int(fw.target.Port)))
 }
 
 // isNodeTokenHeader reports whether a header name is, or could be taken
-// for, NodeTokenHeader (any case, '_' for '-').
+// for, wire.NodeTokenHeader (any case, '_' for '-').
 func isNodeTokenHeader(name string) bool {
-	return len(name) == len(NodeTokenHeader) && strings.EqualFold(strings.ReplaceAll(name, "_", "-"), NodeTokenHeader)
+	return len(name) == len(wire.NodeTokenHeader) && strings.EqualFold(strings.ReplaceAll(name, "_", "-"), wire.NodeTokenHeader)
 }
 
 // modifyResponse records the answer's status and latency, and learns or
@@ -303,7 +299,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		p.log.InfoContext(r.Context(), "request body idle: cut", "sandbox", fw.target.SandboxID, "port", fw.target.Port,
 			"idle_timeout", p.bodyIdle)
 		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusRequestTimeout, "the request body sent nothing for "+p.bodyIdle.String()+"; the proxy cut it")
+		wire.WriteError(w, http.StatusRequestTimeout, "the request body sent nothing for "+p.bodyIdle.String()+"; the proxy cut it")
 		return
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
@@ -314,7 +310,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		p.log.WarnContext(r.Context(), "forward to sandboxd failed", "sandbox", fw.target.SandboxID, "port", fw.target.Port,
 			"node", fw.node.Name, "endpoint", fw.node.Endpoint, "error", err)
 	}
-	writeError(w, http.StatusBadGateway, "the sandbox's host is not reachable; retry, or check that the sandbox is running")
+	wire.WriteError(w, http.StatusBadGateway, "the sandbox's host is not reachable; retry, or check that the sandbox is running")
 }
 
 // TooManyConnections answers a request on a client connection beyond the
@@ -324,14 +320,8 @@ func (p *Proxy) TooManyConnections(w http.ResponseWriter, _ *http.Request) {
 	h := w.Header()
 	h.Set("Connection", "close")
 	h.Set("Retry-After", "1")
-	writeError(w, http.StatusTooManyRequests, "too many connections from this client; reuse a connection or retry later")
+	wire.WriteError(w, http.StatusTooManyRequests, "too many connections from this client; reuse a connection or retry later")
 	p.metrics.request(route.ByNone, http.StatusTooManyRequests)
-}
-
-// apiError is e2b's error shape.
-type apiError struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
 }
 
 // bodyFailed logs a response body that ended early: sandboxd (or the
@@ -348,13 +338,4 @@ func (p *Proxy) bodyFailed(r *http.Request, fw *forward, err error) {
 	}
 	p.log.WarnContext(r.Context(), "response from sandboxd ended early", "sandbox", fw.target.SandboxID, "port", fw.target.Port,
 		"node", fw.node.Name, "error", err)
-}
-
-// writeError answers in e2b's error shape, {"code":…,"message":…}.
-func writeError(w http.ResponseWriter, status int, message string) {
-	body, _ := json.Marshal(apiError{Code: status, Message: message}) // cannot fail: an int and a string
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+
+	"github.com/skiff-dev/skiff/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -18,9 +20,9 @@ func TestMain(m *testing.M) {
 }
 
 // apiErr decodes e2b's error shape, failing the test on anything else.
-func apiErr(t *testing.T, body string) apiError {
+func apiErr(t *testing.T, body string) wire.Error {
 	t.Helper()
-	var e apiError
+	var e wire.Error
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil {
@@ -107,11 +109,11 @@ func TestNodeTokenNeverFromTheClient(t *testing.T) {
 		}
 		got := a.last(t)
 		for k, vs := range got.Header {
-			if isNodeTokenHeader(k) && (k != NodeTokenHeader || len(vs) != 1 || vs[0] != nodeToken) {
+			if isNodeTokenHeader(k) && (k != wire.NodeTokenHeader || len(vs) != 1 || vs[0] != nodeToken) {
 				t.Errorf("client header %s: sandboxd got %s = %q", name, k, vs)
 			}
 		}
-		if got.Header.Get(NodeTokenHeader) != nodeToken {
+		if got.Header.Get(wire.NodeTokenHeader) != nodeToken {
 			t.Errorf("client header %s: node token missing", name)
 		}
 	}
@@ -121,7 +123,7 @@ func TestNodeTokenNeverFromTheClient(t *testing.T) {
 	if resp, _ := h.do(req); resp.StatusCode != http.StatusOK {
 		t.Fatalf("Connection header: %d", resp.StatusCode)
 	}
-	if got := a.last(t); got.Header.Get(NodeTokenHeader) != nodeToken || got.Header.Get("E2b-Sandbox-Id") != id {
+	if got := a.last(t); got.Header.Get(wire.NodeTokenHeader) != nodeToken || got.Header.Get("E2b-Sandbox-Id") != id {
 		t.Errorf("Connection header removed routing: %v", got.Header)
 	}
 }
@@ -135,8 +137,8 @@ func TestEachNodeGetsItsOwnToken(t *testing.T) {
 		if resp, _ := h.do(h.request(http.MethodGet, "/", sandbox(t, u.node), "8080", nil)); resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: %d", u.node, resp.StatusCode)
 		}
-		if got := u.last(t).Header.Values(NodeTokenHeader); len(got) != 1 || got[0] != "token-of-"+u.node {
-			t.Errorf("sandboxd of %s got %s %q", u.node, NodeTokenHeader, got)
+		if got := u.last(t).Header.Values(wire.NodeTokenHeader); len(got) != 1 || got[0] != "token-of-"+u.node {
+			t.Errorf("sandboxd of %s got %s %q", u.node, wire.NodeTokenHeader, got)
 		}
 	}
 }
@@ -183,6 +185,7 @@ func TestBadTargetsAnswer400WithoutUpstream(t *testing.T) {
 		"port 0":           {"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "0"},
 		"port too big":     {"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "70000"},
 		"upper-case id":    {"E2b-Sandbox-Id": strings.ToUpper(id), "E2b-Sandbox-Port": "49983"},
+		"quote in the id":  {"E2b-Sandbox-Id": `a"b\c`, "E2b-Sandbox-Port": "49983"}, // repeated in the message: still JSON
 		"no target":        {},
 		"unknown token":    {"X-Access-Token": "never-seen"},
 	} {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // hangGuard fails the test if done does not close in time: a proxy that
@@ -97,7 +99,7 @@ func TestStreamFlushesEachChunkAsItComes(t *testing.T) {
 // through, and frames go both ways on the spliced connection.
 func TestWebSocketRoundTrip(t *testing.T) {
 	a := newUpstream(t, "node-a", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") || r.Header.Get(NodeTokenHeader) != nodeToken {
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") || r.Header.Get(wire.NodeTokenHeader) != nodeToken {
 			http.Error(w, "not a websocket", http.StatusBadRequest)
 			return
 		}

@@ -21,10 +21,8 @@ import (
 
 	"github.com/skiff-dev/skiff/shared/routing"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/wire"
 )
-
-// AccessTokenHeader carries envd's access token, unique to a sandbox.
-const AccessTokenHeader = "X-Access-Token"
 
 // By names how a request named its sandbox; it is a metric label.
 type By string
@@ -64,14 +62,14 @@ func Resolve(r *http.Request, tokens *Tokens) (Target, error) {
 	switch {
 	case err == nil:
 		by := ByHost
-		if r.Header.Get(routing.HeaderSandboxID) != "" {
+		if r.Header.Get(wire.SandboxIDHeader) != "" {
 			by = ByHeader
 		}
 		return Target{Target: t, By: by}, nil
 	case !errors.Is(err, routing.ErrNoTarget):
 		return Target{}, err
 	}
-	token := r.Header.Get(AccessTokenHeader)
+	token := r.Header.Get(wire.AccessTokenHeader)
 	if token == "" {
 		return Target{}, ErrNoTarget
 	}
@@ -84,7 +82,7 @@ func Resolve(r *http.Request, tokens *Tokens) (Target, error) {
 	}
 	id, ok := tokens.Lookup(token)
 	if !ok {
-		return Target{}, fmt.Errorf("%w; its %s is not one this proxy has routed by header (old SDKs' /files calls carry only the token; retry after any other call to the sandbox)", ErrNoTarget, AccessTokenHeader)
+		return Target{}, fmt.Errorf("%w; its %s is not one this proxy has routed by header (old SDKs' /files calls carry only the token; retry after any other call to the sandbox)", ErrNoTarget, wire.AccessTokenHeader)
 	}
 	return Target{Target: routing.Target{SandboxID: id, Port: routing.EnvdPort}, By: ByToken}, nil
 }
@@ -93,15 +91,15 @@ func Resolve(r *http.Request, tokens *Tokens) (Target, error) {
 // routing header that is present but empty (e2b: "missing header"), or
 // present twice with different values.
 func checkHeaders(h http.Header) error {
-	idVals, hasID := h[routing.HeaderSandboxID]
-	portVals, hasPort := h[routing.HeaderSandboxPort]
+	idVals, hasID := h[wire.SandboxIDHeader]
+	portVals, hasPort := h[wire.SandboxPortHeader]
 	if !hasID && !hasPort {
 		return nil
 	}
 	for _, hv := range []struct {
 		name string
 		vals []string
-	}{{routing.HeaderSandboxID, idVals}, {routing.HeaderSandboxPort, portVals}} {
+	}{{wire.SandboxIDHeader, idVals}, {wire.SandboxPortHeader, portVals}} {
 		if len(hv.vals) == 0 || hv.vals[0] == "" {
 			return fmt.Errorf("%w: missing header %s", ErrBadTarget, hv.name)
 		}

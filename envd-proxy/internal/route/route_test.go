@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/skiff-dev/skiff/shared/routing"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 const (
@@ -108,12 +109,12 @@ func TestResolve(t *testing.T) {
 
 func TestResolveWithoutTokenRouting(t *testing.T) {
 	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:3002/files", nil)
-	r.Header.Set(AccessTokenHeader, token)
+	r.Header.Set(wire.AccessTokenHeader, token)
 	if got, err := Resolve(r, nil); !errors.Is(err, ErrNoTarget) {
 		t.Fatalf("Resolve with token routing off = %+v, %v; want ErrNoTarget", got, err)
 	}
 	// A token with its sandbox's ID needs no learned tokens.
-	r.Header.Set(AccessTokenHeader, other+"."+strings.Repeat("0", 64))
+	r.Header.Set(wire.AccessTokenHeader, other+"."+strings.Repeat("0", 64))
 	if got, err := Resolve(r, nil); err != nil || got.SandboxID != other {
 		t.Fatalf("Resolve of a sandboxd token with token routing off = %+v, %v; want %s", got, err, other)
 	}
