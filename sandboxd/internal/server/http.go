@@ -113,7 +113,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	}
 	var wg sync.WaitGroup
 	samplerCtx, stopSampler := context.WithCancel(ctx)
-	wg.Go(func() { s.runSampler(samplerCtx) })
+	wg.Go(func() { s.samples.Run(samplerCtx, s.opts.MetricsInterval) })
 	go func() { errc <- serveOn(api, ln, s.tlsConfig != nil) }()
 	s.log.InfoContext(ctx, "sandboxd serving", "address", ln.Addr().String(), "admin_address", adminLn.Addr().String(),
 		"node", s.opts.NodeName, "tag", string(s.tag), "runtime", s.rt.Name(), "envd_version", s.envdVersion,

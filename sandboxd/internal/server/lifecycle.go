@@ -96,7 +96,7 @@ func (s *Server) endLocked(ctx context.Context, rec *store.Record, reason, why s
 		return fmt.Errorf("remove record of %s: %w", rec.ID, err)
 	}
 	s.deadlines.Cancel(rec.ID)
-	s.samples.forget(rec.ID)
+	s.samples.Forget(rec.ID)
 	if err := os.Remove(s.logPath(rec.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.WarnContext(ctx, "remove sandbox log", "sandbox", rec.ID, "error", err)
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/prepared"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/stats"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	"github.com/skiff-dev/skiff/shared/routing"
@@ -122,7 +123,7 @@ type Server struct {
 
 	deadlines *deadline.Scheduler
 	locks     keyedMutex
-	samples   *sampler
+	samples   *stats.Sampler
 	metrics   *metrics
 
 	// watchSource is the registry's Watch; tests replace it.
@@ -203,7 +204,7 @@ func New(opts Options, deps Deps) (*Server, error) {
 	}
 	s.watchSource = s.reg.Watch
 	s.deadlines = deadline.New(asyncClock{s.clock}, s.expire)
-	s.samples = newSampler(opts.MetricsSamples)
+	s.samples = stats.New(s.rt, s.reg, s.clock, opts.MetricsSamples, s.log)
 	s.metrics = newMetrics(s)
 	return s, nil
 }

@@ -55,22 +55,6 @@ func TestToMetrics(t *testing.T) {
 	}
 }
 
-func TestSamplerRing(t *testing.T) {
-	p := newSampler(3)
-	for i := range 5 {
-		p.add("a", sandboxrt.Stats{Time: epoch.Add(time.Duration(i) * time.Second)})
-	}
-	p.add("a", sandboxrt.Stats{Time: epoch}) // older than the newest: dropped
-	base, got := p.get("a")
-	if len(got) != 3 || base == nil || !base.Time.Equal(epoch.Add(time.Second)) || !got[0].Time.Equal(epoch.Add(2*time.Second)) {
-		t.Fatalf("base %v, samples %v", base, got)
-	}
-	p.retain(map[string]bool{})
-	if _, got := p.get("a"); got != nil {
-		t.Fatal("retain kept a forgotten sandbox")
-	}
-}
-
 func TestMetricsRPC(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	id := h.create(func(m *pb.CreateRequest) { m.Resources = &pb.Resources{CpuMilli: 1000} }).GetSandbox().GetId()
@@ -90,10 +74,10 @@ func TestMetricsRPC(t *testing.T) {
 	eventually(t, "the sampler's ticker", func() bool { return h.clock.Waiters() >= 2 })
 	h.rt.setStats(id, sandboxrt.Stats{Time: epoch.Add(5 * time.Second), CPUUsage: 2500 * time.Millisecond})
 	h.clock.Step(5 * time.Second)
-	eventually(t, "a sample", func() bool { _, s := h.srv.samples.get(id); return len(s) == 1 })
+	eventually(t, "a sample", func() bool { _, s := h.srv.samples.Get(id); return len(s) == 1 })
 	h.rt.setStats(id, sandboxrt.Stats{Time: epoch.Add(10 * time.Second), CPUUsage: 3 * time.Second})
 	h.clock.Step(5 * time.Second)
-	eventually(t, "two samples", func() bool { _, s := h.srv.samples.get(id); return len(s) == 2 })
+	eventually(t, "two samples", func() bool { _, s := h.srv.samples.Get(id); return len(s) == 2 })
 	got := get()
 	if len(got) != 2 || math.Abs(got[0].GetCpuUsedPct()-50) > 1e-9 || math.Abs(got[1].GetCpuUsedPct()-10) > 1e-9 {
 		t.Fatalf("metrics = %v, want 50%% then 10%%", got)
