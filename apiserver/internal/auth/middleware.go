@@ -2,11 +2,12 @@ package auth
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
+
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // HeaderAPIKey is the header the e2b SDKs send the API key in (the JS SDK
@@ -49,20 +50,20 @@ func Middleware(store Store, next http.Handler) http.Handler {
 			if r.Header.Get("Authorization") != "" {
 				msg = "access tokens are not accepted: send an API key in the X-API-Key header"
 			}
-			writeError(w, http.StatusUnauthorized, msg)
+			wire.WriteError(w, http.StatusUnauthorized, msg)
 			return
 		case len(keys) > 1:
-			writeError(w, http.StatusUnauthorized, "more than one X-API-Key header")
+			wire.WriteError(w, http.StatusUnauthorized, "more than one X-API-Key header")
 			return
 		}
 		team, err := store.Team(r.Context(), strings.TrimSpace(keys[0]))
 		switch {
 		case errors.Is(err, ErrUnknownKey):
-			writeError(w, http.StatusUnauthorized, "invalid API key")
+			wire.WriteError(w, http.StatusUnauthorized, "invalid API key")
 			return
 		case err != nil:
 			slog.ErrorContext(r.Context(), "authenticate request", "error", err)
-			writeError(w, http.StatusInternalServerError, "cannot check the API key right now")
+			wire.WriteError(w, http.StatusInternalServerError, "cannot check the API key right now")
 			return
 		}
 		r = r.WithContext(WithTeam(r.Context(), team))
@@ -70,16 +71,4 @@ func Middleware(store Store, next http.Handler) http.Handler {
 		r.Header.Del(HeaderAPIKey)
 		next.ServeHTTP(w, r)
 	})
-}
-
-// writeError answers in the e2b REST error shape.
-func writeError(w http.ResponseWriter, code int, msg string) {
-	body, _ := json.Marshal(struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, msg})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_, _ = w.Write(body)
 }

@@ -6,15 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-)
 
-// errorBody is e2b's Error schema. The SDKs branch on code (not on the HTTP
-// status), so it is always present and always equals the status.
-type errorBody struct {
-	Code      int    `json:"code"`
-	Message   string `json:"message"`
-	ErrorCode string `json:"error_code,omitempty"`
-}
+	"github.com/skiff-dev/skiff/wire"
+)
 
 // e2b's machine-readable error codes (error_code).
 const (
@@ -32,7 +26,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err != nil {
 		// Every value written here is a plain struct of strings, numbers and
 		// maps; failing to encode one is a bug, answered honestly.
-		status, b = http.StatusInternalServerError, []byte(`{"code":500,"message":"encode response"}`)
+		wire.WriteError(w, http.StatusInternalServerError, "encode response")
+		return
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -41,9 +36,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// writeError writes e2b's error shape.
+// writeError writes e2b's error shape (wire.Error), with e2b's
+// machine-readable errorCode when it is not empty.
 func writeError(w http.ResponseWriter, status int, errorCode, format string, args ...any) {
-	writeJSON(w, status, errorBody{Code: status, Message: fmt.Sprintf(format, args...), ErrorCode: errorCode})
+	wire.Write(w, wire.Error{Code: status, Message: fmt.Sprintf(format, args...), ErrorCode: errorCode})
 }
 
 // echo quotes a piece of caller input for an error message, cut to maxEcho

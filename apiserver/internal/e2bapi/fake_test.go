@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // Teams and keys of the test server: X-API-Key key-a is team-a, key-b is
@@ -345,7 +346,7 @@ func wantStatus(t testing.TB, rec *httptest.ResponseRecorder, status int) {
 
 // wantError checks e2b's error shape: JSON content type, code == status,
 // a message containing every one of contains.
-func wantError(t testing.TB, rec *httptest.ResponseRecorder, status int, contains ...string) errorBody {
+func wantError(t testing.TB, rec *httptest.ResponseRecorder, status int, contains ...string) wire.Error {
 	t.Helper()
 	wantStatus(t, rec, status)
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
@@ -353,7 +354,7 @@ func wantError(t testing.TB, rec *httptest.ResponseRecorder, status int, contain
 	}
 	m := keysOf(t, rec.Body.Bytes())
 	checkKeys(t, "Error", m, []string{"code", "message"}, []string{"error_code"})
-	var e errorBody
+	var e wire.Error
 	strictDecode(t, rec.Body.Bytes(), &e)
 	if e.Code != status {
 		t.Fatalf("code = %d, want %d", e.Code, status)

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // checkAnswer fails unless rec is a well-formed answer: a JSON error in
@@ -16,7 +18,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder) {
 	t.Helper()
 	switch {
 	case rec.Code >= 400:
-		var e errorBody
+		var e wire.Error
 		dec := json.NewDecoder(strings.NewReader(rec.Body.String()))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&e); err != nil || e.Code != rec.Code || e.Message == "" ||
