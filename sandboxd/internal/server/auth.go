@@ -12,26 +12,32 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/wire"
 )
 
-// NodeTokenHeader carries the shared token on any request, relayed ones
-// included; it is removed before a request reaches a sandbox.
-const NodeTokenHeader = "Skiff-Node-Token"
+// NodeTokenHeader is wire.NodeTokenHeader, which carries the shared token
+// on any request, relayed ones included; it is removed before a request
+// reaches a sandbox.
+//
+// Deprecated: use wire.NodeTokenHeader; this name stays only until the e2e
+// tests spell it so.
+const NodeTokenHeader = wire.NodeTokenHeader
 
 // authenticate lets a request through when it carries the shared token
-// (RPCs: `Authorization: Bearer` or NodeTokenHeader; relayed requests:
-// NodeTokenHeader only, since their Authorization belongs to the sandbox).
-// Without a token every request passes: mTLS already verified the caller,
-// or --insecure-no-auth said so. NodeTokenHeader never reaches the next
-// handler.
+// (RPCs: `Authorization: Bearer` or wire.NodeTokenHeader; relayed
+// requests: wire.NodeTokenHeader only, since their Authorization belongs to
+// the sandbox). Without a token every request passes: mTLS already
+// verified the caller, or --insecure-no-auth said so. wire.NodeTokenHeader
+// never reaches the next handler.
 func (s *Server) authenticate(next http.Handler, relayed func(*http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		isRelay := relayed(r)
-		nodeToken := r.Header.Get(NodeTokenHeader)
-		if _, ok := r.Header[NodeTokenHeader]; ok {
+		nodeToken := r.Header.Get(wire.NodeTokenHeader)
+		if _, ok := r.Header[wire.NodeTokenHeader]; ok {
 			r = r.WithContext(r.Context()) // a shallow copy whose headers may change
 			r.Header = r.Header.Clone()
-			r.Header.Del(NodeTokenHeader)
+			r.Header.Del(wire.NodeTokenHeader)
 		}
 		if s.token != nil {
 			ok := s.tokenMatches(nodeToken)
@@ -58,7 +64,7 @@ func (s *Server) tokenMatches(got string) bool {
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
-var errUnauthenticated = errors.New("missing or wrong node token: send 'Authorization: Bearer <token>' or '" + NodeTokenHeader + ": <token>'")
+var errUnauthenticated = errors.New("missing or wrong node token: send 'Authorization: Bearer <token>' or '" + wire.NodeTokenHeader + ": <token>'")
 
 // unauthorized answers 401 in the protocol's own shape: a Connect error for
 // an RPC, e2b's JSON for a relayed request.
@@ -68,9 +74,7 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, isRelay bo
 		_ = ew.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errUnauthenticated))
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusUnauthorized)
-	_, _ = fmt.Fprintf(w, `{"code":401,"message":%q}`+"\n", errUnauthenticated.Error())
+	wire.WriteError(w, http.StatusUnauthorized, errUnauthenticated.Error())
 }
 
 // serverTLS is the listener's TLS configuration: nil without --tls-cert;

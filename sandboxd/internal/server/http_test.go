@@ -15,6 +15,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/routing"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 func TestAuthRPC(t *testing.T) {
@@ -28,9 +29,9 @@ func TestAuthRPC(t *testing.T) {
 	if err := info(h2cClient(testNodeToken)); err != nil {
 		t.Fatalf("bearer token: %v", err)
 	}
-	nodeHeader := &http.Client{Transport: headerRT{NodeTokenHeader, testNodeToken}}
+	nodeHeader := &http.Client{Transport: headerRT{wire.NodeTokenHeader, testNodeToken}}
 	if err := info(nodeHeader); err != nil {
-		t.Fatalf("%s: %v", NodeTokenHeader, err)
+		t.Fatalf("%s: %v", wire.NodeTokenHeader, err)
 	}
 
 	// Plain HTTP/1.1 Connect JSON without a token: 401.
@@ -68,8 +69,8 @@ func TestRelay(t *testing.T) {
 	}
 	upstream := &http.Server{ReadHeaderTimeout: time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]string{
-			"node":          r.Header.Get(NodeTokenHeader),
-			"access":        r.Header.Get("X-Access-Token"),
+			"node":          r.Header.Get(wire.NodeTokenHeader),
+			"access":        r.Header.Get(wire.AccessTokenHeader),
 			"authorization": r.Header.Get("Authorization"),
 			"path":          r.URL.Path,
 		})
@@ -101,12 +102,12 @@ func TestRelay(t *testing.T) {
 	}
 
 	status, got := send(sb.GetId(), map[string]string{
-		NodeTokenHeader: testNodeToken, "X-Access-Token": "envd-token", "Authorization": "Basic dXNlcjo=",
+		wire.NodeTokenHeader: testNodeToken, wire.AccessTokenHeader: "envd-token", "Authorization": "Basic dXNlcjo=",
 	}, "")
 	if status != http.StatusOK || got["node"] != "" || got["access"] != "envd-token" || got["authorization"] != "Basic dXNlcjo=" || got["path"] != "/files" {
 		t.Fatalf("relayed: %d %v (the node token must be stripped, the rest kept)", status, got)
 	}
-	status, got = send("", map[string]string{NodeTokenHeader: testNodeToken}, port+"-"+sb.GetId()+".sandbox.example")
+	status, got = send("", map[string]string{wire.NodeTokenHeader: testNodeToken}, port+"-"+sb.GetId()+".sandbox.example")
 	if status != http.StatusOK || got["node"] != "" {
 		t.Fatalf("relayed by host: %d %v", status, got)
 	}
@@ -117,7 +118,7 @@ func TestRelay(t *testing.T) {
 		want   int
 	}{
 		{"no token", nil, http.StatusUnauthorized},
-		{"wrong token", map[string]string{NodeTokenHeader: "nope"}, http.StatusUnauthorized},
+		{"wrong token", map[string]string{wire.NodeTokenHeader: "nope"}, http.StatusUnauthorized},
 		// The Authorization of a relayed request is the sandbox's.
 		{"bearer is not enough", map[string]string{"Authorization": "Bearer " + testNodeToken}, http.StatusUnauthorized},
 	} {
@@ -129,18 +130,40 @@ func TestRelay(t *testing.T) {
 	}
 
 	// Unknown, paused and warm sandboxes are not reachable: e2b's 502.
-	if status, _ := send("aaaaaaaaaaaaaaaaaaaa", map[string]string{NodeTokenHeader: testNodeToken}, ""); status != http.StatusBadGateway {
+	if status, _ := send("aaaaaaaaaaaaaaaaaaaa", map[string]string{wire.NodeTokenHeader: testNodeToken}, ""); status != http.StatusBadGateway {
 		t.Fatalf("unknown sandbox: %d", status)
 	}
 	if _, err := h.client.Pause(t.Context(), connect.NewRequest(&pb.PauseRequest{SandboxId: sb.GetId()})); err != nil {
 		t.Fatal(err)
 	}
-	if status, _ := send(sb.GetId(), map[string]string{NodeTokenHeader: testNodeToken}, ""); status != http.StatusBadGateway {
+	if status, _ := send(sb.GetId(), map[string]string{wire.NodeTokenHeader: testNodeToken}, ""); status != http.StatusBadGateway {
 		t.Fatalf("paused sandbox: %d", status)
 	}
 	warm := h.warm(1)[0]
-	if status, _ := send(warm, map[string]string{NodeTokenHeader: testNodeToken}, ""); status != http.StatusBadGateway {
+	if status, _ := send(warm, map[string]string{wire.NodeTokenHeader: testNodeToken}, ""); status != http.StatusBadGateway {
 		t.Fatalf("warm sandbox: %d", status)
+	}
+}
+
+// TestRelayUnauthorized: a relayed request without the node token is
+// answered in e2b's error JSON, whatever the message holds.
+func TestRelayUnauthorized(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, h.url+"/files", http.NoBody)
+	req.Header.Set(routing.HeaderSandboxID, "aaaaaaaaaaaaaaaaaaaa")
+	req.Header.Set(routing.HeaderSandboxPort, "49983")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body wire.Error
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("401 body is not JSON: %v", err)
+	}
+	if resp.StatusCode != http.StatusUnauthorized || body.Code != http.StatusUnauthorized || !strings.Contains(body.Message, wire.NodeTokenHeader) ||
+		resp.Header.Get("WWW-Authenticate") == "" || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("= %d %+v %v", resp.StatusCode, body, resp.Header)
 	}
 }
 

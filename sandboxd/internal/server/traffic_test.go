@@ -22,6 +22,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/shared/routing"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // userServer is a server "in" sandbox id, at its address, that answers
@@ -63,7 +64,7 @@ func (h *harness) relayDo(id, port, trafficToken string) (int, string, error) {
 	}
 	req.Header.Set(routing.HeaderSandboxID, id)
 	req.Header.Set(routing.HeaderSandboxPort, port)
-	req.Header.Set(NodeTokenHeader, testNodeToken)
+	req.Header.Set(wire.NodeTokenHeader, testNodeToken)
 	if trafficToken != "" {
 		req.Header.Set(relay.TrafficTokenHeader, trafficToken)
 	}
