@@ -6,10 +6,8 @@ import (
 
 	"github.com/skiff-dev/skiff/envd/filesig"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
+	"github.com/skiff-dev/skiff/wire"
 )
-
-// AccessTokenHeader carries the sandbox's access token.
-const AccessTokenHeader = "X-Access-Token"
 
 // unauthorizedMessage is e2b envd's text for a missing or wrong token.
 const unauthorizedMessage = "unauthorized access, please provide a valid access token or method signing if supported"
@@ -38,7 +36,7 @@ func (h *handler) authorize(r *http.Request, op string) error {
 	if token == "" {
 		return nil
 	}
-	if presented := r.Header.Get(AccessTokenHeader); presented != "" {
+	if presented := r.Header.Get(wire.AccessTokenHeader); presented != "" {
 		if h.sb.CheckToken(presented) {
 			return nil
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/skiff-dev/skiff/envd/internal/entry"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // Compose limits.
@@ -35,7 +36,7 @@ type composeRequest struct {
 // sources and answers the destination's EntryInfo in the Connect JSON
 // mapping.
 func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
-	if !h.sb.CheckToken(r.Header.Get(AccessTokenHeader)) {
+	if !h.sb.CheckToken(r.Header.Get(wire.AccessTokenHeader)) {
 		return errUnauthorized
 	}
 	var req composeRequest

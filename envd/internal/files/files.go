@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/skiff-dev/skiff/envd/internal/httperr"
 	"github.com/skiff-dev/skiff/envd/internal/state"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // Route paths served by the handler New returns.
@@ -124,13 +124,13 @@ func writeError(w http.ResponseWriter, err error) {
 	var he *httpError
 	switch {
 	case errors.As(err, &he) && he.status != http.StatusInternalServerError:
-		httperr.Write(w, he.status, he.message)
+		wire.WriteError(w, he.status, he.message)
 	case noSpace(err):
-		httperr.Write(w, http.StatusInsufficientStorage, noSpaceMessage)
+		wire.WriteError(w, http.StatusInsufficientStorage, noSpaceMessage)
 	case he != nil:
-		httperr.Write(w, he.status, he.message)
+		wire.WriteError(w, he.status, he.message)
 	default:
-		httperr.Write(w, http.StatusInternalServerError, err.Error())
+		wire.WriteError(w, http.StatusInternalServerError, err.Error())
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/skiff-dev/skiff/envd/internal/state"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 const testToken = "secret-token"
@@ -32,7 +33,7 @@ func newHandler(t *testing.T, token string) (*handler, *state.Sandbox) {
 	t.Helper()
 	sb := state.New()
 	if token != "" {
-		sb.Apply(state.Init{AccessToken: &token})
+		sb.Apply(wire.EnvdInit{AccessToken: &token})
 	}
 	h := New(sb).(*handler)
 	h.now = func() time.Time { return time.Unix(1_700_000_000, 0) }
@@ -188,6 +189,7 @@ func TestDownload(t *testing.T) {
 		{name: "406 star zero", path: file, headers: map[string]string{"Accept-Encoding": "br;q=1, *;q=0"}, status: 406, errPart: "encoding"},
 		{name: "missing", path: filepath.Join(dir, "nope"), status: 404, errPart: fmt.Sprintf("path '%s' does not exist", filepath.Join(dir, "nope"))},
 		{name: "under a file", path: filepath.Join(file, "x"), status: 404, errPart: "does not exist"},
+		{name: "missing, its name repeated in the JSON", path: filepath.Join(dir, "q\"b\\c\x01\xff"), status: 404, errPart: `q"b\c` + "\x01"},
 		{name: "directory", path: dir, status: 400, errPart: "is a directory"},
 		{name: "fifo", path: fifo, status: 400, errPart: "not a regular file"},
 		{name: "empty path", path: "", status: 400, errPart: "invalid path"},
@@ -613,7 +615,7 @@ func TestSignatures(t *testing.T) {
 			req := httptest.NewRequest(tc.method, filesURL("/files", tc.query...), strings.NewReader("signed"))
 			req.Header.Set("Content-Type", "application/octet-stream")
 			if tc.header != "" {
-				req.Header.Set(AccessTokenHeader, tc.header)
+				req.Header.Set(wire.AccessTokenHeader, tc.header)
 			}
 			rec := do(h, req)
 			if tc.status == 401 {
@@ -662,7 +664,7 @@ func TestCompose(t *testing.T) {
 		req := httptest.NewRequest(http.MethodPost, "/files/compose", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		if token != "" {
-			req.Header.Set(AccessTokenHeader, token)
+			req.Header.Set(wire.AccessTokenHeader, token)
 		}
 		return do(h, req)
 	}
@@ -784,7 +786,7 @@ func TestLargeRoundTripStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", mw.FormDataContentType())
-	req.Header.Set(AccessTokenHeader, testToken)
+	req.Header.Set(wire.AccessTokenHeader, testToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -3,12 +3,9 @@ package server
 import (
 	"net/http"
 
-	"github.com/skiff-dev/skiff/envd/internal/httperr"
 	"github.com/skiff-dev/skiff/envd/internal/state"
+	"github.com/skiff-dev/skiff/wire"
 )
-
-// AccessTokenHeader carries the sandbox's access token once /init set one.
-const AccessTokenHeader = "X-Access-Token"
 
 // unauthorizedMessage is e2b envd's text for a missing or wrong token.
 const unauthorizedMessage = "unauthorized access, please provide a valid access token or method signing if supported"
@@ -31,8 +28,8 @@ func exempt(r *http.Request) bool {
 // token, once one is set.
 func requireToken(sb *state.Sandbox, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodOptions && !exempt(r) && !sb.CheckToken(r.Header.Get(AccessTokenHeader)) {
-			httperr.Write(w, http.StatusUnauthorized, unauthorizedMessage)
+		if r.Method != http.MethodOptions && !exempt(r) && !sb.CheckToken(r.Header.Get(wire.AccessTokenHeader)) {
+			wire.WriteError(w, http.StatusUnauthorized, unauthorizedMessage)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/skiff-dev/skiff/envd/internal/httperr"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // sandboxMetrics is GET /metrics, in e2b's snake_case JSON.
@@ -42,7 +42,7 @@ var lastCPU struct {
 func metrics(w http.ResponseWriter, _ *http.Request) {
 	m, err := readMetrics()
 	if err != nil {
-		httperr.Write(w, http.StatusInternalServerError, err.Error())
+		wire.WriteError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

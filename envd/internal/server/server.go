@@ -21,13 +21,13 @@ import (
 	"github.com/skiff-dev/skiff/envd"
 	"github.com/skiff-dev/skiff/envd/internal/files"
 	"github.com/skiff-dev/skiff/envd/internal/filesystem"
-	"github.com/skiff-dev/skiff/envd/internal/httperr"
 	"github.com/skiff-dev/skiff/envd/internal/logs"
 	"github.com/skiff-dev/skiff/envd/internal/process"
 	"github.com/skiff-dev/skiff/envd/internal/reap"
 	"github.com/skiff-dev/skiff/envd/internal/state"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem/filesystemconnect"
 	"github.com/skiff-dev/skiff/envd/proto/process/processconnect"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // DefaultPort is where the e2b SDKs expect envd.
@@ -214,16 +214,16 @@ func (s *Server) Run(ctx context.Context) error {
 // workdir and environment. Once a token is set, changing anything takes that
 // token.
 func (s *Server) init(w http.ResponseWriter, r *http.Request) {
-	if s.sandbox.TokenSet() && !s.sandbox.CheckToken(r.Header.Get(AccessTokenHeader)) {
+	if s.sandbox.TokenSet() && !s.sandbox.CheckToken(r.Header.Get(wire.AccessTokenHeader)) {
 		s.logger.Warn("init refused: missing or wrong access token")
-		httperr.Write(w, http.StatusUnauthorized, unauthorizedMessage)
+		wire.WriteError(w, http.StatusUnauthorized, unauthorizedMessage)
 		return
 	}
-	var in state.Init
+	var in wire.EnvdInit
 	if r.ContentLength != 0 {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxInitBytes))
 		if err := dec.Decode(&in); err != nil {
-			httperr.Write(w, http.StatusBadRequest, fmt.Sprintf("invalid init body: %v", err))
+			wire.WriteError(w, http.StatusBadRequest, fmt.Sprintf("invalid init body: %v", err))
 			return
 		}
 	}
@@ -232,13 +232,13 @@ func (s *Server) init(w http.ResponseWriter, r *http.Request) {
 	// sets it because its VMs resume from snapshots with stale clocks.
 	if in.Timestamp != "" {
 		if _, err := time.Parse(time.RFC3339Nano, in.Timestamp); err != nil {
-			httperr.Write(w, http.StatusBadRequest, fmt.Sprintf("invalid init timestamp: %v", err))
+			wire.WriteError(w, http.StatusBadRequest, fmt.Sprintf("invalid init timestamp: %v", err))
 			return
 		}
 	}
 	if in.DefaultUser != "" {
 		if _, err := s.sandbox.User(in.DefaultUser); err != nil {
-			httperr.Write(w, http.StatusBadRequest, err.Error())
+			wire.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 	}
@@ -256,7 +256,7 @@ func (s *Server) envs(w http.ResponseWriter, _ *http.Request) {
 
 // logInit logs what an /init changed, never a value of the token or of an
 // environment variable.
-func (s *Server) logInit(in state.Init) {
+func (s *Server) logInit(in wire.EnvdInit) {
 	token := "unchanged"
 	if in.AccessToken != nil {
 		token = "set"

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/skiff-dev/skiff/envd/internal/identity"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // DefaultUser is the user a request without one runs as, until /init sets
@@ -30,18 +31,9 @@ func New() *Sandbox {
 	return &Sandbox{user: DefaultUser, envs: map[string]string{"E2B_SANDBOX": "true"}}
 }
 
-// Init is the body of POST /init, in e2b's JSON names.
-type Init struct {
-	AccessToken    *string           `json:"accessToken,omitempty"`
-	EnvVars        map[string]string `json:"envVars,omitempty"`
-	DefaultUser    string            `json:"defaultUser,omitempty"`
-	DefaultWorkdir string            `json:"defaultWorkdir,omitempty"`
-	Timestamp      string            `json:"timestamp,omitempty"`
-}
-
-// Apply sets what in carries; fields it leaves out keep their values. An
+// Apply sets what in, the body of POST /init, carries; fields it leaves out keep their values. An
 // access token of "" clears the token.
-func (s *Sandbox) Apply(in Init) {
+func (s *Sandbox) Apply(in wire.EnvdInit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if in.AccessToken != nil {
