@@ -19,6 +19,7 @@ import (
 
 	"github.com/skiff-dev/skiff/envd/proto/process"
 	"github.com/skiff-dev/skiff/envd/proto/process/processconnect"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // NetnsDialer returns a DialContext that opens connections from inside the
@@ -106,7 +107,7 @@ func (e *Envd) Run(ctx context.Context, user, token, script string) (Result, err
 	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", script}}})
 	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
 	if token != "" {
-		req.Header().Set("X-Access-Token", token)
+		req.Header().Set(wire.AccessTokenHeader, token)
 	}
 	stream, err := e.Process.Start(ctx, req)
 	if err != nil {
@@ -138,7 +139,7 @@ func (e *Envd) ReadFile(ctx context.Context, user, token, path string) (string, 
 		return "", err
 	}
 	if token != "" {
-		req.Header.Set("X-Access-Token", token)
+		req.Header.Set(wire.AccessTokenHeader, token)
 	}
 	resp, err := e.HTTP.Do(req)
 	if err != nil {
