@@ -10,7 +10,6 @@ replace (
 require (
 	connectrpc.com/connect v1.21.1
 	github.com/fsnotify/fsnotify v1.10.1
-	github.com/go-logr/logr v1.4.3
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.70.0
@@ -24,8 +23,12 @@ require (
 	k8s.io/apiextensions-apiserver v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
-	k8s.io/klog/v2 v2.140.0
 	sigs.k8s.io/controller-runtime v0.25.2
+)
+
+require (
+	github.com/go-logr/logr v1.4.3 // indirect
+	k8s.io/klog/v2 v2.140.0 // indirect
 )
 
 require (

@@ -20,12 +20,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"os"
-	"strings"
 	"sync"
 
 	"github.com/spf13/pflag"
+
+	"github.com/skiff-dev/skiff/shared/daemon"
 )
 
 const (
@@ -80,32 +79,22 @@ func (t *Tokens) For(node string) string {
 	return tok
 }
 
-// ReadTokenFile reads a token file: the token is its content without
-// surrounding white space, at least MinTokenLen characters.
-func ReadTokenFile(path string) (string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read token file: %w", err)
-	}
-	tok := strings.TrimSpace(string(data))
-	if len(tok) < MinTokenLen {
-		return "", fmt.Errorf("token file %s: the token must be at least %d characters, as sandboxd requires", path, MinTokenLen)
-	}
-	return tok, nil
+// ReadTokenFile reads the node token file named by flag: the token is its
+// content without surrounding white space, at least MinTokenLen characters,
+// as sandboxd requires.
+func ReadTokenFile(flag, path string) (string, error) {
+	return daemon.ReadSecretFile(flag, path, MinTokenLen)
 }
 
-// ReadKeyFile reads a fleet key file: the key is its content without
-// surrounding white space (as bytes, not decoded), at least MinKeyLen.
-func ReadKeyFile(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+// ReadKeyFile reads the fleet key file named by flag: the key is its
+// content without surrounding white space (as bytes, not decoded), at
+// least MinKeyLen (openssl rand -hex 32 makes one).
+func ReadKeyFile(flag, path string) ([]byte, error) {
+	key, err := daemon.ReadSecretFile(flag, path, MinKeyLen)
 	if err != nil {
-		return nil, fmt.Errorf("read key file: %w", err)
+		return nil, err
 	}
-	key := []byte(strings.TrimSpace(string(data)))
-	if len(key) < MinKeyLen {
-		return nil, fmt.Errorf("key file %s: the key must be at least %d bytes (openssl rand -hex 32 makes one)", path, MinKeyLen)
-	}
-	return key, nil
+	return []byte(key), nil
 }
 
 // Options are where a reader of the fleet finds its node tokens:
@@ -149,15 +138,15 @@ func (o Options) Validate(perNode bool) error {
 // Load reads the token file or the key file. o must be valid.
 func (o Options) Load() (*Tokens, error) {
 	if o.KeyFile != "" {
-		key, err := ReadKeyFile(o.KeyFile)
+		key, err := ReadKeyFile("--node-token-key-file", o.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("--node-token-key-file: %w", err)
+			return nil, err
 		}
 		return Derived(key), nil
 	}
-	tok, err := ReadTokenFile(o.TokenFile)
+	tok, err := ReadTokenFile("--sandboxd-token-file", o.TokenFile)
 	if err != nil {
-		return nil, fmt.Errorf("--sandboxd-token-file: %w", err)
+		return nil, err
 	}
 	return Shared(tok), nil
 }

@@ -95,10 +95,10 @@ func TestOptions(t *testing.T) {
 		{"both", []string{"--sandboxd-token-file", tokenFile, "--node-token-key-file", keyFile}, true, "exclude each other", nil},
 		{"neither, static", nil, false, "--sandboxd-token-file is required", nil},
 		{"neither, kube", nil, true, "set --sandboxd-token-file (a token every host accepts) or --node-token-key-file", nil},
-		{"short token", []string{"--sandboxd-token-file", write(t, "short\n")}, true, "--sandboxd-token-file: token file", nil},
-		{"missing token file", []string{"--sandboxd-token-file", "/no/such/file"}, true, "--sandboxd-token-file: read token file", nil},
-		{"short key", []string{"--node-token-key-file", write(t, "0123456789abcdef\n")}, true, "--node-token-key-file: key file", nil},
-		{"missing key file", []string{"--node-token-key-file", "/no/such/file"}, true, "--node-token-key-file: read key file", nil},
+		{"short token", []string{"--sandboxd-token-file", write(t, "short\n")}, true, "--sandboxd-token-file /", nil},
+		{"missing token file", []string{"--sandboxd-token-file", "/no/such/file"}, true, "read --sandboxd-token-file", nil},
+		{"short key", []string{"--node-token-key-file", write(t, "0123456789abcdef\n")}, true, "--node-token-key-file /", nil},
+		{"missing key file", []string{"--node-token-key-file", "/no/such/file"}, true, "read --node-token-key-file", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var o nodetoken.Options

@@ -102,7 +102,7 @@ func TestNodeTokenPrintsTheDerivedToken(t *testing.T) {
 		"no node":         {[]string{"node-token", "--key-file", key}, "accepts 1 arg"},
 		"two nodes":       {[]string{"node-token", "--key-file", key, "host-a", "host-b"}, "accepts 1 arg"},
 		"bad node name":   {[]string{"node-token", "--key-file", key, "Host_A"}, `node "Host_A"`},
-		"missing key":     {[]string{"node-token", "--key-file", key + ".missing", "host-a"}, "--key-file: read key file"},
+		"missing key":     {[]string{"node-token", "--key-file", key + ".missing", "host-a"}, "read --key-file"},
 		"too short a key": {[]string{"node-token", "--key-file", short, "host-a"}, "at least 32 bytes"},
 	} {
 		if out, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) || out != "" {

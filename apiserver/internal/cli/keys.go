@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
+	"github.com/skiff-dev/skiff/shared/daemon"
 )
 
 // keysRequestTimeout bounds keys create's call to the kube-apiserver.
@@ -103,7 +104,7 @@ func appendKey(out io.Writer, file, team string) error {
 // createKeySecret makes a key for team as a Secret in the team's namespace
 // and prints the key on out and the Secret's name on diag.
 func createKeySecret(ctx context.Context, out, diag io.Writer, kubeconfig, team string) error {
-	cfg, err := restConfig(kubeconfig)
+	cfg, err := daemon.RESTConfig(kubeconfig, "sandbox-apiserver")
 	if err != nil {
 		return err
 	}

@@ -2,28 +2,22 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"sync"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
+	"github.com/skiff-dev/skiff/shared/daemon"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
 	"github.com/skiff-dev/skiff/shared/nodetoken"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
@@ -36,27 +30,6 @@ func newClients(tokens *nodetoken.Tokens) func(node, endpoint string) sandboxdv1
 	return sandboxdapi.NewNodeClients(tokens.For, &http.Client{})
 }
 
-// restConfig finds the cluster: the kubeconfig file at path; with an empty
-// path, $KUBECONFIG, else the pod's service account, else ~/.kube/config.
-func restConfig(path string) (*rest.Config, error) {
-	if path == "" && os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
-		cfg, err := rest.InClusterConfig()
-		if err == nil {
-			return cfg, nil
-		}
-		if !errors.Is(err, rest.ErrNotInCluster) {
-			return nil, fmt.Errorf("load in-cluster config: %w", err)
-		}
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = path
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("find the cluster (pass --kubeconfig, set $KUBECONFIG, or run in a pod): %w", err)
-	}
-	return cfg, nil
-}
-
 // newScheme knows client-go's types and skiff.dev/v1beta1.
 func newScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
@@ -67,17 +40,6 @@ func newScheme() (*runtime.Scheme, error) {
 		return nil, fmt.Errorf("register skiff.dev/v1beta1: %w", err)
 	}
 	return s, nil
-}
-
-var kubeLoggerOnce sync.Once
-
-// setKubeLogger sends controller-runtime's and client-go's logs to log.
-func setKubeLogger(log *slog.Logger) {
-	kubeLoggerOnce.Do(func() {
-		l := logr.FromSlogHandler(log.Handler())
-		crlog.SetLogger(l)
-		klog.SetLogger(l)
-	})
 }
 
 // kubeParts are serve's Kubernetes half: one informer cache holding the
@@ -113,7 +75,7 @@ func watched() []client.Object {
 // startKube builds and starts the cache and waits, at most
 // --cache-sync-timeout, until it has listed everything it watches.
 func startKube(ctx context.Context, o *serveOptions, log *slog.Logger) (*kubeParts, error) {
-	cfg, err := restConfig(o.kubeconfig)
+	cfg, err := daemon.RESTConfig(o.fleet.Kubeconfig, "sandbox-apiserver")
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +128,7 @@ func startKube(ctx context.Context, o *serveOptions, log *slog.Logger) (*kubePar
 	}
 	return &kubeParts{
 		cache:     c,
-		source:    kubeinventory.New(c, o.staleness),
+		source:    kubeinventory.New(c, o.fleet.Stale),
 		keys:      keys,
 		templates: templates,
 		host:      cfg.Host,

@@ -52,9 +52,9 @@ the host nothing else, so that it holds its own token only.
 			if err := o.Validate(node); err != nil {
 				return err
 			}
-			key, err := nodetoken.ReadKeyFile(o.keyFile)
+			key, err := nodetoken.ReadKeyFile("--key-file", o.keyFile)
 			if err != nil {
-				return fmt.Errorf("--key-file: %w", err)
+				return err
 			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), nodetoken.Derive(key, node))
 			return err

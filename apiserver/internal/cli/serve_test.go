@@ -15,7 +15,7 @@ func parseServe(t testing.TB, args ...string) *serveOptions {
 	t.Helper()
 	o := newServeOptions()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	o.addFlags(fs)
+	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
@@ -101,8 +101,8 @@ func TestServeValidatesFirst(t *testing.T) {
 // profiles.
 func TestServeOperationsDefaults(t *testing.T) {
 	o := parseServe(t)
-	if o.adminListen != "127.0.0.1:9090" || o.enablePprof {
-		t.Errorf("--admin-listen %q, --enable-pprof %v; want 127.0.0.1:9090 and false", o.adminListen, o.enablePprof)
+	if o.admin.Listen != "127.0.0.1:9090" || o.admin.EnablePprof {
+		t.Errorf("--admin-listen %q, --enable-pprof %v; want 127.0.0.1:9090 and false", o.admin.Listen, o.admin.EnablePprof)
 	}
 }
 

@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/fleetsource"
+	"github.com/skiff-dev/skiff/shared/logflags"
+	"github.com/skiff-dev/skiff/shared/nodetoken"
+	"github.com/skiff-dev/skiff/shared/placement"
+)
+
+// DefaultAdminListen is where serve answers /metrics, /healthz and
+// /readyz unless --admin-listen says otherwise: loopback, so that nothing
+// but the host sees them until an operator opens them up.
+const DefaultAdminListen = "127.0.0.1:9090"
+
+// DefaultReadTimeout bounds how long a request to the e2b API may take to
+// arrive, headers and body: its bodies are JSON of a few KB (at most 1
+// MiB), so a client that sends them slower is holding a connection, not
+// using the API.
+const DefaultReadTimeout = 20 * time.Second
+
+// readHeaderTimeout bounds the headers alone.
+const readHeaderTimeout = 10 * time.Second
+
+// DefaultCacheSyncTimeout bounds how long serve --inventory kube waits for
+// its informer caches before giving up.
+const DefaultCacheSyncTimeout = 2 * time.Minute
+
+// DefaultShutdownTimeout bounds the drain on SIGTERM: e2b API calls are
+// short (a create takes seconds).
+const DefaultShutdownTimeout = 10 * time.Second
+
+// Per-team limits unless a flag says otherwise: e2b's defaults for a Pro
+// team (100 concurrent sandboxes, 5 creates a second), so that one team's
+// runaway loop cannot take a whole fleet. Skiff counts paused sandboxes
+// too: on a Skiff host they still hold their disk and memory.
+const (
+	DefaultCreateRatePerTeam   = 5
+	DefaultCreateBurstPerTeam  = 20
+	DefaultMaxSandboxesPerTeam = 100
+)
+
+// serveOptions are the flags of `serve`.
+type serveOptions struct {
+	listen           string
+	readTimeout      time.Duration
+	admin            daemon.AdminOptions
+	shutdown         daemon.ShutdownOptions
+	fleet            fleetsource.Options
+	cacheSyncTimeout time.Duration
+	nodeTokens       nodetoken.Options
+	keysFile         string
+	sandboxDomain    string
+	maxTimeout       time.Duration
+	createRate       float64
+	createBurst      int
+	maxPerTeam       int
+	placement        placement.Options
+	log              logflags.Options
+}
+
+// newServeOptions returns the defaults.
+func newServeOptions() *serveOptions {
+	return &serveOptions{
+		listen:           ":8080",
+		readTimeout:      DefaultReadTimeout,
+		admin:            daemon.AdminOptions{Listen: DefaultAdminListen},
+		shutdown:         daemon.ShutdownOptions{Timeout: DefaultShutdownTimeout},
+		fleet:            fleetsource.NewOptions(),
+		cacheSyncTimeout: DefaultCacheSyncTimeout,
+		maxTimeout:       e2bapi.DefaultMaxTimeout,
+		createRate:       DefaultCreateRatePerTeam,
+		createBurst:      DefaultCreateBurstPerTeam,
+		maxPerTeam:       DefaultMaxSandboxesPerTeam,
+		placement:        placement.NewOptions(),
+		log:              logflags.New(logflags.Text),
+	}
+}
+
+// AddFlags registers serve's flags, each defaulting to o's current value.
+func (o *serveOptions) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.listen, "listen", o.listen, "Address of the e2b API.")
+	f.DurationVar(&o.readTimeout, "read-timeout", o.readTimeout, "How long a request to the e2b API may take to arrive, headers and body; a body not in by then answers 408 and its connection is closed.")
+	o.admin.AddFlags(f, true)
+	o.shutdown.AddFlags(f, "")
+	o.fleet.AddFlags(f)
+	f.DurationVar(&o.cacheSyncTimeout, "cache-sync-timeout", o.cacheSyncTimeout, "With --inventory kube: how long to wait for the first list of NodeInventories, SandboxTemplates and API-key Secrets before giving up.")
+	f.StringVar(&o.keysFile, "api-keys-file", o.keysFile, "With --inventory static: file of API keys, one \"team key\" per line, reloaded on change (sandbox-apiserver keys create adds one). With --inventory kube keys are Secrets instead.")
+	f.StringVar(&o.sandboxDomain, "sandbox-domain", o.sandboxDomain, "Domain returned to SDKs, which then reach envd at 49983-<id>.<domain>; empty: the SDK's own.")
+	f.DurationVar(&o.maxTimeout, "max-timeout", o.maxTimeout, "Longest lifetime a sandbox may be given.")
+	f.Float64Var(&o.createRate, "create-rate-per-team", o.createRate, "Creates per second one team may make on average (0: no limit); beyond, 429.")
+	f.IntVar(&o.createBurst, "create-burst-per-team", o.createBurst, "Creates one team may make at once above its rate.")
+	f.IntVar(&o.maxPerTeam, "max-sandboxes-per-team", o.maxPerTeam, "Most sandboxes (running and paused) one team may have (0: no limit); beyond, creates get 429.")
+	o.nodeTokens.AddFlags(f)
+	o.placement.AddFlags(f)
+	o.log.AddFlags(f)
+}
+
+// Complete fills what follows from the flags given; serve has nothing to
+// derive yet.
+func (o *serveOptions) Complete() error { return nil }
+
+// Validate reports every option that cannot work, naming its flag.
+func (o *serveOptions) Validate() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.listen == "" {
+		add(errors.New("--listen is required"))
+	} else if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		add(fmt.Errorf("--listen %q: want host:port: %w", o.listen, err))
+	}
+	if o.readTimeout <= 0 {
+		add(fmt.Errorf("--read-timeout must be greater than 0, got %s", o.readTimeout))
+	}
+	add(o.admin.Validate(true, map[string]string{"--listen": o.listen}))
+	add(o.shutdown.Validate())
+	add(o.log.Validate())
+	add(o.fleet.Validate())
+	switch {
+	case !o.fleet.IsKube() && o.keysFile == "" && o.fleet.Inventory == fleetsource.Static:
+		add(errors.New("--inventory static needs --api-keys-file"))
+	case o.fleet.IsKube() && o.keysFile != "":
+		add(errors.New("--api-keys-file is only read with --inventory static: with --inventory kube, API keys are Secrets labelled skiff.dev/api-key in the team's namespace (sandbox-apiserver keys create --team T makes one)"))
+	}
+	if o.fleet.IsKube() && o.cacheSyncTimeout <= 0 {
+		add(fmt.Errorf("--cache-sync-timeout must be greater than 0, got %s", o.cacheSyncTimeout))
+	}
+	add(o.nodeTokens.Validate(o.fleet.IsKube()))
+	if o.maxTimeout <= 0 {
+		add(fmt.Errorf("--max-timeout must be greater than 0, got %s", o.maxTimeout))
+	}
+	if o.createRate < 0 {
+		add(fmt.Errorf("--create-rate-per-team must not be negative, got %g", o.createRate))
+	}
+	if o.createRate > 0 && o.createBurst < 1 {
+		add(fmt.Errorf("--create-burst-per-team must be at least 1 with a --create-rate-per-team, got %d", o.createBurst))
+	}
+	if o.maxPerTeam < 0 {
+		add(fmt.Errorf("--max-sandboxes-per-team must not be negative, got %d", o.maxPerTeam))
+	}
+	add(o.placement.Validate())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// KubeconfigHelp is the help of a --kubeconfig flag: where RESTConfig looks.
+const KubeconfigHelp = "The kubeconfig file; empty: $KUBECONFIG, else the pod's service account, else ~/.kube/config."
+
+// AddKubeconfigFlag registers --kubeconfig into path; when, if not empty,
+// says when the flag is read ("With --inventory kube").
+func AddKubeconfigFlag(fs *pflag.FlagSet, path *string, when string) {
+	help := KubeconfigHelp
+	if when != "" {
+		help = when + ": t" + help[1:]
+	}
+	fs.StringVar(path, "kubeconfig", *path, help)
+}
+
+// RESTConfig finds the cluster: the kubeconfig file at path; with an empty
+// path, $KUBECONFIG, else the pod's service account, else ~/.kube/config.
+// Its requests carry userAgent.
+func RESTConfig(path, userAgent string) (*rest.Config, error) {
+	cfg, err := restConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = userAgent
+	return cfg, nil
+}
+
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" && os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
+		cfg, err := rest.InClusterConfig()
+		if err == nil {
+			return cfg, nil
+		}
+		if !errors.Is(err, rest.ErrNotInCluster) {
+			return nil, fmt.Errorf("load the pod's service account: %w", err)
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("find the cluster (pass --kubeconfig, set $KUBECONFIG, or run in a pod): %w", err)
+	}
+	return cfg, nil
+}
+
+var kubeLogOnce sync.Once
+
+// SendKubeLogs sends client-go's (klog) and controller-runtime's logs to
+// log. The first call wins: both libraries keep one process-wide logger.
+func SendKubeLogs(log *slog.Logger) {
+	kubeLogOnce.Do(func() {
+		l := logr.FromSlogHandler(log.Handler())
+		klog.SetLogger(l)
+		crlog.SetLogger(l)
+	})
+}
