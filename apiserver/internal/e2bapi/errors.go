@@ -68,10 +68,10 @@ func (s *server) writeBackendError(w http.ResponseWriter, r *http.Request, err e
 		writeError(w, http.StatusTooManyRequests, "", "%s", err.Error())
 	case errors.Is(err, ErrCapacity):
 		// Fixed texts for 5xx: the backend's words may name nodes.
-		s.log.WarnContext(r.Context(), "no capacity", "err", err)
+		s.log.WarnContext(r.Context(), "no capacity", "error", err)
 		writeError(w, http.StatusServiceUnavailable, codeCapacity, "no node has capacity for this sandbox now; retry later")
 	case errors.Is(err, ErrPlacementTimeout):
-		s.log.WarnContext(r.Context(), "placement timed out", "err", err)
+		s.log.WarnContext(r.Context(), "placement timed out", "error", err)
 		writeError(w, http.StatusGatewayTimeout, codePlacementTimeout, "placing the sandbox timed out; retry later")
 	case errors.Is(err, ErrUnsupported):
 		writeError(w, http.StatusNotImplemented, "", "%s", err.Error())
@@ -79,7 +79,7 @@ func (s *server) writeBackendError(w http.ResponseWriter, r *http.Request, err e
 		// The client went away; nobody reads this answer.
 		writeError(w, http.StatusServiceUnavailable, "", "request canceled")
 	default:
-		s.log.ErrorContext(r.Context(), "backend failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.ErrorContext(r.Context(), "backend failed", "method", r.Method, "path", r.URL.Path, "error", err)
 		writeError(w, http.StatusInternalServerError, codeInternal, "internal server error")
 	}
 }

@@ -230,7 +230,7 @@ func (s *server) noRoute(w http.ResponseWriter, r *http.Request) {
 func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	if hc, ok := s.backend.(HealthChecker); ok {
 		if err := hc.Healthy(r.Context()); err != nil {
-			s.log.WarnContext(r.Context(), "unhealthy", "err", err)
+			s.log.WarnContext(r.Context(), "unhealthy", "error", err)
 			writeError(w, http.StatusServiceUnavailable, "", "unhealthy")
 			return
 		}

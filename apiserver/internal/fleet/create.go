@@ -169,7 +169,7 @@ func (b *Backend) created(ctx context.Context, client sandboxdv1connect.Sandboxd
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 		defer cancel()
 		if _, err := client.Kill(kctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: sb.GetId()})); err != nil {
-			b.log.ErrorContext(ctx, "kill sandbox its host started without its settings", "node", node, "sandbox", sb.GetId(), "err", err)
+			b.log.ErrorContext(ctx, "kill sandbox its host started without its settings", "node", node, "sandbox", sb.GetId(), "error", err)
 		}
 		return nil, fmt.Errorf("node %s, sandbox %s: %w", node, sb.GetId(), errNotHonoured)
 	}

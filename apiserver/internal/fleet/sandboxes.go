@@ -78,7 +78,7 @@ func (b *Backend) locate(ctx context.Context, team, id string) (*located, error)
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("get sandbox %s on node %s: %w", id, t.name, err)
 			}
-			b.log.WarnContext(ctx, "sandbox host did not answer", "node", t.name, "sandbox", id, "err", err)
+			b.log.WarnContext(ctx, "sandbox host did not answer", "node", t.name, "sandbox", id, "error", err)
 			unreachable = fmt.Errorf("get sandbox %s on node %s: %w", id, t.name, err)
 			continue
 		}

@@ -36,7 +36,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		// sandboxd cannot be heard: decide nothing about this pod now (it
 		// may have a sandbox); sync tries again once it is heard.
-		p.log.Info("sandboxd is not in sync: a pod's sandbox waits", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		p.log.Info("sandboxd is not in sync: a pod's sandbox waits", "pod", pod.Namespace+"/"+pod.Name, "error", err)
 		p.retryLater(st)
 		return nil
 	}
@@ -56,12 +56,12 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	req, err := p.request(ctx, pod)
 	if errors.Is(err, errInvalidPod) {
-		p.log.Warn("a pod cannot be a sandbox", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		p.log.Warn("a pod cannot be a sandbox", "pod", pod.Namespace+"/"+pod.Name, "error", err)
 		p.end(st, &ending{phase: corev1.PodFailed, reason: ReasonRejected, message: err.Error(), exitCode: 1, at: now})
 		return nil
 	}
 	if err != nil {
-		p.log.Warn("resolve a pod's environment; trying again", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		p.log.Warn("resolve a pod's environment; trying again", "pod", pod.Namespace+"/"+pod.Name, "error", err)
 		p.retryLater(st)
 		return nil
 	}
@@ -72,16 +72,16 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.cfg.Metrics.created(code.String(), time.Since(start))
 		switch code {
 		case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeAlreadyExists, connect.CodeOutOfRange:
-			p.log.Warn("sandboxd refused a pod's sandbox", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			p.log.Warn("sandboxd refused a pod's sandbox", "pod", pod.Namespace+"/"+pod.Name, "error", err)
 			p.end(st, &ending{phase: corev1.PodFailed, reason: ReasonRejected, message: connectMessage(err), exitCode: 1, at: p.now()})
 			return nil
 		case connect.CodeResourceExhausted:
-			p.log.Warn("sandboxd has no room for a pod's sandbox", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			p.log.Warn("sandboxd has no room for a pod's sandbox", "pod", pod.Namespace+"/"+pod.Name, "error", err)
 			p.end(st, &ending{phase: corev1.PodFailed, reason: ReasonOutOfCapacity, message: connectMessage(err), exitCode: 1, at: p.now()})
 			return nil
 		}
 		// Maybe made, maybe not: the next try looks in the mirror first.
-		p.log.Warn("create a pod's sandbox; trying again", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		p.log.Warn("create a pod's sandbox; trying again", "pod", pod.Namespace+"/"+pod.Name, "error", err)
 		p.retryLater(st)
 		return nil
 	}
@@ -173,7 +173,7 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if _, err := p.cfg.Sandboxd.SetTimeout(ctx, connect.NewRequest(&pb.SetTimeoutRequest{
 		SandboxId: sb.GetId(), Timeout: durationpb.New(left.Round(time.Second)),
 	})); err != nil && connect.CodeOf(err) != connect.CodeNotFound {
-		p.log.Error("move the deadline of a pod's sandbox", "pod", pod.Namespace+"/"+pod.Name, "sandbox", sb.GetId(), "err", err)
+		p.log.Error("move the deadline of a pod's sandbox", "pod", pod.Namespace+"/"+pod.Name, "sandbox", sb.GetId(), "error", err)
 		return nil
 	}
 	p.log.Info("moved the deadline of a pod's sandbox", "pod", pod.Namespace+"/"+pod.Name, "sandbox", sb.GetId(), "end_at", want)
@@ -258,7 +258,7 @@ func (p *Provider) kill(ctx context.Context, id, why string) error {
 	_, err := p.cfg.Sandboxd.Kill(ctx, connect.NewRequest(&pb.KillRequest{SandboxId: id}))
 	if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
 		p.cfg.Metrics.killed(connect.CodeOf(err).String())
-		p.log.Error("kill a pod's sandbox", "sandbox", id, "why", why, "err", err)
+		p.log.Error("kill a pod's sandbox", "sandbox", id, "why", why, "error", err)
 		return fmt.Errorf("kill sandbox %s: %w", id, err)
 	}
 	p.cfg.Metrics.killed("ok")

@@ -211,7 +211,7 @@ func (p *Provider) sync(ctx context.Context) {
 	}
 	pods, err := p.cfg.Pods.List(labels.Everything())
 	if err != nil {
-		p.log.Error("list pods from the informer cache", "err", err)
+		p.log.Error("list pods from the informer cache", "error", err)
 		return
 	}
 	byUID := make(map[types.UID]*corev1.Pod, len(pods))

@@ -121,7 +121,7 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 	inv, err := a.src.Inventory()
 	if err != nil {
 		if !a.unsynced {
-			a.log.Warn("not publishing the inventory while sandboxd is out of sync: its stamp ages", "err", err)
+			a.log.Warn("not publishing the inventory while sandboxd is out of sync: its stamp ages", "error", err)
 		}
 		a.unsynced = true
 		a.metrics.attempt(notSynced, 0)
@@ -133,7 +133,7 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 	}
 	if inv.Name != a.node {
 		err := fmt.Errorf("%w: sandboxd's --node-name is %q, this vk-sandbox's is %q", ErrWrongHost, inv.Name, a.node)
-		a.log.Error("not publishing the inventory", "err", err)
+		a.log.Error("not publishing the inventory", "error", err)
 		return failed, err
 	}
 	changed := a.last == nil || !equality.Semantic.DeepEqual(*a.last, inv.Spec)
@@ -148,7 +148,7 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 		if ctx.Err() != nil {
 			return failed, nil
 		}
-		a.log.Error("publish the inventory", "err", err)
+		a.log.Error("publish the inventory", "error", err)
 		a.metrics.attempt(failed, time.Since(start))
 		return failed, nil
 	}

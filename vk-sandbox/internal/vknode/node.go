@@ -269,7 +269,7 @@ func (p *nodeProvider) update(ctx context.Context) {
 		p.log.Info("sandboxd is heard: the node is Ready")
 		p.downSince = time.Time{}
 	case !ok && p.downSince.IsZero():
-		p.log.Warn("sandboxd cannot be heard: the node goes NotReady and its lease stops", "err", cause)
+		p.log.Warn("sandboxd cannot be heard: the node goes NotReady and its lease stops", "error", cause)
 		p.downSince = now
 	}
 	changed := !equality.Semantic.DeepEqual(want.Status, p.node.Status)

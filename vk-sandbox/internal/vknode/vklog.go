@@ -62,5 +62,5 @@ func (v *vkLogger) WithFields(f vklog.Fields) vklog.Logger {
 }
 
 func (v *vkLogger) WithError(err error) vklog.Logger {
-	return &vkLogger{l: v.l.With("err", err)}
+	return &vkLogger{l: v.l.With("error", err)}
 }

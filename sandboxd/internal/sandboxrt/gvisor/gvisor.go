@@ -279,7 +279,7 @@ func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
 	defer func() {
 		if err != nil {
 			if cerr := r.Stop(context.WithoutCancel(ctx), spec.ID); cerr != nil {
-				r.opts.Logger.Error("cleaning up a sandbox that failed to start", "sandbox", spec.ID, "err", cerr)
+				r.opts.Logger.Error("cleaning up a sandbox that failed to start", "sandbox", spec.ID, "error", cerr)
 			}
 		}
 	}()
@@ -504,7 +504,7 @@ func (r *Runtime) status(ctx context.Context, id string) (sandboxrt.Status, *run
 	if st != nil && st.Status == "running" {
 		if exists(r.restoring(id)) {
 			if err := os.RemoveAll(r.restoring(id)); err != nil {
-				r.opts.Logger.Warn("removing the checkpoint of a restored sandbox", "sandbox", id, "err", err)
+				r.opts.Logger.Warn("removing the checkpoint of a restored sandbox", "sandbox", id, "error", err)
 			}
 		}
 		return sandboxrt.Running, st, nil
@@ -610,10 +610,10 @@ func (r *Runtime) Resume(ctx context.Context, id string) error {
 	if err := r.restore(ctx, id, m, st != nil); err != nil {
 		// The image is kept, for another try.
 		if _, derr := r.runsc(context.WithoutCancel(ctx), m.Flags, "delete", "--force", id); derr != nil && !notExist(derr) {
-			r.opts.Logger.Error("cleaning up a failed restore", "sandbox", id, "err", derr)
+			r.opts.Logger.Error("cleaning up a failed restore", "sandbox", id, "error", derr)
 		}
 		if rerr := os.Rename(r.restoring(id), r.checkpoint(id)); rerr != nil {
-			r.opts.Logger.Error("keeping the checkpoint of a failed restore", "sandbox", id, "err", rerr)
+			r.opts.Logger.Error("keeping the checkpoint of a failed restore", "sandbox", id, "error", rerr)
 		}
 		return fmt.Errorf("sandbox %s: %w", id, err)
 	}

@@ -324,7 +324,7 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 	defer func() {
 		if err != nil {
 			if cerr := r.Stop(context.WithoutCancel(ctx), spec.ID); cerr != nil {
-				r.opts.Logger.Error("cleaning up a sandbox that failed to start", "sandbox", spec.ID, "err", cerr)
+				r.opts.Logger.Error("cleaning up a sandbox that failed to start", "sandbox", spec.ID, "error", cerr)
 			}
 			r.releaseSlot(spec.ID)
 		}
