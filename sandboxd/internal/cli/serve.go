@@ -21,6 +21,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/gvisor"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 	"github.com/skiff-dev/skiff/sandboxd/internal/server"
+	"github.com/skiff-dev/skiff/sandboxd/internal/service"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	"github.com/skiff-dev/skiff/shared/logflags"
@@ -186,7 +187,7 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 	}
 	// Releases what the runtime holds for itself; sandboxes keep running.
 	defer rt.Close()
-	srv, err := server.New(o.server, server.Deps{
+	svc, err := service.New(o.server.ServiceConfig(), service.Deps{
 		Runtime:   rt,
 		Network:   networkAdapter{nm},
 		Templates: lib,
@@ -195,6 +196,10 @@ func serve(ctx context.Context, stateDir string, o *serveOptions) error {
 		LogDir:    filepath.Join(stateDir, "logs"),
 		Logger:    log,
 	})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(o.server, svc, log)
 	if err != nil {
 		return err
 	}
@@ -232,7 +237,7 @@ func newRuntime(stateDir string, o *serveOptions, log *slog.Logger) (runtime, er
 	}
 }
 
-// networkAdapter gives the server the namespace path of a set-up network.
+// networkAdapter gives the service the namespace path of a set-up network.
 type networkAdapter struct{ *network.Manager }
 
 func (a networkAdapter) Setup(ctx context.Context, id string, b ipam.Block, allowInternet bool) (string, error) {

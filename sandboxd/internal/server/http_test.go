@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
 	"github.com/skiff-dev/skiff/shared/routing"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
@@ -24,9 +25,9 @@ func TestAuthRPC(t *testing.T) {
 		_, err := sandboxdv1connect.NewSandboxdServiceClient(c, h.url).Info(t.Context(), connect.NewRequest(&pb.InfoRequest{}))
 		return err
 	}
-	wantCode(t, info(h2cClient("")), connect.CodeUnauthenticated)
-	wantCode(t, info(h2cClient("wrong-token-0123456789")), connect.CodeUnauthenticated)
-	if err := info(h2cClient(testNodeToken)); err != nil {
+	wantCode(t, info(servicetest.H2CClient("")), connect.CodeUnauthenticated)
+	wantCode(t, info(servicetest.H2CClient("wrong-token-0123456789")), connect.CodeUnauthenticated)
+	if err := info(servicetest.H2CClient(testNodeToken)); err != nil {
 		t.Fatalf("bearer token: %v", err)
 	}
 	nodeHeader := &http.Client{Transport: headerRT{wire.NodeTokenHeader, testNodeToken}}
@@ -169,7 +170,7 @@ func TestRelayUnauthorized(t *testing.T) {
 
 func TestInsecureNoAuth(t *testing.T) {
 	h := newHarness(t, harnessConfig{opts: func(o *Options) { o.AuthTokenFile, o.InsecureNoAuth = "", true }})
-	if _, err := sandboxdv1connect.NewSandboxdServiceClient(h2cClient(""), h.url).Info(t.Context(), connect.NewRequest(&pb.InfoRequest{})); err != nil {
+	if _, err := sandboxdv1connect.NewSandboxdServiceClient(servicetest.H2CClient(""), h.url).Info(t.Context(), connect.NewRequest(&pb.InfoRequest{})); err != nil {
 		t.Fatal(err)
 	}
 }

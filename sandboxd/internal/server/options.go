@@ -19,6 +19,7 @@ import (
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/selfexe"
+	"github.com/skiff-dev/skiff/sandboxd/internal/service"
 )
 
 // DefaultEnvdPath is where packages install the static envd when it does
@@ -143,6 +144,16 @@ func (o *Options) Limits() registry.Limits {
 	}
 }
 
+// ServiceConfig is the service's part of the options.
+func (o *Options) ServiceConfig() service.Config {
+	return service.Config{
+		NodeName: o.NodeName, Limits: o.Limits(),
+		Envd: o.Envd, EnvdReadyTimeout: o.EnvdReadyTimeout, PreparedSandboxes: o.PreparedSandboxes, MaxTimeout: o.MaxTimeout,
+		DefaultCPUMilli: o.DefaultCPUMilli, DefaultMemoryMiB: o.DefaultMemoryMiB, DefaultDiskMiB: o.DefaultDiskMiB,
+		MetricsInterval: o.MetricsInterval, MetricsSamples: o.MetricsSamples,
+	}
+}
+
 // Validate reports every option that cannot work, naming its flag.
 func (o *Options) Validate() error {
 	var errs []error
@@ -181,14 +192,14 @@ func (o *Options) Validate() error {
 	if o.MaxTimeout <= 0 {
 		add("--max-timeout must be positive, got %s", o.MaxTimeout)
 	}
-	if o.DefaultCPUMilli < minCPUMilli {
-		add("--default-cpu must be at least %dm, got %d", minCPUMilli, o.DefaultCPUMilli)
+	if o.DefaultCPUMilli < service.MinCPUMilli {
+		add("--default-cpu must be at least %dm, got %d", service.MinCPUMilli, o.DefaultCPUMilli)
 	}
-	if o.DefaultMemoryMiB < minMemoryMiB {
-		add("--default-memory must be at least %d MiB, got %d", minMemoryMiB, o.DefaultMemoryMiB)
+	if o.DefaultMemoryMiB < service.MinMemoryMiB {
+		add("--default-memory must be at least %d MiB, got %d", service.MinMemoryMiB, o.DefaultMemoryMiB)
 	}
-	if o.DefaultDiskMiB < 0 || o.DefaultDiskMiB > maxDiskMiB {
-		add("--default-disk must be between 0 and %d MiB, got %d", maxDiskMiB, o.DefaultDiskMiB)
+	if o.DefaultDiskMiB < 0 || o.DefaultDiskMiB > service.MaxDiskMiB {
+		add("--default-disk must be between 0 and %d MiB, got %d", service.MaxDiskMiB, o.DefaultDiskMiB)
 	}
 	if o.MetricsInterval <= 0 {
 		add("--metrics-interval must be positive, got %s", o.MetricsInterval)

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // the sandbox; a claim with them posts them to envd's /init, together with a
 // token made now. A sandbox whose envd refuses the /init is killed: nobody
 // could use it.
-func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest]) (_ *connect.Response[pb.ClaimResponse], err error) {
+func (s *Service) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest]) (_ *connect.Response[pb.ClaimResponse], err error) {
 	m := req.Msg
 	var f fieldErrors
 	switch {
@@ -109,7 +109,7 @@ func (s *Server) Claim(ctx context.Context, req *connect.Request[pb.ClaimRequest
 
 // rotateToken gives the sandbox's envd its new owner's token and
 // environment, authenticated by the token it holds now.
-func (s *Server) rotateToken(ctx context.Context, rec *store.Record, oldToken, token string, env map[string]string) error {
+func (s *Service) rotateToken(ctx context.Context, rec *store.Record, oldToken, token string, env map[string]string) error {
 	b, err := s.blockOf(rec)
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func (s *Server) rotateToken(ctx context.Context, rec *store.Record, oldToken, t
 }
 
 // blockOf is the address block the sandbox holds.
-func (s *Server) blockOf(rec *store.Record) (ipam.Block, error) {
+func (s *Service) blockOf(rec *store.Record) (ipam.Block, error) {
 	addr, err := netip.ParseAddr(rec.Address)
 	if err != nil {
 		return ipam.Block{}, fmt.Errorf("sandbox %s: address %q: %w", rec.ID, rec.Address, err)

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"sync"
@@ -84,10 +84,9 @@ func TestClaimAnyConcurrent(t *testing.T) {
 			t.Fatalf("sandbox %s claimed twice", w.id)
 		}
 		seen[w.id] = true
-		e := h.rt.envd(w.id)
-		e.mu.Lock()
-		token, inits, owner := e.token, e.inits, e.env["OWNER"]
-		e.mu.Unlock()
+		e := h.rt.Envd(w.id)
+		st := e.State()
+		token, inits, owner := st.Token, st.Inits, st.Env["OWNER"]
 		if token != w.token || w.token == warmTokens[w.id] || inits != 2 || owner != "b" {
 			t.Fatalf("sandbox %s: envd token matches %v, warm token reused %v, %d inits, OWNER=%q",
 				w.id, token == w.token, w.token == warmTokens[w.id], inits, owner)
@@ -97,7 +96,7 @@ func TestClaimAnyConcurrent(t *testing.T) {
 			!sb.GetEndAt().AsTime().Equal(epoch.Add(10*time.Minute)) {
 			t.Fatalf("claimed sandbox = %v, %v", sb, err)
 		}
-		if _, ok := h.srv.deadlines.Deadline(w.id); !ok {
+		if _, ok := h.svc.deadlines.Deadline(w.id); !ok {
 			t.Fatalf("claimed sandbox %s has no deadline", w.id)
 		}
 	}
@@ -121,10 +120,9 @@ func TestClaimWithoutEnvHandsWarmToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := h.rt.envd(id)
-	e.mu.Lock()
-	token, inits := e.token, e.inits
-	e.mu.Unlock()
+	e := h.rt.Envd(id)
+	st := e.State()
+	token, inits := st.Token, st.Inits
 	if inits != 1 || token == "" || resp.Msg.GetEnvdAccessToken() != token {
 		t.Fatalf("claim without env: %d inits (want the warm one only), returned token matches envd's: %v",
 			inits, resp.Msg.GetEnvdAccessToken() == token)
@@ -155,7 +153,7 @@ func TestClaimByIDConcurrent(t *testing.T) {
 				switch {
 				case err == nil:
 					wins[id]++
-					if tok := h.rt.envd(id).currentToken(); tok != resp.Msg.GetEnvdAccessToken() {
+					if tok := h.rt.Envd(id).Token(); tok != resp.Msg.GetEnvdAccessToken() {
 						t.Errorf("envd of %s holds another token than the winner's", id)
 					}
 				case connect.CodeOf(err) == connect.CodeFailedPrecondition:
@@ -180,13 +178,11 @@ func TestClaimByIDConcurrent(t *testing.T) {
 func TestClaimInitFailureKills(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	id := h.warm(1)[0]
-	e := h.rt.envd(id)
-	e.mu.Lock()
-	e.rejectIn = true
-	e.mu.Unlock()
+	e := h.rt.Envd(id)
+	e.RejectInit()
 	_, err := h.client.Claim(t.Context(), claimReq(&pb.ClaimRequest{SandboxId: id, EnvVars: map[string]string{"A": "1"}}))
 	wantCode(t, err, connect.CodeUnavailable)
-	if !h.gone(id) || h.rt.running(id) {
+	if !h.gone(id) || h.rt.Running(id) {
 		t.Fatal("a sandbox whose envd refused the claim's token lives on")
 	}
 	h.assertNothingHeld()

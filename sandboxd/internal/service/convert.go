@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"maps"
@@ -25,7 +25,7 @@ func toState(s string) pb.SandboxState {
 
 // toSandbox is a record as the API shows it: everything but its tokens and
 // the host's own handles on it.
-func (s *Server) toSandbox(rec *store.Record) *pb.Sandbox {
+func (s *Service) toSandbox(rec *store.Record) *pb.Sandbox {
 	sb := &pb.Sandbox{
 		Id:                  rec.ID,
 		Template:            rec.Template,

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"bufio"
@@ -39,7 +39,7 @@ const (
 
 // Create starts a sandbox for a team and returns once its envd answers and
 // holds a fresh access token.
-func (s *Server) Create(ctx context.Context, req *connect.Request[pb.CreateRequest]) (*connect.Response[pb.CreateResponse], error) {
+func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequest]) (*connect.Response[pb.CreateResponse], error) {
 	m := req.Msg
 	var f fieldErrors
 	tmpl, err := s.checkTemplate(&f, m.GetTemplate())
@@ -76,7 +76,7 @@ func (s *Server) Create(ctx context.Context, req *connect.Request[pb.CreateReque
 
 // Warm starts a sandbox that belongs to no one yet, for a warm pool. Its
 // envd holds a token only sandboxd knows until a Claim hands it over.
-func (s *Server) Warm(ctx context.Context, req *connect.Request[pb.WarmRequest]) (*connect.Response[pb.WarmResponse], error) {
+func (s *Service) Warm(ctx context.Context, req *connect.Request[pb.WarmRequest]) (*connect.Response[pb.WarmResponse], error) {
 	m := req.Msg
 	var f fieldErrors
 	tmpl, err := s.checkTemplate(&f, m.GetTemplate())
@@ -112,7 +112,7 @@ type launch struct {
 // launch starts l: capacity, ID, address, network, runtime, envd ready,
 // envd's token, record, deadline. A failed step undoes the earlier ones in
 // reverse order, so nothing of the sandbox is left.
-func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token string, err error) {
+func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token string, err error) {
 	began := time.Now()
 	defer func() {
 		if err != nil {
@@ -212,10 +212,10 @@ func (s *Server) launch(ctx context.Context, l *launch) (_ *store.Record, token 
 // initEnvd waits for the new sandbox's envd to answer and gives it its first
 // token, the environment and (when the template has e2b's user) the default
 // user and working directory.
-func (s *Server) initEnvd(ctx context.Context, id string, l *launch, block ipam.Block) (token, version string, err error) {
+func (s *Service) initEnvd(ctx context.Context, id string, l *launch, block ipam.Block) (token, version string, err error) {
 	addr := s.envdAddr(block)
 	started := time.Now()
-	if err := s.envd.WaitHealthy(ctx, addr, s.opts.EnvdReadyTimeout); err != nil {
+	if err := s.envd.WaitHealthy(ctx, addr, s.cfg.EnvdReadyTimeout); err != nil {
 		return "", "", err
 	}
 	s.metrics.envdReady.Observe(time.Since(started).Seconds())
@@ -231,7 +231,7 @@ func (s *Server) initEnvd(ctx context.Context, id string, l *launch, block ipam.
 }
 
 // newRecord is the record of the sandbox l started as id.
-func (s *Server) newRecord(l *launch, id string, block ipam.Block, token, version string) store.Record {
+func (s *Service) newRecord(l *launch, id string, block ipam.Block, token, version string) store.Record {
 	now := s.clock.Now()
 	rec := l.rec
 	rec.ID, rec.Template, rec.TemplateVersion = id, l.tmpl.Name, l.tmpl.Version
@@ -248,7 +248,7 @@ func (s *Server) newRecord(l *launch, id string, block ipam.Block, token, versio
 }
 
 // spec is what the runtime needs to start sandbox id.
-func (s *Server) spec(id string, l *launch, block ipam.Block, netns, logPath string) *sandboxrt.Spec {
+func (s *Service) spec(id string, l *launch, block ipam.Block, netns, logPath string) *sandboxrt.Spec {
 	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
 		block.Sandbox.String() + "\t" + sandboxHostname + "\n"
 	return &sandboxrt.Spec{
@@ -259,7 +259,7 @@ func (s *Server) spec(id string, l *launch, block ipam.Block, netns, logPath str
 		DiskMiB:   l.disk,
 		NetNS:     netns,
 		Hostname:  sandboxHostname,
-		Envd:      s.opts.Envd,
+		Envd:      s.cfg.Envd,
 		EnvdArgs:  []string{"--port", strconv.Itoa(routing.EnvdPort)},
 		EnvdPort:  routing.EnvdPort,
 		Files: map[string][]byte{
@@ -270,7 +270,7 @@ func (s *Server) spec(id string, l *launch, block ipam.Block, netns, logPath str
 	}
 }
 
-func (s *Server) logPath(id string) string { return filepath.Join(s.logDir, id+".log") }
+func (s *Service) logPath(id string) string { return filepath.Join(s.logDir, id+".log") }
 
 // trafficToken is the traffic access token of a sandbox whose request said
 // allowPublicTraffic: a fresh one (random, like an envd token) when it is

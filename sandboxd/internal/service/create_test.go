@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
@@ -41,14 +42,12 @@ func TestCreate(t *testing.T) {
 		t.Fatalf("resources = %v (disk defaults to 10240)", r)
 	}
 
-	e := h.rt.envd(sb.GetId())
-	e.mu.Lock()
-	if e.token != resp.GetEnvdAccessToken() || e.env["FOO"] != "bar" || e.user != "user" || e.workdir != "/home/user" {
-		t.Errorf("envd got token match %v, env %v, user %q, workdir %q", e.token == resp.GetEnvdAccessToken(), e.env, e.user, e.workdir)
+	e := h.rt.Envd(sb.GetId())
+	if e := e.State(); e.Token != resp.GetEnvdAccessToken() || e.Env["FOO"] != "bar" || e.User != "user" || e.Workdir != "/home/user" {
+		t.Errorf("envd got token match %v, env %v, user %q, workdir %q", e.Token == resp.GetEnvdAccessToken(), e.Env, e.User, e.Workdir)
 	}
-	e.mu.Unlock()
 
-	spec := h.rt.spec(sb.GetId())
+	spec := h.rt.Spec(sb.GetId())
 	if spec.CPUMilli != 1500 || spec.MemoryMiB != 1024 || spec.Hostname != "e2b" || spec.Envd != "/nonexistent/envd" ||
 		spec.Log != filepath.Join(h.dir, "logs", sb.GetId()+".log") || spec.Rootfs == "" {
 		t.Errorf("spec = %+v", spec)
@@ -61,7 +60,7 @@ func TestCreate(t *testing.T) {
 	if err != nil || rec.EnvdAccessToken != resp.GetEnvdAccessToken() || rec.Address != "127.213.0.2" || rec.Runtime != "fake" {
 		t.Fatalf("record = %+v, %v", rec, err)
 	}
-	if at, ok := h.srv.deadlines.Deadline(sb.GetId()); !ok || !at.Equal(rec.EndAt) {
+	if at, ok := h.svc.deadlines.Deadline(sb.GetId()); !ok || !at.Equal(rec.EndAt) {
 		t.Fatalf("deadline = %v %v, want %v", at, ok, rec.EndAt)
 	}
 	got, err := h.get(sb.GetId())
@@ -149,7 +148,7 @@ func TestCreateValidation(t *testing.T) {
 			wantCode(t, err, connect.CodeInvalidArgument, tc.field+":")
 		})
 	}
-	if n := h.rt.startCount(); n != 0 {
+	if n := h.rt.StartCount(); n != 0 {
 		t.Fatalf("%d starts for invalid requests", n)
 	}
 	h.assertNothingHeld()
@@ -161,7 +160,7 @@ func TestCreateValidation(t *testing.T) {
 }
 
 func TestCreateExhausted(t *testing.T) {
-	h := newHarness(t, harnessConfig{opts: func(o *Options) { o.MaxSandboxes, o.MemoryCapacity = 2, 2048 }})
+	h := newHarness(t, harnessConfig{cfg: func(c *Config) { c.Limits.MaxSandboxes, c.Limits.MemoryMiB = 2, 2048 }})
 	first := h.create()
 	_, err := h.client.Create(t.Context(), createReq(func(m *pb.CreateRequest) {
 		m.Resources = &pb.Resources{MemoryMib: 2000}
@@ -170,7 +169,7 @@ func TestCreateExhausted(t *testing.T) {
 	h.create()
 	_, err = h.client.Create(t.Context(), createReq())
 	wantCode(t, err, connect.CodeResourceExhausted, "sandboxes")
-	if n := h.rt.startCount(); n != 2 {
+	if n := h.rt.StartCount(); n != 2 {
 		t.Fatalf("%d starts, want 2", n)
 	}
 	// A kill frees the room.
@@ -187,16 +186,16 @@ func TestCreateRollback(t *testing.T) {
 		code    connect.Code
 	}{
 		{"network setup fails", func(h *harness) {
-			h.net.mu.Lock()
-			defer h.net.mu.Unlock()
-			h.net.setupErr = errors.New("no veth")
+			h.net.FailSetup(errors.New("no veth"))
 		}, connect.CodeInternal},
-		{"runtime start fails", func(h *harness) { h.rt.configure(func(r *fakeRuntime) { r.startErr = errors.New("no cgroup") }) }, connect.CodeInternal},
-		{"envd never healthy", func(h *harness) { h.rt.configure(func(r *fakeRuntime) { r.unhealthy = true }) }, connect.CodeUnavailable},
-		{"envd never listens", func(h *harness) { h.rt.configure(func(r *fakeRuntime) { r.noEnvd = true }) }, connect.CodeUnavailable},
+		{"runtime start fails", func(h *harness) {
+			h.rt.Configure(func(c *servicetest.RuntimeConfig) { c.StartErr = errors.New("no cgroup") })
+		}, connect.CodeInternal},
+		{"envd never healthy", func(h *harness) { h.rt.Configure(func(c *servicetest.RuntimeConfig) { c.Unhealthy = true }) }, connect.CodeUnavailable},
+		{"envd never listens", func(h *harness) { h.rt.Configure(func(c *servicetest.RuntimeConfig) { c.NoEnvd = true }) }, connect.CodeUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, harnessConfig{opts: func(o *Options) { o.EnvdReadyTimeout = 100 * time.Millisecond }})
+			h := newHarness(t, harnessConfig{cfg: func(c *Config) { c.EnvdReadyTimeout = 100 * time.Millisecond }})
 			tc.breakIt(h)
 			_, err := h.client.Create(t.Context(), createReq())
 			wantCode(t, err, tc.code)
@@ -212,7 +211,7 @@ func TestCreateInitRejectedRollsBack(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	// The envd starts but refuses /init: it holds a token sandboxd does not
 	// know.
-	h.rt.configure(func(r *fakeRuntime) { r.presetToken = "someone-elses" })
+	h.rt.Configure(func(c *servicetest.RuntimeConfig) { c.PresetToken = "someone-elses" })
 	_, err := h.client.Create(t.Context(), createReq())
 	wantCode(t, err, connect.CodeUnavailable, "401")
 	if strings.Contains(err.Error(), "someone-elses") {

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -29,7 +29,7 @@ const exitRetry = 5 * time.Second
 
 // watchExit starts watching sandbox id's init, unless it is watched
 // already or the runtime cannot watch. Callers hold the sandbox's lock.
-func (s *Server) watchExit(id string) {
+func (s *Service) watchExit(id string) {
 	ew, ok := s.rt.(sandboxrt.ExitWatcher)
 	if !ok {
 		return
@@ -43,7 +43,7 @@ func (s *Server) watchExit(id string) {
 	s.exitWG.Go(func() { s.exitLoop(ew, id) })
 }
 
-func (s *Server) exitLoop(ew sandboxrt.ExitWatcher, id string) {
+func (s *Service) exitLoop(ew sandboxrt.ExitWatcher, id string) {
 	for {
 		exit, err := ew.WaitExit(s.exitCtx, id)
 		if s.exitCtx.Err() != nil {
@@ -68,7 +68,7 @@ func (s *Server) exitLoop(ew sandboxrt.ExitWatcher, id string) {
 // that runs (or is paused with its processes) is watched on; one with
 // nothing to watch (killed meanwhile, paused to disk) is not. It reports
 // whether to watch again, and after how long.
-func (s *Server) afterExit(id string, exit sandboxrt.Exit, waitErr error) (again bool, wait time.Duration) {
+func (s *Service) afterExit(id string, exit sandboxrt.Exit, waitErr error) (again bool, wait time.Duration) {
 	defer s.locks.lock(id)()
 	defer func() {
 		if !again {
@@ -106,7 +106,7 @@ func (s *Server) afterExit(id string, exit sandboxrt.Exit, waitErr error) (again
 
 // endedLocked ends a sandbox that died by itself: as a kill would, but
 // its Watch delete and sandboxd's log say why.
-func (s *Server) endedLocked(ctx context.Context, rec *store.Record, exit sandboxrt.Exit) error {
+func (s *Service) endedLocked(ctx context.Context, rec *store.Record, exit sandboxrt.Exit) error {
 	why := exit.String()
 	attrs := []any{"sandbox", rec.ID, "team", rec.Team, "template", rec.Template, "state", rec.State, "why", why, "oom_kills", exit.OOMKills}
 	if exit.Known {

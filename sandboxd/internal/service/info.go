@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -11,15 +11,15 @@ import (
 // Info describes the host for its NodeInventory: capacity (after
 // overcommit: what placement may hand out), what is allocated (including
 // creates in flight), templates, runtime and envd version.
-func (s *Server) Info(_ context.Context, _ *connect.Request[pb.InfoRequest]) (*connect.Response[pb.InfoResponse], error) {
+func (s *Service) Info(_ context.Context, _ *connect.Request[pb.InfoRequest]) (*connect.Response[pb.InfoResponse], error) {
 	ts, err := s.templates.List()
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	limits := s.opts.Limits()
+	limits := s.cfg.Limits
 	used := s.reg.Usage()
 	resp := &pb.InfoResponse{
-		NodeName:     s.opts.NodeName,
+		NodeName:     s.cfg.NodeName,
 		Tag:          string(s.tag),
 		Capacity:     &pb.Resources{CpuMilli: limits.CPUMilli, MemoryMib: limits.MemoryMiB},
 		MaxSandboxes: int32(min(limits.MaxSandboxes, 1<<31-1)),

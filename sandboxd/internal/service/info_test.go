@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ import (
 )
 
 func TestInfo(t *testing.T) {
-	h := newHarness(t, harnessConfig{opts: func(o *Options) { o.Overcommit = 2 }})
+	h := newHarness(t, harnessConfig{cfg: func(c *Config) { c.Limits.CPUMilli, c.Limits.MemoryMiB = 512_000, 128<<10 }})
 	h.create(func(m *pb.CreateRequest) { m.Resources = &pb.Resources{CpuMilli: 500, MemoryMib: 256} })
 	h.warm(1)
 	resp, err := h.client.Info(t.Context(), connect.NewRequest(&pb.InfoRequest{}))

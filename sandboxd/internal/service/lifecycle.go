@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 const expireRetry = time.Minute
 
 // Get returns one sandbox.
-func (s *Server) Get(_ context.Context, req *connect.Request[pb.GetRequest]) (*connect.Response[pb.GetResponse], error) {
+func (s *Service) Get(_ context.Context, req *connect.Request[pb.GetRequest]) (*connect.Response[pb.GetResponse], error) {
 	if err := validID(req.Msg.GetSandboxId()); err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (s *Server) Get(_ context.Context, req *connect.Request[pb.GetRequest]) (*c
 
 // List returns the host's sandboxes, of one team and some states when the
 // request says so, sorted by ID.
-func (s *Server) List(_ context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+func (s *Service) List(_ context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
 	m := req.Msg
 	out := []*pb.Sandbox{}
 	for _, rec := range s.reg.List() {
@@ -54,7 +54,7 @@ func (s *Server) List(_ context.Context, req *connect.Request[pb.ListRequest]) (
 }
 
 // Kill stops a sandbox and forgets it.
-func (s *Server) Kill(ctx context.Context, req *connect.Request[pb.KillRequest]) (*connect.Response[pb.KillResponse], error) {
+func (s *Service) Kill(ctx context.Context, req *connect.Request[pb.KillRequest]) (*connect.Response[pb.KillResponse], error) {
 	id := req.Msg.GetSandboxId()
 	if err := validID(id); err != nil {
 		return nil, err
@@ -80,13 +80,13 @@ const (
 // killLocked stops the sandbox, releases its network and address, and
 // removes its record and log. If the runtime cannot stop it, the record
 // stays, so a retry (or a restart's recovery) finds it again.
-func (s *Server) killLocked(ctx context.Context, rec *store.Record, reason string) error {
+func (s *Service) killLocked(ctx context.Context, rec *store.Record, reason string) error {
 	return s.endLocked(ctx, rec, reason, "")
 }
 
 // endLocked is killLocked of a sandbox that ended for why (a Watch delete
 // says it; empty for a kill).
-func (s *Server) endLocked(ctx context.Context, rec *store.Record, reason, why string) (err error) {
+func (s *Service) endLocked(ctx context.Context, rec *store.Record, reason, why string) (err error) {
 	defer func() { s.metrics.kills.WithLabelValues(reason, resultOf(toConnect(err))).Inc() }()
 	if err := s.rt.Stop(ctx, rec.ID); err != nil {
 		return fmt.Errorf("stop sandbox %s: %w", rec.ID, err)
@@ -108,7 +108,7 @@ func (s *Server) endLocked(ctx context.Context, rec *store.Record, reason, why s
 // An address whose network could not be torn down stays taken (a new
 // sandbox must not collide with leftovers); the next start's orphan sweep
 // tears it down.
-func (s *Server) releaseNetwork(ctx context.Context, rec *store.Record) {
+func (s *Service) releaseNetwork(ctx context.Context, rec *store.Record) {
 	b, err := s.blockOf(rec)
 	if err != nil {
 		s.log.ErrorContext(ctx, "find sandbox address", "sandbox", rec.ID, "error", err)
@@ -121,7 +121,7 @@ func (s *Server) releaseNetwork(ctx context.Context, rec *store.Record) {
 }
 
 // SetTimeout sets a running sandbox's deadline to now + timeout.
-func (s *Server) SetTimeout(_ context.Context, req *connect.Request[pb.SetTimeoutRequest]) (*connect.Response[pb.SetTimeoutResponse], error) {
+func (s *Service) SetTimeout(_ context.Context, req *connect.Request[pb.SetTimeoutRequest]) (*connect.Response[pb.SetTimeoutResponse], error) {
 	m := req.Msg
 	var f fieldErrors
 	checkID(&f, m.GetSandboxId())
@@ -145,7 +145,7 @@ func (s *Server) SetTimeout(_ context.Context, req *connect.Request[pb.SetTimeou
 }
 
 // Pause freezes a running sandbox; it has no deadline while paused.
-func (s *Server) Pause(ctx context.Context, req *connect.Request[pb.PauseRequest]) (*connect.Response[pb.PauseResponse], error) {
+func (s *Service) Pause(ctx context.Context, req *connect.Request[pb.PauseRequest]) (*connect.Response[pb.PauseResponse], error) {
 	id := req.Msg.GetSandboxId()
 	if err := validID(id); err != nil {
 		return nil, err
@@ -166,7 +166,7 @@ func (s *Server) Pause(ctx context.Context, req *connect.Request[pb.PauseRequest
 
 // pauseLocked pauses a running sandbox and records when, which a resume
 // without a timeout needs.
-func (s *Server) pauseLocked(ctx context.Context, rec *store.Record) (*store.Record, error) {
+func (s *Service) pauseLocked(ctx context.Context, rec *store.Record) (*store.Record, error) {
 	if err := s.rt.Pause(ctx, rec.ID); err != nil {
 		return nil, fmt.Errorf("pause sandbox %s: %w", rec.ID, err)
 	}
@@ -188,7 +188,7 @@ func (s *Server) pauseLocked(ctx context.Context, rec *store.Record) (*store.Rec
 
 // Resume thaws a paused sandbox, with a new lifetime from now or the one it
 // had left when paused.
-func (s *Server) Resume(ctx context.Context, req *connect.Request[pb.ResumeRequest]) (*connect.Response[pb.ResumeResponse], error) {
+func (s *Service) Resume(ctx context.Context, req *connect.Request[pb.ResumeRequest]) (*connect.Response[pb.ResumeResponse], error) {
 	m := req.Msg
 	var f fieldErrors
 	checkID(&f, m.GetSandboxId())
@@ -223,7 +223,7 @@ func (s *Server) Resume(ctx context.Context, req *connect.Request[pb.ResumeReque
 // now + lifetime; with remember, lifetime also becomes the sandbox's last
 // timeout (what an auto-resume gives). The Resume RPC and the relay's
 // auto-resume both come here, under the sandbox's lock.
-func (s *Server) resumeLocked(ctx context.Context, rec *store.Record, lifetime time.Duration, remember bool) (*store.Record, error) {
+func (s *Service) resumeLocked(ctx context.Context, rec *store.Record, lifetime time.Duration, remember bool) (*store.Record, error) {
 	id := rec.ID
 	if err := s.rt.Resume(ctx, id); err != nil {
 		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
@@ -249,7 +249,7 @@ func (s *Server) resumeLocked(ctx context.Context, rec *store.Record, lifetime t
 
 // expire is the deadline's callback: it kills the sandbox, or pauses it
 // with auto-pause. A failure tries again after expireRetry.
-func (s *Server) expire(id string) {
+func (s *Service) expire(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	defer s.locks.lock(id)()

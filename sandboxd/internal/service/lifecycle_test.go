@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"net/netip"
@@ -26,10 +26,10 @@ func TestKill(t *testing.T) {
 	if _, err := h.client.Kill(t.Context(), connect.NewRequest(&pb.KillRequest{SandboxId: id})); err != nil {
 		t.Fatal(err)
 	}
-	if h.rt.running(id) || h.net.has(id) || !h.gone(id) {
-		t.Fatalf("after kill: running %v, network %v, record gone %v", h.rt.running(id), h.net.has(id), h.gone(id))
+	if h.rt.Running(id) || h.net.Has(id) || !h.gone(id) {
+		t.Fatalf("after kill: running %v, network %v, record gone %v", h.rt.Running(id), h.net.Has(id), h.gone(id))
 	}
-	if _, ok := h.srv.deadlines.Deadline(id); ok {
+	if _, ok := h.svc.deadlines.Deadline(id); ok {
 		t.Fatal("deadline still armed")
 	}
 	if _, err := os.Stat(logPath); !os.IsNotExist(err) {
@@ -77,7 +77,7 @@ func TestPauseResume(t *testing.T) {
 	if st, _ := h.rt.Status(t.Context(), id); st.String() != "paused" {
 		t.Fatalf("runtime status %s", st)
 	}
-	if _, ok := h.srv.deadlines.Deadline(id); ok {
+	if _, ok := h.svc.deadlines.Deadline(id); ok {
 		t.Fatal("a paused sandbox has an armed deadline")
 	}
 	_, err = pause()
@@ -95,7 +95,7 @@ func TestPauseResume(t *testing.T) {
 	if got := sb.GetEndAt().AsTime(); !got.Equal(want) {
 		t.Fatalf("endAt = %v, want %v", got, want)
 	}
-	if at, ok := h.srv.deadlines.Deadline(id); !ok || !at.Equal(want) {
+	if at, ok := h.svc.deadlines.Deadline(id); !ok || !at.Equal(want) {
 		t.Fatalf("deadline = %v %v, want %v", at, ok, want)
 	}
 	_, err = resume(nil)
@@ -157,7 +157,7 @@ func TestDeadline(t *testing.T) {
 		rec, err := h.reg.Get(pause)
 		return err == nil && rec.State == registry.StatePaused
 	})
-	if h.rt.running(kill) || h.net.has(kill) {
+	if h.rt.Running(kill) || h.net.Has(kill) {
 		t.Fatal("the killed sandbox still holds runtime or network")
 	}
 	if _, err := h.get(later); err != nil {

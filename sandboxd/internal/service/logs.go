@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -17,7 +17,7 @@ const (
 
 // Logs returns the lines of the sandbox's log, oldest first: the newest
 // limit lines at or after start.
-func (s *Server) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) (*connect.Response[pb.LogsResponse], error) {
+func (s *Service) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) (*connect.Response[pb.LogsResponse], error) {
 	m := req.Msg
 	var f fieldErrors
 	checkID(&f, m.GetSandboxId())

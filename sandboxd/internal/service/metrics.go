@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 )
@@ -26,11 +25,11 @@ const (
 	metricsSubsystem = "sandboxd"
 )
 
-// metrics are sandboxd's Prometheus metrics, on a registry of their own.
+// metrics are the service's Prometheus metrics (the server registers them
+// with the process's own).
 // Labels are closed sets (kinds, reasons, Connect codes, RPC methods):
 // never a sandbox ID.
 type metrics struct {
-	registry       *prometheus.Registry
 	creates        *prometheus.CounterVec
 	kills          *prometheus.CounterVec
 	claims         *prometheus.CounterVec
@@ -40,9 +39,10 @@ type metrics struct {
 	claimDuration  prometheus.Histogram
 	rpcs           *prometheus.CounterVec
 	watchResyncs   prometheus.Counter
+	host           *hostCollector
 }
 
-func newMetrics(s *Server) *metrics {
+func newMetrics(s *Service) *metrics {
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help}
 	}
@@ -52,7 +52,6 @@ func newMetrics(s *Server) *metrics {
 	// Starts take milliseconds to seconds; the envd-ready timeout is 10 s.
 	startBuckets := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
 		creates: prometheus.NewCounterVec(prometheus.CounterOpts(opts("creates_total",
 			"Sandbox starts by kind (create, warm) and result (ok or the Connect code).")), []string{"kind", "result"}),
 		kills: prometheus.NewCounterVec(prometheus.CounterOpts(opts("kills_total",
@@ -72,10 +71,14 @@ func newMetrics(s *Server) *metrics {
 		watchResyncs: prometheus.NewCounter(prometheus.CounterOpts(opts("watch_resyncs_total",
 			"Watch streams that fell behind and were sent a fresh snapshot."))),
 	}
-	m.registry.MustRegister(m.creates, m.kills, m.claims, m.autoResumes, m.createDuration, m.envdReady, m.claimDuration, m.rpcs, m.watchResyncs,
-		&hostCollector{s: s},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.host = &hostCollector{s: s}
 	return m
+}
+
+// Collectors are the service's metrics, for the server's registry.
+func (s *Service) Collectors() []prometheus.Collector {
+	m := s.metrics
+	return []prometheus.Collector{m.creates, m.kills, m.claims, m.autoResumes, m.createDuration, m.envdReady, m.claimDuration, m.rpcs, m.watchResyncs, m.host}
 }
 
 // resultOf is the result label of err: "ok" or its Connect code.
@@ -87,13 +90,13 @@ func resultOf(err error) string {
 }
 
 // countCreate counts a start of kind and returns its error.
-func (s *Server) countCreate(kind string, err error) error {
+func (s *Service) countCreate(kind string, err error) error {
 	s.metrics.creates.WithLabelValues(kind, resultOf(err)).Inc()
 	return err
 }
 
 // countClaim counts a claim and returns its error.
-func (s *Server) countClaim(err error, took time.Duration) error {
+func (s *Service) countClaim(err error, took time.Duration) error {
 	s.metrics.claims.WithLabelValues(resultOf(err)).Inc()
 	if err == nil {
 		s.metrics.claimDuration.Observe(took.Seconds())
@@ -111,7 +114,7 @@ var (
 )
 
 // hostCollector reports the registry's contents at scrape time.
-type hostCollector struct{ s *Server }
+type hostCollector struct{ s *Service }
 
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sandboxesDesc
@@ -129,7 +132,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range counts {
 		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(n), state)
 	}
-	used, limits := c.s.reg.Usage(), c.s.opts.Limits()
+	used, limits := c.s.reg.Usage(), c.s.cfg.Limits
 	ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(used.CPUMilli), "cpu")
 	ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(used.MemoryMiB), "memory")
 	ch <- prometheus.MustNewConstMetric(allocatedDesc, prometheus.GaugeValue, float64(used.Sandboxes), "sandboxes")

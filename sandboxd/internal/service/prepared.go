@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -11,20 +11,20 @@ import (
 )
 
 // Sandboxes prepared ahead of cold creates (package prepared): the pool
-// keeps them, the server makes them through the runtime.
+// keeps them, the service makes them through the runtime.
 
 // preparable reports whether l may start from a prepared sandbox: a create
 // (warm sandboxes are started ahead of time anyway) with the network every
 // prepared sandbox has, internet access included, and its disk, of the
 // default size.
-func (s *Server) preparable(l *launch) bool {
-	return s.prepared != nil && l.kind == kindCreate && l.rec.AllowInternetAccess && l.disk == s.opts.DefaultDiskMiB
+func (s *Service) preparable(l *launch) bool {
+	return s.prepared != nil && l.kind == kindCreate && l.rec.AllowInternetAccess && l.disk == s.cfg.DefaultDiskMiB
 }
 
 // preparer is the prepared pool's prepared.Maker: sandboxes made through
-// the runtime's sandboxrt.Preparer, on the server's addresses and network.
+// the runtime's sandboxrt.Preparer, on the service's addresses and network.
 type preparer struct {
-	s  *Server
+	s  *Service
 	rt sandboxrt.Preparer
 }
 
@@ -48,7 +48,7 @@ func (p preparer) Prepare(ctx context.Context, tmpl *template.Template) (_ *prep
 	if ps.NetNS, err = s.net.Setup(ctx, id, block, true); err != nil {
 		return nil, err
 	}
-	l := &launch{kind: kindCreate, tmpl: tmpl, cpu: s.opts.DefaultCPUMilli, mem: s.opts.DefaultMemoryMiB, disk: s.opts.DefaultDiskMiB}
+	l := &launch{kind: kindCreate, tmpl: tmpl, cpu: s.cfg.DefaultCPUMilli, mem: s.cfg.DefaultMemoryMiB, disk: s.cfg.DefaultDiskMiB}
 	if err := p.rt.Prepare(ctx, s.spec(id, l, block, ps.NetNS, s.logPath(id))); err != nil {
 		return nil, err
 	}

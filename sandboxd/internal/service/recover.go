@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 //
 // A sandbox whose status cannot be read is left alone, record and all: a
 // passing error must not cost it.
-func (s *Server) Recover(ctx context.Context) error {
+func (s *Service) Recover(ctx context.Context) error {
 	var errs []error
 	adopted, gone := 0, 0
 	for _, rec := range s.reg.List() {
@@ -48,7 +48,7 @@ func (s *Server) Recover(ctx context.Context) error {
 
 // recoverOne re-adopts one sandbox, or cleans it up when the runtime no
 // longer has it. It reports whether the sandbox lives on.
-func (s *Server) recoverOne(ctx context.Context, rec *store.Record) (bool, error) {
+func (s *Service) recoverOne(ctx context.Context, rec *store.Record) (bool, error) {
 	defer s.locks.lock(rec.ID)()
 	log := s.log.With("sandbox", rec.ID)
 	st, err := s.rt.Status(ctx, rec.ID)
@@ -82,7 +82,7 @@ func (s *Server) recoverOne(ctx context.Context, rec *store.Record) (bool, error
 // reconcile makes the runtime match the record, which is what callers were
 // told: a crash between the runtime's pause and the record's leaves a
 // running record over a paused sandbox, and the record wins.
-func (s *Server) reconcile(ctx context.Context, rec *store.Record, st sandboxrt.Status) error {
+func (s *Service) reconcile(ctx context.Context, rec *store.Record, st sandboxrt.Status) error {
 	wantPaused := rec.State == registry.StatePaused
 	switch {
 	case wantPaused && st == sandboxrt.Running:
@@ -94,7 +94,7 @@ func (s *Server) reconcile(ctx context.Context, rec *store.Record, st sandboxrt.
 }
 
 // adopt claims the sandbox's address again and re-arms its deadline.
-func (s *Server) adopt(ctx context.Context, rec *store.Record) {
+func (s *Service) adopt(ctx context.Context, rec *store.Record) {
 	if _, err := s.blockOf(rec); err != nil {
 		s.log.ErrorContext(ctx, "claim sandbox address", "sandbox", rec.ID, "error", err)
 	}
@@ -106,7 +106,7 @@ func (s *Server) adopt(ctx context.Context, rec *store.Record) {
 
 // sweepOrphans stops the runtime's sandboxes and tears down the networks
 // that no record names: leftovers of a create that sandboxd died in.
-func (s *Server) sweepOrphans(ctx context.Context) (int, error) {
+func (s *Service) sweepOrphans(ctx context.Context) (int, error) {
 	known := map[string]bool{}
 	for _, rec := range s.reg.List() {
 		known[rec.ID] = true
@@ -147,7 +147,7 @@ func (s *Server) sweepOrphans(ctx context.Context) (int, error) {
 }
 
 // sweepLogs removes the logs of sandboxes that no record names.
-func (s *Server) sweepLogs(ctx context.Context, known map[string]bool) {
+func (s *Service) sweepLogs(ctx context.Context, known map[string]bool) {
 	entries, err := os.ReadDir(s.logDir)
 	if err != nil {
 		s.log.WarnContext(ctx, "list sandbox logs", "error", err)

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -23,8 +23,8 @@ import (
 // again (one that passed while sandboxd was down at once).
 func TestRecover(t *testing.T) {
 	dir := t.TempDir()
-	n := newFakeNetwork()
-	rt := newFakeRuntime(t, n)
+	n := servicetest.NewNetwork()
+	rt := servicetest.NewRuntime(t, n)
 	a := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt})
 	c := a.clock
 
@@ -51,13 +51,11 @@ func TestRecover(t *testing.T) {
 	// While sandboxd is down: one sandbox dies, the paused one is found
 	// running (a crash mid-pause), leftovers of an unrecorded create
 	// appear, and two minutes pass.
-	rt.setStatus(gone, sandboxrt.Stopped)
-	rt.setStatus(paused, sandboxrt.Running)
+	rt.SetStatus(gone, sandboxrt.Stopped)
+	rt.SetStatus(paused, sandboxrt.Running)
 	const orphanRT, orphanNet = "orphan0000000000rt00", "orphan000000000net00"
-	rt.setStatus(orphanRT, sandboxrt.Running)
-	n.mu.Lock()
-	n.blocks[orphanNet] = ipam.Block{}
-	n.mu.Unlock()
+	rt.SetStatus(orphanRT, sandboxrt.Running)
+	n.AddOrphan(orphanNet)
 	c.Step(2 * time.Minute)
 
 	b := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt, clock: c})
@@ -73,22 +71,22 @@ func TestRecover(t *testing.T) {
 			t.Fatalf("%s lost its token", id)
 		}
 	}
-	if at, ok := b.srv.deadlines.Deadline(run); !ok || !at.Equal(before[run].GetEndAt().AsTime()) {
+	if at, ok := b.svc.deadlines.Deadline(run); !ok || !at.Equal(before[run].GetEndAt().AsTime()) {
 		t.Fatalf("deadline of %s = %v %v, want %v", run, at, ok, before[run].GetEndAt().AsTime())
 	}
 	for _, id := range []string{paused, warm} {
-		if _, ok := b.srv.deadlines.Deadline(id); ok {
+		if _, ok := b.svc.deadlines.Deadline(id); ok {
 			t.Fatalf("%s has a deadline", id)
 		}
 	}
 	if st, _ := rt.Status(t.Context(), paused); st != sandboxrt.Paused {
 		t.Fatalf("recorded-paused sandbox is %s in the runtime, want paused", st)
 	}
-	if !b.gone(gone) || !rt.wasStopped(gone) || n.has(gone) {
-		t.Fatalf("gone sandbox: record gone %v, stopped %v, network left %v", b.gone(gone), rt.wasStopped(gone), n.has(gone))
+	if !b.gone(gone) || !rt.WasStopped(gone) || n.Has(gone) {
+		t.Fatalf("gone sandbox: record gone %v, stopped %v, network left %v", b.gone(gone), rt.WasStopped(gone), n.Has(gone))
 	}
 	eventually(t, "the deadline that passed while down to fire", func() bool { return b.gone(past) })
-	if rt.running(orphanRT) || n.has(orphanNet) {
+	if rt.Running(orphanRT) || n.Has(orphanNet) {
 		t.Fatal("orphans were left running")
 	}
 
@@ -121,13 +119,13 @@ func sameSandbox(a, b *pb.Sandbox) bool {
 // cannot read: a passing error must not cost it.
 func TestRecoverLeavesUnreadable(t *testing.T) {
 	dir := t.TempDir()
-	n := newFakeNetwork()
-	rt := newFakeRuntime(t, n)
+	n := servicetest.NewNetwork()
+	rt := servicetest.NewRuntime(t, n)
 	a := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt})
 	id := a.create().GetSandbox().GetId()
 	a.stop()
 	b := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt, clock: a.clock,
-		wrap: func(r *fakeRuntime) sandboxrt.Runtime { return &statusFails{r} }})
+		wrap: func(r *servicetest.Runtime) sandboxrt.Runtime { return &statusFails{r} }})
 	if _, err := b.get(id); err != nil {
 		t.Fatalf("sandbox dropped on a status error: %v", err)
 	}
@@ -136,7 +134,7 @@ func TestRecoverLeavesUnreadable(t *testing.T) {
 	}
 }
 
-type statusFails struct{ *fakeRuntime }
+type statusFails struct{ *servicetest.Runtime }
 
 func (s *statusFails) Status(context.Context, string) (sandboxrt.Status, error) {
 	return sandboxrt.Stopped, errors.New("cgroup unreadable")

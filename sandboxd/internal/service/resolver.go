@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 )
 
 var (
-	_ relay.Resolver    = (*Server)(nil)
-	_ relay.AutoResumer = (*Server)(nil)
+	_ relay.Resolver    = (*Service)(nil)
+	_ relay.AutoResumer = (*Service)(nil)
 )
 
 // Resolve implements relay.Resolver: a running or paused sandbox, with its
 // traffic token and auto-resume. A warm sandbox belongs to no one yet, so
 // it is unknown to the relay (e2b's 502).
-func (s *Server) Resolve(_ context.Context, id string) (relay.Sandbox, error) {
+func (s *Service) Resolve(_ context.Context, id string) (relay.Sandbox, error) {
 	rec, err := s.reg.Get(id)
 	if err != nil || (rec.State != registry.StateRunning && rec.State != registry.StatePaused) || rec.Address == "" {
 		return relay.Sandbox{}, fmt.Errorf("%w: %s", relay.ErrUnknownSandbox, id)
@@ -32,7 +32,7 @@ func (s *Server) Resolve(_ context.Context, id string) (relay.Sandbox, error) {
 // concurrent requests resume it once (the later ones find it running). Its
 // deadline becomes now + its last timeout. The resume runs to its end even
 // when the request that woke the sandbox goes away.
-func (s *Server) AutoResume(ctx context.Context, id string) (_ relay.Sandbox, err error) {
+func (s *Service) AutoResume(ctx context.Context, id string) (_ relay.Sandbox, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer s.locks.lock(id)()

@@ -1,20 +1,19 @@
-// Package server is sandboxd's API: the Connect service SandboxdService
-// (create, warm, claim, kill, pause, resume, watch, …), the relay into
-// sandbox ports on the same listener, and the admin endpoints (/metrics,
-// /healthz).
+// Package service is sandboxd's API: the Connect service SandboxdService
+// (create, warm, claim, kill, pause, resume, watch, …) and, on the same
+// handler, the relay into sandbox ports. Serving it — listeners, TLS, the
+// node token, the admin endpoints — is package server's.
 //
-// The server owns everything around a sandbox — its record in the
+// The service owns everything around a sandbox — its record in the
 // registry, its address, network namespace, access token and deadline — and
 // leaves its processes to a runtime (sandboxrt). A create reserves capacity
 // first and undoes every step in reverse order when a later one fails, so a
 // failed create leaves nothing behind. Operations on one sandbox are
 // serialised; a restarted sandboxd re-adopts the sandboxes its records name
 // (Recover) and cleans up what no record names.
-package server
+package service
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +40,38 @@ import (
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 	"github.com/skiff-dev/skiff/wire"
 )
+
+// Config is what the service is told: the host's name and capacity, the
+// envd its sandboxes run, and the bounds and defaults of a sandbox.
+type Config struct {
+	// NodeName names the host; the tag in its sandbox IDs derives from it.
+	NodeName string
+	// Limits are the registry's limits (the capacity times the
+	// overcommit), which Info and the metrics report.
+	Limits registry.Limits
+
+	// Envd is the static envd binary every sandbox runs as its init.
+	Envd string
+	// EnvdReadyTimeout bounds how long a new sandbox's envd may take to
+	// answer /health.
+	EnvdReadyTimeout time.Duration
+	// PreparedSandboxes is how many sandboxes are kept prepared for cold
+	// creates, per template (package prepared); 0 turns it off.
+	PreparedSandboxes int
+	// MaxTimeout bounds a sandbox's lifetime.
+	MaxTimeout time.Duration
+
+	// DefaultCPUMilli, DefaultMemoryMiB and DefaultDiskMiB are a sandbox's
+	// resources when the request leaves them 0.
+	DefaultCPUMilli  int64
+	DefaultMemoryMiB int64
+	DefaultDiskMiB   int64
+
+	// MetricsInterval is how often every running sandbox's resource use is
+	// sampled; MetricsSamples how many samples each keeps.
+	MetricsInterval time.Duration
+	MetricsSamples  int
+}
 
 // Network gives each sandbox its network namespace: a veth pair on its
 // address block and, unless denied, a route out.
@@ -74,7 +105,7 @@ type Templates interface {
 	List() ([]*template.Template, error)
 }
 
-// Deps are what the server works with. Runtime, Network, Templates,
+// Deps are what the service works with. Runtime, Network, Templates,
 // Registry, IPAM and LogDir are required.
 type Deps struct {
 	Runtime   sandboxrt.Runtime
@@ -102,9 +133,10 @@ type Deps struct {
 	EnvdVersion string
 }
 
-// Server is sandboxd's API. Build it with New, then Run it.
-type Server struct {
-	opts        Options
+// Service is sandboxd's API. Build it with New; Recover it before serving
+// Handler, Run it while serving, and StopWatches and Close it after.
+type Service struct {
+	cfg         Config
 	rt          sandboxrt.Runtime
 	net         Network
 	templates   Templates
@@ -117,9 +149,6 @@ type Server struct {
 	envdAddr    func(ipam.Block) string
 	envdVersion string
 	tag         sandboxid.Tag
-
-	token     []byte      // the shared caller token; nil without one
-	tlsConfig *tls.Config // nil without TLS
 
 	deadlines *deadline.Scheduler
 	locks     keyedMutex
@@ -135,7 +164,7 @@ type Server struct {
 	preparer sandboxrt.Preparer
 
 	// Watching sandboxes' inits (exits.go): the IDs watched, and the
-	// watchers' context and group, which Serve's shutdown ends and waits.
+	// watchers' context and group, which Close ends and waits.
 	exitMu    sync.Mutex
 	watching  map[string]struct{}
 	exitCtx   context.Context
@@ -143,26 +172,27 @@ type Server struct {
 	exitWG    sync.WaitGroup
 
 	recovered atomic.Bool
-	// stopping closes when Serve shuts down, so Watch streams end.
+	// stopping closes on StopWatches, so Watch streams end.
 	stopping chan struct{}
+	stopOnce sync.Once
 }
 
-var _ sandboxdv1connect.SandboxdServiceHandler = (*Server)(nil)
+var _ sandboxdv1connect.SandboxdServiceHandler = (*Service)(nil)
 
-// New checks deps, loads the token and TLS material the options name, asks
-// the envd binary its version (unless deps gives it) and returns the server.
-func New(opts Options, deps Deps) (*Server, error) {
+// New checks deps, asks the envd binary its version (unless deps gives it)
+// and returns the service.
+func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Runtime == nil || deps.Network == nil || deps.Templates == nil || deps.Registry == nil || deps.IPAM == nil || deps.LogDir == "" {
-		return nil, errors.New("new server: Runtime, Network, Templates, Registry, IPAM and LogDir are required")
+		return nil, errors.New("new service: Runtime, Network, Templates, Registry, IPAM and LogDir are required")
 	}
 	if err := os.MkdirAll(deps.LogDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create log directory: %w", err)
 	}
-	s := &Server{
-		opts: opts, rt: deps.Runtime, net: deps.Network, templates: deps.Templates,
+	s := &Service{
+		cfg: cfg, rt: deps.Runtime, net: deps.Network, templates: deps.Templates,
 		reg: deps.Registry, ipam: deps.IPAM, logDir: deps.LogDir,
 		clock: deps.Clock, log: deps.Logger, envd: deps.Envd, envdAddr: deps.EnvdAddr,
-		envdVersion: deps.EnvdVersion, tag: sandboxid.NodeTag(opts.NodeName),
+		envdVersion: deps.EnvdVersion, tag: sandboxid.NodeTag(cfg.NodeName),
 		stopping: make(chan struct{}),
 		watching: map[string]struct{}{},
 	}
@@ -173,12 +203,12 @@ func New(opts Options, deps Deps) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if rt, ok := s.rt.(sandboxrt.Preparer); ok && opts.PreparedSandboxes > 0 {
+	if rt, ok := s.rt.(sandboxrt.Preparer); ok && cfg.PreparedSandboxes > 0 {
 		s.preparer = rt
-		s.prepared = prepared.New(preparer{s, rt}, opts.PreparedSandboxes, s.log)
+		s.prepared = prepared.New(preparer{s, rt}, cfg.PreparedSandboxes, s.log)
 	}
 	if s.envd == nil {
-		s.envd = envdclient.New(max(opts.EnvdReadyTimeout, envdclient.DefaultTimeout))
+		s.envd = envdclient.New(max(cfg.EnvdReadyTimeout, envdclient.DefaultTimeout))
 	}
 	if s.envdAddr == nil {
 		s.envdAddr = func(b ipam.Block) string {
@@ -186,27 +216,63 @@ func New(opts Options, deps Deps) (*Server, error) {
 		}
 	}
 	if s.envdVersion == "" {
-		v, err := envdclient.Version(context.Background(), opts.Envd)
+		v, err := envdclient.Version(context.Background(), cfg.Envd)
 		if err != nil {
-			return nil, fmt.Errorf("new server: %w", err)
+			return nil, fmt.Errorf("new service: %w", err)
 		}
 		s.envdVersion = v
 	}
-	tok, err := opts.ReadToken()
-	if err != nil {
-		return nil, err
-	}
-	if tok != "" {
-		s.token = []byte(tok)
-	}
-	if s.tlsConfig, err = opts.serverTLS(); err != nil {
-		return nil, err
-	}
 	s.watchSource = s.reg.Watch
 	s.deadlines = deadline.New(asyncClock{s.clock}, s.expire)
-	s.samples = stats.New(s.rt, s.reg, s.clock, opts.MetricsSamples, s.log)
+	s.samples = stats.New(s.rt, s.reg, s.clock, cfg.MetricsSamples, s.log)
 	s.metrics = newMetrics(s)
 	return s, nil
+}
+
+// Run samples the running sandboxes' resource use every MetricsInterval
+// until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	s.samples.Run(ctx, s.cfg.MetricsInterval)
+}
+
+// StopWatches ends every Watch stream, and the ones yet to start at once:
+// a server that shuts down calls it first, since a stream would hold its
+// connection open.
+func (s *Service) StopWatches() {
+	s.stopOnce.Do(func() { close(s.stopping) })
+}
+
+// Close stops watching the sandboxes' inits, disarms the deadlines and
+// removes the prepared sandboxes. Every sandbox keeps running: sandboxes
+// are not sandboxd's children, and the next start re-adopts them.
+// Prepared sandboxes are not sandboxes: they go (a sandboxd killed instead
+// leaves them to the next one's sweep of orphans).
+func (s *Service) Close(ctx context.Context) {
+	s.stopExits()
+	s.exitWG.Wait()
+	s.deadlines.Stop()
+	if s.prepared != nil {
+		s.prepared.Close(ctx)
+	}
+}
+
+// Healthy is nil once the records are re-adopted, while the registry
+// answers and the log directory is there.
+func (s *Service) Healthy() error {
+	if !s.recovered.Load() {
+		return errors.New("recovering sandboxes")
+	}
+	_ = s.reg.Usage() // hangs, and fails the probe, if the registry is stuck
+	if _, err := os.Stat(s.logDir); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	return nil
+}
+
+// LogAttrs describe the service for the server's start line: node, tag,
+// runtime and envd version.
+func (s *Service) LogAttrs() []any {
+	return []any{"node", s.cfg.NodeName, "tag", string(s.tag), "runtime", s.rt.Name(), "envd_version", s.envdVersion}
 }
 
 // asyncClock runs AfterFunc callbacks on their own goroutine, as the real

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // Metrics returns the sandbox's recent resource use, one point per sample,
 // in e2b's SandboxMetric terms; the newest is at most a second old for a
 // running sandbox.
-func (s *Server) Metrics(ctx context.Context, req *connect.Request[pb.MetricsRequest]) (*connect.Response[pb.MetricsResponse], error) {
+func (s *Service) Metrics(ctx context.Context, req *connect.Request[pb.MetricsRequest]) (*connect.Response[pb.MetricsResponse], error) {
 	id := req.Msg.GetSandboxId()
 	if err := validID(id); err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"math"
@@ -72,12 +72,12 @@ func TestMetricsRPC(t *testing.T) {
 	// The sampler ticks every 5 s on the server's clock; its ticker and the
 	// sandbox's deadline wait on it.
 	eventually(t, "the sampler's ticker", func() bool { return h.clock.Waiters() >= 2 })
-	h.rt.setStats(id, sandboxrt.Stats{Time: epoch.Add(5 * time.Second), CPUUsage: 2500 * time.Millisecond})
+	h.rt.SetStats(id, sandboxrt.Stats{Time: epoch.Add(5 * time.Second), CPUUsage: 2500 * time.Millisecond})
 	h.clock.Step(5 * time.Second)
-	eventually(t, "a sample", func() bool { _, s := h.srv.samples.Get(id); return len(s) == 1 })
-	h.rt.setStats(id, sandboxrt.Stats{Time: epoch.Add(10 * time.Second), CPUUsage: 3 * time.Second})
+	eventually(t, "a sample", func() bool { _, s := h.svc.samples.Get(id); return len(s) == 1 })
+	h.rt.SetStats(id, sandboxrt.Stats{Time: epoch.Add(10 * time.Second), CPUUsage: 3 * time.Second})
 	h.clock.Step(5 * time.Second)
-	eventually(t, "two samples", func() bool { _, s := h.srv.samples.Get(id); return len(s) == 2 })
+	eventually(t, "two samples", func() bool { _, s := h.svc.samples.Get(id); return len(s) == 2 })
 	got := get()
 	if len(got) != 2 || math.Abs(got[0].GetCpuUsedPct()-50) > 1e-9 || math.Abs(got[1].GetCpuUsedPct()-10) > 1e-9 {
 		t.Fatalf("metrics = %v, want 50%% then 10%%", got)

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -20,9 +20,9 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/relay"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
 	"github.com/skiff-dev/skiff/shared/routing"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
-	"github.com/skiff-dev/skiff/wire"
 )
 
 // userServer is a server "in" sandbox id, at its address, that answers
@@ -45,8 +45,8 @@ func (h *harness) userServer(id string) string {
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
-// relayGet sends GET / for a sandbox's port through sandboxd, with the node
-// token and trafficToken (when set).
+// relayGet sends GET / for a sandbox's port through the service's
+// handler, with trafficToken (when set).
 func (h *harness) relayGet(id, port, trafficToken string) (int, string) {
 	h.t.Helper()
 	status, body, err := h.relayDo(id, port, trafficToken)
@@ -64,7 +64,6 @@ func (h *harness) relayDo(id, port, trafficToken string) (int, string, error) {
 	}
 	req.Header.Set(routing.HeaderSandboxID, id)
 	req.Header.Set(routing.HeaderSandboxPort, port)
-	req.Header.Set(wire.NodeTokenHeader, testNodeToken)
 	if trafficToken != "" {
 		req.Header.Set(relay.TrafficTokenHeader, trafficToken)
 	}
@@ -153,7 +152,7 @@ func TestPrivateTraffic(t *testing.T) {
 // resumeCounter counts the runtime's resumes; while gate is set, a resume
 // waits for it to close.
 type resumeCounter struct {
-	*fakeRuntime
+	*servicetest.Runtime
 	n    atomic.Int32
 	gate atomic.Pointer[chan struct{}]
 }
@@ -163,7 +162,7 @@ func (r *resumeCounter) Resume(ctx context.Context, id string) error {
 	if g := r.gate.Load(); g != nil {
 		<-*g
 	}
-	return r.fakeRuntime.Resume(ctx, id)
+	return r.Runtime.Resume(ctx, id)
 }
 
 // users is how many callers hold or wait for id's lock.
@@ -181,8 +180,8 @@ func (k *keyedMutex) users(id string) int {
 // last timeout, and Watch reports it running; without auto-resume, 502.
 func TestAutoResume(t *testing.T) {
 	var counter *resumeCounter
-	h := newHarness(t, harnessConfig{wrap: func(r *fakeRuntime) sandboxrt.Runtime {
-		counter = &resumeCounter{fakeRuntime: r}
+	h := newHarness(t, harnessConfig{wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
+		counter = &resumeCounter{Runtime: r}
 		return counter
 	}})
 	auto := h.create(func(m *pb.CreateRequest) { m.AutoResume = true; m.Timeout = durationpb.New(10 * time.Minute) }).GetSandbox().GetId()
@@ -233,7 +232,7 @@ func TestAutoResume(t *testing.T) {
 			statuses <- status
 		})
 	}
-	eventually(t, "20 requests to wait for one resume", func() bool { return h.srv.locks.users(auto) == 20 })
+	eventually(t, "20 requests to wait for one resume", func() bool { return h.svc.locks.users(auto) == 20 })
 	close(gate)
 	wg.Wait()
 	close(statuses)
@@ -250,7 +249,7 @@ func TestAutoResume(t *testing.T) {
 	if rec.State != registry.StateRunning || !rec.EndAt.Equal(want) || !rec.PausedAt.IsZero() {
 		t.Fatalf("after auto-resume: state %s, end %v (want %v), pausedAt %v", rec.State, rec.EndAt, want, rec.PausedAt)
 	}
-	if at, ok := h.srv.deadlines.Deadline(auto); !ok || !at.Equal(want) {
+	if at, ok := h.svc.deadlines.Deadline(auto); !ok || !at.Equal(want) {
 		t.Fatalf("deadline = %v %v, want %v", at, ok, want)
 	}
 	if st, _ := h.rt.Status(t.Context(), auto); st != sandboxrt.Running {
@@ -287,8 +286,8 @@ func TestAutoResume(t *testing.T) {
 // sandbox's traffic token, auto-resume and last timeout, and acts on them.
 func TestRecoverKeepsTrafficAndAutoResume(t *testing.T) {
 	dir := t.TempDir()
-	n := newFakeNetwork()
-	rt := newFakeRuntime(t, n)
+	n := servicetest.NewNetwork()
+	rt := servicetest.NewRuntime(t, n)
 	a := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt})
 	created := a.create(private, func(m *pb.CreateRequest) { m.AutoResume = true; m.Timeout = durationpb.New(7 * time.Minute) })
 	id, tok := created.GetSandbox().GetId(), created.GetTrafficAccessToken()

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"errors"
@@ -26,9 +26,14 @@ const (
 	maxPoolLen          = 317
 	maxEnvVars          = 256
 	maxEnvBytes         = 64 << 10 // names and values together
-	minCPUMilli         = 100
-	minMemoryMiB        = 64
-	maxDiskMiB          = 1 << 20 // 1 TiB
+)
+
+// The bounds of a sandbox's resources, which its defaults (Config) must
+// keep too.
+const (
+	MinCPUMilli  = 100
+	MinMemoryMiB = 64
+	MaxDiskMiB   = 1 << 20 // 1 TiB
 )
 
 var (
@@ -39,7 +44,7 @@ var (
 )
 
 // checkTemplate checks the name and finds the template on this host.
-func (s *Server) checkTemplate(f *fieldErrors, name string) (*template.Template, error) {
+func (s *Service) checkTemplate(f *fieldErrors, name string) (*template.Template, error) {
 	if !templateRE.MatchString(name) {
 		f.add("template", "%q is not a template name (1 to 63 characters of [a-z0-9-_.])", truncate(name))
 		return nil, nil
@@ -57,7 +62,7 @@ func (s *Server) checkTemplate(f *fieldErrors, name string) (*template.Template,
 
 // checkTimeout checks a lifetime: present when required, above zero and at
 // most --max-timeout. It returns 0 when absent.
-func (s *Server) checkTimeout(f *fieldErrors, field string, d *durationpb.Duration, required bool) time.Duration {
+func (s *Service) checkTimeout(f *fieldErrors, field string, d *durationpb.Duration, required bool) time.Duration {
 	if d == nil {
 		if required {
 			f.add(field, "required")
@@ -72,37 +77,37 @@ func (s *Server) checkTimeout(f *fieldErrors, field string, d *durationpb.Durati
 	switch {
 	case t <= 0:
 		f.add(field, "must be positive, got %s", t)
-	case t > s.opts.MaxTimeout:
-		f.add(field, "%s is longer than this host's maximum of %s", t, s.opts.MaxTimeout)
+	case t > s.cfg.MaxTimeout:
+		f.add(field, "%s is longer than this host's maximum of %s", t, s.cfg.MaxTimeout)
 	}
 	return t
 }
 
 // resources applies the defaults to r and checks it.
-func (s *Server) resources(f *fieldErrors, r *pb.Resources) (cpuMilli, memoryMiB, diskMiB int64) {
-	cpuMilli, memoryMiB, diskMiB = s.opts.DefaultCPUMilli, s.opts.DefaultMemoryMiB, s.opts.DefaultDiskMiB
+func (s *Service) resources(f *fieldErrors, r *pb.Resources) (cpuMilli, memoryMiB, diskMiB int64) {
+	cpuMilli, memoryMiB, diskMiB = s.cfg.DefaultCPUMilli, s.cfg.DefaultMemoryMiB, s.cfg.DefaultDiskMiB
 	if r == nil {
 		return cpuMilli, memoryMiB, diskMiB
 	}
 	switch {
 	case r.GetCpuMilli() < 0:
 		f.add("resources.cpu_milli", "must not be negative, got %d", r.GetCpuMilli())
-	case r.GetCpuMilli() > 0 && r.GetCpuMilli() < minCPUMilli:
-		f.add("resources.cpu_milli", "must be at least %d, got %d", minCPUMilli, r.GetCpuMilli())
+	case r.GetCpuMilli() > 0 && r.GetCpuMilli() < MinCPUMilli:
+		f.add("resources.cpu_milli", "must be at least %d, got %d", MinCPUMilli, r.GetCpuMilli())
 	case r.GetCpuMilli() > 0:
 		cpuMilli = r.GetCpuMilli()
 	}
 	switch {
 	case r.GetMemoryMib() < 0:
 		f.add("resources.memory_mib", "must not be negative, got %d", r.GetMemoryMib())
-	case r.GetMemoryMib() > 0 && r.GetMemoryMib() < minMemoryMiB:
-		f.add("resources.memory_mib", "must be at least %d, got %d", minMemoryMiB, r.GetMemoryMib())
+	case r.GetMemoryMib() > 0 && r.GetMemoryMib() < MinMemoryMiB:
+		f.add("resources.memory_mib", "must be at least %d, got %d", MinMemoryMiB, r.GetMemoryMib())
 	case r.GetMemoryMib() > 0:
 		memoryMiB = r.GetMemoryMib()
 	}
 	switch {
-	case r.GetDiskMib() < 0 || r.GetDiskMib() > maxDiskMiB:
-		f.add("resources.disk_mib", "must be between 0 and %d, got %d", maxDiskMiB, r.GetDiskMib())
+	case r.GetDiskMib() < 0 || r.GetDiskMib() > MaxDiskMiB:
+		f.add("resources.disk_mib", "must be between 0 and %d, got %d", MaxDiskMiB, r.GetDiskMib())
 	case r.GetDiskMib() > 0:
 		diskMiB = r.GetDiskMib()
 	}

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -13,13 +13,14 @@ import (
 // Watch streams the host's sandboxes: a snapshot, then every change. A
 // watcher that falls too far behind is dropped by the registry; the stream
 // then starts over with a fresh snapshot, as an informer relists. It ends
-// when the client goes away or the server shuts down.
-func (s *Server) Watch(ctx context.Context, _ *connect.Request[pb.WatchRequest], stream *connect.ServerStream[pb.WatchResponse]) error {
+// when the client goes away or the service stops its watches
+// (StopWatches).
+func (s *Service) Watch(ctx context.Context, _ *connect.Request[pb.WatchRequest], stream *connect.ServerStream[pb.WatchResponse]) error {
 	return s.watch(ctx, stream.Send)
 }
 
 // watch is Watch over any sender.
-func (s *Server) watch(ctx context.Context, send func(*pb.WatchResponse) error) error {
+func (s *Service) watch(ctx context.Context, send func(*pb.WatchResponse) error) error {
 	for {
 		snapshot, events, stop := s.watchSource()
 		err := s.watchOnce(ctx, send, snapshot, events)
@@ -32,9 +33,9 @@ func (s *Server) watch(ctx context.Context, send func(*pb.WatchResponse) error) 
 }
 
 // watchOnce sends the snapshot and then the events until the channel
-// closes (the watcher was dropped), the client goes away or the server
-// stops.
-func (s *Server) watchOnce(ctx context.Context, send func(*pb.WatchResponse) error, snapshot []*store.Record, events <-chan registry.Event) error {
+// closes (the watcher was dropped), the client goes away or StopWatches
+// is called.
+func (s *Service) watchOnce(ctx context.Context, send func(*pb.WatchResponse) error, snapshot []*store.Record, events <-chan registry.Event) error {
 	snap := &pb.WatchResponse_Snapshot{Sandboxes: make([]*pb.Sandbox, 0, len(snapshot))}
 	for _, rec := range snapshot {
 		snap.Sandboxes = append(snap.Sandboxes, s.toSandbox(rec))
@@ -64,7 +65,7 @@ func (s *Server) watchOnce(ctx context.Context, send func(*pb.WatchResponse) err
 	}
 }
 
-func (s *Server) isStopping() bool {
+func (s *Service) isStopping() bool {
 	select {
 	case <-s.stopping:
 		return true

@@ -1,4 +1,4 @@
-package server
+package service
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func TestWatch(t *testing.T) {
 func TestWatchResync(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	calls := 0
-	h.srv.watchSource = func() ([]*store.Record, <-chan registry.Event, func()) {
+	h.svc.watchSource = func() ([]*store.Record, <-chan registry.Event, func()) {
 		calls++
 		ch := make(chan registry.Event, 1)
 		rec := &store.Record{ID: "aaaaaaaaaaaaaaaaaaaa", State: registry.StateRunning}
@@ -73,7 +73,7 @@ func TestWatchResync(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var got []*pb.WatchResponse
-	err := h.srv.watch(ctx, func(m *pb.WatchResponse) error {
+	err := h.svc.watch(ctx, func(m *pb.WatchResponse) error {
 		got = append(got, m)
 		if len(got) == 3 {
 			cancel()
