@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
@@ -56,8 +57,8 @@ func TestKubeModeStaleNodeGetsNoTraffic(t *testing.T) {
 	}
 
 	o := NewOptions()
-	o.Inventory, o.Kubeconfig = inventoryKube, env.Kubeconfig(t)
-	o.Kube.StaleAfter = 3 * time.Second
+	o.Inventory, o.Kubeconfig = fleetsource.Kube, env.Kubeconfig(t)
+	o.Stale.StaleAfter = 3 * time.Second
 	p := startProxy(t, o)
 
 	for _, tc := range []struct {
@@ -104,7 +105,7 @@ func TestKubeModeStaleNodeGetsNoTraffic(t *testing.T) {
 		}
 		return code == http.StatusBadGateway
 	})
-	t.Logf("node-b left routing %s after its last stamp (window %s)", time.Since(lastStampB).Round(time.Millisecond), o.Kube.StaleAfter)
+	t.Logf("node-b left routing %s after its last stamp (window %s)", time.Since(lastStampB).Round(time.Millisecond), o.Stale.StaleAfter)
 
 	acceptsB, relayedB := b.accepts.Load(), b.relayed.Load()
 	for range 10 {

@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,19 +27,6 @@ import (
 type kubeFleet struct {
 	cache  cache.Cache
 	source *kubeinventory.Source
-}
-
-// restConfig loads --kubeconfig; empty means $KUBECONFIG, ~/.kube/config,
-// else the in-cluster service account.
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load the Kubernetes client configuration (--kubeconfig): %w", err)
-	}
-	cfg.UserAgent = "sandbox-envd-proxy"
-	return cfg, nil
 }
 
 func newKubeFleet(cfg *rest.Config, opts kubeinventory.Options) (*kubeFleet, error) {

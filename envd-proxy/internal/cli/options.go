@@ -9,15 +9,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/skiff-dev/skiff/envd-proxy/internal/fleet"
-	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
+	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/logflags"
 	"github.com/skiff-dev/skiff/shared/nodetoken"
-)
-
-// Where the fleet comes from (--inventory).
-const (
-	inventoryStatic = "static"
-	inventoryKube   = "kube"
 )
 
 const (
@@ -41,26 +36,22 @@ const (
 type Options struct {
 	// Listen is the proxy's address, E2B_SANDBOX_URL's host:port.
 	Listen string
-	// AdminListen serves /metrics, /healthz and /readyz.
-	AdminListen string
-	// Inventory is static (the Sandboxd hosts) or kube (NodeInventory).
-	Inventory string
-	// Sandboxd are the hosts of static mode (host:port).
-	Sandboxd []string
+	// Admin is --admin-listen (/metrics, /healthz, /readyz) and
+	// --enable-pprof.
+	Admin daemon.AdminOptions
+	// Options says where the fleet comes from: static (the --sandboxd hosts)
+	// or kube (NodeInventory, freshness-filtered).
+	fleetsource.Options
 	// NodeTokens are the tokens the sandboxd hosts accept: one for all
 	// (--sandboxd-token-file) or each host's, derived from the fleet key
 	// (--node-token-key-file, kube mode).
 	NodeTokens nodetoken.Options
-	// Kubeconfig, in kube mode; empty means in-cluster or $KUBECONFIG.
-	Kubeconfig string
-	// Kube is the freshness filter of kube mode.
-	Kube kubeinventory.Options
 	// TLSCert and TLSKey serve TLS (and HTTP/2 through ALPN).
 	TLSCert, TLSKey string
 	// IdleTimeout closes idle keep-alive client connections.
 	IdleTimeout time.Duration
-	// ShutdownTimeout bounds the drain of requests in flight on SIGTERM.
-	ShutdownTimeout time.Duration
+	// Shutdown bounds the drain of requests in flight on SIGTERM.
+	Shutdown daemon.ShutdownOptions
 	// BodyIdleTimeout cuts a request body that sends nothing this long; 0
 	// never does.
 	BodyIdleTimeout time.Duration
@@ -80,11 +71,10 @@ type Options struct {
 func NewOptions() Options {
 	return Options{
 		Listen:            ":3002",
-		AdminListen:       ":9092",
-		Inventory:         inventoryStatic,
-		Kube:              kubeinventory.NewOptions(),
+		Admin:             daemon.AdminOptions{Listen: ":9092"},
+		Options:           fleetsource.NewOptions(),
 		IdleTimeout:       620 * time.Second,
-		ShutdownTimeout:   30 * time.Second,
+		Shutdown:          daemon.ShutdownOptions{Timeout: 30 * time.Second},
 		BodyIdleTimeout:   DefaultBodyIdleTimeout,
 		MaxConnsPerClient: DefaultMaxConnsPerClient,
 		TokenRoutes:       65536,
@@ -96,16 +86,13 @@ func NewOptions() Options {
 // AddFlags registers the flags, each defaulting to the field's value.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Address of the proxy: what SDKs reach as E2B_SANDBOX_URL, or as <port>-<id>.<domain> through wildcard DNS.")
-	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "Address of /metrics (Prometheus), /healthz and /readyz.")
-	fs.StringVar(&o.Inventory, "inventory", o.Inventory, "Where the fleet comes from: static (the --sandboxd hosts, followed over their Watch streams; no Kubernetes) or kube (NodeInventory objects, freshness-filtered).")
-	fs.StringSliceVar(&o.Sandboxd, "sandboxd", o.Sandboxd, "With --inventory static: a sandboxd's host:port (repeat, or comma-separate, for several).")
+	o.Admin.AddFlags(fs, false)
+	o.Options.AddFlags(fs)
 	o.NodeTokens.AddFlags(fs)
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "With --inventory kube: the kubeconfig file; empty means $KUBECONFIG, ~/.kube/config, else in-cluster.")
-	o.Kube.AddFlags(fs)
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Certificate (PEM) to serve TLS with; HTTP/2 is then offered through ALPN. Needs --tls-key.")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Private key (PEM) of --tls-cert.")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "Close a client's keep-alive connection after it idled this long; keep it at least 610s (e2b's edge), which the SDKs' pools expect.")
-	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "On SIGTERM or SIGINT, how long requests and streams in flight may take to finish before they are cut.")
+	o.Shutdown.AddFlags(fs, "")
 	fs.DurationVar(&o.BodyIdleTimeout, "body-idle-timeout", o.BodyIdleTimeout, "Cut a request whose body sends nothing for this long (408, and the connection closes); a body that keeps moving may take as long as it takes. 0 never cuts.")
 	fs.IntVar(&o.MaxConnsPerClient, "max-conns-per-client", o.MaxConnsPerClient, "Most open connections from one client IP address; each request on one beyond gets 429 and its connection closes. 0: no cap.")
 	fs.IntVar(&o.TokenRoutes, "token-routes", o.TokenRoutes, "Most X-Access-Token values remembered to route requests that carry only a token (old SDKs' /files calls); 0 turns that off.")
@@ -113,39 +100,23 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Log.AddFlags(fs)
 }
 
+// Complete fills what follows from the flags given; the proxy has nothing
+// to derive yet.
+func (o *Options) Complete() error { return nil }
+
 // Validate reports every option that cannot work, naming its flag.
 func (o *Options) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	for _, f := range []struct{ flag, addr string }{{"--listen", o.Listen}, {"--admin-listen", o.AdminListen}} {
-		if _, _, err := net.SplitHostPort(f.addr); err != nil {
-			add("%s %q: %w", f.flag, f.addr, err)
-		}
+	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
+		add("--listen %q: %w", o.Listen, err)
 	}
-	switch o.Inventory {
-	case inventoryStatic:
-		if len(o.Sandboxd) == 0 {
-			add("--inventory static needs at least one --sandboxd host:port")
-		}
-		for _, h := range o.Sandboxd {
-			if host, port, err := net.SplitHostPort(h); err != nil || host == "" || port == "" {
-				add("--sandboxd %q: want host:port", h)
-			}
-		}
-		if o.Kubeconfig != "" {
-			add("--kubeconfig is for --inventory kube")
-		}
-	case inventoryKube:
-		if len(o.Sandboxd) > 0 {
-			add("--sandboxd is for --inventory static; with kube the hosts come from their NodeInventory")
-		}
-		if err := o.Kube.Validate(); err != nil {
+	for _, err := range []error{o.Admin.Validate(false, map[string]string{"--listen": o.Listen}), o.Options.Validate(), o.Shutdown.Validate()} {
+		if err != nil {
 			errs = append(errs, err)
 		}
-	default:
-		add("--inventory %q: want %s or %s", o.Inventory, inventoryStatic, inventoryKube)
 	}
-	if err := o.NodeTokens.Validate(o.Inventory == inventoryKube); err != nil {
+	if err := o.NodeTokens.Validate(o.IsKube()); err != nil {
 		errs = append(errs, err)
 	}
 	if (o.TLSCert == "") != (o.TLSKey == "") {
@@ -153,9 +124,6 @@ func (o *Options) Validate() error {
 	}
 	if o.IdleTimeout <= 0 {
 		add("--idle-timeout must be positive, got %s", o.IdleTimeout)
-	}
-	if o.ShutdownTimeout < 0 {
-		add("--shutdown-timeout must not be negative, got %s", o.ShutdownTimeout)
 	}
 	if o.BodyIdleTimeout < 0 {
 		add("--body-idle-timeout must not be negative, got %s", o.BodyIdleTimeout)

@@ -8,10 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,10 +16,9 @@ import (
 	"github.com/skiff-dev/skiff/envd-proxy/internal/proxy"
 	"github.com/skiff-dev/skiff/envd-proxy/internal/route"
 	"github.com/skiff-dev/skiff/envd-proxy/internal/server"
-	"github.com/skiff-dev/skiff/shared/hostinventory"
-	"github.com/skiff-dev/skiff/shared/inventory"
+	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
-	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 )
 
 func serveCommand() *cobra.Command {
@@ -50,19 +46,21 @@ func serve(ctx context.Context, o *Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	log, err := o.Log.Logger(os.Stderr)
+	if err := o.Complete(); err != nil {
+		return err
+	}
+	log, err := daemon.Logger(&o.Log)
 	if err != nil {
 		return err
 	}
-	slog.SetDefault(log)
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on --listen %s: %w", o.Listen, err)
 	}
-	adminLn, err := net.Listen("tcp", o.AdminListen)
+	adminLn, err := net.Listen("tcp", o.Admin.Listen)
 	if err != nil {
 		_ = ln.Close()
-		return fmt.Errorf("listen on --admin-listen %s: %w", o.AdminListen, err)
+		return fmt.Errorf("listen on --admin-listen %s: %w", o.Admin.Listen, err)
 	}
 	return run(ctx, o, ln, adminLn, log)
 }
@@ -98,13 +96,12 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 	idxOpts := fleet.Options{RefreshInterval: o.IndexRefresh, OnRefresh: metrics.ObserveRefresh, Logger: log}
 	var index *fleet.Index
 	var synced func() bool
-	switch o.Inventory {
-	case inventoryKube:
-		cfg, err := restConfig(o.Kubeconfig)
+	if o.IsKube() {
+		cfg, err := daemon.RESTConfig(o.Kubeconfig, "sandbox-envd-proxy")
 		if err != nil {
 			return err
 		}
-		kf, err := newKubeFleet(cfg, o.Kube)
+		kf, err := newKubeFleet(cfg, o.Stale)
 		if err != nil {
 			return err
 		}
@@ -121,28 +118,15 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 				log.ErrorContext(ctx, "NodeInventory cache stopped", "error", err)
 			}
 		})
-	default:
-		src := inventory.NewStaticSource()
-		index = fleet.New(src, idxOpts)
+	} else {
 		// A fleet-wide token (Validate): the hosts are followed before
 		// their names are known.
-		hosts := followHosts(ctx, &wg, o.Sandboxd, sandboxdapi.NewClients(nodeTokens.For(""), &http.Client{}), src)
-		synced = func() bool { return index.Synced() && hostsTried(hosts, index) }
+		hosts := fleetsource.Follow(ctx, &wg, o.Sandboxd, sandboxdapi.NewClients(nodeTokens.For(""), &http.Client{}))
+		index = fleet.New(hosts.Source, idxOpts)
+		synced = func() bool { return index.Synced() && hosts.Tried(index.Seen) }
 		wg.Go(func() { _ = index.Run(ctx) })
 	}
-
-	var ready atomic.Bool
-	readyFn := func() bool {
-		if ready.Load() {
-			return true
-		}
-		if synced() {
-			ready.Store(true)
-			log.InfoContext(ctx, "fleet inventory synced", "nodes", index.Nodes())
-			return true
-		}
-		return false
-	}
+	readyFn := fleetsource.Gate(synced, func() { log.InfoContext(ctx, "fleet inventory synced", "nodes", index.Nodes()) })
 	handler := proxy.New(proxy.Config{
 		Fleet:           index,
 		Ready:           readyFn,
@@ -159,8 +143,9 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		IdleTimeout:       o.IdleTimeout,
 		MaxConnsPerClient: o.MaxConnsPerClient,
 		OverLimit:         http.HandlerFunc(handler.TooManyConnections),
-		ShutdownTimeout:   o.ShutdownTimeout,
+		ShutdownTimeout:   o.Shutdown.Timeout,
 		Registry:          metrics.Registry,
+		Pprof:             o.Admin.EnablePprof,
 		Ready:             readyFn,
 		Logger:            log,
 	}, ln, adminLn)
@@ -168,43 +153,6 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		return cause // the fleet could not be followed
 	}
 	return err
-}
-
-// followedHost is one sandboxd of static mode.
-type followedHost struct {
-	endpoint string
-	mirror   *hostinventory.Host
-}
-
-// followHosts mirrors each sandboxd at endpoints into src until ctx ends
-// (hostinventory's Host and Feed for each), in goroutines that wg waits
-// for.
-func followHosts(ctx context.Context, wg *sync.WaitGroup, endpoints []string,
-	clients func(string) sandboxdv1connect.SandboxdServiceClient, src *inventory.StaticSource) []followedHost {
-	hosts := make([]followedHost, 0, len(endpoints))
-	for _, addr := range endpoints {
-		h := hostinventory.New(clients(addr), addr, hostinventory.Options{})
-		hosts = append(hosts, followedHost{endpoint: addr, mirror: h})
-		wg.Go(func() { _ = h.Run(ctx) })
-		wg.Go(func() { hostinventory.Feed(ctx, h, src, time.Now) })
-	}
-	return hosts
-}
-
-// hostsTried reports whether each host has been followed once: reached and
-// in the routing index, or failed. A host that is down must not keep the
-// others from serving.
-func hostsTried(hosts []followedHost, index *fleet.Index) bool {
-	for _, h := range hosts {
-		synced, err := h.mirror.Synced()
-		switch {
-		case synced && index.Seen(h.endpoint):
-		case !synced && err != nil:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // serverTLS is the listener's TLS configuration: nil without --tls-cert.

@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/nodetoken"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
@@ -49,7 +50,7 @@ func TestKubeModeOneHostCannotTakeAnothersTraffic(t *testing.T) {
 	}
 
 	o := NewOptions()
-	o.Inventory, o.Kubeconfig, o.NodeTokens.KeyFile = inventoryKube, env.Kubeconfig(t), keyFile
+	o.Inventory, o.Kubeconfig, o.NodeTokens.KeyFile = fleetsource.Kube, env.Kubeconfig(t), keyFile
 	p := startProxy(t, o)
 	const accessToken = "the-sandbox-access-token-of-host-b"
 	send := func(id string) (int, string) {
