@@ -3,7 +3,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -13,47 +12,44 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 )
 
-// DefaultStateDir is where sandboxd keeps its records and templates.
-const DefaultStateDir = "/var/lib/skiff/sandboxd"
-
 // NewCommand returns the sandboxd command.
 func NewCommand() *cobra.Command {
-	var stateDir string
+	serve := NewOptions()
 	root := &cobra.Command{
 		Use:           "sandboxd",
 		Short:         "The Skiff sandbox host daemon",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&stateDir, "state-dir", DefaultStateDir, "Directory of sandboxd's records and templates.")
-	root.AddCommand(templateCommand(&stateDir), serveCommand(&stateDir))
+	serve.Global.AddFlags(root.PersistentFlags())
+	root.AddCommand(templateCommand(serve.Global), serveCommand(serve))
 	return root
 }
 
-func templateCommand(stateDir *string) *cobra.Command {
+func templateCommand(global *GlobalOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "template", Short: "Manage the templates sandboxes start from"}
 	library := func() (*template.Library, error) {
-		return template.OpenLibrary(*stateDir + "/templates")
+		return template.OpenLibrary(global.StateDir + "/templates")
 	}
 
-	var archive, dir string
+	var o ImportOptions
 	importCmd := &cobra.Command{
 		Use:   "import NAME (--oci-archive FILE | --dir DIR)",
 		Short: "Import a template from an OCI image archive or a directory",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if (archive == "") == (dir == "") {
-				return errors.New("set exactly one of --oci-archive and --dir")
+			if err := o.Validate(); err != nil {
+				return err
 			}
 			lib, err := library()
 			if err != nil {
 				return err
 			}
 			var t *template.Template
-			if archive != "" {
-				t, err = lib.ImportArchive(args[0], archive)
+			if o.OCIArchive != "" {
+				t, err = lib.ImportArchive(args[0], o.OCIArchive)
 			} else {
-				t, err = lib.ImportDir(args[0], dir)
+				t, err = lib.ImportDir(args[0], o.Dir)
 			}
 			if err != nil {
 				return err
@@ -62,8 +58,7 @@ func templateCommand(stateDir *string) *cobra.Command {
 			return err
 		},
 	}
-	importCmd.Flags().StringVar(&archive, "oci-archive", "", "An OCI image layout tarball, or a `docker save` tarball.")
-	importCmd.Flags().StringVar(&dir, "dir", "", "A directory that is the root filesystem.")
+	o.AddFlags(importCmd.Flags())
 
 	listCmd := &cobra.Command{
 		Use:   "list",
@@ -86,7 +81,7 @@ func templateCommand(stateDir *string) *cobra.Command {
 }
 
 func buildCommand(library func() (*template.Library, error)) *cobra.Command {
-	var opts template.BaseOptions
+	o := NewBuildOptions()
 	cmd := &cobra.Command{
 		Use:   "build base",
 		Short: "Build the built-in template \"base\" (Debian with bash, python3, curl and git) with debootstrap",
@@ -100,6 +95,9 @@ The finished root filesystem and the downloaded packages are cached in
 yields the same version.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
 			if args[0] != template.BaseName {
 				return fmt.Errorf("only the built-in template %q can be built; import others with `sandboxd template import`", template.BaseName)
 			}
@@ -107,8 +105,8 @@ yields the same version.`,
 			if err != nil {
 				return err
 			}
-			opts.Progress = cmd.ErrOrStderr()
-			t, err := lib.BuildBase(cmd.Context(), opts)
+			o.Progress = cmd.ErrOrStderr()
+			t, err := lib.BuildBase(cmd.Context(), o.BaseOptions)
 			if err != nil {
 				return err
 			}
@@ -116,9 +114,7 @@ yields the same version.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&opts.Suite, "suite", "bookworm", "The Debian release to build.")
-	cmd.Flags().StringVar(&opts.Mirror, "mirror", "", "The Debian archive to build from (default: the host's apt mirror for the suite, else "+template.FallbackMirror+").")
-	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "Where downloaded packages and built root filesystems are kept (default: $XDG_CACHE_HOME/skiff/debootstrap, else ~/.cache/skiff/debootstrap).")
+	o.AddFlags(cmd.Flags())
 	return cmd
 }
 

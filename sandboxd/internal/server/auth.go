@@ -3,12 +3,8 @@ package server
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"fmt"
 	"net/http"
-	"os"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -75,30 +71,4 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, isRelay bo
 		return
 	}
 	wire.WriteError(w, http.StatusUnauthorized, errUnauthenticated.Error())
-}
-
-// serverTLS is the listener's TLS configuration: nil without --tls-cert;
-// with --client-ca, callers must present a certificate it signed.
-func (o *Options) serverTLS() (*tls.Config, error) {
-	if o.TLSCert == "" {
-		return nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
-	if err != nil {
-		return nil, fmt.Errorf("load --tls-cert and --tls-key: %w", err)
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	if o.ClientCA != "" {
-		pem, err := os.ReadFile(o.ClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("read --client-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--client-ca %s holds no PEM certificate", o.ClientCA)
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return cfg, nil
 }

@@ -38,54 +38,43 @@ type harness struct {
 }
 
 type harnessConfig struct {
-	opts func(*Options)
+	cfg func(*Config)
 }
 
-func testOptions() Options {
-	o := NewOptions()
-	o.Listen, o.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-	o.NodeName = "test-node"
-	o.MaxSandboxes = 64
-	o.CPUCapacity, o.MemoryCapacity = 256_000, 64<<10
-	o.SandboxCIDR = servicetest.CIDR
-	o.Envd = "/nonexistent/envd"
-	o.EnvdReadyTimeout = 5 * time.Second
-	o.MaxTimeout = 24 * time.Hour
-	o.ShutdownTimeout = 50 * time.Millisecond // HTTP/2 clients otherwise hold Shutdown for a second
-	return o
-}
-
-func newHarness(t *testing.T, cfg harnessConfig) *harness {
+func newHarness(t *testing.T, hc harnessConfig) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(testNodeToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts := testOptions()
-	opts.AuthTokenFile = tokenFile
-	if cfg.opts != nil {
-		cfg.opts(&opts)
+	cfg := Config{
+		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AuthTokenFile: tokenFile,
+		ShutdownTimeout: 50 * time.Millisecond, // HTTP/2 clients otherwise hold Shutdown for a second
 	}
-	if err := opts.Validate(); err != nil {
-		t.Fatalf("options: %v", err)
+	if hc.cfg != nil {
+		hc.cfg(&cfg)
 	}
+	limits := registry.Limits{MaxSandboxes: 64, CPUMilli: 256_000, MemoryMiB: 64 << 10}
 	st, err := store.Open(filepath.Join(dir, "sandboxes"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := registry.Open(st, opts.Limits())
+	reg, err := registry.Open(st, limits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := ipam.New(opts.SandboxCIDR)
+	pool, err := ipam.New(servicetest.CIDR)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := servicetest.NewNetwork()
 	rt := servicetest.NewRuntime(t, n)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := service.New(opts.ServiceConfig(), service.Deps{
+	svc, err := service.New(service.Config{
+		NodeName: "test-node", Limits: limits, Envd: "/nonexistent/envd", EnvdReadyTimeout: 5 * time.Second, MaxTimeout: time.Hour,
+		DefaultCPUMilli: 1000, DefaultMemoryMiB: 256, MetricsInterval: 5 * time.Second, MetricsSamples: 10,
+	}, service.Deps{
 		Runtime: rt, Network: n, Templates: servicetest.NewTemplates(t), Registry: reg, IPAM: pool,
 		LogDir: filepath.Join(dir, "logs"), Clock: clocktesting.NewFakeClock(servicetest.Epoch), Logger: log,
 		EnvdAddr: rt.EnvdAddr, EnvdVersion: servicetest.EnvdVersion,
@@ -93,7 +82,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(opts, svc, log)
+	srv, err := New(cfg, svc, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,14 +48,14 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 
 // Run listens on --listen and --admin-listen and serves (Serve).
 func (s *Server) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.opts.Listen)
+	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on --listen %s: %w", s.opts.Listen, err)
+		return fmt.Errorf("listen on --listen %s: %w", s.cfg.Listen, err)
 	}
-	adminLn, err := net.Listen("tcp", s.opts.AdminListen)
+	adminLn, err := net.Listen("tcp", s.cfg.AdminListen)
 	if err != nil {
 		_ = ln.Close()
-		return fmt.Errorf("listen on --admin-listen %s: %w", s.opts.AdminListen, err)
+		return fmt.Errorf("listen on --admin-listen %s: %w", s.cfg.AdminListen, err)
 	}
 	return s.Serve(ctx, ln, adminLn)
 }
@@ -90,7 +90,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	case serveErr = <-errc:
 	}
 	s.svc.StopWatches()
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
 	for _, srv := range []*http.Server{api, admin} {
 		if err := srv.Shutdown(shutdownCtx); err != nil {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -169,9 +171,43 @@ func TestRelayUnauthorized(t *testing.T) {
 }
 
 func TestInsecureNoAuth(t *testing.T) {
-	h := newHarness(t, harnessConfig{opts: func(o *Options) { o.AuthTokenFile, o.InsecureNoAuth = "", true }})
+	h := newHarness(t, harnessConfig{cfg: func(c *Config) { c.AuthTokenFile, c.InsecureNoAuth = "", true }})
 	if _, err := sandboxdv1connect.NewSandboxdServiceClient(servicetest.H2CClient(""), h.url).Info(t.Context(), connect.NewRequest(&pb.InfoRequest{})); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNewRefusesNoAuth: a server with neither a token nor a client CA
+// must be told InsecureNoAuth, and a client CA needs a certificate.
+func TestNewRefusesNoAuth(t *testing.T) {
+	if _, err := New(Config{}, nil, nil); err == nil || !strings.Contains(err.Error(), "InsecureNoAuth") {
+		t.Fatalf("New without auth = %v", err)
+	}
+	if _, err := New(Config{ClientCA: "ca.pem"}, nil, nil); err == nil || !strings.Contains(err.Error(), "--client-ca needs --tls-cert") {
+		t.Fatalf("New with a client CA and no certificate = %v", err)
+	}
+}
+
+func TestReadToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if tok, err := ReadToken(write("ok", "  0123456789abcdef\n")); err != nil || tok != "0123456789abcdef" {
+		t.Fatalf("ReadToken = %q, %v", tok, err)
+	}
+	if _, err := ReadToken(write("short", "abc\n")); err == nil {
+		t.Fatal("a 3-character token was accepted")
+	}
+	if _, err := ReadToken(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("a missing token file was accepted")
+	}
+	if tok, err := ReadToken(""); tok != "" || err != nil {
+		t.Fatalf("ReadToken without a file = %q, %v", tok, err)
 	}
 }
 

@@ -5,6 +5,7 @@ package server
 
 import (
 	"crypto/tls"
+	"errors"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,30 +16,34 @@ import (
 
 // Server serves a service. Build it with New, then Run it.
 type Server struct {
-	opts Options
-	svc  *service.Service
-	log  *slog.Logger
+	cfg Config
+	svc *service.Service
+	log *slog.Logger
 
 	token     []byte      // the shared caller token; nil without one
 	tlsConfig *tls.Config // nil without TLS
 	metrics   *prometheus.Registry
 }
 
-// New loads the token and TLS material the options name and returns the
-// server of svc; log defaults to slog.Default().
-func New(opts Options, svc *service.Service, log *slog.Logger) (*Server, error) {
+// New loads the token and TLS material cfg names and returns the server
+// of svc; log defaults to slog.Default(). It refuses to serve with neither
+// a token nor a client CA unless cfg.InsecureNoAuth says so.
+func New(cfg Config, svc *service.Service, log *slog.Logger) (*Server, error) {
+	if cfg.AuthTokenFile == "" && cfg.ClientCA == "" && !cfg.InsecureNoAuth {
+		return nil, errors.New("new server: no token file and no client CA, and not InsecureNoAuth")
+	}
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{opts: opts, svc: svc, log: log, metrics: prometheus.NewRegistry()}
-	tok, err := opts.ReadToken()
+	s := &Server{cfg: cfg, svc: svc, log: log, metrics: prometheus.NewRegistry()}
+	tok, err := ReadToken(cfg.AuthTokenFile)
 	if err != nil {
 		return nil, err
 	}
 	if tok != "" {
 		s.token = []byte(tok)
 	}
-	if s.tlsConfig, err = opts.serverTLS(); err != nil {
+	if s.tlsConfig, err = cfg.serverTLS(); err != nil {
 		return nil, err
 	}
 	s.metrics.MustRegister(svc.Collectors()...)

@@ -81,8 +81,8 @@ func newTestPKI(t *testing.T) *testPKI {
 // needs no token, and one without a certificate is refused.
 func TestMTLS(t *testing.T) {
 	pki := newTestPKI(t)
-	h := newHarness(t, harnessConfig{opts: func(o *Options) {
-		o.AuthTokenFile, o.TLSCert, o.TLSKey, o.ClientCA = "", pki.certFile, pki.keyFile, pki.caFile
+	h := newHarness(t, harnessConfig{cfg: func(c *Config) {
+		c.AuthTokenFile, c.TLSCert, c.TLSKey, c.ClientCA = "", pki.certFile, pki.keyFile, pki.caFile
 	}})
 	url := strings.Replace(h.url, "http://", "https://", 1)
 	client := func(certs ...tls.Certificate) *http.Client {

@@ -1,0 +1,462 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/hostlimits"
+	"github.com/skiff-dev/skiff/sandboxd/internal/network"
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/gvisor"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
+	"github.com/skiff-dev/skiff/sandboxd/internal/selfexe"
+	"github.com/skiff-dev/skiff/sandboxd/internal/server"
+	"github.com/skiff-dev/skiff/sandboxd/internal/service"
+	"github.com/skiff-dev/skiff/shared/logflags"
+)
+
+const (
+	// DefaultStateDir is where sandboxd keeps its records and templates.
+	DefaultStateDir = "/var/lib/skiff/sandboxd"
+	// DefaultRunDir holds what lives as long as the host's boot: the
+	// sandboxes' network namespaces.
+	DefaultRunDir = "/run/skiff/sandboxd"
+	// DefaultEnvdPath is where packages install the static envd when it
+	// does not sit beside sandboxd's own binary.
+	DefaultEnvdPath = "/usr/local/lib/skiff/envd"
+)
+
+// GlobalOptions are the flags of every subcommand: the root command's
+// persistent flags.
+type GlobalOptions struct {
+	// StateDir holds sandboxd's records, templates, logs and runtime state.
+	StateDir string
+}
+
+// NewGlobalOptions returns the defaults.
+func NewGlobalOptions() *GlobalOptions {
+	return &GlobalOptions{StateDir: DefaultStateDir}
+}
+
+// AddFlags registers --state-dir, defaulting to the field's value.
+func (o *GlobalOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory of sandboxd's records and templates.")
+}
+
+// Options are the flags of `sandboxd serve`: the daemon's API server
+// (server.Config), its service and sandboxes (service.Config), the
+// runtime, the network and the host's limits.
+type Options struct {
+	// Global is --state-dir, which the root command registers.
+	Global *GlobalOptions
+	Log    logflags.Options
+
+	// Listen is the API and relay address (the NodeInventory endpoint).
+	Listen string
+	// AdminListen serves /metrics and /healthz; keep it off the network.
+	AdminListen string
+	// NodeName names the host; the tag in its sandbox IDs derives from it.
+	NodeName string
+
+	// AuthTokenFile holds the token every caller must present.
+	AuthTokenFile string
+	// TLSCert and TLSKey serve TLS; with ClientCA, callers must present a
+	// certificate it signed (mTLS) and need no token.
+	TLSCert  string
+	TLSKey   string
+	ClientCA string
+	// InsecureNoAuth serves without any authentication, for development.
+	InsecureNoAuth bool
+	// ShutdownTimeout bounds the graceful stop of the listeners. Sandboxes
+	// keep running through it: they are not sandboxd's children.
+	ShutdownTimeout time.Duration
+
+	// MaxSandboxes, CPUCapacity (millicores) and MemoryCapacity (MiB) are
+	// the host's capacity; Overcommit multiplies CPU and memory.
+	MaxSandboxes   int
+	CPUCapacity    int64
+	MemoryCapacity int64
+	Overcommit     float64
+
+	// SandboxCIDR is the pool of the sandboxes' addresses, a /30 each.
+	SandboxCIDR string
+	// Envd is the static envd binary every sandbox runs as its init.
+	Envd string
+	// EnvdReadyTimeout bounds how long a new sandbox's envd may take to
+	// answer /health.
+	EnvdReadyTimeout time.Duration
+	// PreparedSandboxes is how many sandboxes are kept prepared for cold
+	// creates, per template (package prepared); 0 turns it off.
+	PreparedSandboxes int
+	// MaxTimeout bounds a sandbox's lifetime.
+	MaxTimeout time.Duration
+	// DefaultCPUMilli, DefaultMemoryMiB and DefaultDiskMiB are a sandbox's
+	// resources when the request leaves them 0 (e2b: 2 vCPU, 512 MiB).
+	DefaultCPUMilli  int64
+	DefaultMemoryMiB int64
+	DefaultDiskMiB   int64
+	// MetricsInterval is how often every running sandbox's resource use is
+	// sampled; MetricsSamples how many samples each keeps.
+	MetricsInterval time.Duration
+	MetricsSamples  int
+
+	// Runtime is native or gvisor; Runsc and RunscPlatform are gvisor's.
+	Runtime       string
+	Runsc         string
+	RunscPlatform string
+	// UIDBase starts the sandboxes' uid and gid ranges (native).
+	UIDBase uint32
+	// PidsLimit bounds one sandbox's processes; PidsReserve keeps some of
+	// the host's for the host; CgroupParent holds the sandboxes' cgroups.
+	PidsLimit    int64
+	PidsReserve  int64
+	CgroupParent string
+
+	// RunDir holds the sandboxes' network namespaces; IfacePrefix starts
+	// their veths' names and NFTTable holds their rules. DenyCIDRs and
+	// AllowCIDRs change what sandboxes may reach.
+	RunDir      string
+	IfacePrefix string
+	NFTTable    string
+	DenyCIDRs   []string
+	AllowCIDRs  []string
+}
+
+// NewOptions returns the defaults, sized from this host.
+func NewOptions() *Options {
+	node, _ := os.Hostname()
+	nativeDefaults := native.DefaultOptions("")
+	return &Options{
+		Global:            NewGlobalOptions(),
+		Log:               logflags.New(logflags.Text),
+		Listen:            ":27777",
+		AdminListen:       "127.0.0.1:27778",
+		NodeName:          node,
+		ShutdownTimeout:   10 * time.Second,
+		MaxSandboxes:      256,
+		CPUCapacity:       int64(runtime.NumCPU()) * 1000,
+		MemoryCapacity:    hostMemoryMiB(),
+		Overcommit:        1.0,
+		SandboxCIDR:       "10.213.0.0/16",
+		Envd:              defaultEnvd(),
+		EnvdReadyTimeout:  10 * time.Second,
+		PreparedSandboxes: 1,
+		MaxTimeout:        24 * time.Hour,
+		DefaultCPUMilli:   2000,
+		DefaultMemoryMiB:  512,
+		DefaultDiskMiB:    10240,
+		MetricsInterval:   5 * time.Second,
+		MetricsSamples:    120,
+		Runtime:           native.Name,
+		Runsc:             "runsc",
+		RunscPlatform:     "systrap",
+		UIDBase:           nativeDefaults.UIDBase,
+		PidsLimit:         nativeDefaults.PidsLimit,
+		PidsReserve:       hostlimits.DefaultPidsReserve,
+		CgroupParent:      nativeDefaults.CgroupParent,
+		RunDir:            DefaultRunDir,
+		IfacePrefix:       network.DefaultIfacePrefix,
+		NFTTable:          network.DefaultTable,
+	}
+}
+
+// AddFlags registers serve's flags (not --state-dir: GlobalOptions), each
+// defaulting to the field's value.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.Log.AddFlags(fs)
+	fs.StringVar(&o.Listen, "listen", o.Listen, "Address of the API and of the relay into sandbox ports.")
+	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "Address of /metrics (Prometheus) and /healthz.")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "This host's name; the tag in its sandbox IDs derives from it.")
+	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile, "File holding the token callers send as 'Authorization: Bearer' or 'Skiff-Node-Token'.")
+	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Server certificate (PEM); serves TLS.")
+	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Server private key (PEM).")
+	fs.StringVar(&o.ClientCA, "client-ca", o.ClientCA, "CA bundle (PEM) that callers' certificates must chain to (mTLS); needs --tls-cert and --tls-key.")
+	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", o.InsecureNoAuth, "Serve without authentication. Anyone who reaches --listen controls every sandbox: development only.")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long open requests may take to finish on shutdown; sandboxes keep running.")
+
+	fs.IntVar(&o.MaxSandboxes, "max-sandboxes", o.MaxSandboxes, "Most sandboxes (running, paused and warm) this host holds.")
+	fs.Int64Var(&o.CPUCapacity, "cpu-capacity", o.CPUCapacity, "CPU for sandboxes, in millicores (default: every CPU of the host).")
+	fs.Int64Var(&o.MemoryCapacity, "memory-capacity", o.MemoryCapacity, "Memory for sandboxes, in MiB (default: the host's MemTotal).")
+	fs.Float64Var(&o.Overcommit, "overcommit", o.Overcommit, "Ratio by which the sandboxes' CPU and memory may exceed the capacity.")
+
+	fs.StringVar(&o.SandboxCIDR, "sandbox-cidr", o.SandboxCIDR, "IPv4 pool of sandbox addresses, a /30 per sandbox.")
+	fs.StringVar(&o.Envd, "envd", o.Envd, "The static envd binary every sandbox runs (default: envd beside sandboxd, else "+DefaultEnvdPath+").")
+	fs.DurationVar(&o.EnvdReadyTimeout, "envd-ready-timeout", o.EnvdReadyTimeout, "How long a new sandbox's envd may take to answer.")
+	fs.IntVar(&o.PreparedSandboxes, "prepared-sandboxes", o.PreparedSandboxes, "Sandboxes kept prepared for cold creates, per template created from: network, root, cgroup, namespaces and seccomp "+
+		"set up, envd not started (native runtime; 0: off).")
+	fs.DurationVar(&o.MaxTimeout, "max-timeout", o.MaxTimeout, "Longest lifetime a sandbox may be given.")
+	fs.Int64Var(&o.DefaultCPUMilli, "default-cpu", o.DefaultCPUMilli, "A sandbox's CPU, in millicores, when the request gives none.")
+	fs.Int64Var(&o.DefaultMemoryMiB, "default-memory", o.DefaultMemoryMiB, "A sandbox's memory, in MiB, when the request gives none.")
+	fs.Int64Var(&o.DefaultDiskMiB, "default-disk", o.DefaultDiskMiB, "A sandbox's writable disk, in MiB, when the request gives none.")
+	fs.DurationVar(&o.MetricsInterval, "metrics-interval", o.MetricsInterval, "How often each running sandbox's CPU, memory and disk use is sampled.")
+	fs.IntVar(&o.MetricsSamples, "metrics-samples", o.MetricsSamples, "How many samples of each sandbox are kept for the Metrics RPC.")
+
+	fs.StringVar(&o.Runtime, "runtime", o.Runtime, "The sandbox runtime: native (namespaces through libcontainer) or gvisor (gVisor's runsc, a user-space kernel).")
+	fs.StringVar(&o.Runsc, "runsc", o.Runsc, "With --runtime gvisor: the static runsc binary (a path, or a name looked up in PATH).")
+	fs.StringVar(&o.RunscPlatform, "runsc-platform", o.RunscPlatform, "With --runtime gvisor: runsc's --platform.")
+	fs.Uint32Var(&o.UIDBase, "uid-base", o.UIDBase, "First host uid and gid of the sandboxes' ranges: each sandbox gets 65536 ids from here; nothing else on the host may use them.")
+	fs.Int64Var(&o.PidsLimit, "pids-limit", o.PidsLimit, "Most processes (threads count) in one sandbox.")
+	fs.Int64Var(&o.PidsReserve, "host-pids-reserve", o.PidsReserve, "Processes kept for the host: all sandboxes together may have the host's PIDs and threads (the smaller of kernel.pid_max and kernel.threads-max) less this. "+
+		"kernel.pid_max is raised, when lower, to --max-sandboxes × --pids-limit + this.")
+	fs.StringVar(&o.CgroupParent, "cgroup-parent", o.CgroupParent, "Cgroup, relative to sandboxd's own (cgroup v1) or beside it (v2), under which each sandbox gets one.")
+
+	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "Directory of the sandboxes' network namespaces (a tmpfs such as /run: they end with the boot).")
+	fs.StringVar(&o.IfacePrefix, "iface-prefix", o.IfacePrefix, "Start of the host-side name of every sandbox's veth; no other interface may start with it.")
+	fs.StringVar(&o.NFTTable, "nft-table", o.NFTTable, "The nftables table (inet) of the sandboxes' isolation and NAT rules; sandboxd owns it.")
+	fs.StringSliceVar(&o.DenyCIDRs, "deny-cidr", o.DenyCIDRs, "IPv4 prefixes no sandbox reaches, beside the private, shared (CGNAT), link-local and cloud metadata ranges always denied (repeat or comma-separate).")
+	fs.StringSliceVar(&o.AllowCIDRs, "allow-cidr", o.AllowCIDRs, "IPv4 prefixes sandboxes with internet access reach even in a denied range, such as an internal service (repeat or comma-separate).")
+}
+
+// Complete fills what derives from the flags: the state directory made
+// absolute (the runtimes keep paths below it in their records).
+func (o *Options) Complete() error {
+	if o.Global.StateDir == "" {
+		return nil // Validate reports it
+	}
+	dir, err := filepath.Abs(o.Global.StateDir)
+	if err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	o.Global.StateDir = dir
+	return nil
+}
+
+// Validate reports every option that cannot work, naming its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if o.Global.StateDir == "" {
+		add("--state-dir must not be empty")
+	}
+	if err := o.Log.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, l := range []struct{ flag, addr string }{{"--listen", o.Listen}, {"--admin-listen", o.AdminListen}} {
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			add("%s %q: %w", l.flag, l.addr, err)
+		}
+	}
+	if o.NodeName == "" {
+		add("--node-name must not be empty")
+	}
+	errs = append(errs, o.validateAuth()...)
+	if o.ShutdownTimeout < 0 {
+		add("--shutdown-timeout must not be negative, got %s", o.ShutdownTimeout)
+	}
+	if o.MaxSandboxes < 1 {
+		add("--max-sandboxes must be at least 1, got %d", o.MaxSandboxes)
+	}
+	if o.CPUCapacity < 1 {
+		add("--cpu-capacity must be positive, got %d", o.CPUCapacity)
+	}
+	if o.MemoryCapacity < 1 {
+		add("--memory-capacity must be positive, got %d (is /proc/meminfo readable?)", o.MemoryCapacity)
+	}
+	if !(o.Overcommit > 0 && o.Overcommit <= 100) {
+		add("--overcommit must be above 0 and at most 100, got %g", o.Overcommit)
+	}
+	errs = append(errs, o.validateCIDR()...)
+	errs = append(errs, o.validateSandboxes()...)
+	errs = append(errs, o.validateRuntime()...)
+	for _, l := range []struct {
+		flag string
+		list []string
+	}{{"--deny-cidr", o.DenyCIDRs}, {"--allow-cidr", o.AllowCIDRs}} {
+		if _, err := prefixes(l.list); err != nil {
+			add("%s: %w", l.flag, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Options) validateAuth() []error {
+	var errs []error
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
+	}
+	if o.ClientCA != "" && o.TLSCert == "" {
+		errs = append(errs, errors.New("--client-ca needs --tls-cert and --tls-key"))
+	}
+	authenticated := o.AuthTokenFile != "" || o.ClientCA != ""
+	switch {
+	case o.InsecureNoAuth && authenticated:
+		errs = append(errs, errors.New("--insecure-no-auth conflicts with --auth-token-file and --client-ca"))
+	case !o.InsecureNoAuth && !authenticated:
+		errs = append(errs, errors.New("set --auth-token-file, or --tls-cert, --tls-key and --client-ca (mTLS); --insecure-no-auth serves without authentication"))
+	}
+	return errs
+}
+
+func (o *Options) validateCIDR() []error {
+	p, err := netip.ParsePrefix(o.SandboxCIDR)
+	if err != nil {
+		return []error{fmt.Errorf("--sandbox-cidr %q: %w", o.SandboxCIDR, err)}
+	}
+	if !p.Addr().Is4() || p.Bits() < 8 || p.Bits() > 29 {
+		return []error{fmt.Errorf("--sandbox-cidr %q: want an IPv4 prefix between /8 and /29", o.SandboxCIDR)}
+	}
+	if blocks := 1 << (30 - p.Bits()); o.MaxSandboxes > blocks {
+		return []error{fmt.Errorf("--sandbox-cidr %s addresses %d sandboxes, fewer than --max-sandboxes %d", p, blocks, o.MaxSandboxes)}
+	}
+	return nil
+}
+
+func (o *Options) validateSandboxes() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if o.Envd == "" {
+		add("--envd must not be empty")
+	}
+	if o.EnvdReadyTimeout <= 0 {
+		add("--envd-ready-timeout must be positive, got %s", o.EnvdReadyTimeout)
+	}
+	if o.PreparedSandboxes < 0 || o.PreparedSandboxes > 16 {
+		add("--prepared-sandboxes must be between 0 and 16, got %d", o.PreparedSandboxes)
+	}
+	if o.MaxTimeout <= 0 {
+		add("--max-timeout must be positive, got %s", o.MaxTimeout)
+	}
+	if o.DefaultCPUMilli < service.MinCPUMilli {
+		add("--default-cpu must be at least %dm, got %d", service.MinCPUMilli, o.DefaultCPUMilli)
+	}
+	if o.DefaultMemoryMiB < service.MinMemoryMiB {
+		add("--default-memory must be at least %d MiB, got %d", service.MinMemoryMiB, o.DefaultMemoryMiB)
+	}
+	if o.DefaultDiskMiB < 0 || o.DefaultDiskMiB > service.MaxDiskMiB {
+		add("--default-disk must be between 0 and %d MiB, got %d", service.MaxDiskMiB, o.DefaultDiskMiB)
+	}
+	if o.MetricsInterval <= 0 {
+		add("--metrics-interval must be positive, got %s", o.MetricsInterval)
+	}
+	if o.MetricsSamples < 2 {
+		add("--metrics-samples must be at least 2, got %d", o.MetricsSamples)
+	}
+	return errs
+}
+
+func (o *Options) validateRuntime() []error {
+	var errs []error
+	switch o.Runtime {
+	case native.Name:
+	case gvisor.Name:
+		if o.Runsc == "" {
+			errs = append(errs, errors.New("--runsc must not be empty with --runtime gvisor"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--runtime %q: not one of %q", o.Runtime, []string{native.Name, gvisor.Name}))
+	}
+	if o.PidsLimit < 1 {
+		errs = append(errs, fmt.Errorf("--pids-limit must be at least 1, got %d", o.PidsLimit))
+	}
+	if o.PidsReserve < 0 {
+		errs = append(errs, fmt.Errorf("--host-pids-reserve must not be negative, got %d", o.PidsReserve))
+	}
+	return errs
+}
+
+// Limits are the registry's limits: the capacity times the overcommit.
+func (o *Options) Limits() registry.Limits {
+	return registry.Limits{
+		MaxSandboxes: o.MaxSandboxes,
+		CPUMilli:     int64(math.Floor(float64(o.CPUCapacity) * o.Overcommit)),
+		MemoryMiB:    int64(math.Floor(float64(o.MemoryCapacity) * o.Overcommit)),
+	}
+}
+
+// ServerConfig is the API server's part of the options.
+func (o *Options) ServerConfig() server.Config {
+	return server.Config{
+		Listen: o.Listen, AdminListen: o.AdminListen,
+		AuthTokenFile: o.AuthTokenFile, TLSCert: o.TLSCert, TLSKey: o.TLSKey, ClientCA: o.ClientCA, InsecureNoAuth: o.InsecureNoAuth,
+		ShutdownTimeout: o.ShutdownTimeout,
+	}
+}
+
+// ServiceConfig is the service's part of the options.
+func (o *Options) ServiceConfig() service.Config {
+	return service.Config{
+		NodeName: o.NodeName, Limits: o.Limits(),
+		Envd: o.Envd, EnvdReadyTimeout: o.EnvdReadyTimeout, PreparedSandboxes: o.PreparedSandboxes, MaxTimeout: o.MaxTimeout,
+		DefaultCPUMilli: o.DefaultCPUMilli, DefaultMemoryMiB: o.DefaultMemoryMiB, DefaultDiskMiB: o.DefaultDiskMiB,
+		MetricsInterval: o.MetricsInterval, MetricsSamples: o.MetricsSamples,
+	}
+}
+
+// NetworkOptions are the sandboxes' network's options; call it after
+// Validate.
+func (o *Options) NetworkOptions() network.Options {
+	pool, _ := netip.ParsePrefix(o.SandboxCIDR) // validated
+	deny, _ := prefixes(o.DenyCIDRs)
+	allow, _ := prefixes(o.AllowCIDRs)
+	return network.Options{RunDir: o.RunDir, Table: o.NFTTable, IfacePrefix: o.IfacePrefix, Pool: pool, Deny: deny, Allow: allow}
+}
+
+// prefixes parses IPv4 prefixes.
+func prefixes(list []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(list))
+	for _, s := range list {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, err
+		}
+		if !p.Addr().Is4() {
+			return nil, fmt.Errorf("%s is not IPv4: sandboxes have IPv4 only", p)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// defaultEnvd is envd beside sandboxd's own binary when there is one, else
+// DefaultEnvdPath.
+func defaultEnvd() string {
+	if exe, err := selfexe.Path(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "envd")
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+	}
+	return DefaultEnvdPath
+}
+
+// hostMemoryMiB is MemTotal from /proc/meminfo, or 0 when unreadable.
+func hostMemoryMiB() int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	return parseMemTotal(data)
+}
+
+func parseMemTotal(data []byte) int64 {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			return 0
+		}
+		kib, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0
+		}
+		return kib / 1024
+	}
+	return 0
+}
