@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/skiff-dev/skiff/shared/daemon"
 	"github.com/skiff-dev/skiff/shared/logflags"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/publish"
 )
@@ -33,23 +34,23 @@ type Options struct {
 	KubeletKeyFile    string
 	KubeletClientCA   string
 	KubeletNoAuth     bool
-	AdminListen       string
+	Admin             daemon.AdminOptions
+	Shutdown          daemon.ShutdownOptions
 	CacheSyncTimeout  time.Duration
 	Log               logflags.Options
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	host, _ := os.Hostname()
 	return &Options{
-		NodeName:         strings.ToLower(host),
 		Sandboxd:         "127.0.0.1:27777",
 		Publish:          publish.NewOptions(),
 		LeaseDuration:    40 * time.Second,
 		DefaultTimeout:   time.Hour,
 		PodWorkers:       4,
 		KubeletListen:    ":10250",
-		AdminListen:      "127.0.0.1:27779",
+		Admin:            daemon.AdminOptions{Listen: "127.0.0.1:27779"},
+		Shutdown:         daemon.ShutdownOptions{Timeout: 10 * time.Second},
 		CacheSyncTimeout: 2 * time.Minute,
 		Log:              logflags.New(logflags.JSON),
 	}
@@ -57,8 +58,8 @@ func NewOptions() *Options {
 
 // AddFlags registers the flags, each defaulting to o's current value.
 func (o *Options) AddFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "The kubeconfig file; empty: $KUBECONFIG, else ~/.kube/config, else the pod's service account.")
-	f.StringVar(&o.NodeName, "node-name", o.NodeName, "The node's name; must be sandboxd's --node-name (its NodeInventory has the same name).")
+	daemon.AddKubeconfigFlag(f, &o.Kubeconfig, "")
+	f.StringVar(&o.NodeName, "node-name", o.NodeName, "The node's name; must be sandboxd's --node-name (its NodeInventory has the same name). Empty: this host's name, lowercased.")
 	f.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "The node's InternalIP (pods' hostIP, where the kube-apiserver reaches the kubelet API); empty: the first non-loopback IPv4 address of an interface that is up.")
 	f.StringVar(&o.Sandboxd, "sandboxd", o.Sandboxd, "host:port where vk-sandbox reaches its sandboxd.")
 	f.StringVar(&o.SandboxdEndpoint, "sandboxd-endpoint", o.SandboxdEndpoint, "host:port where the fleet (apiserver, envd proxy) reaches this sandboxd, published as the NodeInventory's spec.endpoint; empty: --node-ip with the port of --sandboxd.")
@@ -72,12 +73,26 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.KubeletKeyFile, "kubelet-tls-key-file", o.KubeletKeyFile, "Key of --kubelet-tls-cert-file (PEM).")
 	f.StringVar(&o.KubeletClientCA, "kubelet-client-ca-file", o.KubeletClientCA, "CA bundle (PEM) that callers of the kubelet API must present a certificate from (the kube-apiserver's --kubelet-client-certificate).")
 	f.BoolVar(&o.KubeletNoAuth, "kubelet-insecure-no-auth", o.KubeletNoAuth, "Serve the kubelet API to anyone who reaches it (development only).")
-	f.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "Address of /metrics (Prometheus), /healthz and /readyz.")
+	o.Admin.AddFlags(f, false)
+	o.Shutdown.AddFlags(f, "On shutdown vk-sandbox writes nothing: the node, its pods and the NodeInventory stay as they are.")
 	f.DurationVar(&o.CacheSyncTimeout, "cache-sync-timeout", o.CacheSyncTimeout, "How long to wait for the first list of this node's pods and of the node before giving up.")
 	o.Log.AddFlags(f)
 }
 
-// Validate reports every option that cannot work, naming its flag.
+// Complete fills what the flags left to the host: --node-name.
+func (o *Options) Complete() error {
+	if o.NodeName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--node-name is empty and the host's name is unknown: %w", err)
+		}
+		o.NodeName = strings.ToLower(host)
+	}
+	return nil
+}
+
+// Validate reports every option that cannot work, naming its flag. Call it
+// after Complete.
 func (o *Options) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -126,8 +141,10 @@ func (o *Options) Validate() error {
 			add("--kubelet-tls-cert-file and --kubelet-tls-key-file go together")
 		}
 	}
-	if o.AdminListen == "" {
-		add("--admin-listen is required")
+	for _, err := range []error{o.Admin.Validate(false, map[string]string{"--kubelet-listen": o.KubeletListen}), o.Shutdown.Validate()} {
+		if err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.CacheSyncTimeout <= 0 {
 		add("--cache-sync-timeout must be greater than 0, got %s", o.CacheSyncTimeout)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"both auths", func(o *Options) { o.KubeletNoAuth = true }, []string{"exclude each other"}},
 		{"half a certificate", func(o *Options) { o.KubeletCertFile = "/x.crt" }, []string{"go together"}},
 		{"bad log level", func(o *Options) { o.Log.Level = "loud" }, []string{"--log-level"}},
-		{"everything at once", func(o *Options) { o.SandboxdTokenFile, o.PodWorkers, o.AdminListen = "", 0, "" },
+		{"everything at once", func(o *Options) { o.SandboxdTokenFile, o.PodWorkers, o.Admin.Listen = "", 0, "" },
 			[]string{"--sandboxd-token-file", "--pod-workers", "--admin-listen"}},
 	}
 	for _, tt := range tests {
@@ -68,5 +69,27 @@ func TestEndpointDefaultsToTheNodeIP(t *testing.T) {
 	o.SandboxdEndpoint = "sandbox-host-1.internal:27777"
 	if got := o.endpoint("10.0.0.5"); got != "sandbox-host-1.internal:27777" {
 		t.Errorf("endpoint = %q", got)
+	}
+}
+
+// An empty --node-name is this host's name, lowercased, as a kubelet's.
+func TestCompleteNamesTheNodeAfterTheHost(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	o := NewOptions()
+	if o.NodeName != "" {
+		t.Fatalf("default --node-name %q, want empty (filled by Complete)", o.NodeName)
+	}
+	if err := o.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.ToLower(host); o.NodeName != want {
+		t.Errorf("--node-name after Complete = %q, want %q", o.NodeName, want)
+	}
+	o.NodeName = "host-a"
+	if err := o.Complete(); err != nil || o.NodeName != "host-a" {
+		t.Errorf("Complete changed a given --node-name: %q, %v", o.NodeName, err)
 	}
 }

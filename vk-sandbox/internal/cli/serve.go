@@ -7,27 +7,20 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"os"
-	"strings"
 	"sync"
-	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
+	"github.com/skiff-dev/skiff/shared/daemon"
 	"github.com/skiff-dev/skiff/shared/hostinventory"
 	"github.com/skiff-dev/skiff/shared/logflags"
+	"github.com/skiff-dev/skiff/shared/nodetoken"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/hostwatch"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/provider"
@@ -56,6 +49,9 @@ readers' stale window changes nothing they can see.`,
 }
 
 func serve(ctx context.Context, o *Options) error {
+	if err := o.Complete(); err != nil {
+		return err
+	}
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -67,15 +63,14 @@ func serve(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	token, err := os.ReadFile(o.SandboxdTokenFile)
-	if err != nil {
-		return fmt.Errorf("read --sandboxd-token-file: %w", err)
-	}
-	cfg, err := restConfig(o.Kubeconfig)
+	token, err := nodetoken.ReadTokenFile("--sandboxd-token-file", o.SandboxdTokenFile)
 	if err != nil {
 		return err
 	}
-	cfg.UserAgent = "vk-sandbox/" + o.NodeName
+	cfg, err := daemon.RESTConfig(o.Kubeconfig, "vk-sandbox/"+o.NodeName)
+	if err != nil {
+		return err
+	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
@@ -85,7 +80,7 @@ func serve(ctx context.Context, o *Options) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 
-	sbd := sandboxdapi.NewClients(strings.TrimSpace(string(token)), nil)(o.Sandboxd)
+	sbd := sandboxdapi.NewClients(token, nil)(o.Sandboxd)
 	endpoint := o.endpoint(ip)
 	host := hostinventory.New(sbd, endpoint, hostinventory.Options{})
 	fan := hostwatch.NewFanout(host.Changed())
@@ -134,11 +129,17 @@ func serve(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	adminLn, err := net.Listen("tcp", o.AdminListen)
+	adminLn, err := net.Listen("tcp", o.Admin.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on --admin-listen %s: %w", o.AdminListen, err)
+		return fmt.Errorf("listen on --admin-listen %s: %w", o.Admin.Listen, err)
 	}
-	admin := &http.Server{Handler: adminHandler(reg, node.Ready()), ReadHeaderTimeout: 10 * time.Second}
+	group := daemon.NewGroup(log, o.Shutdown.Timeout)
+	group.ServeAdmin(daemon.NewAdminServer(group.AdminHandler(daemon.AdminConfig{
+		Gatherer: reg,
+		Ready:    readyOnce(node.Ready()),
+		Pprof:    o.Admin.EnablePprof,
+	}), log), adminLn)
+	daemon.WarnPprofExposed(log, o.Admin, adminLn)
 	log.Info("vk-sandbox starts", "node", o.NodeName, "node_ip", ip, "sandboxd", o.Sandboxd, "endpoint", endpoint,
 		"admin", adminLn.Addr().String(), "publish_interval", o.Publish.Interval, "publish_min_interval", o.Publish.MinInterval)
 
@@ -154,15 +155,8 @@ func serve(ctx context.Context, o *Options) error {
 	wg.Go(func() { fan.Run(ctx) })
 	wg.Go(func() { fail(applier.Run(ctx)) })
 	wg.Go(func() { fail(node.Run(ctx)) })
-	wg.Go(func() {
-		if err := admin.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
-			fail(fmt.Errorf("serve --admin-listen: %w", err))
-		}
-	})
-	<-ctx.Done()
-	shutdown, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer stop()
-	_ = admin.Shutdown(shutdown)
+	serveErr := group.Wait(ctx)
+	cancel(serveErr)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
@@ -171,38 +165,20 @@ func serve(ctx context.Context, o *Options) error {
 	return nil
 }
 
-// adminHandler serves /metrics, /healthz (200 while the process serves)
-// and /readyz (200 once the node is registered and its pod controller
-// runs).
-func adminHandler(reg *prometheus.Registry, ready <-chan struct{}) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-ready:
-			_, _ = w.Write([]byte("ok\n"))
-		default:
-			http.Error(w, "the node is not registered yet", http.StatusServiceUnavailable)
-		}
-	})
-	return mux
-}
+// errNotRegistered is /readyz's answer until the node is registered and
+// its pod controller runs.
+var errNotRegistered = errors.New("the node is not registered yet")
 
-// restConfig reaches the cluster: --kubeconfig, else $KUBECONFIG, else
-// ~/.kube/config, else the pod's service account.
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
+// readyOnce is /readyz's check: ready once registered is closed.
+func readyOnce(registered <-chan struct{}) func() error {
+	return func() error {
+		select {
+		case <-registered:
+			return nil
+		default:
+			return errNotRegistered
+		}
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load the kubeconfig: %w", err)
-	}
-	return cfg, nil
 }
 
 var loggerOnce sync.Once
@@ -210,14 +186,10 @@ var loggerOnce sync.Once
 // newLogger returns the logger of --log-level and --log-format on stderr,
 // and sends client-go's and virtual-kubelet's logs to it.
 func newLogger(o *logflags.Options) (*slog.Logger, error) {
-	log, err := o.Logger(os.Stderr)
+	log, err := daemon.Logger(o)
 	if err != nil {
 		return nil, err
 	}
-	loggerOnce.Do(func() {
-		slog.SetDefault(log)
-		klog.SetLogger(logr.FromSlogHandler(log.Handler()))
-		vknode.SetVKLogger(log.With("component", "virtual-kubelet"))
-	})
+	loggerOnce.Do(func() { vknode.SetVKLogger(log.With("component", "virtual-kubelet")) })
 	return log, nil
 }
