@@ -133,4 +133,4 @@ UP_FLAGS ?=
 .PHONY: up
 up: build ## Run the whole system on this machine (as root) and print the E2B_* lines; Ctrl-C stops it (UP_FLAGS: skiff-up's flags).
 	cd e2e && go build -o $(BIN)/skiff-up ./cmd/skiff-up
-	$(BIN)/skiff-up -bin $(BIN) $(UP_FLAGS)
+	$(BIN)/skiff-up --bin $(BIN) $(UP_FLAGS)
