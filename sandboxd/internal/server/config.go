@@ -35,9 +35,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 }
 
-// ReadToken reads the shared token from path (--auth-token-file);
+// readToken reads the shared token from path (--auth-token-file);
 // surrounding white space is not part of it. It returns "" for no path.
-func ReadToken(path string) (string, error) {
+func readToken(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}

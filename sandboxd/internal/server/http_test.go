@@ -197,17 +197,17 @@ func TestReadToken(t *testing.T) {
 		}
 		return p
 	}
-	if tok, err := ReadToken(write("ok", "  0123456789abcdef\n")); err != nil || tok != "0123456789abcdef" {
-		t.Fatalf("ReadToken = %q, %v", tok, err)
+	if tok, err := readToken(write("ok", "  0123456789abcdef\n")); err != nil || tok != "0123456789abcdef" {
+		t.Fatalf("readToken = %q, %v", tok, err)
 	}
-	if _, err := ReadToken(write("short", "abc\n")); err == nil {
+	if _, err := readToken(write("short", "abc\n")); err == nil {
 		t.Fatal("a 3-character token was accepted")
 	}
-	if _, err := ReadToken(filepath.Join(dir, "missing")); err == nil {
+	if _, err := readToken(filepath.Join(dir, "missing")); err == nil {
 		t.Fatal("a missing token file was accepted")
 	}
-	if tok, err := ReadToken(""); tok != "" || err != nil {
-		t.Fatalf("ReadToken without a file = %q, %v", tok, err)
+	if tok, err := readToken(""); tok != "" || err != nil {
+		t.Fatalf("readToken without a file = %q, %v", tok, err)
 	}
 }
 

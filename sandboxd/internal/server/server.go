@@ -36,7 +36,7 @@ func New(cfg Config, svc *service.Service, log *slog.Logger) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, svc: svc, log: log, metrics: prometheus.NewRegistry()}
-	tok, err := ReadToken(cfg.AuthTokenFile)
+	tok, err := readToken(cfg.AuthTokenFile)
 	if err != nil {
 		return nil, err
 	}
