@@ -49,6 +49,7 @@ generate: $(addprefix $(BIN)/,controller-gen crd-ref-docs buf protoc-gen-go prot
 	for m in $(MODULES); do (cd $$m && go generate ./...); done
 	$(BIN)/crd-ref-docs --source-path=api/v1beta1 --config=hack/crd-ref-docs/config.yaml \
 		--renderer=markdown --output-path=docs/api.md --log-level=ERROR
+	cd hack/flagdocs && GOWORK=off go run . $(ROOT) docs/configuration.md
 
 .PHONY: fmt
 fmt: ## gofmt every Go file.
@@ -58,19 +59,29 @@ fmt: ## gofmt every Go file.
 vet: ## go vet every module.
 	for m in $(MODULES); do (cd $$m && go vet ./...); done
 
+# Every module with a go.mod: the workspace's, the pinned tools' and hack's.
+ALL_MODULES = $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/) hack/runsc hack/flagdocs
+
 .PHONY: tidy
-tidy: ## go mod tidy every module (workspace and tools).
-	for m in $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/) hack/runsc; do (cd $$m && GOWORK=off go mod tidy); done
+tidy: ## go mod tidy every module (workspace, tools and hack).
+	for m in $(ALL_MODULES); do (cd $$m && GOWORK=off go mod tidy); done
+
+.PHONY: sync
+sync: ## After adding or bumping a dependency: go work sync (every module requires what the workspace selects), then tidy.
+	go work sync
+	$(MAKE) tidy
 
 .PHONY: lint
 lint: $(BIN)/golangci-lint ## golangci-lint every module.
 	for m in $(MODULES); do (cd $$m && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...); done
 
 .PHONY: verify
-verify: generate ## generate + gofmt + vet + tidy check + GOWORK=off builds + lint, then fail on any diff.
+verify: generate ## generate (code, CRDs, docs/api.md, docs/configuration.md) + gofmt + vet + workspace sync + tidy + GOWORK=off builds + lint, then fail on any diff.
 	@out=$$(gofmt -s -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt -s needed:"; echo "$$out"; exit 1; fi
 	$(MAKE) vet
-	for m in $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/) hack/runsc; do (cd $$m && GOWORK=off go mod tidy -diff) || { echo "go.mod of $$m is not tidy: run make tidy"; exit 1; }; done
+	go work sync
+	for m in $(ALL_MODULES); do (cd $$m && GOWORK=off go mod tidy); done
+	@if [[ -n "$$(git status --porcelain -- '*go.mod' '*go.sum')" ]]; then echo "the modules are not in sync with the workspace, or not tidy: run make sync and commit"; git status --porcelain -- '*go.mod' '*go.sum'; exit 1; fi
 	for m in $(MODULES); do (cd $$m && GOWORK=off go build ./... && GOWORK=off go vet ./...) || { echo "$$m does not build with GOWORK=off"; exit 1; }; done
 	$(MAKE) lint
 	@if [[ -n "$$(git status --porcelain)" ]]; then echo "verify left a diff (commit generated files):"; git status --porcelain; git diff --stat; exit 1; fi

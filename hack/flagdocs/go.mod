@@ -1,0 +1,3 @@
+module github.com/skiff-dev/skiff/hack/flagdocs
+
+go 1.26.0
