@@ -122,12 +122,12 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// debugLog writes ReverseProxy's log lines to slog's default logger at
-// debug level.
+// debugLog writes ReverseProxy's log lines (free text, an error's among
+// it) to slog's default logger at debug level, under "text".
 type debugLog struct{}
 
 func (debugLog) Write(p []byte) (int, error) {
-	slog.Debug(strings.TrimSpace(string(p)), "component", "relay")
+	slog.Debug("reverse proxy log", "component", "relay", "text", strings.TrimSpace(string(p)))
 	return len(p), nil
 }
 

@@ -10,7 +10,8 @@ import (
 )
 
 // SetVKLogger sends virtual-kubelet's own logs to log. Its messages are
-// its own (free text); its fields become attributes.
+// free text (often formatted), so each line has one constant message and
+// the text under "text"; its fields become attributes.
 func SetVKLogger(log *slog.Logger) {
 	vklog.L = &vkLogger{l: log}
 }
@@ -18,8 +19,11 @@ func SetVKLogger(log *slog.Logger) {
 // vkLogger is virtual-kubelet's log.Logger over slog.
 type vkLogger struct{ l *slog.Logger }
 
-func (v *vkLogger) log(level slog.Level, msg string) {
-	v.l.Log(context.Background(), level, msg)
+// vkMessage is the message of every line virtual-kubelet logs.
+const vkMessage = "virtual-kubelet log"
+
+func (v *vkLogger) log(level slog.Level, text string) {
+	v.l.Log(context.Background(), level, vkMessage, "text", text)
 }
 
 func (v *vkLogger) Debug(args ...any) { v.log(slog.LevelDebug, fmt.Sprint(args...)) }
