@@ -3,7 +3,6 @@ package stats
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -49,7 +48,7 @@ func (f *fake) set(id string, st sandboxrt.Stats) {
 	f.stats[id] = st
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func TestRing(t *testing.T) {
 	p := New(&fake{}, &fake{}, clocktesting.NewFakeClock(epoch), 3, quiet())
