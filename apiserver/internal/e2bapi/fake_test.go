@@ -31,7 +31,7 @@ const (
 
 var (
 	t0      = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+	discard = slog.New(slog.DiscardHandler)
 )
 
 // fakeBackend is an in-memory Backend holding the sandboxes of two teams.
