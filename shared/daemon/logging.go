@@ -8,14 +8,12 @@ import (
 )
 
 // Logger is the logger of --log-level and --log-format on stderr. It
-// becomes slog's default, and client-go's and controller-runtime's logs go
-// to it.
+// becomes slog's default (kubeclient.SendLogs sends client-go's logs to it).
 func Logger(o *logflags.Options) (*slog.Logger, error) {
 	log, err := o.Logger(os.Stderr)
 	if err != nil {
 		return nil, err
 	}
 	slog.SetDefault(log)
-	SendKubeLogs(log)
 	return log, nil
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
 	"github.com/skiff-dev/skiff/shared/hostinventory"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
@@ -41,7 +41,7 @@ type Options struct {
 	Inventory string
 	// Sandboxd are the hosts of static mode (host:port).
 	Sandboxd []string
-	// Kubeconfig, in kube mode; empty: daemon.RESTConfig's search.
+	// Kubeconfig, in kube mode; empty: kubeclient.RESTConfig's search.
 	Kubeconfig string
 	// Stale is kube mode's freshness filter.
 	Stale kubeinventory.Options
@@ -55,9 +55,11 @@ func NewOptions() Options {
 // AddFlags registers --inventory, --sandboxd, --kubeconfig and
 // --inventory-stale-after, defaulting to o's values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Inventory, "inventory", o.Inventory, "Where the fleet comes from: static (the --sandboxd hosts, followed over their Watch streams; no Kubernetes) or kube (the NodeInventory objects the hosts publish, freshness-filtered).")
-	fs.StringSliceVar(&o.Sandboxd, "sandboxd", o.Sandboxd, "With --inventory static: a sandboxd's host:port (repeat, or comma-separate, for several).")
-	daemon.AddKubeconfigFlag(fs, &o.Kubeconfig, "With --inventory kube")
+	fs.StringVar(&o.Inventory, "inventory", o.Inventory, "Where the fleet comes from: static (the --sandboxd hosts, followed over their Watch streams; no Kubernetes) "+
+		"or kube (the NodeInventory objects the hosts publish, less the stale ones: see --inventory-stale-after).")
+	fs.StringSliceVar(&o.Sandboxd, "sandboxd", o.Sandboxd, "With --inventory static only (refused with kube), and at least one there: a sandboxd's host:port (repeat, or comma-separate, for several). "+
+		"A host whose Watch stream is down leaves the fleet until it is back.")
+	kubeclient.AddKubeconfigFlag(fs, &o.Kubeconfig, "With --inventory kube only (refused with static)")
 	o.Stale.AddFlags(fs)
 }
 

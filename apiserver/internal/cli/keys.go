@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
-	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
 )
 
 // keysRequestTimeout bounds keys create's call to the kube-apiserver.
@@ -29,9 +29,9 @@ type keysCreateOptions struct {
 }
 
 func (o *keysCreateOptions) addFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.team, "team", o.team, "The team (a namespace name) the key belongs to.")
-	f.StringVar(&o.file, "api-keys-file", o.file, "Append the key to this keys file (serve --inventory static) instead of creating a Secret in Kubernetes.")
-	f.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "The kubeconfig file of the cluster to create the key's Secret in; empty: $KUBECONFIG, else the pod's service account, else ~/.kube/config.")
+	f.StringVar(&o.team, "team", o.team, "The team the key belongs to: a namespace name. Required.")
+	f.StringVar(&o.file, "api-keys-file", o.file, "Append the key to this keys file (for serve --inventory static; created if missing) instead of creating a Secret in Kubernetes. Excludes --kubeconfig.")
+	f.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "The kubeconfig file of the cluster to create the key's Secret in; empty: $KUBECONFIG, else the pod's service account, else ~/.kube/config. Excludes --api-keys-file.")
 }
 
 // Validate reports every option that cannot work, naming its flag.
@@ -104,7 +104,7 @@ func appendKey(out io.Writer, file, team string) error {
 // createKeySecret makes a key for team as a Secret in the team's namespace
 // and prints the key on out and the Secret's name on diag.
 func createKeySecret(ctx context.Context, out, diag io.Writer, kubeconfig, team string) error {
-	cfg, err := daemon.RESTConfig(kubeconfig, "sandbox-apiserver")
+	cfg, err := kubeclient.RESTConfig(kubeconfig, "sandbox-apiserver")
 	if err != nil {
 		return err
 	}

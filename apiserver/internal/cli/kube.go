@@ -17,7 +17,7 @@ import (
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
-	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
 	"github.com/skiff-dev/skiff/shared/nodetoken"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
@@ -75,7 +75,7 @@ func watched() []client.Object {
 // startKube builds and starts the cache and waits, at most
 // --cache-sync-timeout, until it has listed everything it watches.
 func startKube(ctx context.Context, o *serveOptions, log *slog.Logger) (*kubeParts, error) {
-	cfg, err := daemon.RESTConfig(o.fleet.Kubeconfig, "sandbox-apiserver")
+	cfg, err := kubeclient.RESTConfig(o.fleet.Kubeconfig, "sandbox-apiserver")
 	if err != nil {
 		return nil, err
 	}

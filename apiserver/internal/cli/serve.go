@@ -18,6 +18,7 @@ import (
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
 	"github.com/skiff-dev/skiff/apiserver/internal/metrics"
 	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
 	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/placement"
@@ -59,6 +60,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	kubeclient.SendLogs(log)
 	var adminLn net.Listener
 	if o.admin.Listen != "" {
 		l, err := net.Listen("tcp", o.admin.Listen)

@@ -17,6 +17,7 @@ import (
 	"github.com/skiff-dev/skiff/envd-proxy/internal/route"
 	"github.com/skiff-dev/skiff/envd-proxy/internal/server"
 	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
 	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 )
@@ -53,6 +54,7 @@ func serve(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	kubeclient.SendLogs(log)
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on --listen %s: %w", o.Listen, err)
@@ -97,7 +99,7 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 	var index *fleet.Index
 	var synced func() bool
 	if o.IsKube() {
-		cfg, err := daemon.RESTConfig(o.Kubeconfig, "sandbox-envd-proxy")
+		cfg, err := kubeclient.RESTConfig(o.Kubeconfig, "sandbox-envd-proxy")
 		if err != nil {
 			return err
 		}

@@ -28,11 +28,11 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/network"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
-	"github.com/skiff-dev/skiff/sandboxd/internal/server"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 	"github.com/skiff-dev/skiff/shared/testing/hosttest"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 const asSandboxd = "SKIFF_E2E_AS_SANDBOXD"
@@ -331,7 +331,7 @@ func (r relayHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set("E2b-Sandbox-Id", r.id)
 	req.Header.Set("E2b-Sandbox-Port", "49983")
-	req.Header.Set(server.NodeTokenHeader, r.token)
+	req.Header.Set(wire.NodeTokenHeader, r.token)
 	return r.next.RoundTrip(req)
 }
 

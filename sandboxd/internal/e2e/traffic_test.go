@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/relay"
-	"github.com/skiff-dev/skiff/sandboxd/internal/server"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // userPort is where the tests' web server listens inside a sandbox.
@@ -42,7 +42,7 @@ func (h *host) relayGet(id string, port int, path string, headers map[string]str
 	}
 	req.Header.Set("E2b-Sandbox-Id", id)
 	req.Header.Set("E2b-Sandbox-Port", strconv.Itoa(port))
-	req.Header.Set(server.NodeTokenHeader, h.token)
+	req.Header.Set(wire.NodeTokenHeader, h.token)
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}

@@ -1,4 +1,9 @@
-package daemon
+// Package kubeclient is the part of the daemon kit for binaries that talk
+// to Kubernetes: the --kubeconfig flag, the REST config it names, and
+// client-go's and controller-runtime's logs sent to the daemon's logger.
+// It is apart from package daemon so that a binary that does not talk to
+// Kubernetes (sandboxd) does not link client-go.
+package kubeclient
 
 import (
 	"errors"
@@ -61,9 +66,9 @@ func restConfig(path string) (*rest.Config, error) {
 
 var kubeLogOnce sync.Once
 
-// SendKubeLogs sends client-go's (klog) and controller-runtime's logs to
+// SendLogs sends client-go's (klog) and controller-runtime's logs to
 // log. The first call wins: both libraries keep one process-wide logger.
-func SendKubeLogs(log *slog.Logger) {
+func SendLogs(log *slog.Logger) {
 	kubeLogOnce.Do(func() {
 		l := logr.FromSlogHandler(log.Handler())
 		klog.SetLogger(l)

@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
-	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/publish"
 )
@@ -22,7 +22,7 @@ import (
 // (api/policies) grant it, on a real kube-apiserver.
 func TestPublishesWithTheHostsOwnIdentity(t *testing.T) {
 	env := kubetest.Start(t)
-	cfg, err := daemon.RESTConfig(kubetest.WriteKubeconfig(t, env.NodeUser(t, "host-a").Config), "vk-sandbox/host-a")
+	cfg, err := kubeclient.RESTConfig(kubetest.WriteKubeconfig(t, env.NodeUser(t, "host-a").Config), "vk-sandbox/host-a")
 	if err != nil {
 		t.Fatal(err)
 	}

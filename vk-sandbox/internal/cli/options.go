@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
 	"github.com/skiff-dev/skiff/shared/logflags"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/publish"
 )
@@ -58,25 +59,41 @@ func NewOptions() *Options {
 
 // AddFlags registers the flags, each defaulting to o's current value.
 func (o *Options) AddFlags(f *pflag.FlagSet) {
-	daemon.AddKubeconfigFlag(f, &o.Kubeconfig, "")
-	f.StringVar(&o.NodeName, "node-name", o.NodeName, "The node's name; must be sandboxd's --node-name (its NodeInventory has the same name). Empty: this host's name, lowercased.")
-	f.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "The node's InternalIP (pods' hostIP, where the kube-apiserver reaches the kubelet API); empty: the first non-loopback IPv4 address of an interface that is up.")
-	f.StringVar(&o.Sandboxd, "sandboxd", o.Sandboxd, "host:port where vk-sandbox reaches its sandboxd.")
-	f.StringVar(&o.SandboxdEndpoint, "sandboxd-endpoint", o.SandboxdEndpoint, "host:port where the fleet (apiserver, envd proxy) reaches this sandboxd, published as the NodeInventory's spec.endpoint; empty: --node-ip with the port of --sandboxd.")
-	f.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "File holding the token sandboxd accepts (its --auth-token-file).")
+	kubeclient.AddKubeconfigFlag(f, &o.Kubeconfig, "")
+	f.StringVar(&o.NodeName, "node-name", o.NodeName, "The node's name, a DNS subdomain; must be sandboxd's --node-name (the NodeInventory has the host's name: "+
+		"vk-sandbox exits if sandboxd names itself otherwise). Empty: this host's name, lowercased.")
+	f.StringVar(&o.NodeIP, "node-ip", o.NodeIP, "The node's InternalIP (pods' hostIP, where the kube-apiserver reaches the kubelet API); "+
+		"empty: the first IPv4 address, neither loopback nor link-local, of an interface that is up.")
+	f.StringVar(&o.Sandboxd, "sandboxd", o.Sandboxd, "Address (host:port) where vk-sandbox reaches its sandboxd.")
+	f.StringVar(&o.SandboxdEndpoint, "sandboxd-endpoint", o.SandboxdEndpoint, "Address (host:port) where the fleet (apiserver, envd proxy) reaches this sandboxd, "+
+		"published as the NodeInventory's spec.endpoint; empty: --node-ip with the port of --sandboxd.")
+	f.StringVar(&o.SandboxdTokenFile, "sandboxd-token-file", o.SandboxdTokenFile, "File holding the token sandboxd accepts (its --auth-token-file), at least 16 characters; "+
+		"with per-host tokens, this host's own (sandbox-apiserver node-token prints it). Required.")
 	o.Publish.AddFlags(f)
-	f.DurationVar(&o.LeaseDuration, "node-lease-duration", o.LeaseDuration, "Duration of the node's lease (whole seconds), renewed every quarter of it while sandboxd is heard.")
-	f.DurationVar(&o.DefaultTimeout, "default-timeout", o.DefaultTimeout, "Lifetime of a pod's sandbox when the pod sets neither activeDeadlineSeconds nor the skiff.dev/timeout annotation.")
-	f.IntVar(&o.PodWorkers, "pod-workers", o.PodWorkers, "Pods the pod controller works on at once.")
-	f.StringVar(&o.KubeletListen, "kubelet-listen", o.KubeletListen, "Address of the kubelet API (HTTPS: kubectl logs); empty serves none.")
-	f.StringVar(&o.KubeletCertFile, "kubelet-tls-cert-file", o.KubeletCertFile, "Serving certificate of the kubelet API (PEM); empty: a self-signed one made at start.")
-	f.StringVar(&o.KubeletKeyFile, "kubelet-tls-key-file", o.KubeletKeyFile, "Key of --kubelet-tls-cert-file (PEM).")
-	f.StringVar(&o.KubeletClientCA, "kubelet-client-ca-file", o.KubeletClientCA, "CA bundle (PEM) that callers of the kubelet API must present a certificate from (the kube-apiserver's --kubelet-client-certificate).")
-	f.BoolVar(&o.KubeletNoAuth, "kubelet-insecure-no-auth", o.KubeletNoAuth, "Serve the kubelet API to anyone who reaches it (development only).")
+	f.DurationVar(&o.LeaseDuration, "node-lease-duration", o.LeaseDuration, "Duration of the node's lease, whole seconds and at least 4s, renewed every quarter of it while sandboxd is heard.")
+	f.DurationVar(&o.DefaultTimeout, "default-timeout", o.DefaultTimeout, "Lifetime of a pod's sandbox when the pod sets neither activeDeadlineSeconds nor the skiff.dev/timeout annotation; greater than 0.")
+	f.IntVar(&o.PodWorkers, "pod-workers", o.PodWorkers, "Pods the pod controller works on at once; at least 1.")
+	f.StringVar(&o.KubeletListen, "kubelet-listen", o.KubeletListen, "Address of the kubelet API (HTTPS), which kubectl logs reaches through the kube-apiserver; "+
+		"it needs --kubelet-client-ca-file or --kubelet-insecure-no-auth. Empty serves none (the node then advertises port 0).")
+	f.StringVar(&o.KubeletCertFile, "kubelet-tls-cert-file", o.KubeletCertFile, "Serving certificate of the kubelet API (PEM); empty: a self-signed one made at start for the node's name and IP.")
+	f.StringVar(&o.KubeletKeyFile, "kubelet-tls-key-file", o.KubeletKeyFile, "Key of --kubelet-tls-cert-file (PEM); the two go together.")
+	f.StringVar(&o.KubeletClientCA, "kubelet-client-ca-file", o.KubeletClientCA, "CA bundle (PEM) that callers of the kubelet API must present a certificate from "+
+		"(the kube-apiserver's --kubelet-client-certificate). With --kubelet-listen, this or --kubelet-insecure-no-auth is required, not both.")
+	f.BoolVar(&o.KubeletNoAuth, "kubelet-insecure-no-auth", o.KubeletNoAuth, "Serve the kubelet API to anyone who reaches it (development only); excludes --kubelet-client-ca-file.")
 	o.Admin.AddFlags(f, false)
+	addHelp(f, "admin-listen", "/readyz turns 200 once the node is registered and its pod controller runs.")
+	addHelp(f, "enable-pprof", "A warning is logged when --admin-listen is not a loopback address.")
 	o.Shutdown.AddFlags(f, "On shutdown vk-sandbox writes nothing: the node, its pods and the NodeInventory stay as they are.")
-	f.DurationVar(&o.CacheSyncTimeout, "cache-sync-timeout", o.CacheSyncTimeout, "How long to wait for the first list of this node's pods and of the node before giving up.")
+	f.DurationVar(&o.CacheSyncTimeout, "cache-sync-timeout", o.CacheSyncTimeout, "How long serve waits for the first list of this node's pods and of the node before it exits with an error; greater than 0.")
 	o.Log.AddFlags(f)
+	addHelp(f, "log-format", "The lines of client-go and virtual-kubelet are written the same way.")
+}
+
+// addHelp ends the help of flag name, which a shared option group
+// registered, with what holds for this binary.
+func addHelp(f *pflag.FlagSet, name, more string) {
+	fl := f.Lookup(name)
+	fl.Usage += " " + more
 }
 
 // Complete fills what the flags left to the host: --node-name.

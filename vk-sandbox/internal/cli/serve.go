@@ -18,6 +18,7 @@ import (
 	corev1listers "k8s.io/client-go/listers/core/v1"
 
 	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
 	"github.com/skiff-dev/skiff/shared/hostinventory"
 	"github.com/skiff-dev/skiff/shared/logflags"
 	"github.com/skiff-dev/skiff/shared/nodetoken"
@@ -67,7 +68,7 @@ func serve(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := daemon.RESTConfig(o.Kubeconfig, "vk-sandbox/"+o.NodeName)
+	cfg, err := kubeclient.RESTConfig(o.Kubeconfig, "vk-sandbox/"+o.NodeName)
 	if err != nil {
 		return err
 	}
@@ -190,6 +191,7 @@ func newLogger(o *logflags.Options) (*slog.Logger, error) {
 	if err != nil {
 		return nil, err
 	}
+	kubeclient.SendLogs(log)
 	loggerOnce.Do(func() { vknode.SetVKLogger(log.With("component", "virtual-kubelet")) })
 	return log, nil
 }
