@@ -25,6 +25,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/selfexe"
 	"github.com/skiff-dev/skiff/sandboxd/internal/server"
 	"github.com/skiff-dev/skiff/sandboxd/internal/service"
+	"github.com/skiff-dev/skiff/shared/daemon"
 	"github.com/skiff-dev/skiff/shared/logflags"
 )
 
@@ -66,8 +67,9 @@ type Options struct {
 
 	// Listen is the API and relay address (the NodeInventory endpoint).
 	Listen string
-	// AdminListen serves /metrics and /healthz; keep it off the network.
-	AdminListen string
+	// Admin is --admin-listen (/metrics, /healthz, /readyz; keep it off the
+	// network) and --enable-pprof.
+	Admin daemon.AdminOptions
 	// NodeName names the host; the tag in its sandbox IDs derives from it.
 	NodeName string
 
@@ -80,9 +82,9 @@ type Options struct {
 	ClientCA string
 	// InsecureNoAuth serves without any authentication, for development.
 	InsecureNoAuth bool
-	// ShutdownTimeout bounds the graceful stop of the listeners. Sandboxes
-	// keep running through it: they are not sandboxd's children.
-	ShutdownTimeout time.Duration
+	// Shutdown bounds the graceful stop of the listeners. Sandboxes keep
+	// running through it: they are not sandboxd's children.
+	Shutdown daemon.ShutdownOptions
 
 	// MaxSandboxes, CPUCapacity (millicores) and MemoryCapacity (MiB) are
 	// the host's capacity; Overcommit multiplies CPU and memory.
@@ -135,23 +137,19 @@ type Options struct {
 	AllowCIDRs  []string
 }
 
-// NewOptions returns the defaults, sized from this host.
+// NewOptions returns the defaults. Those that come from the host (the node's
+// name, the capacities, envd's path) are left empty, and Complete fills them.
 func NewOptions() *Options {
-	node, _ := os.Hostname()
 	nativeDefaults := native.DefaultOptions("")
 	return &Options{
 		Global:            NewGlobalOptions(),
 		Log:               logflags.New(logflags.Text),
 		Listen:            ":27777",
-		AdminListen:       "127.0.0.1:27778",
-		NodeName:          node,
-		ShutdownTimeout:   10 * time.Second,
+		Admin:             daemon.AdminOptions{Listen: "127.0.0.1:27778"},
+		Shutdown:          daemon.ShutdownOptions{Timeout: 10 * time.Second},
 		MaxSandboxes:      256,
-		CPUCapacity:       int64(runtime.NumCPU()) * 1000,
-		MemoryCapacity:    hostMemoryMiB(),
 		Overcommit:        1.0,
 		SandboxCIDR:       "10.213.0.0/16",
-		Envd:              defaultEnvd(),
 		EnvdReadyTimeout:  10 * time.Second,
 		PreparedSandboxes: 1,
 		MaxTimeout:        24 * time.Hour,
@@ -178,22 +176,22 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Log.AddFlags(fs)
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Address of the API and of the relay into sandbox ports.")
-	fs.StringVar(&o.AdminListen, "admin-listen", o.AdminListen, "Address of /metrics (Prometheus) and /healthz.")
-	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "This host's name; the tag in its sandbox IDs derives from it.")
+	o.Admin.AddFlags(fs, false)
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "This host's name; the tag in its sandbox IDs derives from it. Empty: the host name.")
 	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile, "File holding the token callers send as 'Authorization: Bearer' or 'Skiff-Node-Token'.")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Server certificate (PEM); serves TLS.")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Server private key (PEM).")
 	fs.StringVar(&o.ClientCA, "client-ca", o.ClientCA, "CA bundle (PEM) that callers' certificates must chain to (mTLS); needs --tls-cert and --tls-key.")
 	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", o.InsecureNoAuth, "Serve without authentication. Anyone who reaches --listen controls every sandbox: development only.")
-	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long open requests may take to finish on shutdown; sandboxes keep running.")
+	o.Shutdown.AddFlags(fs, "Sandboxes keep running.")
 
 	fs.IntVar(&o.MaxSandboxes, "max-sandboxes", o.MaxSandboxes, "Most sandboxes (running, paused and warm) this host holds.")
-	fs.Int64Var(&o.CPUCapacity, "cpu-capacity", o.CPUCapacity, "CPU for sandboxes, in millicores (default: every CPU of the host).")
-	fs.Int64Var(&o.MemoryCapacity, "memory-capacity", o.MemoryCapacity, "Memory for sandboxes, in MiB (default: the host's MemTotal).")
+	fs.Int64Var(&o.CPUCapacity, "cpu-capacity", o.CPUCapacity, "CPU for sandboxes, in millicores; 0: every CPU of the host.")
+	fs.Int64Var(&o.MemoryCapacity, "memory-capacity", o.MemoryCapacity, "Memory for sandboxes, in MiB; 0: the host's MemTotal.")
 	fs.Float64Var(&o.Overcommit, "overcommit", o.Overcommit, "Ratio by which the sandboxes' CPU and memory may exceed the capacity.")
 
 	fs.StringVar(&o.SandboxCIDR, "sandbox-cidr", o.SandboxCIDR, "IPv4 pool of sandbox addresses, a /30 per sandbox.")
-	fs.StringVar(&o.Envd, "envd", o.Envd, "The static envd binary every sandbox runs (default: envd beside sandboxd, else "+DefaultEnvdPath+").")
+	fs.StringVar(&o.Envd, "envd", o.Envd, "The static envd binary every sandbox runs; empty: envd beside sandboxd's binary, else "+DefaultEnvdPath+".")
 	fs.DurationVar(&o.EnvdReadyTimeout, "envd-ready-timeout", o.EnvdReadyTimeout, "How long a new sandbox's envd may take to answer.")
 	fs.IntVar(&o.PreparedSandboxes, "prepared-sandboxes", o.PreparedSandboxes, "Sandboxes kept prepared for cold creates, per template created from: network, root, cgroup, namespaces and seccomp "+
 		"set up, envd not started (native runtime; 0: off).")
@@ -220,9 +218,23 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.AllowCIDRs, "allow-cidr", o.AllowCIDRs, "IPv4 prefixes sandboxes with internet access reach even in a denied range, such as an internal service (repeat or comma-separate).")
 }
 
-// Complete fills what derives from the flags: the state directory made
-// absolute (the runtimes keep paths below it in their records).
+// Complete fills what derives from the flags and the host: the node's
+// name, the capacities and envd's path when the flags left them empty, and
+// the state directory made absolute (the runtimes keep paths below it in
+// their records).
 func (o *Options) Complete() error {
+	if o.NodeName == "" {
+		o.NodeName, _ = os.Hostname() // Validate reports it if still empty
+	}
+	if o.CPUCapacity == 0 {
+		o.CPUCapacity = int64(runtime.NumCPU()) * 1000
+	}
+	if o.MemoryCapacity == 0 {
+		o.MemoryCapacity = hostMemoryMiB() // 0 when unreadable: Validate reports it
+	}
+	if o.Envd == "" {
+		o.Envd = defaultEnvd()
+	}
 	if o.Global.StateDir == "" {
 		return nil // Validate reports it
 	}
@@ -234,7 +246,8 @@ func (o *Options) Complete() error {
 	return nil
 }
 
-// Validate reports every option that cannot work, naming its flag.
+// Validate reports every option that cannot work, naming its flag. Call it
+// after Complete.
 func (o *Options) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -244,17 +257,18 @@ func (o *Options) Validate() error {
 	if err := o.Log.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	for _, l := range []struct{ flag, addr string }{{"--listen", o.Listen}, {"--admin-listen", o.AdminListen}} {
-		if _, _, err := net.SplitHostPort(l.addr); err != nil {
-			add("%s %q: %w", l.flag, l.addr, err)
-		}
+	if _, _, err := net.SplitHostPort(o.Listen); err != nil {
+		add("--listen %q: %w", o.Listen, err)
+	}
+	if err := o.Admin.Validate(false, map[string]string{"--listen": o.Listen}); err != nil {
+		errs = append(errs, err)
 	}
 	if o.NodeName == "" {
 		add("--node-name must not be empty")
 	}
 	errs = append(errs, o.validateAuth()...)
-	if o.ShutdownTimeout < 0 {
-		add("--shutdown-timeout must not be negative, got %s", o.ShutdownTimeout)
+	if err := o.Shutdown.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.MaxSandboxes < 1 {
 		add("--max-sandboxes must be at least 1, got %d", o.MaxSandboxes)
@@ -379,9 +393,9 @@ func (o *Options) Limits() registry.Limits {
 // ServerConfig is the API server's part of the options.
 func (o *Options) ServerConfig() server.Config {
 	return server.Config{
-		Listen: o.Listen, AdminListen: o.AdminListen,
+		Listen: o.Listen, Admin: o.Admin,
 		AuthTokenFile: o.AuthTokenFile, TLSCert: o.TLSCert, TLSKey: o.TLSKey, ClientCA: o.ClientCA, InsecureNoAuth: o.InsecureNoAuth,
-		ShutdownTimeout: o.ShutdownTimeout,
+		ShutdownTimeout: o.Shutdown.Timeout,
 	}
 }
 

@@ -43,9 +43,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"cert without key", func(o *Options) { o.TLSCert = "c" }, "--tls-key"},
 		{"client CA without cert", func(o *Options) { o.ClientCA = "ca" }, "--client-ca"},
 		{"bad listen", func(o *Options) { o.Listen = "nope" }, "--listen"},
-		{"bad admin listen", func(o *Options) { o.AdminListen = "" }, "--admin-listen"},
+		{"bad admin listen", func(o *Options) { o.Admin.Listen = "" }, "--admin-listen"},
 		{"no node name", func(o *Options) { o.NodeName = "" }, "--node-name"},
-		{"negative shutdown timeout", func(o *Options) { o.ShutdownTimeout = -time.Second }, "--shutdown-timeout"},
+		{"negative shutdown timeout", func(o *Options) { o.Shutdown.Timeout = -time.Second }, "--shutdown-timeout"},
 		{"no sandboxes", func(o *Options) { o.MaxSandboxes = 0 }, "--max-sandboxes"},
 		{"no cpu", func(o *Options) { o.CPUCapacity = 0 }, "--cpu-capacity"},
 		{"no memory", func(o *Options) { o.MemoryCapacity = -1 }, "--memory-capacity"},
@@ -99,7 +99,16 @@ func TestOptionsValidateReportsEvery(t *testing.T) {
 
 func TestOptionsFlags(t *testing.T) {
 	o := NewOptions()
-	if o.CPUCapacity < 1000 || o.NodeName == "" || o.Listen != ":27777" || o.AdminListen != "127.0.0.1:27778" ||
+	if o.CPUCapacity != 0 || o.MemoryCapacity != 0 || o.NodeName != "" || o.Envd != "" {
+		t.Fatalf("host-given defaults are set before Complete: %+v", o)
+	}
+	if err := o.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if o.CPUCapacity < 1000 || o.MemoryCapacity < 1 || o.NodeName == "" || o.Envd == "" {
+		t.Fatalf("Complete left host-given defaults empty: %+v", o)
+	}
+	if o.Listen != ":27777" || o.Admin.Listen != "127.0.0.1:27778" ||
 		o.DefaultCPUMilli != 2000 || o.DefaultMemoryMiB != 512 || o.EnvdReadyTimeout != 10*time.Second || o.MaxTimeout != 24*time.Hour ||
 		o.Runtime != "native" || o.Runsc != "runsc" || o.RunscPlatform != "systrap" || o.Global.StateDir != DefaultStateDir || o.RunDir != DefaultRunDir {
 		t.Fatalf("defaults = %+v", o)
@@ -151,7 +160,7 @@ func TestServeFlags(t *testing.T) {
 		"listen", "admin-listen", "node-name", "auth-token-file", "tls-cert", "tls-key", "client-ca", "insecure-no-auth", "shutdown-timeout",
 		"max-sandboxes", "cpu-capacity", "memory-capacity", "overcommit", "sandbox-cidr", "envd", "envd-ready-timeout", "prepared-sandboxes",
 		"max-timeout", "default-cpu", "default-memory", "default-disk", "metrics-interval", "metrics-samples", "runtime", "runsc", "runsc-platform",
-		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr",
+		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr", "enable-pprof",
 		"log-level", "log-format",
 	} {
 		if fs.Lookup(name) == nil {
@@ -161,8 +170,8 @@ func TestServeFlags(t *testing.T) {
 	if serve.InheritedFlags().Lookup("state-dir") == nil {
 		t.Error("serve does not inherit --state-dir")
 	}
-	if n != 37 {
-		t.Errorf("serve has %d flags of its own, want 37: a new flag goes into this test and the docs", n)
+	if n != 38 {
+		t.Errorf("serve has %d flags of its own, want 38: a new flag goes into this test and the docs", n)
 	}
 }
 

@@ -12,14 +12,6 @@ import (
 	"github.com/skiff-dev/skiff/wire"
 )
 
-// NodeTokenHeader is wire.NodeTokenHeader, which carries the shared token
-// on any request, relayed ones included; it is removed before a request
-// reaches a sandbox.
-//
-// Deprecated: use wire.NodeTokenHeader; this name stays only until the e2e
-// tests spell it so.
-const NodeTokenHeader = wire.NodeTokenHeader
-
 // authenticate lets a request through when it carries the shared token
 // (RPCs: `Authorization: Bearer` or wire.NodeTokenHeader; relayed
 // requests: wire.NodeTokenHeader only, since their Authorization belongs to

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
+
+	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/nodetoken"
 )
 
 // Config is what the server is told: where to listen, how callers
@@ -16,8 +18,9 @@ import (
 type Config struct {
 	// Listen is the API and relay address (the NodeInventory endpoint).
 	Listen string
-	// AdminListen serves /metrics and /healthz; keep it off the network.
-	AdminListen string
+	// Admin is where /metrics, /healthz and /readyz are served (keep it
+	// off the network), and whether pprof is.
+	Admin daemon.AdminOptions
 
 	// AuthTokenFile holds the token every caller must present.
 	AuthTokenFile string
@@ -35,21 +38,14 @@ type Config struct {
 	ShutdownTimeout time.Duration
 }
 
-// readToken reads the shared token from path (--auth-token-file);
-// surrounding white space is not part of it. It returns "" for no path.
+// readToken reads the shared token from path (--auth-token-file): at
+// least 16 characters, surrounding white space not part of it. It returns
+// "" for no path.
 func readToken(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read --auth-token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(data))
-	if len(tok) < 16 {
-		return "", fmt.Errorf("--auth-token-file %s: the token must be at least 16 characters", path)
-	}
-	return tok, nil
+	return daemon.ReadSecretFile("--auth-token-file", path, nodetoken.MinTokenLen)
 }
 
 // serverTLS is the listener's TLS configuration: nil without a

@@ -20,6 +20,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/service"
 	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	"github.com/skiff-dev/skiff/shared/daemon"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 )
@@ -49,7 +50,7 @@ func newHarness(t *testing.T, hc harnessConfig) *harness {
 		t.Fatal(err)
 	}
 	cfg := Config{
-		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", AuthTokenFile: tokenFile,
+		Listen: "127.0.0.1:0", Admin: daemon.AdminOptions{Listen: "127.0.0.1:0"}, AuthTokenFile: tokenFile,
 		ShutdownTimeout: 50 * time.Millisecond, // HTTP/2 clients otherwise hold Shutdown for a second
 	}
 	if hc.cfg != nil {

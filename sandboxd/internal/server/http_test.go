@@ -228,7 +228,7 @@ func TestAdmin(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if status, body := get("/healthz"); status != http.StatusOK || body != "ok" {
+	if status, body := get("/healthz"); status != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz = %d %q", status, body)
 	}
 	status, body := get("/metrics")
