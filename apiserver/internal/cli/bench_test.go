@@ -53,7 +53,7 @@ func BenchmarkList2000(b *testing.B) {
 		b.Fatal(err)
 	}
 	o := parseServe(b, "--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", token, "--listen", "127.0.0.1:0")
-	app, err := newApp(b.Context(), o, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	app, err := newApp(b.Context(), o, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

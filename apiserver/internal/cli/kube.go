@@ -112,7 +112,7 @@ func startKube(ctx context.Context, o *serveOptions, log *slog.Logger) (*kubePar
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := c.Start(runCtx); err != nil {
-			log.Error("informer cache stopped", "err", err)
+			log.Error("informer cache stopped", "error", err)
 		}
 	})
 	stop := func() { cancel(); wg.Wait() }

@@ -275,7 +275,7 @@ func TestKubeMode(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	app, err := newApp(ctx, o, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	app, err := newApp(ctx, o, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatalf("newApp: %v", err)
 	}
@@ -440,7 +440,7 @@ func TestKubeModeWithoutTheCRDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := parseServe(t, "--inventory", "kube", "--kubeconfig", kubetest.WriteKubeconfig(t, env.Config), "--sandboxd-token-file", token)
-	app, err := newApp(ctx, o, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	app, err := newApp(ctx, o, slog.New(slog.DiscardHandler), nil)
 	if err == nil {
 		app.stop()
 		t.Fatal("newApp succeeded without the SandboxTemplate CRD")
@@ -463,7 +463,7 @@ func TestKubeModeCacheSyncTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := parseServe(t, "--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", token, "--cache-sync-timeout", "2s")
-	app, err := newApp(t.Context(), o, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	app, err := newApp(t.Context(), o, slog.New(slog.DiscardHandler), nil)
 	if err == nil {
 		app.stop()
 		t.Fatal("newApp succeeded for a user that may list nothing")
@@ -487,7 +487,7 @@ func TestKubeModeWithoutACluster(t *testing.T) {
 	o := parseServe(t, "--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", token, "--cache-sync-timeout", "5s")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	app, err := newApp(ctx, o, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	app, err := newApp(ctx, o, slog.New(slog.DiscardHandler), nil)
 	if err == nil {
 		app.stop()
 		t.Fatal("newApp succeeded without a cluster")

@@ -126,7 +126,7 @@ func startServing(t *testing.T, o *serveOptions) *serving {
 	ln, adminLn := listenLoopback(t), listenLoopback(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &serving{api: "http://" + ln.Addr().String(), admin: "http://" + adminLn.Addr().String(), cancel: cancel, done: make(chan error, 1)}
-	go func() { s.done <- serveOn(ctx, o, ln, adminLn, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() { s.done <- serveOn(ctx, o, ln, adminLn, slog.New(slog.DiscardHandler)) }()
 	t.Cleanup(func() {
 		if !s.stopped {
 			if err := s.stop(); err != nil {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -71,7 +70,7 @@ func newHarness(t *testing.T, hc harnessConfig) *harness {
 	}
 	n := servicetest.NewNetwork()
 	rt := servicetest.NewRuntime(t, n)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	svc, err := service.New(service.Config{
 		NodeName: "test-node", Limits: limits, Envd: "/nonexistent/envd", EnvdReadyTimeout: 5 * time.Second, MaxTimeout: time.Hour,
 		DefaultCPUMilli: 1000, DefaultMemoryMiB: 256, MetricsInterval: 5 * time.Second, MetricsSamples: 10,

@@ -2,8 +2,8 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -118,7 +118,7 @@ func newHarness(t *testing.T, hc harnessConfig) *harness {
 	svc, err := New(cfg, Deps{
 		Runtime: runtime, Network: hc.net, Templates: servicetest.NewTemplates(t), Registry: reg, IPAM: pool,
 		LogDir: filepath.Join(hc.dir, "logs"), Clock: hc.clock,
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:   slog.New(slog.DiscardHandler),
 		EnvdAddr: hc.rt.EnvdAddr, EnvdVersion: servicetest.EnvdVersion,
 	})
 	if err != nil {
@@ -156,7 +156,7 @@ func newHarness(t *testing.T, hc harnessConfig) *harness {
 			if err := srv.Shutdown(ctx); err != nil {
 				_ = srv.Close()
 			}
-			if err := <-served; err != http.ErrServerClosed {
+			if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 				t.Errorf("Serve: %v", err)
 			}
 			stopRun()

@@ -91,11 +91,11 @@ func startEnvd(t *testing.T, ip netip.Addr, unhealthy bool, token string) *Envd 
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if e.rejectIn {
-			http.Error(w, `{"code":500,"message":"broken"}`, http.StatusInternalServerError)
+			wire.WriteError(w, http.StatusInternalServerError, "broken")
 			return
 		}
 		if e.state.Token != "" && r.Header.Get(wire.AccessTokenHeader) != e.state.Token {
-			http.Error(w, `{"code":401,"message":"unauthorized access"}`, http.StatusUnauthorized)
+			wire.WriteError(w, http.StatusUnauthorized, "unauthorized access")
 			return
 		}
 		var in wire.EnvdInit
