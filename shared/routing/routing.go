@@ -50,14 +50,23 @@ type Target struct {
 func (t Target) IsEnvd() bool { return t.Port == EnvdPort }
 
 // Parse reads a request's target: the headers when either is present (then
-// both must be, well-formed), else the host. It returns ErrNoTarget when the
-// request names none, and an error wrapping ErrBadTarget when it names one
-// badly.
+// both must be, once each or repeated with the same value, not empty, and
+// well-formed: e2b's "missing header"), else the host. It returns
+// ErrNoTarget when the request names none, and an error wrapping
+// ErrBadTarget when it names one badly. Both edges (the envd proxy and
+// sandboxd's relay) parse with it, so a request one refuses the other
+// refuses too.
 func Parse(r *http.Request) (Target, error) {
-	id, port := r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderSandboxPort)
-	if id != "" || port != "" {
-		if id == "" || port == "" {
-			return Target{}, fmt.Errorf("%w: missing header %s or %s", ErrBadTarget, HeaderSandboxID, HeaderSandboxPort)
+	idVals, hasID := r.Header[HeaderSandboxID]
+	portVals, hasPort := r.Header[HeaderSandboxPort]
+	if hasID || hasPort {
+		id, err := single(HeaderSandboxID, idVals)
+		if err != nil {
+			return Target{}, err
+		}
+		port, err := single(HeaderSandboxPort, portVals)
+		if err != nil {
+			return Target{}, err
 		}
 		return target(id, port)
 	}
@@ -71,6 +80,20 @@ func Parse(r *http.Request) (Target, error) {
 		return Target{}, ErrNoTarget
 	}
 	return target(idPart, portPart)
+}
+
+// single is a routing header's one value: present, not empty, and the same
+// each time it is repeated.
+func single(name string, vals []string) (string, error) {
+	if len(vals) == 0 || vals[0] == "" {
+		return "", fmt.Errorf("%w: missing header %s", ErrBadTarget, name)
+	}
+	for _, v := range vals[1:] {
+		if v != vals[0] {
+			return "", fmt.Errorf("%w: header %s is given more than once, with different values", ErrBadTarget, name)
+		}
+	}
+	return vals[0], nil
 }
 
 func target(id, port string) (Target, error) {

@@ -106,3 +106,29 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The headers are read strictly, for both edges: present means present with
+// one value (repeats must agree), and empty is missing, as e2b's edge says.
+func TestParseHeadersStrictly(t *testing.T) {
+	const id = "abc123"
+	for _, tc := range []struct {
+		name    string
+		headers http.Header
+		want    error
+	}{
+		{"both, once", http.Header{HeaderSandboxID: {id}, HeaderSandboxPort: {"8080"}}, nil},
+		{"repeated alike", http.Header{HeaderSandboxID: {id, id}, HeaderSandboxPort: {"8080", "8080"}}, nil},
+		{"id present but empty", http.Header{HeaderSandboxID: {""}, HeaderSandboxPort: {"8080"}}, ErrBadTarget},
+		{"port present but empty", http.Header{HeaderSandboxID: {id}, HeaderSandboxPort: {""}}, ErrBadTarget},
+		{"both empty", http.Header{HeaderSandboxID: {""}, HeaderSandboxPort: {""}}, ErrBadTarget},
+		{"two ids", http.Header{HeaderSandboxID: {id, "other1"}, HeaderSandboxPort: {"8080"}}, ErrBadTarget},
+		{"two ports", http.Header{HeaderSandboxID: {id}, HeaderSandboxPort: {"8080", "9090"}}, ErrBadTarget},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "http://8080-"+id+".example.com/", nil)
+		r.Header = tc.headers
+		got, err := Parse(r)
+		if !errors.Is(err, tc.want) || (tc.want == nil && got != (Target{SandboxID: id, Port: 8080})) {
+			t.Errorf("%s: %+v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+}

@@ -10,8 +10,9 @@
 //     this proxy has seen on routed requests (Tokens), for tokens of
 //     another shape.
 //
-// It only parses: whether the sandbox exists, and where, is the fleet's
-// business.
+// The first two are shared/routing's Parse, the strict parse sandboxd's
+// relay uses too; this package adds only the token fallback. It only
+// parses: whether the sandbox exists, and where, is the fleet's business.
 package route
 
 import (
@@ -48,16 +49,13 @@ var (
 	ErrBadTarget = routing.ErrBadTarget
 	// ErrNoTarget is wrapped by the error for a request that names no
 	// sandbox in any way this proxy understands (a 400).
-	ErrNoTarget = errors.New("the request names no sandbox: set the headers E2b-Sandbox-Id and E2b-Sandbox-Port, or use a <port>-<sandboxID>.<domain> host")
+	ErrNoTarget = routing.ErrNoTarget
 )
 
 // Resolve reads the target of r in the order of the package comment.
 // tokens may be nil (no token fallback). Every error wraps ErrBadTarget or
 // ErrNoTarget, and its text is fit for the client.
 func Resolve(r *http.Request, tokens *Tokens) (Target, error) {
-	if err := checkHeaders(r.Header); err != nil {
-		return Target{}, err
-	}
 	t, err := routing.Parse(r)
 	switch {
 	case err == nil:
@@ -85,29 +83,4 @@ func Resolve(r *http.Request, tokens *Tokens) (Target, error) {
 		return Target{}, fmt.Errorf("%w; its %s is not one this proxy has routed by header (old SDKs' /files calls carry only the token; retry after any other call to the sandbox)", ErrNoTarget, wire.AccessTokenHeader)
 	}
 	return Target{Target: routing.Target{SandboxID: id, Port: routing.EnvdPort}, By: ByToken}, nil
-}
-
-// checkHeaders refuses what routing.Parse would read too leniently: a
-// routing header that is present but empty (e2b: "missing header"), or
-// present twice with different values.
-func checkHeaders(h http.Header) error {
-	idVals, hasID := h[wire.SandboxIDHeader]
-	portVals, hasPort := h[wire.SandboxPortHeader]
-	if !hasID && !hasPort {
-		return nil
-	}
-	for _, hv := range []struct {
-		name string
-		vals []string
-	}{{wire.SandboxIDHeader, idVals}, {wire.SandboxPortHeader, portVals}} {
-		if len(hv.vals) == 0 || hv.vals[0] == "" {
-			return fmt.Errorf("%w: missing header %s", ErrBadTarget, hv.name)
-		}
-		for _, v := range hv.vals[1:] {
-			if v != hv.vals[0] {
-				return fmt.Errorf("%w: header %s is given more than once, with different values", ErrBadTarget, hv.name)
-			}
-		}
-	}
-	return nil
 }
