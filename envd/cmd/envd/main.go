@@ -30,7 +30,6 @@ func main() {
 func run(args []string, stdout io.Writer) int {
 	opts := server.NewOptions()
 	fs := pflag.NewFlagSet("envd", pflag.ContinueOnError)
-	version := fs.Bool("version", false, "Print the envd version and exit.")
 	opts.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -38,11 +37,14 @@ func run(args []string, stdout io.Writer) int {
 		}
 		return 2
 	}
-	if *version {
+	if opts.Version {
 		fmt.Fprintln(stdout, envd.Version)
 		return 0
 	}
-	opts.ResolveDefaults(fs)
+	if err := opts.Complete(); err != nil {
+		fmt.Fprintln(os.Stderr, "envd:", err)
+		return 2
+	}
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "envd:", err)
 		return 2

@@ -31,7 +31,7 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 // --log-process-output follows --init unless given.
-func TestResolveDefaults(t *testing.T) {
+func TestComplete(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want bool
@@ -48,7 +48,9 @@ func TestResolveDefaults(t *testing.T) {
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		o.ResolveDefaults(fs)
+		if err := o.Complete(); err != nil {
+			t.Fatal(err)
+		}
 		if o.LogProcessOutput != tc.want {
 			t.Errorf("%v: LogProcessOutput = %v, want %v", tc.args, o.LogProcessOutput, tc.want)
 		}

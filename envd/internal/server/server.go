@@ -57,6 +57,12 @@ type Options struct {
 	LogOutputLimit ByteSize
 	LogLimit       ByteSize
 
+	// Version prints envd's version and exits.
+	Version bool
+
+	// flags is the set AddFlags registered into, for Complete.
+	flags *pflag.FlagSet
+
 	// Log is where envd logs (not a flag); nil logs nothing.
 	Log *logs.Log
 	// Reaper is the orphan reaper when envd is init (not a flag); nil
@@ -76,8 +82,10 @@ func NewOptions() Options {
 	}
 }
 
-// AddFlags registers envd's flags.
+// AddFlags registers envd's flags, each defaulting to the field's value.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.flags = fs
+	fs.BoolVar(&o.Version, "version", o.Version, "Print the envd version and exit.")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address to listen on.")
 	fs.IntVar(&o.Port, "port", o.Port, "Port to listen on; the e2b SDKs expect 49983.")
 	fs.IntVar(&o.ListenFD, "listen-fd", o.ListenFD, "Serve on this inherited, already listening socket (a file descriptor above 2) instead of --listen-address and --port.")
@@ -88,16 +96,18 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(&o.LogLimit, "log-limit", "Most bytes envd logs in its lifetime, all lines together (suffixes KiB, MiB, GiB).")
 }
 
-// ResolveDefaults sets the defaults that depend on other flags once fs is
-// parsed: --log-process-output follows --init unless given.
-func (o *Options) ResolveDefaults(fs *pflag.FlagSet) {
-	if !fs.Changed("log-process-output") {
+// Complete sets the defaults that depend on other flags once the flag set
+// AddFlags registered into is parsed: --log-process-output follows --init
+// unless given.
+func (o *Options) Complete() error {
+	if o.flags == nil || !o.flags.Changed("log-process-output") {
 		o.LogProcessOutput = o.Init
 	}
+	return nil
 }
 
-// Validate reports options that cannot work.
-func (o Options) Validate() error {
+// Validate reports every option that cannot work, naming its flag.
+func (o *Options) Validate() error {
 	var errs []error
 	if o.Port < 0 || o.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port must be between 0 and 65535, got %d", o.Port))
