@@ -27,12 +27,15 @@ type AdminOptions struct {
 // values. optional says whether an empty --admin-listen may turn the
 // endpoints off.
 func (o *AdminOptions) AddFlags(fs *pflag.FlagSet, optional bool) {
-	help := "Address of the operations endpoints: /metrics (Prometheus), /healthz, /readyz, and /debug/pprof/ with --enable-pprof."
+	help := "Address of the operations endpoints: /metrics (Prometheus), /healthz, /readyz (503 while not ready for traffic, and on shutdown) " +
+		"and, with --enable-pprof, /debug/pprof/; it must differ from the binary's other listen addresses."
+	pprof := "Serve Go's profiles (net/http/pprof) under /debug/pprof/ on --admin-listen, never on the binary's other listeners."
 	if optional {
 		help += " Empty turns them off."
+		pprof += " Needs --admin-listen."
 	}
 	fs.StringVar(&o.Listen, "admin-listen", o.Listen, help)
-	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve Go's profiles (net/http/pprof) under /debug/pprof/ on --admin-listen, never on the binary's other listeners.")
+	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, pprof)
 }
 
 // Validate reports what cannot work: a --admin-listen that is not host:port

@@ -36,7 +36,7 @@ type ShutdownOptions struct {
 // AddFlags registers --shutdown-timeout, defaulting to o's value; after
 // ends the help with what else happens on shutdown (may be empty).
 func (o *ShutdownOptions) AddFlags(fs *pflag.FlagSet, after string) {
-	help := "On SIGTERM or SIGINT, how long requests and streams in flight may take to finish before they are cut."
+	help := "On SIGTERM or SIGINT, how long requests, streams and upgraded connections in flight may take to finish before they are cut; 0 cuts them at once."
 	if after != "" {
 		help += " " + after
 	}

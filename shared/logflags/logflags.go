@@ -32,7 +32,7 @@ func New(format string) Options { return Options{Level: "info", Format: format} 
 // AddFlags registers --log-level and --log-format, defaulting to o's values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Level, "log-level", o.Level, "Least level logged: debug, info, warn or error.")
-	fs.StringVar(&o.Format, "log-format", o.Format, "How log lines are written to stderr: text (key=value) or json.")
+	fs.StringVar(&o.Format, "log-format", o.Format, "How log lines are written to stderr: text (key=value) or json (one object a line, for log collectors).")
 }
 
 // Validate reports a flag that cannot work, naming it.

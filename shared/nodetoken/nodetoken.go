@@ -111,11 +111,12 @@ type Options struct {
 // defaulting to the current values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TokenFile, "sandboxd-token-file", o.TokenFile,
-		"File holding the one token every sandboxd host accepts (their --auth-token-file). "+
+		"File holding the one token every sandboxd host accepts (their --auth-token-file): its content without surrounding white space, at least 16 characters. "+
 			"Required with --inventory static; with --inventory kube, this or --node-token-key-file.")
 	fs.StringVar(&o.KeyFile, "node-token-key-file", o.KeyFile,
-		"With --inventory kube: file holding the fleet key each host's token derives from, hex(HMAC-SHA256(key, node name)) "+
-			"(sandbox-apiserver node-token prints one), so that each sandboxd accepts its own token only. Excludes --sandboxd-token-file.")
+		"With --inventory kube only (refused with static): file holding the fleet key, its content without surrounding white space (not decoded), "+
+			"at least 32 bytes (openssl rand -hex 32 makes one). The host whose node is N gets the token hex(HMAC-SHA256(key, N)) "+
+			"(sandbox-apiserver node-token prints it), so that each sandboxd accepts its own token only. Excludes --sandboxd-token-file.")
 }
 
 // Validate reports options that cannot work, naming the flags. perNode says

@@ -49,9 +49,9 @@ func NewOptions() Options {
 // defaulting to the current values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.SampleSize, "placement-sample-size", o.SampleSize,
-		"How many eligible nodes (with the template and room) a cold create samples at random; the freest of them gets the sandbox.")
+		"How many eligible nodes (fresh, with the template and room) a cold create samples at random; the freest of them after the request gets the sandbox. At least 1.")
 	fs.IntVar(&o.MaxAttempts, "placement-max-attempts", o.MaxAttempts,
-		"Most nodes one cold create tries when nodes refuse (full or unreachable) before answering 503 sandbox_capacity_unavailable.")
+		"Most nodes one cold create tries when nodes refuse (full or unreachable) before answering 503 sandbox_capacity_unavailable. At least 1.")
 }
 
 // Validate reports options that cannot work, naming the flag.

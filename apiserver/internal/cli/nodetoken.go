@@ -18,7 +18,7 @@ type nodeTokenOptions struct {
 }
 
 func (o *nodeTokenOptions) addFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.keyFile, "key-file", o.keyFile, "The fleet key file: the one serve --node-token-key-file reads.")
+	f.StringVar(&o.keyFile, "key-file", o.keyFile, "The fleet key file, the one serve --node-token-key-file reads: its content without surrounding white space, at least 32 bytes. Required.")
 }
 
 // Validate reports every option and argument that cannot work, naming its

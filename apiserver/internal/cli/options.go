@@ -87,21 +87,35 @@ func newServeOptions() *serveOptions {
 
 // AddFlags registers serve's flags, each defaulting to o's current value.
 func (o *serveOptions) AddFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.listen, "listen", o.listen, "Address of the e2b API.")
-	f.DurationVar(&o.readTimeout, "read-timeout", o.readTimeout, "How long a request to the e2b API may take to arrive, headers and body; a body not in by then answers 408 and its connection is closed.")
+	f.StringVar(&o.listen, "listen", o.listen, "Address (host:port) of the e2b API: GET /health needs no key, every other route an X-API-Key.")
+	f.DurationVar(&o.readTimeout, "read-timeout", o.readTimeout, "How long a request to the e2b API may take to arrive from its first byte, headers (at most 10s of it) and body; "+
+		"a body not in by then answers 408 in e2b's shape and its connection is closed. Greater than 0; it bounds neither a keep-alive connection "+
+		"between requests (closed after 620s idle) nor how long an answer takes.")
 	o.admin.AddFlags(f, true)
+	addHelp(f, "admin-listen", "/healthz is 200 while the process serves, /readyz once the fleet has synced; the endpoints serve from the start, while --inventory kube waits for its caches.")
+	addHelp(f, "enable-pprof", "A warning is logged when --admin-listen is not a loopback address.")
 	o.shutdown.AddFlags(f, "")
 	o.fleet.AddFlags(f)
-	f.DurationVar(&o.cacheSyncTimeout, "cache-sync-timeout", o.cacheSyncTimeout, "With --inventory kube: how long to wait for the first list of NodeInventories, SandboxTemplates and API-key Secrets before giving up.")
-	f.StringVar(&o.keysFile, "api-keys-file", o.keysFile, "With --inventory static: file of API keys, one \"team key\" per line, reloaded on change (sandbox-apiserver keys create adds one). With --inventory kube keys are Secrets instead.")
-	f.StringVar(&o.sandboxDomain, "sandbox-domain", o.sandboxDomain, "Domain returned to SDKs, which then reach envd at 49983-<id>.<domain>; empty: the SDK's own.")
-	f.DurationVar(&o.maxTimeout, "max-timeout", o.maxTimeout, "Longest lifetime a sandbox may be given.")
-	f.Float64Var(&o.createRate, "create-rate-per-team", o.createRate, "Creates per second one team may make on average (0: no limit); beyond, 429.")
-	f.IntVar(&o.createBurst, "create-burst-per-team", o.createBurst, "Creates one team may make at once above its rate.")
-	f.IntVar(&o.maxPerTeam, "max-sandboxes-per-team", o.maxPerTeam, "Most sandboxes (running and paused) one team may have (0: no limit); beyond, creates get 429.")
+	f.DurationVar(&o.cacheSyncTimeout, "cache-sync-timeout", o.cacheSyncTimeout, "With --inventory kube: how long serve waits for the first list of NodeInventories, "+
+		"SandboxTemplates and API-key Secrets before it exits with an error; until then the e2b API answers nothing and /readyz says 503. Greater than 0.")
+	f.StringVar(&o.keysFile, "api-keys-file", o.keysFile, "With --inventory static, and required there: file of API keys, one \"team key\" per line (# starts a comment; a team is a namespace name), "+
+		"reloaded on change; sandbox-apiserver keys create adds one. Refused with --inventory kube, whose keys are Secrets labelled skiff.dev/api-key.")
+	f.StringVar(&o.sandboxDomain, "sandbox-domain", o.sandboxDomain, "Domain returned to SDKs as the sandboxes' domain, so that they reach envd at 49983-<id>.<domain>; empty returns null (the SDK's own).")
+	f.DurationVar(&o.maxTimeout, "max-timeout", o.maxTimeout, "Longest lifetime a request may give a sandbox (create, connect, resume, refresh or setTimeout); greater than 0.")
+	f.Float64Var(&o.createRate, "create-rate-per-team", o.createRate, "Creates per second one team may make on average; beyond, 429. 0 turns the rate off; not negative.")
+	f.IntVar(&o.createBurst, "create-burst-per-team", o.createBurst, "Creates one team may make at once above its rate; at least 1 with a --create-rate-per-team.")
+	f.IntVar(&o.maxPerTeam, "max-sandboxes-per-team", o.maxPerTeam, "Most sandboxes (running and paused) one team may have, creates in flight counted; beyond, creates get 429. 0 turns it off; not negative.")
 	o.nodeTokens.AddFlags(f)
+	addHelp(f, "sandboxd-token-file", "Sent as Authorization: Bearer on every call to a sandboxd.")
 	o.placement.AddFlags(f)
 	o.log.AddFlags(f)
+}
+
+// addHelp ends the help of flag name, which a shared option group
+// registered, with what holds for this binary.
+func addHelp(f *pflag.FlagSet, name, more string) {
+	fl := f.Lookup(name)
+	fl.Usage += " " + more
 }
 
 // Complete fills what follows from the flags given; serve has nothing to

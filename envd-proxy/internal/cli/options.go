@@ -85,19 +85,38 @@ func NewOptions() Options {
 
 // AddFlags registers the flags, each defaulting to the field's value.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Listen, "listen", o.Listen, "Address of the proxy: what SDKs reach as E2B_SANDBOX_URL, or as <port>-<id>.<domain> through wildcard DNS.")
+	fs.StringVar(&o.Listen, "listen", o.Listen, "Address (host:port) of the proxy: what SDKs reach as E2B_SANDBOX_URL, or as <port>-<id>.<domain> through wildcard DNS. "+
+		"HTTP/1.1, plus HTTP/2 through ALPN with --tls-cert.")
 	o.Admin.AddFlags(fs, false)
+	addHelp(fs, "admin-listen", "/healthz is 200 while the process serves, /readyz once the fleet has synced.")
 	o.Options.AddFlags(fs)
 	o.NodeTokens.AddFlags(fs)
-	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Certificate (PEM) to serve TLS with; HTTP/2 is then offered through ALPN. Needs --tls-key.")
-	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Private key (PEM) of --tls-cert.")
-	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "Close a client's keep-alive connection after it idled this long; keep it at least 610s (e2b's edge), which the SDKs' pools expect.")
+	addHelp(fs, "sandboxd-token-file", "Sent as Skiff-Node-Token on every forwarded request, and as Authorization: Bearer on the Watch streams of static mode.")
+	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Certificate (PEM) to serve TLS 1.2+ with, offering h2 and http/1.1 through ALPN; for <port>-<id>.<domain> hosts it must cover *.<domain>. Needs --tls-key.")
+	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Private key (PEM) of --tls-cert; the two go together.")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "Close a client's keep-alive connection after it idled this long; greater than 0, and keep it at least 610s (e2b's edge), "+
+		"which the SDKs' pools expect (the proxy warns below that). There is no write timeout and no whole-request read timeout: streams last as long as they last "+
+		"(a request body that stops moving: --body-idle-timeout).")
 	o.Shutdown.AddFlags(fs, "")
-	fs.DurationVar(&o.BodyIdleTimeout, "body-idle-timeout", o.BodyIdleTimeout, "Cut a request whose body sends nothing for this long (408, and the connection closes); a body that keeps moving may take as long as it takes. 0 never cuts.")
-	fs.IntVar(&o.MaxConnsPerClient, "max-conns-per-client", o.MaxConnsPerClient, "Most open connections from one client IP address; each request on one beyond gets 429 and its connection closes. 0: no cap.")
-	fs.IntVar(&o.TokenRoutes, "token-routes", o.TokenRoutes, "Most X-Access-Token values remembered to route requests that carry only a token (old SDKs' /files calls); 0 turns that off.")
-	fs.DurationVar(&o.IndexRefresh, "index-refresh-interval", o.IndexRefresh, "How often the routing index is rebuilt from the fleet; with --inventory kube it is also rebuilt on every NodeInventory change.")
+	fs.DurationVar(&o.BodyIdleTimeout, "body-idle-timeout", o.BodyIdleTimeout, "Cut a request whose body sends nothing for this long: 408 in e2b's shape when no answer has started, and the connection closes. "+
+		"A body that keeps moving may take as long as it takes (uploads, Connect streams); the default is above the longest pause between a stream's keep-alives (50 to 90s). 0 never cuts.")
+	fs.IntVar(&o.MaxConnsPerClient, "max-conns-per-client", o.MaxConnsPerClient, "Most open connections from one client IP address (IPv4-mapped IPv6 counts as IPv4); each request on a connection beyond "+
+		"gets 429 in e2b's shape with Retry-After: 1, and that connection closes. Behind a load balancer that does not keep the client's address (an L7 ingress) "+
+		"every client shares the balancer's: raise it, or set 0 (no cap).")
+	fs.IntVar(&o.TokenRoutes, "token-routes", o.TokenRoutes, "Most X-Access-Token values remembered, least recently used out first, to route the /files calls of the JS SDKs 2.7 to 2.13, "+
+		"which carry no routing headers; 0 turns that off.")
+	fs.DurationVar(&o.IndexRefresh, "index-refresh-interval", o.IndexRefresh, "How often the routing index is rebuilt from the fleet; greater than 0. With --inventory kube it is also rebuilt "+
+		"on every NodeInventory change, so this only matters while the freshness reference is capped by the clock; with static it bounds how long a host "+
+		"whose stream broke can still be routed.")
 	o.Log.AddFlags(fs)
+	addHelp(fs, "log-level", "With debug, a line is logged per proxied request.")
+}
+
+// addHelp ends the help of flag name, which a shared option group
+// registered, with what holds for this binary.
+func addHelp(fs *pflag.FlagSet, name, more string) {
+	f := fs.Lookup(name)
+	f.Usage += " " + more
 }
 
 // Complete fills what follows from the flags given; the proxy has nothing

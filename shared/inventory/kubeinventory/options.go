@@ -29,8 +29,8 @@ func NewOptions() Options {
 // AddFlags registers --inventory-stale-after, defaulting to the current value.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.StaleAfter, "inventory-stale-after", o.StaleAfter,
-		"Drop a node from the fleet when its NodeInventory publishedAt trails the newest one (capped at now) by more than this. "+
-			"Keep it at least two publish intervals of vk-sandbox (--publish-interval, 30s).")
+		"With --inventory kube: drop a node from the fleet when its NodeInventory publishedAt trails the newest one (capped at now) by more than this; greater than 0. "+
+			"Keep it at least two publish intervals of vk-sandbox (--publish-interval, 30s by default).")
 }
 
 // Validate reports options that cannot work, naming the flag.

@@ -39,9 +39,11 @@ func NewOptions() Options {
 // defaulting to the current values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "publish-interval", o.Interval,
-		"How often the host's NodeInventory is applied with publishedAt = now, even when nothing else changed. Readers drop a node whose stamp trails by more than their --inventory-stale-after (90s): keep it at least two intervals.")
+		"How often the host's NodeInventory is applied with publishedAt = now, even when nothing else changed; at least 1s (publishedAt has whole seconds). "+
+			"Readers drop a node whose stamp trails by more than their --inventory-stale-after (90s by default): keep that at least two intervals.")
 	fs.DurationVar(&o.MinInterval, "publish-min-interval", o.MinInterval,
-		"Shortest time between two publishes: a change on sandboxd's Watch stream is published at most this long after the previous publish, changes in between coalescing into one write.")
+		"Shortest time between two publishes: a change on sandboxd's Watch stream is published at most this long after the previous publish, "+
+			"changes in between coalescing into one write. Greater than 0 and at most --publish-interval.")
 }
 
 // Validate reports every option that cannot work, naming its flag.
