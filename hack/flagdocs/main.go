@@ -9,7 +9,9 @@
 //
 // flagdocs runs `go run PACKAGE ARGS... --help` in the workspace module
 // MODULE, reads the flags pflag prints, and writes them as a table: flag,
-// default, meaning. Everything outside the markers is left as it is.
+// default, meaning. The flags under cobra's "Global Flags:" (the root's
+// persistent flags, which the subcommand takes too) are read like its own.
+// Everything outside the markers is left as it is.
 // `make generate` runs it; `make verify` fails when the doc it wrote
 // differs from the committed one.
 //
@@ -142,8 +144,8 @@ var (
 )
 
 // parse reads the flags out of pflag's usage text (FlagUsages): one line a
-// flag, continuation lines of a long usage indented beneath it. --help is
-// left out.
+// flag, continuation lines of a long usage indented beneath it, in every
+// section ("Flags:", "Global Flags:"). --help is left out.
 func parse(text string) []flag {
 	var flags []flag
 	in := false

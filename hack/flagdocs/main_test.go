@@ -19,6 +19,9 @@ Flags:
       --sandboxd strings        A sandboxd's host:port | several.
       --multi string            First line
                                 second line. (default "x")
+
+Global Flags:
+      --state-dir string   Directory of the state. (default "/var/lib/x")
 `
 
 func TestParseReadsPflagsUsage(t *testing.T) {
@@ -30,6 +33,8 @@ func TestParseReadsPflagsUsage(t *testing.T) {
 		{name: "max-timeout", typ: "duration", def: "24h0m0s", usage: "Longest lifetime a sandbox may be given."},
 		{name: "sandboxd", typ: "strings", usage: "A sandboxd's host:port | several."},
 		{name: "multi", typ: "string", def: `"x"`, usage: "First line second line."},
+		// A persistent flag of the root: every subcommand takes it.
+		{name: "state-dir", typ: "string", def: `"/var/lib/x"`, usage: "Directory of the state."},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("parsed %d flags, want %d: %+v", len(got), len(want), got)
