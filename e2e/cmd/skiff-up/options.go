@@ -23,25 +23,29 @@ func newOptions() *options {
 
 // AddFlags registers skiff-up's flags.
 func (o *options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.cfg.Bin, "bin", "bin", "Directory of sandboxd, envd, sandbox-apiserver and sandbox-envd-proxy.")
-	fs.StringVar(&o.cfg.State, "state-dir", "/var/lib/skiff/up", "Where templates, records, the API key and the logs are kept across runs (sandboxes must be able to traverse its parents: not under /root).")
-	fs.StringVar(&o.cfg.RunDir, "run-dir", "/run/skiff-up", "Directory (on a tmpfs) of the sandboxes' network namespaces.")
-	fs.StringVar(&o.cfg.APIListen, "api-listen", "127.0.0.1:3000", "Address of the e2b API (E2B_API_URL).")
-	fs.StringVar(&o.cfg.APIAdmin, "api-admin-listen", "127.0.0.1:3001", "Address of the API's /metrics, /healthz and /readyz.")
-	fs.StringVar(&o.cfg.ProxyListen, "proxy-listen", "127.0.0.1:3002", "Address of the envd proxy (E2B_SANDBOX_URL).")
-	fs.StringVar(&o.cfg.ProxyAdmin, "proxy-admin-listen", "127.0.0.1:3003", "Address of the proxy's /metrics, /healthz and /readyz.")
-	fs.StringVar(&o.cfg.SandboxdListen, "sandboxd-listen", "127.0.0.1:27777", "Address of sandboxd's API and relay.")
-	fs.StringVar(&o.cfg.SandboxdAdmin, "sandboxd-admin-listen", "127.0.0.1:27778", "Address of sandboxd's /metrics and /healthz.")
-	fs.StringVar(&o.cfg.Overcommit, "overcommit", "8", "How far the sandboxes' CPU and memory may exceed the machine's (sandboxd --overcommit).")
+	fs.StringVar(&o.cfg.Bin, "bin", "bin", "Directory of sandboxd, envd, sandbox-apiserver and sandbox-envd-proxy (make up passes its bin/); not empty.")
+	fs.StringVar(&o.cfg.State, "state-dir", "/var/lib/skiff/up", "Where templates, records, the node token, the API keys and the logs are kept across runs; not empty. "+
+		"Sandboxes must be able to traverse its parents: not under /root.")
+	fs.StringVar(&o.cfg.RunDir, "run-dir", "/run/skiff-up", "Directory (on a tmpfs) of the sandboxes' network namespaces (sandboxd --run-dir); not empty.")
+	fs.StringVar(&o.cfg.APIListen, "api-listen", "127.0.0.1:3000", "Address (host:port) of the e2b API (E2B_API_URL).")
+	fs.StringVar(&o.cfg.APIAdmin, "api-admin-listen", "127.0.0.1:3001", "Address (host:port) of the API's /metrics, /healthz and /readyz.")
+	fs.StringVar(&o.cfg.ProxyListen, "proxy-listen", "127.0.0.1:3002", "Address (host:port) of the envd proxy (E2B_SANDBOX_URL).")
+	fs.StringVar(&o.cfg.ProxyAdmin, "proxy-admin-listen", "127.0.0.1:3003", "Address (host:port) of the proxy's /metrics, /healthz and /readyz.")
+	fs.StringVar(&o.cfg.SandboxdListen, "sandboxd-listen", "127.0.0.1:27777", "Address (host:port) of sandboxd's API and relay.")
+	fs.StringVar(&o.cfg.SandboxdAdmin, "sandboxd-admin-listen", "127.0.0.1:27778", "Address (host:port) of sandboxd's /metrics, /healthz and /readyz.")
+	fs.StringVar(&o.cfg.Overcommit, "overcommit", "8", "How far the sandboxes' CPU and memory may exceed the machine's (sandboxd --overcommit); empty: sandboxd's default.")
 	fs.StringVar(&o.cfg.Runtime, "runtime", "native", "sandboxd's runtime: native or gvisor.")
-	fs.StringVar(&o.cfg.RunscPath, "runsc", "", "With --runtime gvisor: the runsc binary (make runsc builds one).")
-	fs.StringVar(&o.cfg.NFTTable, "nft-table", "skiff_up", "sandboxd's nftables table.")
-	fs.StringVar(&o.cfg.CgroupParent, "cgroup-parent", "skiff-up", "sandboxd's cgroup for the sandboxes.")
-	fs.StringVar(&o.cfg.IfacePrefix, "iface-prefix", "skup", "Start of the host-side names of the sandboxes' veths.")
-	fs.StringVar(&o.cfg.SandboxCIDR, "sandbox-cidr", "10.203.0.0/16", "The sandboxes' address pool.")
-	fs.Float64Var(&o.cfg.CreateRatePerTeam, "create-rate-per-team", system.DefaultCreateRatePerTeam, "Creates per second one team may make (sandbox-apiserver --create-rate-per-team); 0: no limit.")
-	fs.IntVar(&o.cfg.CreateBurstPerTeam, "create-burst-per-team", system.DefaultCreateBurstPerTeam, "Creates one team may make at once above its rate (sandbox-apiserver --create-burst-per-team).")
-	fs.IntVar(&o.cfg.MaxSandboxesPerTeam, "max-sandboxes-per-team", system.DefaultMaxSandboxesPerTeam, "Most sandboxes, running and paused, one team may have (sandbox-apiserver --max-sandboxes-per-team); 0: no limit.")
+	fs.StringVar(&o.cfg.RunscPath, "runsc", "", "With --runtime gvisor only: the runsc binary (make runsc builds one); empty: sandboxd's default, runsc in PATH.")
+	fs.StringVar(&o.cfg.NFTTable, "nft-table", "skiff_up", "sandboxd's nftables table (sandboxd --nft-table), deleted on stop once the sandboxes are killed.")
+	fs.StringVar(&o.cfg.CgroupParent, "cgroup-parent", "skiff-up", "sandboxd's cgroup for the sandboxes (sandboxd --cgroup-parent), removed on stop once the sandboxes are killed.")
+	fs.StringVar(&o.cfg.IfacePrefix, "iface-prefix", "skup", "Start of the host-side names of the sandboxes' veths (sandboxd --iface-prefix).")
+	fs.StringVar(&o.cfg.SandboxCIDR, "sandbox-cidr", "10.203.0.0/16", "The sandboxes' IPv4 address pool (sandboxd --sandbox-cidr).")
+	fs.Float64Var(&o.cfg.CreateRatePerTeam, "create-rate-per-team", system.DefaultCreateRatePerTeam, "Creates per second one team may make "+
+		"(sandbox-apiserver --create-rate-per-team); 0: no limit; not negative.")
+	fs.IntVar(&o.cfg.CreateBurstPerTeam, "create-burst-per-team", system.DefaultCreateBurstPerTeam, "Creates one team may make at once above its rate "+
+		"(sandbox-apiserver --create-burst-per-team); 0 is passed as 1; not negative.")
+	fs.IntVar(&o.cfg.MaxSandboxesPerTeam, "max-sandboxes-per-team", system.DefaultMaxSandboxesPerTeam, "Most sandboxes, running and paused, one team may have "+
+		"(sandbox-apiserver --max-sandboxes-per-team); 0: no limit; not negative.")
 }
 
 // Validate reports every flag that cannot work, naming it.

@@ -85,15 +85,20 @@ func NewOptions() Options {
 // AddFlags registers envd's flags, each defaulting to the field's value.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.flags = fs
-	fs.BoolVar(&o.Version, "version", o.Version, "Print the envd version and exit.")
-	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address to listen on.")
-	fs.IntVar(&o.Port, "port", o.Port, "Port to listen on; the e2b SDKs expect 49983.")
-	fs.IntVar(&o.ListenFD, "listen-fd", o.ListenFD, "Serve on this inherited, already listening socket (a file descriptor above 2) instead of --listen-address and --port.")
+	fs.BoolVar(&o.Version, "version", o.Version, "Print the envd version envd advertises, the one the SDKs gate features on ("+envd.Version+"), and exit.")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "Address to listen on; not empty.")
+	fs.IntVar(&o.Port, "port", o.Port, "Port to listen on, 0 to 65535 (0: any free one); the e2b SDKs expect 49983.")
+	fs.IntVar(&o.ListenFD, "listen-fd", o.ListenFD, "Serve on this inherited socket that already listens, a file descriptor above 2, instead of --listen-address and --port; "+
+		"0: listen on those. sandboxd's native runtime makes it in the sandbox's network, so its first request waits for envd instead of polling it. "+
+		"Processes envd starts do not inherit it.")
 	fs.BoolVar(&o.Init, "init", o.Init, "Act as the sandbox's init: reap orphaned processes. Defaults to true when envd is PID 1; "+
-		"when it is not, --init makes it a child subreaper (for tests).")
-	fs.BoolVar(&o.LogProcessOutput, "log-process-output", o.LogProcessOutput, "Log the output lines of processes (source stdout/stderr). Defaults to --init.")
-	fs.Var(&o.LogOutputLimit, "log-output-limit", "Most bytes of process output lines logged in envd's lifetime (suffixes KiB, MiB, GiB).")
-	fs.Var(&o.LogLimit, "log-limit", "Most bytes envd logs in its lifetime, all lines together (suffixes KiB, MiB, GiB).")
+		"when it is not, --init makes it a child subreaper (for tests); --init=false as PID 1 leaves orphans unreaped.")
+	fs.BoolVar(&o.LogProcessOutput, "log-process-output", o.LogProcessOutput, "Log each output line of the processes started through the process service "+
+		"(source stdout or stderr). Defaults to --init.")
+	fs.Var(&o.LogOutputLimit, "log-output-limit", "Most bytes of process output lines logged in envd's lifetime, JSON included (suffixes KiB, MiB, GiB); "+
+		"then one line says output logging stopped. Greater than 0.")
+	fs.Var(&o.LogLimit, "log-limit", "Most bytes envd logs in its lifetime, all lines together (suffixes KiB, MiB, GiB); then one line says logging stopped, "+
+		"and nothing follows. Greater than 0.")
 }
 
 // Complete sets the defaults that depend on other flags once the flag set

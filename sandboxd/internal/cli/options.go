@@ -54,7 +54,8 @@ func NewGlobalOptions() *GlobalOptions {
 
 // AddFlags registers --state-dir, defaulting to the field's value.
 func (o *GlobalOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory of sandboxd's records and templates.")
+	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Directory of sandboxd's state: its records, the templates (templates/<name>/<version>/rootfs), "+
+		"the sandboxes' logs and the runtime's state; not empty. With the native runtime every directory above it must be searchable by others; with gvisor it must not hold ',' or ':'.")
 }
 
 // Options are the flags of `sandboxd serve`: the daemon's API server
@@ -175,47 +176,69 @@ func NewOptions() *Options {
 // defaulting to the field's value.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Log.AddFlags(fs)
-	fs.StringVar(&o.Listen, "listen", o.Listen, "Address of the API and of the relay into sandbox ports.")
+	fs.StringVar(&o.Listen, "listen", o.Listen, "Address (host:port) of the Connect API (shared/sandboxdapi) and of the relay into sandbox ports: h2c and HTTP/1.1, "+
+		"or with --tls-cert HTTP/2 and HTTP/1.1 over TLS.")
 	o.Admin.AddFlags(fs, false)
-	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "This host's name; the tag in its sandbox IDs derives from it. Empty: the host name.")
-	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile, "File holding the token callers send as 'Authorization: Bearer' or 'Skiff-Node-Token'.")
-	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Server certificate (PEM); serves TLS.")
-	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Server private key (PEM).")
-	fs.StringVar(&o.ClientCA, "client-ca", o.ClientCA, "CA bundle (PEM) that callers' certificates must chain to (mTLS); needs --tls-cert and --tls-key.")
-	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", o.InsecureNoAuth, "Serve without authentication. Anyone who reaches --listen controls every sandbox: development only.")
-	o.Shutdown.AddFlags(fs, "Sandboxes keep running.")
+	addHelp(fs, "admin-listen", "It must not be empty. /healthz is 200 once the sandboxes found at start are re-adopted, while the registry answers and the state directory is there; "+
+		"/readyz is 200 except while shutting down.")
+	addHelp(fs, "enable-pprof", "A warning is logged when --admin-listen is not a loopback address.")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "This host's name: sandbox IDs end in a tag derived from it, so keep it stable; vk-sandbox's --node-name must be the same. Empty: the host name.")
+	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile, "File holding the node token callers must present, read at start: its content without surrounding white space, at least 16 characters; "+
+		"the fleet-wide token, or this host's own (sandbox-apiserver node-token prints it). RPCs send it as Authorization: Bearer or Skiff-Node-Token, relayed requests "+
+		"as Skiff-Node-Token only, which is removed before the request reaches the sandbox. This, --client-ca or --insecure-no-auth is required.")
+	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Server certificate (PEM): --listen serves TLS 1.2+, HTTP/2 and HTTP/1.1 through ALPN. Needs --tls-key.")
+	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Private key (PEM) of --tls-cert; the two go together.")
+	fs.StringVar(&o.ClientCA, "client-ca", o.ClientCA, "CA bundle (PEM) that callers' certificates must chain to (mTLS); callers then need no token, unless --auth-token-file is set too. "+
+		"Needs --tls-cert and --tls-key.")
+	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", o.InsecureNoAuth, "Serve without authentication: anyone who reaches --listen controls every sandbox (development only). "+
+		"Excludes --auth-token-file and --client-ca; without it, serve refuses to start with neither of them.")
+	o.Shutdown.AddFlags(fs, "Watch streams end at the start of the drain. Sandboxes keep running: they are not sandboxd's children, and the next start re-adopts them.")
 
-	fs.IntVar(&o.MaxSandboxes, "max-sandboxes", o.MaxSandboxes, "Most sandboxes (running, paused and warm) this host holds.")
-	fs.Int64Var(&o.CPUCapacity, "cpu-capacity", o.CPUCapacity, "CPU for sandboxes, in millicores; 0: every CPU of the host.")
-	fs.Int64Var(&o.MemoryCapacity, "memory-capacity", o.MemoryCapacity, "Memory for sandboxes, in MiB; 0: the host's MemTotal.")
-	fs.Float64Var(&o.Overcommit, "overcommit", o.Overcommit, "Ratio by which the sandboxes' CPU and memory may exceed the capacity.")
+	fs.IntVar(&o.MaxSandboxes, "max-sandboxes", o.MaxSandboxes, "Most sandboxes (running, paused and warm) this host holds at once; beyond, Create answers resource_exhausted. "+
+		"Also the number of uid ranges (native runtime). At least 1, and at most the /30 blocks of --sandbox-cidr.")
+	fs.Int64Var(&o.CPUCapacity, "cpu-capacity", o.CPUCapacity, "CPU the host gives sandboxes, in millicores; 0: every CPU of the host.")
+	fs.Int64Var(&o.MemoryCapacity, "memory-capacity", o.MemoryCapacity, "Memory the host gives sandboxes, in MiB; 0: the host's MemTotal.")
+	fs.Float64Var(&o.Overcommit, "overcommit", o.Overcommit, "How far the sandboxes' CPU and memory together may exceed --cpu-capacity and --memory-capacity (a factor); "+
+		"beyond, Create answers resource_exhausted. Above 0, at most 100.")
 
-	fs.StringVar(&o.SandboxCIDR, "sandbox-cidr", o.SandboxCIDR, "IPv4 pool of sandbox addresses, a /30 per sandbox.")
-	fs.StringVar(&o.Envd, "envd", o.Envd, "The static envd binary every sandbox runs; empty: envd beside sandboxd's binary, else "+DefaultEnvdPath+".")
-	fs.DurationVar(&o.EnvdReadyTimeout, "envd-ready-timeout", o.EnvdReadyTimeout, "How long a new sandbox's envd may take to answer.")
-	fs.IntVar(&o.PreparedSandboxes, "prepared-sandboxes", o.PreparedSandboxes, "Sandboxes kept prepared for cold creates, per template created from: network, root, cgroup, namespaces and seccomp "+
-		"set up, envd not started (native runtime; 0: off).")
-	fs.DurationVar(&o.MaxTimeout, "max-timeout", o.MaxTimeout, "Longest lifetime a sandbox may be given.")
-	fs.Int64Var(&o.DefaultCPUMilli, "default-cpu", o.DefaultCPUMilli, "A sandbox's CPU, in millicores, when the request gives none.")
-	fs.Int64Var(&o.DefaultMemoryMiB, "default-memory", o.DefaultMemoryMiB, "A sandbox's memory, in MiB, when the request gives none.")
-	fs.Int64Var(&o.DefaultDiskMiB, "default-disk", o.DefaultDiskMiB, "A sandbox's writable disk, in MiB, when the request gives none.")
-	fs.DurationVar(&o.MetricsInterval, "metrics-interval", o.MetricsInterval, "How often each running sandbox's CPU, memory and disk use is sampled.")
-	fs.IntVar(&o.MetricsSamples, "metrics-samples", o.MetricsSamples, "How many samples of each sandbox are kept for the Metrics RPC.")
+	fs.StringVar(&o.SandboxCIDR, "sandbox-cidr", o.SandboxCIDR, "IPv4 pool of sandbox addresses, a /30 per sandbox: a prefix between /8 and /29 with room for --max-sandboxes. "+
+		"It must not overlap the host's networks.")
+	fs.StringVar(&o.Envd, "envd", o.Envd, "The static envd binary every sandbox runs as its init; empty: envd beside sandboxd's binary, else "+DefaultEnvdPath+".")
+	fs.DurationVar(&o.EnvdReadyTimeout, "envd-ready-timeout", o.EnvdReadyTimeout, "How long a new sandbox's envd may take to answer before its Create fails (and is undone); greater than 0.")
+	fs.IntVar(&o.PreparedSandboxes, "prepared-sandboxes", o.PreparedSandboxes, "Sandboxes kept prepared for cold creates, per template created from (native runtime): network, root, cgroup, "+
+		"namespaces and seccomp set up, envd not started. 0 turns it off; at most 16.")
+	fs.DurationVar(&o.MaxTimeout, "max-timeout", o.MaxTimeout, "Longest lifetime a Create, Claim, SetTimeout or Resume may give a sandbox; greater than 0.")
+	fs.Int64Var(&o.DefaultCPUMilli, "default-cpu", o.DefaultCPUMilli, fmt.Sprintf("A sandbox's CPU, in millicores, when the request gives none (e2b's default); at least %d.", service.MinCPUMilli))
+	fs.Int64Var(&o.DefaultMemoryMiB, "default-memory", o.DefaultMemoryMiB, fmt.Sprintf("A sandbox's memory, in MiB, when the request gives none (e2b's default); at least %d.", service.MinMemoryMiB))
+	fs.Int64Var(&o.DefaultDiskMiB, "default-disk", o.DefaultDiskMiB, fmt.Sprintf("A sandbox's writable disk, in MiB, when the request gives none; at most %d. "+
+		"0: no disk of its own, its writes go unbounded to the state directory's filesystem. Above 0 the native runtime needs loop devices and mkfs.ext4, checked at start.", service.MaxDiskMiB))
+	fs.DurationVar(&o.MetricsInterval, "metrics-interval", o.MetricsInterval, "How often each running sandbox's CPU, memory and disk use is sampled for the Metrics RPC; greater than 0.")
+	fs.IntVar(&o.MetricsSamples, "metrics-samples", o.MetricsSamples, "How many samples of each sandbox are kept for the Metrics RPC (--metrics-interval apart); at least 2.")
 
 	fs.StringVar(&o.Runtime, "runtime", o.Runtime, "The sandbox runtime: native (namespaces through libcontainer) or gvisor (gVisor's runsc, a user-space kernel).")
-	fs.StringVar(&o.Runsc, "runsc", o.Runsc, "With --runtime gvisor: the static runsc binary (a path, or a name looked up in PATH).")
-	fs.StringVar(&o.RunscPlatform, "runsc-platform", o.RunscPlatform, "With --runtime gvisor: runsc's --platform.")
-	fs.Uint32Var(&o.UIDBase, "uid-base", o.UIDBase, "First host uid and gid of the sandboxes' ranges: each sandbox gets 65536 ids from here; nothing else on the host may use them.")
-	fs.Int64Var(&o.PidsLimit, "pids-limit", o.PidsLimit, "Most processes (threads count) in one sandbox.")
-	fs.Int64Var(&o.PidsReserve, "host-pids-reserve", o.PidsReserve, "Processes kept for the host: all sandboxes together may have the host's PIDs and threads (the smaller of kernel.pid_max and kernel.threads-max) less this. "+
-		"kernel.pid_max is raised, when lower, to --max-sandboxes × --pids-limit + this.")
-	fs.StringVar(&o.CgroupParent, "cgroup-parent", o.CgroupParent, "Cgroup, relative to sandboxd's own (cgroup v1) or beside it (v2), under which each sandbox gets one.")
+	fs.StringVar(&o.Runsc, "runsc", o.Runsc, "With --runtime gvisor: the static runsc binary (a path, or a name looked up in PATH; make runsc builds one); not empty.")
+	fs.StringVar(&o.RunscPlatform, "runsc-platform", o.RunscPlatform, "With --runtime gvisor: runsc's --platform, passed as is (systrap or ptrace).")
+	fs.Uint32Var(&o.UIDBase, "uid-base", o.UIDBase, "First host uid and gid of the sandboxes' id ranges (native runtime), 65536 each: nothing else on the host may use "+
+		"[uid-base, uid-base + 65536 × --max-sandboxes), which must stay below 2^32.")
+	fs.Int64Var(&o.PidsLimit, "pids-limit", o.PidsLimit, "Most processes (threads count) in one sandbox; at least 1.")
+	fs.Int64Var(&o.PidsReserve, "host-pids-reserve", o.PidsReserve, "Processes kept for the host: all sandboxes together may have the smaller of kernel.pid_max and kernel.threads-max "+
+		"less this (the pids.max of --cgroup-parent). At start kernel.pid_max is raised, when lower, to --max-sandboxes × --pids-limit + this (at most 4194304); "+
+		"serve refuses to start when it cannot, or when the sandboxes' share is below one --pids-limit. Not negative.")
+	fs.StringVar(&o.CgroupParent, "cgroup-parent", o.CgroupParent, "Cgroup under which each sandbox gets its own, relative: below sandboxd's cgroup on cgroup v1, beside it on v2.")
 
-	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "Directory of the sandboxes' network namespaces (a tmpfs such as /run: they end with the boot).")
-	fs.StringVar(&o.IfacePrefix, "iface-prefix", o.IfacePrefix, "Start of the host-side name of every sandbox's veth; no other interface may start with it.")
-	fs.StringVar(&o.NFTTable, "nft-table", o.NFTTable, "The nftables table (inet) of the sandboxes' isolation and NAT rules; sandboxd owns it.")
-	fs.StringSliceVar(&o.DenyCIDRs, "deny-cidr", o.DenyCIDRs, "IPv4 prefixes no sandbox reaches, beside the private, shared (CGNAT), link-local and cloud metadata ranges always denied (repeat or comma-separate).")
+	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "Directory of the sandboxes' network namespaces (netns/<id>); a tmpfs such as /run, since they end with the boot.")
+	fs.StringVar(&o.IfacePrefix, "iface-prefix", o.IfacePrefix, "Start of the host end's name of every sandbox's veth, 1 to 8 of [a-z0-9_-]; no other interface of the host may start with it.")
+	fs.StringVar(&o.NFTTable, "nft-table", o.NFTTable, "The nftables table (family inet) of the sandboxes' isolation and NAT rules; sandboxd owns it and reinstalls it at start.")
+	fs.StringSliceVar(&o.DenyCIDRs, "deny-cidr", o.DenyCIDRs, "IPv4 prefixes no sandbox reaches, beside the private, shared (CGNAT), link-local and cloud metadata ranges always denied "+
+		"(repeat or comma-separate).")
 	fs.StringSliceVar(&o.AllowCIDRs, "allow-cidr", o.AllowCIDRs, "IPv4 prefixes sandboxes with internet access reach even in a denied range, such as an internal service (repeat or comma-separate).")
+}
+
+// addHelp ends the help of flag name, which a shared option group
+// registered, with what holds for sandboxd.
+func addHelp(fs *pflag.FlagSet, name, more string) {
+	fl := fs.Lookup(name)
+	fl.Usage += " " + more
 }
 
 // Complete fills what derives from the flags and the host: the node's

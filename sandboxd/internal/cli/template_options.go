@@ -18,8 +18,10 @@ type ImportOptions struct {
 
 // AddFlags registers the flags, each defaulting to the field's value.
 func (o *ImportOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.OCIArchive, "oci-archive", o.OCIArchive, "An OCI image layout tarball, or a `docker save` tarball.")
-	fs.StringVar(&o.Dir, "dir", o.Dir, "A directory that is the root filesystem.")
+	fs.StringVar(&o.OCIArchive, "oci-archive", o.OCIArchive, "An OCI image layout tarball or a docker save tarball to unpack as the template's current version: "+
+		"plain or gzip layers, whiteouts honoured, digests checked. This or --dir, not both.")
+	fs.StringVar(&o.Dir, "dir", o.Dir, "A directory tree to copy as the template's current version (its root filesystem), keeping modes, owners, times and symlinks (hard links become copies). "+
+		"This or --oci-archive, not both.")
 }
 
 // Validate reports options that cannot work, naming their flags.
@@ -43,9 +45,12 @@ func NewBuildOptions() *BuildOptions {
 
 // AddFlags registers the flags, each defaulting to the field's value.
 func (o *BuildOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Suite, "suite", o.Suite, "The Debian release to build.")
-	fs.StringVar(&o.Mirror, "mirror", o.Mirror, "The Debian archive to build from (default: the host's apt mirror for the suite, else "+template.FallbackMirror+").")
-	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "Where downloaded packages and built root filesystems are kept (default: $XDG_CACHE_HOME/skiff/debootstrap, else ~/.cache/skiff/debootstrap).")
+	fs.StringVar(&o.Suite, "suite", o.Suite, "The Debian release to build, by name; not empty.")
+	fs.StringVar(&o.Mirror, "mirror", o.Mirror, "The Debian archive to build from, an http, https or file URL. Empty: the host's apt mirror, the first archive of "+
+		"/etc/apt/sources.list, then of /etc/apt/sources.list.d/*.list and *.sources (deb822), that serves the suite, else the first whose path names debian, else "+
+		template.FallbackMirror+".")
+	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "Where downloaded packages (debs/) and finished root filesystems (rootfs-<key>/) are kept. "+
+		"Empty: $XDG_CACHE_HOME/skiff/debootstrap, else ~/.cache/skiff/debootstrap.")
 }
 
 // Validate reports options that cannot work, naming their flags.
