@@ -54,7 +54,9 @@ func (o *Options) level() (slog.Level, error) {
 	return lvl, nil
 }
 
-// Logger returns the logger the options describe, writing to w.
+// Logger returns the logger the options describe, writing to w. A record
+// logged in a span's context carries its trace_id and span_id
+// (WithTraceIDs).
 func (o *Options) Logger(w io.Writer) (*slog.Logger, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -62,7 +64,7 @@ func (o *Options) Logger(w io.Writer) (*slog.Logger, error) {
 	lvl, _ := o.level()
 	h := &slog.HandlerOptions{Level: lvl}
 	if o.Format == JSON {
-		return slog.New(slog.NewJSONHandler(w, h)), nil
+		return slog.New(WithTraceIDs(slog.NewJSONHandler(w, h))), nil
 	}
-	return slog.New(slog.NewTextHandler(w, h)), nil
+	return slog.New(WithTraceIDs(slog.NewTextHandler(w, h))), nil
 }

@@ -13,7 +13,9 @@ import (
 // NewClients returns a lookup that keeps one sandboxd client per
 // endpoint (host:port, spoken to over http://), each sending token as
 // "Authorization: Bearer <token>" on every call, streams included. A nil
-// httpClient means http.DefaultClient.
+// httpClient means http.DefaultClient. With tracing on (tracing.Enabled)
+// every call but Watch is under a client span (SpanName) whose context
+// goes out in traceparent.
 func NewClients(token string, httpClient *http.Client) func(endpoint string) sandboxdv1connect.SandboxdServiceClient {
 	clients := NewNodeClients(func(string) string { return token }, httpClient)
 	return func(endpoint string) sandboxdv1connect.SandboxdServiceClient { return clients("", endpoint) }
@@ -24,9 +26,7 @@ func NewClients(token string, httpClient *http.Client) func(endpoint string) san
 // sends token(node) (nodetoken.Tokens.For). A node whose inventory moves to
 // another endpoint gets a client there.
 func NewNodeClients(token func(node string) string, httpClient *http.Client) func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient {
-	if httpClient == nil {
-		httpClient = http.DefaultClient
-	}
+	httpClient = traced(httpClient)
 	type key struct{ node, endpoint string }
 	var (
 		mu      sync.Mutex
