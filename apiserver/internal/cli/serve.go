@@ -23,6 +23,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/placement"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/tracing"
 	"github.com/skiff-dev/skiff/wire"
 )
 
@@ -61,6 +62,11 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	kubeclient.SendLogs(log)
+	stopTracing, err := daemon.Tracing(ctx, log, "sandbox-apiserver")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	var adminLn net.Listener
 	if o.admin.Listen != "" {
 		l, err := net.Listen("tcp", o.admin.Listen)
@@ -204,9 +210,26 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		Logger:        log,
 	})
 	limiter := auth.NewRateLimiter(o.createRate, o.createBurst)
-	a.handler = m.Instrument(withHealth(api, auth.Middleware(keys, limitCreates(limiter, api))), routeOf(api))
+	route := routeOf(api)
+	a.handler = tracing.Handler(m.Instrument(withHealth(api, auth.Middleware(keys, limitCreates(limiter, api))), route),
+		spanName(route), notHealth)
 	return a, nil
 }
+
+// spanName names a request's span by its route ("POST /v2/sandboxes"),
+// never by its path, which holds sandbox IDs.
+func spanName(route func(*http.Request) string) func(*http.Request) string {
+	return func(r *http.Request) string {
+		if p := route(r); p != "" {
+			return p
+		}
+		return "unmatched route"
+	}
+}
+
+// notHealth keeps GET /health, which load balancers and probes call every
+// few seconds, out of the traces.
+func notHealth(r *http.Request) bool { return r.URL.Path != "/health" }
 
 // withHealth sends GET and HEAD /health to api unauthenticated, as e2b's
 // API serves it, and everything else to authed. It is not a ServeMux: a

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
@@ -15,6 +17,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/placement"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/tracing"
 )
 
 // errNoTemplate is a host that does not hold the template its inventory
@@ -34,8 +37,25 @@ func (b *Backend) Create(ctx context.Context, team string, p e2bapi.CreateParams
 	return sb, err
 }
 
-// place is Create; its bool reports a claimed (warm) sandbox.
-func (b *Backend) place(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, bool, error) {
+// tracer makes the backend's spans: placement, and each claim or create
+// it tries on a node.
+var tracer = tracing.Tracer("sandbox-apiserver")
+
+// place is Create, under the "placement" span (with a child span for each
+// claim or create it tries, "placement.claim" and "placement.create"); its
+// bool reports a claimed (warm) sandbox.
+func (b *Backend) place(ctx context.Context, team string, p e2bapi.CreateParams) (_ *e2bapi.Sandbox, warm bool, err error) {
+	ctx, span := tracer.Start(ctx, "placement", trace.WithAttributes(tracing.TemplateKey.String(p.TemplateID), tracing.TeamKey.String(team)))
+	defer tracing.End(span, &err)
+	sb, node, warm, err := b.placeOn(ctx, team, p)
+	if err == nil {
+		span.SetAttributes(tracing.NodeKey.String(node), tracing.SandboxIDKey.String(sb.ID), attribute.Bool("skiff.warm", warm))
+	}
+	return sb, warm, err
+}
+
+// placeOn is place; it also returns the node.
+func (b *Backend) placeOn(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, string, bool, error) {
 	var out *e2bapi.Sandbox
 	// A warm sandbox has the internet: one that must not is always cold.
 	if p.AllowInternetAccess == nil || *p.AllowInternetAccess {
@@ -47,14 +67,14 @@ func (b *Backend) place(ctx context.Context, team string, p e2bapi.CreateParams)
 		switch {
 		case err == nil:
 			b.remember(out.ID, team, cand.Node, out)
-			return out, true, nil
+			return out, cand.Node, true, nil
 		case !errors.Is(err, placement.ErrNoWarm):
-			return nil, false, createError(ctx, err)
+			return nil, "", false, createError(ctx, err)
 		}
 	}
 	res, err := b.resources(ctx, p.TemplateID)
 	if err != nil {
-		return nil, false, err
+		return nil, "", false, err
 	}
 	req := placement.Request{Template: p.TemplateID, CPUMilli: res.CPUMilli, MemoryMiB: res.MemoryMiB}
 	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) error {
@@ -63,16 +83,18 @@ func (b *Backend) place(ctx context.Context, team string, p e2bapi.CreateParams)
 		return err
 	})
 	if err != nil {
-		return nil, false, createError(ctx, err)
+		return nil, "", false, createError(ctx, err)
 	}
 	b.remember(out.ID, team, node, out)
-	return out, false, nil
+	return out, node, false, nil
 }
 
 // claim claims candidate c for team. A candidate its node cannot own (an
 // ID with another node's tag, see inventory.Owned) is passed over without
 // a call: its node would be answering for another's sandbox.
-func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams, c inventory.Candidate) (*e2bapi.Sandbox, error) {
+func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams, c inventory.Candidate) (_ *e2bapi.Sandbox, err error) {
+	ctx, span := tracer.Start(ctx, "placement.claim", trace.WithAttributes(tracing.NodeKey.String(c.Node), tracing.SandboxIDKey.String(c.SandboxID)))
+	defer tracing.End(span, &err)
 	if !inventory.Owns(c.Node, c.SandboxID) {
 		return nil, fmt.Errorf("%w: node %s lists warm sandbox %s, which is not its own", placement.ErrClaimConflict, c.Node, c.SandboxID)
 	}
@@ -113,7 +135,9 @@ func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams,
 }
 
 // create creates a sandbox for team on node n with resources res.
-func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams, n *v1beta1.NodeInventory, res Defaults) (*e2bapi.Sandbox, error) {
+func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams, n *v1beta1.NodeInventory, res Defaults) (_ *e2bapi.Sandbox, err error) {
+	ctx, span := tracer.Start(ctx, "placement.create", trace.WithAttributes(tracing.NodeKey.String(n.Name), tracing.TemplateKey.String(p.TemplateID)))
+	defer tracing.End(span, &err)
 	client := b.clients(n.Name, n.Spec.Endpoint)
 	resp, err := client.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{
 		Template:            p.TemplateID,
@@ -146,6 +170,7 @@ func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams
 		return nil, err
 	}
 	tok := tokens{envd: resp.Msg.GetEnvdAccessToken(), traffic: resp.Msg.GetTrafficAccessToken()}
+	span.SetAttributes(tracing.SandboxIDKey.String(resp.Msg.GetSandbox().GetId()))
 	sb, err := b.created(ctx, client, n.Name, p, resp.Msg.GetSandbox(), tok)
 	if errors.Is(err, errNotHonoured) {
 		return nil, fmt.Errorf("%w: %w", placement.ErrNodeFull, err)

@@ -55,6 +55,11 @@ func serve(ctx context.Context, o *Options) error {
 		return err
 	}
 	kubeclient.SendLogs(log)
+	stopTracing, err := daemon.Tracing(ctx, log, "sandbox-envd-proxy")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on --listen %s: %w", o.Listen, err)

@@ -46,7 +46,7 @@ func newBenchSetup(b *testing.B, handler http.Handler) *benchSetup {
 func (s *benchSetup) close() {
 	s.direct.CloseIdleConnections()
 	s.proxied.CloseIdleConnections()
-	s.h.proxy.rp.Transport.(*http.Transport).CloseIdleConnections()
+	s.h.proxy.rp.Transport.(interface{ CloseIdleConnections() }).CloseIdleConnections()
 	s.h.srv.Close()
 	s.up.Close()
 }

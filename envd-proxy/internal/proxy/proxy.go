@@ -24,6 +24,7 @@ import (
 	"github.com/skiff-dev/skiff/envd-proxy/internal/route"
 	"github.com/skiff-dev/skiff/shared/routing"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/shared/tracing"
 	"github.com/skiff-dev/skiff/wire"
 )
 
@@ -68,6 +69,7 @@ type Proxy struct {
 	metrics   *Metrics
 	log       *slog.Logger
 	rp        *httputil.ReverseProxy
+	handler   http.Handler // serve, under the "proxy" span with tracing on
 }
 
 // New returns the proxy handler.
@@ -87,8 +89,10 @@ func New(cfg Config) *Proxy {
 	p := &Proxy{fleet: cfg.Fleet, ready: cfg.Ready, tokens: cfg.Tokens, nodeToken: cfg.NodeToken, bodyIdle: cfg.BodyIdleTimeout,
 		metrics: cfg.Metrics, log: cfg.Logger}
 	p.rp = &httputil.ReverseProxy{
-		Rewrite:   p.rewrite,
-		Transport: cfg.Transport,
+		Rewrite: p.rewrite,
+		// With tracing on, the call to sandboxd is a client span whose
+		// context goes to sandboxd's relay in traceparent.
+		Transport: tracing.Transport(cfg.Transport, tracing.Name("proxy to sandboxd"), nil),
 		// streamBody flushes every write itself. Left at 0, ReverseProxy
 		// sends a body of known length's headers with its first bytes, not
 		// in a write of their own; it still flushes the headers of a body
@@ -101,6 +105,7 @@ func New(cfg Config) *Proxy {
 		// reported by bodyFailed and proxyError; its own lines are details.
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 	}
+	p.handler = tracing.Handler(http.HandlerFunc(p.serve), tracing.Name("proxy"), nil)
 	return p
 }
 
@@ -123,8 +128,11 @@ type forwardKey struct{}
 // ServeHTTP routes one request (see the package comment) and streams it to
 // the sandbox's node, or answers it itself: 400 for a request that names no
 // sandbox, 404 for envd's internal routes, 503 before the fleet has synced,
-// e2b's 502 for a sandbox on no fresh node.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// e2b's 502 for a sandbox on no fresh node. With tracing on
+// (tracing.Enabled) each request is a "proxy" span.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.handler.ServeHTTP(w, r) }
+
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 	open := p.metrics.openHTTP
 	if r.Header.Get("Upgrade") != "" {
 		open = p.metrics.openUpgrade

@@ -21,6 +21,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/service"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	"github.com/skiff-dev/skiff/shared/daemon"
 )
 
 func serveCommand(o *Options) *cobra.Command {
@@ -55,6 +56,11 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	slog.SetDefault(log) // the relay and libraries log through the default
+	stopTracing, err := daemon.Tracing(ctx, log, "sandboxd")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	if o.Runtime == native.Name {
 		// Once, so that no sandbox start copies the binary (see there).
 		if err := native.ReexecSealed(); err != nil {

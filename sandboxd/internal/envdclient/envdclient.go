@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skiff-dev/skiff/shared/tracing"
 	"github.com/skiff-dev/skiff/wire"
 )
 
@@ -37,18 +38,24 @@ type Client struct {
 
 // New returns a client whose requests each take at most timeout.
 func New(timeout time.Duration) *Client {
+	tr := &http.Transport{
+		Proxy: nil, // a sandbox's address is never behind the host's proxy
+		// One kept connection per sandbox: a claim's /init then costs
+		// no new connection into the sandbox's network namespace.
+		MaxIdleConnsPerHost: 1,
+		IdleConnTimeout:     30 * time.Minute,
+		ForceAttemptHTTP2:   false,
+	}
+	// With tracing on, /init is a client span ("envd /init") and envd gets
+	// its traceparent; the polls of /health are not (WaitHealthy's caller
+	// spans the wait).
 	return &Client{client: &http.Client{
-		Timeout: timeout,
-		Transport: &http.Transport{
-			Proxy: nil, // a sandbox's address is never behind the host's proxy
-			// One kept connection per sandbox: a claim's /init then costs
-			// no new connection into the sandbox's network namespace.
-			MaxIdleConnsPerHost: 1,
-			IdleConnTimeout:     30 * time.Minute,
-			ForceAttemptHTTP2:   false,
-		},
+		Timeout:   timeout,
+		Transport: tracing.Transport(tr, func(r *http.Request) string { return "envd " + r.URL.Path }, notHealth),
 	}}
 }
+
+func notHealth(r *http.Request) bool { return r.URL.Path != "/health" }
 
 // Health returns nil once envd at addr answers GET /health.
 func (c *Client) Health(ctx context.Context, addr string) error {

@@ -33,6 +33,7 @@ import (
 
 	"github.com/skiff-dev/skiff/envd/filesig"
 	"github.com/skiff-dev/skiff/shared/routing"
+	"github.com/skiff-dev/skiff/shared/tracing"
 	"github.com/skiff-dev/skiff/wire"
 )
 
@@ -80,8 +81,10 @@ func New(r Resolver) http.Handler {
 	h := &handler{resolver: r}
 	h.resumer, _ = r.(AutoResumer)
 	h.proxy = &httputil.ReverseProxy{
-		Rewrite:       h.rewrite,
-		Transport:     newTransport(),
+		Rewrite: h.rewrite,
+		// With tracing on, the request into the sandbox is a client
+		// span, and its traceparent reaches the sandbox's port.
+		Transport:     tracing.Transport(newTransport(), tracing.Name("relay to sandbox"), nil),
 		FlushInterval: -1, // flush every write: streams and SSE must not wait
 		ErrorHandler:  h.proxyError,
 		BufferPool:    bufferPool{},

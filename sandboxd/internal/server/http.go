@@ -11,6 +11,8 @@ import (
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/service"
 	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi"
+	"github.com/skiff-dev/skiff/shared/tracing"
 )
 
 const (
@@ -22,9 +24,19 @@ const (
 )
 
 // Handler is the API listener's handler: the service's, behind the token
-// check.
+// check. With tracing on (tracing.Enabled) every request but a Watch is a
+// server span in the trace its caller sent: an RPC's named by the RPC
+// (sandboxdapi.SpanName), a relayed request's "relay".
 func (s *Server) Handler() http.Handler {
-	return s.authenticate(s.svc.Handler(), service.Relayed)
+	return tracing.Handler(s.authenticate(s.svc.Handler(), service.Relayed), spanName, sandboxdapi.Traced)
+}
+
+// spanName is the name of a request's server span.
+func spanName(r *http.Request) string {
+	if service.Relayed(r) {
+		return "relay"
+	}
+	return sandboxdapi.SpanName(r)
 }
 
 // Run listens on --listen and --admin-listen and serves (Serve).

@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/shared/tracing"
 	"github.com/skiff-dev/skiff/wire"
 )
 
@@ -89,6 +91,7 @@ func (s *Service) Claim(ctx context.Context, req *connect.Request[pb.ClaimReques
 		}
 	}
 
+	trace.SpanFromContext(ctx).SetAttributes(tracing.SandboxIDKey.String(rec.ID), tracing.TemplateKey.String(rec.Template))
 	tookRecord, step := time.Since(began), time.Now()
 	if rotate {
 		if err := s.rotateToken(ctx, rec, oldToken, token, m.GetEnvVars()); err != nil {
@@ -108,8 +111,11 @@ func (s *Service) Claim(ctx context.Context, req *connect.Request[pb.ClaimReques
 }
 
 // rotateToken gives the sandbox's envd its new owner's token and
-// environment, authenticated by the token it holds now.
-func (s *Service) rotateToken(ctx context.Context, rec *store.Record, oldToken, token string, env map[string]string) error {
+// environment, authenticated by the token it holds now; the span
+// "envd.init".
+func (s *Service) rotateToken(ctx context.Context, rec *store.Record, oldToken, token string, env map[string]string) (err error) {
+	ctx, span := tracer.Start(ctx, "envd.init", trace.WithAttributes(tracing.SandboxIDKey.String(rec.ID)))
+	defer tracing.End(span, &err)
 	b, err := s.blockOf(rec)
 	if err != nil {
 		return err

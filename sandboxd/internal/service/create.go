@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/prepared"
@@ -22,6 +24,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/routing"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/shared/tracing"
 	"github.com/skiff-dev/skiff/wire"
 )
 
@@ -109,11 +112,20 @@ type launch struct {
 	undo           []func(context.Context)
 }
 
+// tracer makes sandboxd's own spans: a launch and its steps.
+var tracer = tracing.Tracer("sandboxd")
+
 // launch starts l: capacity, ID, address, network, runtime, envd ready,
 // envd's token, record, deadline. A failed step undoes the earlier ones in
-// reverse order, so nothing of the sandbox is left.
+// reverse order, so nothing of the sandbox is left. It is the span
+// "sandbox.launch", with one span for each step that takes time
+// ("sandbox.network_setup", "sandbox.runtime_start", "envd.wait_ready",
+// "envd.init").
 func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token string, err error) {
 	began := time.Now()
+	ctx, span := tracer.Start(ctx, "sandbox.launch", trace.WithAttributes(
+		tracing.TemplateKey.String(l.tmpl.Name), attribute.String("skiff.kind", l.kind), tracing.NodeKey.String(s.cfg.NodeName)))
+	defer tracing.End(span, &err)
 	defer func() {
 		if err != nil {
 			s.log.WarnContext(ctx, "sandbox start failed; undoing it", "kind", l.kind, "template", l.tmpl.Name, "error", err)
@@ -145,6 +157,7 @@ func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token
 		ps = &prepared.Sandbox{ID: id}
 	}
 	id, block := ps.ID, ps.Block
+	span.SetAttributes(tracing.SandboxIDKey.String(id), attribute.Bool("skiff.prepared", ps.NetNS != ""))
 	log := s.log.With("sandbox", id)
 	defer s.locks.lock(id)()
 
@@ -162,7 +175,11 @@ func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token
 	step := time.Now()
 	netns := ps.NetNS
 	if netns == "" {
-		if netns, err = s.net.Setup(ctx, id, block, l.rec.AllowInternetAccess); err != nil {
+		sctx, span := tracer.Start(ctx, "sandbox.network_setup")
+		netns, err = s.net.Setup(sctx, id, block, l.rec.AllowInternetAccess)
+		tracing.Fail(span, err)
+		span.End()
+		if err != nil {
 			return nil, "", fmt.Errorf("set up network: %w", err)
 		}
 	}
@@ -175,12 +192,8 @@ func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token
 		}
 		_ = os.Remove(logPath)
 	})
-	if ps.NetNS != "" {
-		if err := s.preparer.StartPrepared(ctx, id, sandboxrt.Limits{CPUMilli: l.cpu, MemoryMiB: l.mem, DiskMiB: l.disk}); err != nil {
-			return nil, "", fmt.Errorf("start prepared sandbox: %w", err)
-		}
-	} else if err := s.rt.Start(ctx, s.spec(id, l, block, netns, logPath)); err != nil {
-		return nil, "", fmt.Errorf("start sandbox: %w", err)
+	if err := s.startRuntime(ctx, ps, l, block, netns, logPath); err != nil {
+		return nil, "", err
 	}
 	tookRuntime, step := time.Since(step), time.Now()
 
@@ -209,13 +222,35 @@ func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token
 	return &rec, token, nil
 }
 
-// initEnvd waits for the new sandbox's envd to answer and gives it its first
-// token, the environment and (when the template has e2b's user) the default
-// user and working directory.
+// startRuntime starts the sandbox's processes in the runtime: a prepared
+// sandbox's, or a new one's in netns. It is the span
+// "sandbox.runtime_start".
+func (s *Service) startRuntime(ctx context.Context, ps *prepared.Sandbox, l *launch, block ipam.Block, netns, logPath string) (err error) {
+	ctx, span := tracer.Start(ctx, "sandbox.runtime_start", trace.WithAttributes(attribute.String("skiff.runtime", s.rt.Name())))
+	defer tracing.End(span, &err)
+	if ps.NetNS != "" {
+		if err := s.preparer.StartPrepared(ctx, ps.ID, sandboxrt.Limits{CPUMilli: l.cpu, MemoryMiB: l.mem, DiskMiB: l.disk}); err != nil {
+			return fmt.Errorf("start prepared sandbox: %w", err)
+		}
+		return nil
+	}
+	if err := s.rt.Start(ctx, s.spec(ps.ID, l, block, netns, logPath)); err != nil {
+		return fmt.Errorf("start sandbox: %w", err)
+	}
+	return nil
+}
+
+// initEnvd waits for the new sandbox's envd to answer ("envd.wait_ready")
+// and gives it its first token, the environment and (when the template has
+// e2b's user) the default user and working directory ("envd.init").
 func (s *Service) initEnvd(ctx context.Context, id string, l *launch, block ipam.Block) (token, version string, err error) {
 	addr := s.envdAddr(block)
 	started := time.Now()
-	if err := s.envd.WaitHealthy(ctx, addr, s.cfg.EnvdReadyTimeout); err != nil {
+	wctx, span := tracer.Start(ctx, "envd.wait_ready")
+	err = s.envd.WaitHealthy(wctx, addr, s.cfg.EnvdReadyTimeout)
+	tracing.Fail(span, err)
+	span.End()
+	if err != nil {
 		return "", "", err
 	}
 	s.metrics.envdReady.Observe(time.Since(started).Seconds())
@@ -224,7 +259,11 @@ func (s *Service) initEnvd(ctx context.Context, id string, l *launch, block ipam
 	if hasUser(l.tmpl.Rootfs, defaultUser) {
 		in.DefaultUser, in.DefaultWorkdir = defaultUser, defaultWorkdir
 	}
-	if version, err = s.envd.Init(ctx, addr, "", in); err != nil {
+	ictx, span := tracer.Start(ctx, "envd.init")
+	version, err = s.envd.Init(ictx, addr, "", in)
+	tracing.Fail(span, err)
+	span.End()
+	if err != nil {
 		return "", "", err
 	}
 	return token, version, nil

@@ -60,6 +60,12 @@ func serve(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	// Its calls of sandboxd (sandboxdapi's clients) are client spans.
+	stopTracing, err := daemon.Tracing(ctx, log, "vk-sandbox")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	ip, err := o.nodeIP()
 	if err != nil {
 		return err
