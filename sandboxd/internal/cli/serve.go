@@ -56,17 +56,18 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	slog.SetDefault(log) // the relay and libraries log through the default
-	stopTracing, err := daemon.Tracing(ctx, log, "sandboxd")
-	if err != nil {
-		return err
-	}
-	defer stopTracing()
 	if o.Runtime == native.Name {
 		// Once, so that no sandbox start copies the binary (see there).
 		if err := native.ReexecSealed(); err != nil {
 			return err
 		}
 	}
+	// After the re-exec: the process that exports is the one that serves.
+	stopTracing, err := daemon.Tracing(ctx, log, "sandboxd")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	limits, err := hostlimits.Apply(hostlimits.Options{
 		MaxSandboxes: o.MaxSandboxes, PidsLimit: o.PidsLimit, PidsReserve: o.PidsReserve, CgroupParent: o.CgroupParent,
 	})
