@@ -28,6 +28,7 @@ type proc struct {
 	name string
 	bin  string
 	args []string
+	env  []string // added to this process's environment
 	log  string
 
 	mu       sync.Mutex
@@ -49,6 +50,9 @@ func (p *proc) run(first bool) error {
 		return fmt.Errorf("open %s's log: %w", p.name, err)
 	}
 	cmd := exec.Command(p.bin, p.args...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group: a terminal's Ctrl-C reaches only us, and we
 	// stop the servers in order.

@@ -79,6 +79,10 @@ type Config struct {
 	// burst only counts with a rate).
 	CreateRatePerTeam                       float64
 	CreateBurstPerTeam, MaxSandboxesPerTeam int
+	// Env is added to the servers' environment (sandboxd's, the
+	// apiserver's and the proxy's), which is otherwise this process's:
+	// e.g. OTEL_EXPORTER_OTLP_ENDPOINT, to export their traces.
+	Env []string
 	// Progress receives a line per step; nil discards them.
 	Progress io.Writer
 }
@@ -258,7 +262,7 @@ func (s *System) Config() Config { return s.cfg }
 func (s *System) LogDir() string { return filepath.Join(s.cfg.State, "logs") }
 
 func (s *System) start(name, bin string, args ...string) error {
-	p := &proc{name: name, bin: bin, args: args, log: filepath.Join(s.LogDir(), name+".log")}
+	p := &proc{name: name, bin: bin, args: args, env: s.cfg.Env, log: filepath.Join(s.LogDir(), name+".log")}
 	if err := p.run(true); err != nil {
 		return err
 	}

@@ -22,6 +22,18 @@ import (
 // are built into a temporary directory.
 func Start(tb testing.TB, teams ...string) *system.System {
 	tb.Helper()
+	return StartWith(tb, Options{}, teams...)
+}
+
+// Options change the system Start runs.
+type Options struct {
+	// Env is added to the servers' environment (system.Config.Env).
+	Env []string
+}
+
+// StartWith is Start with options.
+func StartWith(tb testing.TB, o Options, teams ...string) *system.System {
+	tb.Helper()
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root: sandboxd runs sandboxes")
 	}
@@ -58,6 +70,7 @@ func Start(tb testing.TB, teams ...string) *system.System {
 		MaxSandboxesPerTeam: system.DefaultMaxSandboxesPerTeam,
 		NFTTable:            "skiff_sys_" + suffix, CgroupParent: "skiff-sys-" + suffix, IfacePrefix: "y" + suffix,
 		SandboxCIDR: fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4),
+		Env:         o.Env,
 		Progress:    testWriter{tb},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
