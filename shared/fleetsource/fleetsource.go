@@ -1,12 +1,14 @@
 // Package fleetsource is where a reader of the fleet (sandbox-apiserver,
 // sandbox-envd-proxy) finds it: the --inventory, --sandboxd, --kubeconfig
 // and freshness flags, the hosts of static mode followed over their Watch
-// streams, and the readiness gate both readers hold until they have looked
-// at the fleet once.
+// streams (Follow), kube mode's informer cache and the fleet read from it
+// through kubeinventory's freshness filter (OpenKube), and the readiness
+// gate both readers hold until they have looked at the fleet once (Gate,
+// KubeFleet.Start).
 //
-// Kube mode's informer cache is the binary's own (each watches different
-// kinds, trimmed differently); both read its NodeInventories through
-// kubeinventory's freshness filter, built from Options.Stale.
+// Each binary configures kube mode's cache itself (OpenKube's options): the
+// apiserver also watches SandboxTemplates and API-key Secrets through it,
+// the proxy trims each inventory to what routing reads.
 package fleetsource
 
 import (

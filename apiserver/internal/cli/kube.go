@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -18,6 +16,7 @@ import (
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
 	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
+	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
 	"github.com/skiff-dev/skiff/shared/nodetoken"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
@@ -67,11 +66,6 @@ func (k *kubeParts) countKeys() int {
 	return len(l.Items)
 }
 
-// watched are the objects the cache holds.
-func watched() []client.Object {
-	return []client.Object{&v1beta1.NodeInventory{}, &v1beta1.SandboxTemplate{}, &corev1.Secret{}}
-}
-
 // startKube builds and starts the cache and waits, at most
 // --cache-sync-timeout, until it has listed everything it watches.
 func startKube(ctx context.Context, o *serveOptions, log *slog.Logger) (*kubeParts, error) {
@@ -85,53 +79,37 @@ func startKube(ctx context.Context, o *serveOptions, log *slog.Logger) (*kubePar
 	}
 	opts := cache.Options{Scheme: scheme, DefaultTransform: cache.TransformStripManagedFields()}
 	auth.ConfigureCache(&opts) // API-key Secrets only, trimmed to their digest
-	c, err := cache.New(cfg, opts)
-	if err != nil {
-		return nil, fmt.Errorf("new informer cache for %s: %w", cfg.Host, err)
-	}
 	// The informers first, so that a missing CRD is named as such; the
 	// indexes join them before the cache starts.
-	for _, obj := range watched() {
-		if _, err := c.GetInformer(ctx, obj); err != nil {
-			if meta.IsNoMatchError(err) {
-				return nil, fmt.Errorf("watch %T at %s: the skiff.dev CRDs (api/crds) are not installed: %w", obj, cfg.Host, err)
-			}
-			return nil, fmt.Errorf("watch %T at %s: %w", obj, cfg.Host, err)
+	kf, err := fleetsource.OpenKube(ctx, cfg, opts, o.fleet.Stale, &v1beta1.SandboxTemplate{}, &corev1.Secret{})
+	if err != nil {
+		return nil, err
+	}
+	keys, err := auth.NewSecretStore(ctx, kf.Cache)
+	if err != nil {
+		return nil, err
+	}
+	templates, err := fleet.NewSandboxTemplates(ctx, kf.Cache, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := kf.Start(ctx, o.cacheSyncTimeout); err != nil {
+		if ctx.Err() != nil {
+			return nil, err
 		}
+		return nil, fmt.Errorf("%w (--cache-sync-timeout)", err)
 	}
-	keys, err := auth.NewSecretStore(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	templates, err := fleet.NewSandboxTemplates(ctx, c, log)
-	if err != nil {
-		return nil, err
-	}
-
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := c.Start(runCtx); err != nil {
+	stop := func() {
+		if err := kf.Stop(); err != nil {
 			log.Error("informer cache stopped", "error", err)
 		}
-	})
-	stop := func() { cancel(); wg.Wait() }
-
-	syncCtx, cancelSync := context.WithTimeout(ctx, o.cacheSyncTimeout)
-	defer cancelSync()
-	if !c.WaitForCacheSync(syncCtx) {
-		stop()
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("wait for the informer caches: %w", err)
-		}
-		return nil, fmt.Errorf("informer caches did not sync within %s (--cache-sync-timeout): check that %s is reachable and that this server may list and watch nodeinventories and sandboxtemplates (skiff.dev) and secrets", o.cacheSyncTimeout, cfg.Host)
 	}
 	return &kubeParts{
-		cache:     c,
-		source:    kubeinventory.New(c, o.fleet.Stale),
+		cache:     kf.Cache,
+		source:    kf.Source,
 		keys:      keys,
 		templates: templates,
-		host:      cfg.Host,
+		host:      kf.Host(),
 		stop:      stop,
 	}, nil
 }

@@ -413,7 +413,7 @@ func TestKubeModeOperations(t *testing.T) {
 	if _, ok := scrape(t, s.admin+"/metrics")["go_goroutines"]; !ok {
 		t.Error("/metrics before the caches synced has no go_goroutines")
 	}
-	if err := s.stop(); err == nil || !strings.Contains(err.Error(), "informer caches") {
+	if err := s.stop(); err == nil || !strings.Contains(err.Error(), "informer cache") {
 		t.Errorf("serve stopped while the caches synced = %v, want an error about the caches", err)
 	}
 

@@ -26,19 +26,21 @@ func BenchmarkStaleNodeLeavesRouting(b *testing.B) {
 	ctx := b.Context()
 	opts := kubeinventory.NewOptions()
 	opts.StaleAfter = 3 * time.Second
-	kf, err := newKubeFleet(env.Config, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	index := fleet.New(kf.source, fleet.Options{RefreshInterval: time.Hour})
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
-	wait, err := kf.start(runCtx, index.Poke)
+	kf, err := openKubeFleet(runCtx, env.Config, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
-	wg.Go(func() { _ = index.Run(runCtx); _ = wait() })
+	index := fleet.New(kf.Source, fleet.Options{RefreshInterval: time.Hour})
+	if err := kf.OnInventoryChange(runCtx, index.Poke); err != nil {
+		b.Fatal(err)
+	}
+	if err := kf.Start(runCtx, 0); err != nil {
+		b.Fatal(err)
+	}
+	wg.Go(func() { _ = index.Run(runCtx); _ = kf.Stop() })
 
 	idB, err := sandboxid.New(sandboxid.NodeTag("node-b"))
 	if err != nil {

@@ -2,78 +2,39 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
 )
 
-// kubeFleet is the fleet of kube mode: an informer cache of NodeInventory
-// objects read through kubeinventory's freshness filter.
+// openKubeFleet opens kube mode's fleet: an informer cache of NodeInventory
+// objects, read through kubeinventory's freshness filter
+// (fleetsource.OpenKube).
 //
 // The cache keeps of each inventory only what routing reads (the name,
 // publishedAt, the endpoint and the sandbox IDs), and hands out its own
 // objects instead of deep copies: the routing index lists the whole fleet
 // on every NodeInventory event, and only reads what it gets. Nothing else
 // may read through this cache.
-type kubeFleet struct {
-	cache  cache.Cache
-	source *kubeinventory.Source
-}
-
-func newKubeFleet(cfg *rest.Config, opts kubeinventory.Options) (*kubeFleet, error) {
+func openKubeFleet(ctx context.Context, cfg *rest.Config, stale kubeinventory.Options) (*fleetsource.KubeFleet, error) {
 	scheme := runtime.NewScheme()
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("register the skiff.dev types: %w", err)
 	}
-	c, err := cache.New(cfg, cache.Options{
+	return fleetsource.OpenKube(ctx, cfg, cache.Options{
 		Scheme: scheme,
 		ByObject: map[client.Object]cache.ByObject{
 			&v1beta1.NodeInventory{}: {Transform: slimInventory, UnsafeDisableDeepCopy: ptr.To(true)},
 		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create the NodeInventory cache: %w", err)
-	}
-	return &kubeFleet{cache: c, source: kubeinventory.New(c, opts)}, nil
-}
-
-// start runs the cache until ctx ends (wait returns, with the cache's
-// error, when it has stopped), calls onChange on every NodeInventory event,
-// and returns once the cache has synced.
-func (k *kubeFleet) start(ctx context.Context, onChange func()) (wait func() error, err error) {
-	inf, err := k.cache.GetInformer(ctx, &v1beta1.NodeInventory{})
-	if err != nil {
-		return nil, fmt.Errorf("get the NodeInventory informer: %w", err)
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { onChange() },
-		UpdateFunc: func(any, any) { onChange() },
-		DeleteFunc: func(any) { onChange() },
-	}); err != nil {
-		return nil, fmt.Errorf("watch NodeInventory events: %w", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- k.cache.Start(ctx) }()
-	wait = func() error { return <-done }
-	if !k.cache.WaitForCacheSync(ctx) {
-		if err := wait(); err != nil {
-			return nil, fmt.Errorf("run the NodeInventory cache: %w", err)
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("sync the NodeInventory cache: %w", ctx.Err())
-		}
-		return nil, errors.New("sync the NodeInventory cache: the cache stopped")
-	}
-	return wait, nil
+	}, stale)
 }
 
 // slimInventory drops, before an inventory enters the cache, everything the

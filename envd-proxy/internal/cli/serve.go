@@ -108,20 +108,22 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		if err != nil {
 			return err
 		}
-		kf, err := newKubeFleet(cfg, o.Stale)
+		kf, err := openKubeFleet(ctx, cfg, o.Stale)
 		if err != nil {
 			return err
 		}
-		index = fleet.New(kf.source, idxOpts)
+		index = fleet.New(kf.Source, idxOpts)
+		if err := kf.OnInventoryChange(ctx, index.Poke); err != nil {
+			return err
+		}
 		synced = index.Synced
 		wg.Go(func() {
-			wait, err := kf.start(ctx, index.Poke)
-			if err != nil {
+			if err := kf.Start(ctx, 0); err != nil {
 				cancel(err)
 				return
 			}
 			_ = index.Run(ctx)
-			if err := wait(); err != nil {
+			if err := kf.Stop(); err != nil {
 				log.ErrorContext(ctx, "NodeInventory cache stopped", "error", err)
 			}
 		})
