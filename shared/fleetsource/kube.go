@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
@@ -62,6 +65,14 @@ func OpenKube(ctx context.Context, cfg *rest.Config, opts cache.Options, stale k
 		k.kinds = append(k.kinds, kind)
 	}
 	return k, nil
+}
+
+var cacheLogOnce sync.Once
+
+// SendCacheLogs sends controller-runtime's logs (kube mode's cache) to log.
+// The first call wins: controller-runtime keeps one process-wide logger.
+func SendCacheLogs(log *slog.Logger) {
+	cacheLogOnce.Do(func() { crlog.SetLogger(logr.FromSlogHandler(log.Handler())) })
 }
 
 // Host is the kube-apiserver the cache reads.

@@ -62,6 +62,7 @@ func serve(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	kubeclient.SendLogs(log)
+	fleetsource.SendCacheLogs(log)
 	stopTracing, err := daemon.Tracing(ctx, log, "sandbox-apiserver")
 	if err != nil {
 		return err

@@ -55,6 +55,7 @@ func serve(ctx context.Context, o *Options) error {
 		return err
 	}
 	kubeclient.SendLogs(log)
+	fleetsource.SendCacheLogs(log)
 	stopTracing, err := daemon.Tracing(ctx, log, "sandbox-envd-proxy")
 	if err != nil {
 		return err

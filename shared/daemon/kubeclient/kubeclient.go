@@ -1,8 +1,10 @@
 // Package kubeclient is the part of the daemon kit for binaries that talk
 // to Kubernetes: the --kubeconfig flag, the REST config it names, and
-// client-go's and controller-runtime's logs sent to the daemon's logger.
-// It is apart from package daemon so that a binary that does not talk to
-// Kubernetes (sandboxd) does not link client-go.
+// client-go's logs sent to the daemon's logger. It is apart from package
+// daemon so that a binary that does not talk to Kubernetes (sandboxd) does
+// not link client-go, and it links no controller-runtime (vk-sandbox
+// carries none; the readers' cache sends its logs with
+// fleetsource.SendCacheLogs).
 package kubeclient
 
 import (
@@ -17,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // KubeconfigHelp is the help of a --kubeconfig flag: where RESTConfig looks.
@@ -66,12 +67,8 @@ func restConfig(path string) (*rest.Config, error) {
 
 var kubeLogOnce sync.Once
 
-// SendLogs sends client-go's (klog) and controller-runtime's logs to
-// log. The first call wins: both libraries keep one process-wide logger.
+// SendLogs sends client-go's logs (klog) to log. The first call wins:
+// klog keeps one process-wide logger.
 func SendLogs(log *slog.Logger) {
-	kubeLogOnce.Do(func() {
-		l := logr.FromSlogHandler(log.Handler())
-		klog.SetLogger(l)
-		crlog.SetLogger(l)
-	})
+	kubeLogOnce.Do(func() { klog.SetLogger(logr.FromSlogHandler(log.Handler())) })
 }
