@@ -118,11 +118,17 @@ func NewAdminServer(h http.Handler, log *slog.Logger) *http.Server {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 }
 
-// WarnPprofExposed logs a warning when profiles are served on an address
+// warnPprofExposed logs a warning when profiles are served on an address
 // beyond this host.
-func WarnPprofExposed(log *slog.Logger, o AdminOptions, ln net.Listener) {
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && o.EnablePprof && !tcp.IP.IsLoopback() {
+func warnPprofExposed(log *slog.Logger, ln net.Listener) {
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("profiles are served beyond this host: --enable-pprof on a --admin-listen that is not loopback",
 			"admin_listen", ln.Addr().String())
 	}
+}
+
+// AddHelp ends the help of the flag name, which a shared option group
+// registered in fs, with what holds for the binary that registers it.
+func AddHelp(fs *pflag.FlagSet, name, more string) {
+	fs.Lookup(name).Usage += " " + more
 }

@@ -41,7 +41,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestGroupDrainsRequestsInFlight(t *testing.T) {
 	g := daemon.NewGroup(slog.New(slog.DiscardHandler), 10*time.Second)
 	adminLn, ln := listen(t), listen(t)
-	g.ServeAdmin(daemon.NewAdminServer(g.AdminHandler(daemon.AdminConfig{}), slog.New(slog.DiscardHandler)), adminLn)
+	g.ServeAdmin(daemon.AdminConfig{}, adminLn)
 	entered, release := make(chan struct{}), make(chan struct{})
 	g.Serve("the test API", &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		close(entered)

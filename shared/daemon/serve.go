@@ -98,9 +98,14 @@ func (g *Group) Serve(name string, srv *http.Server, ln net.Listener) {
 	g.start(&served{name: name, srv: srv}, ln)
 }
 
-// ServeAdmin serves the operations endpoints srv on ln; they stop after
-// the other servers.
-func (g *Group) ServeAdmin(srv *http.Server, ln net.Listener) {
+// ServeAdmin serves the operations endpoints of cfg on ln (AdminHandler,
+// with /readyz 503 during the drain); they stop after the other servers.
+// Profiles served beyond this host are warned of.
+func (g *Group) ServeAdmin(cfg AdminConfig, ln net.Listener) {
+	if cfg.Pprof {
+		warnPprofExposed(g.log, ln)
+	}
+	srv := NewAdminServer(g.adminHandler(cfg), g.log)
 	g.start(&served{name: "the operations endpoints", srv: srv, admin: true}, ln)
 }
 
@@ -129,8 +134,8 @@ func (g *Group) start(s *served, ln net.Listener) {
 // Draining reports whether the drain has begun.
 func (g *Group) Draining() bool { return g.draining.Load() }
 
-// AdminHandler is AdminHandler(cfg) whose /readyz is 503 during the drain.
-func (g *Group) AdminHandler(cfg AdminConfig) http.Handler {
+// adminHandler is AdminHandler(cfg) whose /readyz is 503 during the drain.
+func (g *Group) adminHandler(cfg AdminConfig) http.Handler {
 	ready := cfg.Ready
 	cfg.Ready = func() error {
 		if g.Draining() {

@@ -92,8 +92,8 @@ func (o *serveOptions) AddFlags(f *pflag.FlagSet) {
 		"a body not in by then answers 408 in e2b's shape and its connection is closed. Greater than 0; it bounds neither a keep-alive connection "+
 		"between requests (closed after 620s idle) nor how long an answer takes.")
 	o.admin.AddFlags(f, true)
-	addHelp(f, "admin-listen", "/healthz is 200 while the process serves, /readyz once the fleet has synced; the endpoints serve from the start, while --inventory kube waits for its caches.")
-	addHelp(f, "enable-pprof", "A warning is logged when --admin-listen is not a loopback address.")
+	daemon.AddHelp(f, "admin-listen", "/healthz is 200 while the process serves, /readyz once the fleet has synced; the endpoints serve from the start, while --inventory kube waits for its caches.")
+	daemon.AddHelp(f, "enable-pprof", "A warning is logged when --admin-listen is not a loopback address.")
 	o.shutdown.AddFlags(f, "")
 	o.fleet.AddFlags(f)
 	f.DurationVar(&o.cacheSyncTimeout, "cache-sync-timeout", o.cacheSyncTimeout, "With --inventory kube: how long serve waits for the first list of NodeInventories, "+
@@ -106,16 +106,9 @@ func (o *serveOptions) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.createBurst, "create-burst-per-team", o.createBurst, "Creates one team may make at once above its rate; at least 1 with a --create-rate-per-team.")
 	f.IntVar(&o.maxPerTeam, "max-sandboxes-per-team", o.maxPerTeam, "Most sandboxes (running and paused) one team may have, creates in flight counted; beyond, creates get 429. 0 turns it off; not negative.")
 	o.nodeTokens.AddFlags(f)
-	addHelp(f, "sandboxd-token-file", "Sent as Authorization: Bearer on every call to a sandboxd.")
+	daemon.AddHelp(f, "sandboxd-token-file", "Sent as Authorization: Bearer on every call to a sandboxd.")
 	o.placement.AddFlags(f)
 	o.log.AddFlags(f)
-}
-
-// addHelp ends the help of flag name, which a shared option group
-// registered, with what holds for this binary.
-func addHelp(f *pflag.FlagSet, name, more string) {
-	fl := f.Lookup(name)
-	fl.Usage += " " + more
 }
 
 // Complete fills what follows from the flags given; serve has nothing to

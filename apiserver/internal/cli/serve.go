@@ -98,7 +98,7 @@ func serveOn(ctx context.Context, o *serveOptions, ln, adminLn net.Listener, log
 	var current atomic.Pointer[app]
 	group := daemon.NewGroup(log, o.shutdown.Timeout)
 	if adminLn != nil {
-		group.ServeAdmin(daemon.NewAdminServer(group.AdminHandler(daemon.AdminConfig{
+		group.ServeAdmin(daemon.AdminConfig{
 			Gatherer: m.Registry,
 			Ready: func() error {
 				if a := current.Load(); a == nil || !a.ready() {
@@ -107,9 +107,8 @@ func serveOn(ctx context.Context, o *serveOptions, ln, adminLn net.Listener, log
 				return nil
 			},
 			Pprof: o.admin.EnablePprof,
-		}), log), adminLn)
+		}, adminLn)
 		log.InfoContext(ctx, "serving the operations endpoints", "admin_listen", adminLn.Addr().String(), "pprof", o.admin.EnablePprof)
-		daemon.WarnPprofExposed(log, o.admin, adminLn)
 	}
 
 	a, err := newApp(ctx, o, log, m)

@@ -88,10 +88,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Address (host:port) of the proxy: what SDKs reach as E2B_SANDBOX_URL, or as <port>-<id>.<domain> through wildcard DNS. "+
 		"HTTP/1.1, plus HTTP/2 through ALPN with --tls-cert.")
 	o.Admin.AddFlags(fs, false)
-	addHelp(fs, "admin-listen", "/healthz is 200 while the process serves, /readyz once the fleet has synced.")
+	daemon.AddHelp(fs, "admin-listen", "/healthz is 200 while the process serves, /readyz once the fleet has synced.")
 	o.Options.AddFlags(fs)
 	o.NodeTokens.AddFlags(fs)
-	addHelp(fs, "sandboxd-token-file", "Sent as Skiff-Node-Token on every forwarded request, and as Authorization: Bearer on the Watch streams of static mode.")
+	daemon.AddHelp(fs, "sandboxd-token-file", "Sent as Skiff-Node-Token on every forwarded request, and as Authorization: Bearer on the Watch streams of static mode.")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Certificate (PEM) to serve TLS 1.2+ with, offering h2 and http/1.1 through ALPN; for <port>-<id>.<domain> hosts it must cover *.<domain>. Needs --tls-key.")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Private key (PEM) of --tls-cert; the two go together.")
 	fs.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "Close a client's keep-alive connection after it idled this long; greater than 0, and keep it at least 610s (e2b's edge), "+
@@ -109,14 +109,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"on every NodeInventory change, so this only matters while the freshness reference is capped by the clock; with static it bounds how long a host "+
 		"whose stream broke can still be routed.")
 	o.Log.AddFlags(fs)
-	addHelp(fs, "log-level", "With debug, a line is logged per proxied request.")
-}
-
-// addHelp ends the help of flag name, which a shared option group
-// registered, with what holds for this binary.
-func addHelp(fs *pflag.FlagSet, name, more string) {
-	f := fs.Lookup(name)
-	f.Usage += " " + more
+	daemon.AddHelp(fs, "log-level", "With debug, a line is logged per proxied request.")
 }
 
 // Complete fills what follows from the flags given; the proxy has nothing

@@ -93,8 +93,7 @@ func Serve(ctx context.Context, cfg Config, ln, adminLn net.Listener) error {
 			return nil
 		}
 	}
-	group.ServeAdmin(daemon.NewAdminServer(group.AdminHandler(admin), log), adminLn)
-	daemon.WarnPprofExposed(log, daemon.AdminOptions{EnablePprof: cfg.Pprof}, adminLn)
+	group.ServeAdmin(admin, adminLn)
 	group.Serve("the envd proxy", proxySrv, ln)
 	log.InfoContext(ctx, "envd proxy serving", "address", ln.Addr().String(), "admin_address", adminLn.Addr().String(),
 		"tls", cfg.TLS != nil, "max_conns_per_client", cfg.MaxConnsPerClient, "pprof", cfg.Pprof)

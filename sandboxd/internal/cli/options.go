@@ -179,9 +179,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Address (host:port) of the Connect API (shared/sandboxdapi) and of the relay into sandbox ports: h2c and HTTP/1.1, "+
 		"or with --tls-cert HTTP/2 and HTTP/1.1 over TLS.")
 	o.Admin.AddFlags(fs, false)
-	addHelp(fs, "admin-listen", "It must not be empty. /healthz is 200 once the sandboxes found at start are re-adopted, while the registry answers and the state directory is there; "+
+	daemon.AddHelp(fs, "admin-listen", "It must not be empty. /healthz is 200 once the sandboxes found at start are re-adopted, while the registry answers and the state directory is there; "+
 		"/readyz is 200 except while shutting down.")
-	addHelp(fs, "enable-pprof", "A warning is logged when --admin-listen is not a loopback address.")
+	daemon.AddHelp(fs, "enable-pprof", "A warning is logged when --admin-listen is not a loopback address.")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "This host's name: sandbox IDs end in a tag derived from it, so keep it stable; vk-sandbox's --node-name must be the same. Empty: the host name.")
 	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile, "File holding the node token callers must present, read at start: its content without surrounding white space, at least 16 characters; "+
 		"the fleet-wide token, or this host's own (sandbox-apiserver node-token prints it). RPCs send it as Authorization: Bearer or Skiff-Node-Token, relayed requests "+
@@ -232,13 +232,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.DenyCIDRs, "deny-cidr", o.DenyCIDRs, "IPv4 prefixes no sandbox reaches, beside the private, shared (CGNAT), link-local and cloud metadata ranges always denied "+
 		"(repeat or comma-separate).")
 	fs.StringSliceVar(&o.AllowCIDRs, "allow-cidr", o.AllowCIDRs, "IPv4 prefixes sandboxes with internet access reach even in a denied range, such as an internal service (repeat or comma-separate).")
-}
-
-// addHelp ends the help of flag name, which a shared option group
-// registered, with what holds for sandboxd.
-func addHelp(fs *pflag.FlagSet, name, more string) {
-	fl := fs.Lookup(name)
-	fl.Usage += " " + more
 }
 
 // Complete fills what derives from the flags and the host: the node's

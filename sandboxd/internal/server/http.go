@@ -61,12 +61,11 @@ func (s *Server) Run(ctx context.Context) error {
 // them.
 func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	group := daemon.NewGroup(s.log, s.cfg.ShutdownTimeout)
-	group.ServeAdmin(daemon.NewAdminServer(group.AdminHandler(daemon.AdminConfig{
+	group.ServeAdmin(daemon.AdminConfig{
 		Gatherer: s.metrics,
 		Healthy:  s.svc.Healthy,
 		Pprof:    s.cfg.Admin.EnablePprof,
-	}), s.log), adminLn)
-	daemon.WarnPprofExposed(s.log, s.cfg.Admin, adminLn)
+	}, adminLn)
 
 	if err := s.svc.Recover(ctx); err != nil {
 		s.log.ErrorContext(ctx, "recover sandboxes", "error", err)

@@ -81,19 +81,12 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 		"(the kube-apiserver's --kubelet-client-certificate). With --kubelet-listen, this or --kubelet-insecure-no-auth is required, not both.")
 	f.BoolVar(&o.KubeletNoAuth, "kubelet-insecure-no-auth", o.KubeletNoAuth, "Serve the kubelet API to anyone who reaches it (development only); excludes --kubelet-client-ca-file.")
 	o.Admin.AddFlags(f, false)
-	addHelp(f, "admin-listen", "/healthz is 200 while the process serves, /readyz once the node is registered and its pod controller runs.")
-	addHelp(f, "enable-pprof", "A warning is logged when --admin-listen is not a loopback address.")
+	daemon.AddHelp(f, "admin-listen", "/healthz is 200 while the process serves, /readyz once the node is registered and its pod controller runs.")
+	daemon.AddHelp(f, "enable-pprof", "A warning is logged when --admin-listen is not a loopback address.")
 	o.Shutdown.AddFlags(f, "On shutdown vk-sandbox writes nothing: the node, its pods and the NodeInventory stay as they are.")
 	f.DurationVar(&o.CacheSyncTimeout, "cache-sync-timeout", o.CacheSyncTimeout, "How long serve waits for the first list of this node's pods and of the node before it exits with an error; greater than 0.")
 	o.Log.AddFlags(f)
-	addHelp(f, "log-format", "The lines of client-go and virtual-kubelet are written the same way.")
-}
-
-// addHelp ends the help of flag name, which a shared option group
-// registered, with what holds for this binary.
-func addHelp(f *pflag.FlagSet, name, more string) {
-	fl := f.Lookup(name)
-	fl.Usage += " " + more
+	daemon.AddHelp(f, "log-format", "The lines of client-go and virtual-kubelet are written the same way.")
 }
 
 // Complete fills what the flags left to the host: --node-name.

@@ -141,12 +141,11 @@ func serve(ctx context.Context, o *Options) error {
 		return fmt.Errorf("listen on --admin-listen %s: %w", o.Admin.Listen, err)
 	}
 	group := daemon.NewGroup(log, o.Shutdown.Timeout)
-	group.ServeAdmin(daemon.NewAdminServer(group.AdminHandler(daemon.AdminConfig{
+	group.ServeAdmin(daemon.AdminConfig{
 		Gatherer: reg,
 		Ready:    readyOnce(node.Ready()),
 		Pprof:    o.Admin.EnablePprof,
-	}), log), adminLn)
-	daemon.WarnPprofExposed(log, o.Admin, adminLn)
+	}, adminLn)
 	log.Info("vk-sandbox starts", "node", o.NodeName, "node_ip", ip, "sandboxd", o.Sandboxd, "endpoint", endpoint,
 		"admin", adminLn.Addr().String(), "publish_interval", o.Publish.Interval, "publish_min_interval", o.Publish.MinInterval)
 
