@@ -45,7 +45,7 @@ func readToken(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	return daemon.ReadSecretFile("--auth-token-file", path, nodetoken.MinTokenLen)
+	return nodetoken.ReadTokenFile("--auth-token-file", path)
 }
 
 // serverTLS is the listener's TLS configuration: nil without a
