@@ -119,6 +119,35 @@ func TestGroupReturnsAServersFailure(t *testing.T) {
 	}
 }
 
+// A self-serving server (Run) is stopped by the drain, which waits for it;
+// one that fails first fails Wait.
+func TestGroupRunsSelfServingServers(t *testing.T) {
+	g := daemon.NewGroup(slog.New(slog.DiscardHandler), 5*time.Second)
+	stopped := make(chan struct{})
+	g.Run("the kube API", func(ctx context.Context) error {
+		<-ctx.Done()
+		time.Sleep(100 * time.Millisecond) // its own shutdown
+		close(stopped)
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.Wait(ctx); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Error("Wait returned before the server had shut down")
+	}
+
+	g = daemon.NewGroup(slog.New(slog.DiscardHandler), time.Second)
+	g.Run("the kube API", func(context.Context) error { return errors.New("port in use") })
+	if err := g.Wait(context.Background()); err == nil || !strings.Contains(err.Error(), "serve the kube API: port in use") {
+		t.Errorf("Wait: %v, want the kube API's failure", err)
+	}
+}
+
 func TestAdminHandler(t *testing.T) {
 	notReady := errors.New("the fleet has not synced")
 	ln := listen(t)

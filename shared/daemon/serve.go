@@ -72,7 +72,15 @@ type Group struct {
 
 	mu      sync.Mutex
 	servers []*served
+	runners []*runner
 	failed  chan *served // the first server that stopped by itself
+}
+
+// runner is a server that serves itself (Group.Run).
+type runner struct {
+	name   string
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 type served struct {
@@ -131,6 +139,33 @@ func (g *Group) start(s *served, ln net.Listener) {
 	}()
 }
 
+// Run runs a server that owns its listener and its own shutdown (such as
+// k8s.io/apiserver's): run serves until its context ends, then shuts down
+// and returns. Its context ends when the drain begins, and the drain waits
+// for run to return, at most the drain's timeout; run returning before
+// the drain, error or not, fails the Group as a stopped server does.
+func (g *Group) Run(name string, run func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runner{name: name, cancel: cancel, done: make(chan struct{})}
+	g.mu.Lock()
+	g.runners = append(g.runners, r)
+	g.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		err := run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("stopped by itself")
+		}
+		select {
+		case g.failed <- &served{name: name, err: err}:
+		default:
+		}
+	}()
+}
+
 // Draining reports whether the drain has begun.
 func (g *Group) Draining() bool { return g.draining.Load() }
 
@@ -171,6 +206,15 @@ func (g *Group) Close() {
 	for _, s := range g.snapshot() {
 		_ = s.srv.Close()
 	}
+	for _, r := range g.snapshotRunners() {
+		r.cancel()
+	}
+}
+
+func (g *Group) snapshotRunners() []*runner {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*runner(nil), g.runners...)
 }
 
 func (g *Group) snapshot() []*served {
@@ -190,6 +234,17 @@ func (g *Group) drain() {
 	// not for upgraded (hijacked) ones: the tracker waits for every handler.
 	var shutdowns sync.WaitGroup
 	var shutdownFailed atomic.Bool
+	for _, r := range g.snapshotRunners() {
+		r.cancel()
+		shutdowns.Go(func() {
+			select {
+			case <-r.done:
+			case <-ctx.Done():
+				g.log.Warn("shutdown timeout reached: not waiting for a server any longer", "server", r.name)
+				shutdownFailed.Store(true)
+			}
+		})
+	}
 	for _, s := range servers {
 		if !s.admin {
 			shutdowns.Go(func() {

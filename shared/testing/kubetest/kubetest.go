@@ -37,6 +37,7 @@ import (
 
 	"github.com/skiff-dev/skiff/api/crds"
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/certs"
 )
 
 var logOnce sync.Once
@@ -62,6 +63,11 @@ type Options struct {
 	// host's identity could do without them (InstallRBAC adds the RBAC
 	// alone, InstallPolicies everything).
 	NoPolicies bool
+	// Aggregator configures the kube-apiserver's aggregation layer (a
+	// front-proxy CA and client certificate, and the request-header
+	// flags), so that an APIService can send requests to an extension API
+	// server such as sandbox-apiserver's.
+	Aggregator bool
 }
 
 // Start starts etcd and kube-apiserver, installs the CRDs and the policies
@@ -105,6 +111,11 @@ func StartWith(t testing.TB, o Options) *Env {
 	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd, DataDir: filepath.Join(work, "etcd")}
 	env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver, CertDir: filepath.Join(work, "certs")}
+	if o.Aggregator {
+		if err := frontProxy(env.ControlPlane.APIServer, filepath.Join(work, "front-proxy")); err != nil {
+			t.Fatalf("kubetest: %v", err)
+		}
+	}
 	start := time.Now()
 	cfg, err := env.Start()
 	// Register the stop before checking the error: a half-started plane
@@ -226,4 +237,40 @@ func findUp(rel string) (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// frontProxy writes a front-proxy CA and the client certificate the
+// aggregator presents to extension API servers into dir, and sets the
+// kube-apiserver's flags for them (as kubeadm does): extension servers then
+// trust the X-Remote-User and X-Remote-Group headers of requests signed
+// by that CA, which they read from kube-system's
+// extension-apiserver-authentication ConfigMap.
+func frontProxy(s *envtest.APIServer, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	ca, err := certs.NewCA("front-proxy-ca", 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	client, err := ca.Client(24*time.Hour, "front-proxy-client")
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{"ca.crt": ca.PEM, "client.crt": client.Cert, "client.key": client.Key}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	s.Configure().
+		Set("requestheader-client-ca-file", filepath.Join(dir, "ca.crt")).
+		Set("requestheader-allowed-names", "front-proxy-client").
+		Set("requestheader-username-headers", "X-Remote-User").
+		Set("requestheader-group-headers", "X-Remote-Group").
+		Set("requestheader-uid-headers", "X-Remote-Uid").
+		Set("requestheader-extra-headers-prefix", "X-Remote-Extra-").
+		Set("proxy-client-cert-file", filepath.Join(dir, "client.crt")).
+		Set("proxy-client-key-file", filepath.Join(dir, "client.key"))
+	return nil
 }
