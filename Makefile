@@ -8,7 +8,7 @@ ROOT := $(CURDIR)
 BIN := $(ROOT)/bin
 # Modules in go.work; `go test ./...` does not cross modules.
 MODULES := $(shell go list -m -f '{{.Dir}}')
-TOOLS := buf controller-gen crd-ref-docs golangci-lint gremlins helm protoc-gen-connect-go protoc-gen-go
+TOOLS := buf controller-gen crd-ref-docs golangci-lint gremlins helm openapi-gen protoc-gen-connect-go protoc-gen-go
 GO_TEST_FLAGS ?= -race -count=1
 BENCH ?= .
 BENCHTIME ?= 2s
