@@ -46,6 +46,7 @@ func newScheme() (*runtime.Scheme, error) {
 // those: see auth.ConfigureCache), and the fleet source, key store and
 // template catalog that read through it.
 type kubeParts struct {
+	fleet     *fleetsource.KubeFleet
 	cache     cache.Cache
 	source    *kubeinventory.Source
 	keys      *auth.SecretStore
@@ -105,6 +106,7 @@ func startKube(ctx context.Context, o *serveOptions, log *slog.Logger) (*kubePar
 		}
 	}
 	return &kubeParts{
+		fleet:     kf,
 		cache:     kf.Cache,
 		source:    kf.Source,
 		keys:      keys,

@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/skiff-dev/skiff/apiserver/internal/aggregated"
+	"github.com/skiff-dev/skiff/apiserver/internal/aggregated/view"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 	"github.com/skiff-dev/skiff/shared/daemon"
 	"github.com/skiff-dev/skiff/shared/fleetsource"
@@ -65,6 +67,12 @@ type serveOptions struct {
 	maxPerTeam       int
 	placement        placement.Options
 	log              logflags.Options
+	// kubeAPI is the aggregated API's (with --inventory kube).
+	kubeAPI          *aggregated.Options
+	watchHistory     int
+	bookmarkInterval time.Duration
+	// flags are the parsed flags, to tell a flag given from its default.
+	flags *pflag.FlagSet
 }
 
 // newServeOptions returns the defaults.
@@ -82,6 +90,9 @@ func newServeOptions() *serveOptions {
 		maxPerTeam:       DefaultMaxSandboxesPerTeam,
 		placement:        placement.NewOptions(),
 		log:              logflags.New(logflags.Text),
+		kubeAPI:          aggregated.NewOptions(),
+		watchHistory:     view.DefaultHistory,
+		bookmarkInterval: view.DefaultBookmarkInterval,
 	}
 }
 
@@ -109,11 +120,22 @@ func (o *serveOptions) AddFlags(f *pflag.FlagSet) {
 	daemon.AddHelp(f, "sandboxd-token-file", "Sent as Authorization: Bearer on every call to a sandboxd.")
 	o.placement.AddFlags(f)
 	o.log.AddFlags(f)
+	o.kubeAPI.AddFlags(f)
+	daemon.AddHelp(f, "secure-port", "With --inventory kube: the aggregated API sandbox.skiff.dev/v1beta1 (kubectl get sandboxes), which the APIService points at; 0 turns it off. "+
+		"Refused with --inventory static, which has no kube-apiserver to delegate authentication to.")
+	f.IntVar(&o.watchHistory, "watch-history", o.watchHistory, "With --inventory kube: how many sandbox changes the aggregated API keeps for watches that resume from a resourceVersion; "+
+		"one older gets 410 Gone and the client lists again. At least 1.")
+	f.DurationVar(&o.bookmarkInterval, "watch-bookmark-interval", o.bookmarkInterval, "With --inventory kube: how often a watch of sandboxes that allows bookmarks gets one. Greater than 0.")
+	o.flags = f
 }
 
-// Complete fills what follows from the flags given; serve has nothing to
-// derive yet.
-func (o *serveOptions) Complete() error { return nil }
+// Complete fills what follows from the flags given: the aggregated API's
+// delegated authentication and authorization reach the kube-apiserver
+// with --kubeconfig unless their own kubeconfig flags say otherwise.
+func (o *serveOptions) Complete() error {
+	o.kubeAPI.Complete(o.fleet.Kubeconfig)
+	return nil
+}
 
 // Validate reports every option that cannot work, naming its flag.
 func (o *serveOptions) Validate() error {
@@ -158,5 +180,17 @@ func (o *serveOptions) Validate() error {
 		add(fmt.Errorf("--max-sandboxes-per-team must not be negative, got %d", o.maxPerTeam))
 	}
 	add(o.placement.Validate())
+	switch {
+	case o.fleet.IsKube() && o.kubeAPI.Enabled():
+		add(o.kubeAPI.Validate())
+		if o.watchHistory < 1 {
+			add(fmt.Errorf("--watch-history must be at least 1, got %d", o.watchHistory))
+		}
+		if o.bookmarkInterval <= 0 {
+			add(fmt.Errorf("--watch-bookmark-interval must be greater than 0, got %s", o.bookmarkInterval))
+		}
+	case !o.fleet.IsKube() && o.flags != nil && o.flags.Changed("secure-port") && o.kubeAPI.Enabled():
+		add(errors.New("--secure-port serves the aggregated API, which needs --inventory kube: with --inventory static there is no kube-apiserver to delegate to"))
+	}
 	return errors.Join(errs...)
 }

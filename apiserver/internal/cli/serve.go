@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	sbv1 "github.com/skiff-dev/skiff/api/sandbox/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
@@ -126,6 +127,11 @@ func serveOn(ctx context.Context, o *serveOptions, ln, adminLn net.Listener, log
 	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: min(readHeaderTimeout, o.readTimeout), ReadTimeout: o.readTimeout, IdleTimeout: 620 * time.Second}
 	group.Serve("the e2b API", srv, ln)
 	log.InfoContext(ctx, "serving the e2b API", append([]any{"listen", ln.Addr().String()}, a.describe...)...)
+	if a.kubeAPI != nil {
+		group.Run("the aggregated API", a.kubeAPI.server.Run)
+		ss := o.kubeAPI.Recommended.SecureServing
+		log.InfoContext(ctx, "serving the aggregated API", "group_version", sbv1.GroupVersion.String(), "bind_address", ss.BindAddress.String(), "secure_port", ss.BindPort)
+	}
 	return group.Wait(ctx)
 }
 
@@ -137,6 +143,9 @@ type app struct {
 	describe []any
 	// kube holds the Kubernetes parts, nil with --inventory static.
 	kube *kubeParts
+	// kubeAPI is the aggregated API; nil with --inventory static or
+	// --secure-port 0.
+	kubeAPI *kubeAPI
 	// ready reports whether the fleet source has synced (/readyz).
 	ready func() bool
 	// stop ends the background parts and waits for them.
@@ -202,6 +211,16 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		Logger:  log,
 		Metrics: m,
 	})
+	if a.kube != nil && o.kubeAPI.Enabled() {
+		k, err := newKubeAPI(ctx, o, a.kube, backend, log)
+		if err != nil {
+			a.stop()
+			return nil, err
+		}
+		a.kubeAPI = k
+		stopKube := a.stop
+		a.stop = func() { k.stop(); stopKube() }
+	}
 	api := e2bapi.New(e2bapi.Config{
 		Backend:       limitTeams(backend, o.maxPerTeam),
 		Team:          func(r *http.Request) (string, bool) { return auth.TeamFrom(r.Context()) },

@@ -10,14 +10,20 @@ import (
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
-// parseServe parses serve's flags from args onto the defaults.
+// parseServe parses serve's flags from args onto the defaults and
+// completes them, as serve does. The aggregated API is off (--secure-port
+// 0) unless args turn it on: the tests that want it say so, and the rest
+// must not all bind its default port.
 func parseServe(t testing.TB, args ...string) *serveOptions {
 	t.Helper()
 	o := newServeOptions()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	o.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(append([]string{"--secure-port=0"}, args...)); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
+	}
+	if err := o.Complete(); err != nil {
+		t.Fatalf("complete %v: %v", args, err)
 	}
 	return o
 }
@@ -63,6 +69,11 @@ func TestServeOptionsValidate(t *testing.T) {
 		{"rate without burst", with(static, "--create-rate-per-team", "1", "--create-burst-per-team", "0"), []string{"--create-burst-per-team"}},
 		{"negative team limit", with(static, "--max-sandboxes-per-team", "-1"), []string{"--max-sandboxes-per-team"}},
 		{"bad placement", with(kube, "--placement-sample-size", "0"), []string{"--placement-sample-size"}},
+		{"kube with the aggregated API", with(kube, "--secure-port", "8443", "--watch-history", "10", "--watch-bookmark-interval", "5s"), nil},
+		{"static with the aggregated API", with(static, "--secure-port", "8443"), []string{"--secure-port serves the aggregated API, which needs --inventory kube"}},
+		{"no watch history", with(kube, "--secure-port", "8443", "--watch-history", "0"), []string{"--watch-history"}},
+		{"no bookmark interval", with(kube, "--secure-port", "8443", "--watch-bookmark-interval", "0s"), []string{"--watch-bookmark-interval"}},
+		{"bad secure port", with(kube, "--secure-port", "70000"), []string{"--secure-port"}},
 		{"debug logs as JSON", with(static, "--log-level", "debug", "--log-format", "json"), nil},
 		{"unknown log level", with(static, "--log-level", "loud"), []string{"--log-level"}},
 		{"unknown log format", with(static, "--log-format", "xml"), []string{"--log-format"}},

@@ -23,13 +23,15 @@ import (
 
 // publishHost mirrors the sandboxd at endpoint with shared/hostinventory and
 // server-side-applies its NodeInventory, stamped now, on every change and at
-// least every interval, as vk-sandbox does; until the test ends.
-func publishHost(t *testing.T, c client.Client, endpoint, token string, interval time.Duration) {
+// least every interval, as vk-sandbox does; until stop or the end of the
+// test.
+func publishHost(t *testing.T, c client.Client, endpoint, token string, interval time.Duration) (stop func()) {
 	t.Helper()
 	host := hostinventory.New(sandboxdapi.NewClients(token, nil)(endpoint), endpoint, hostinventory.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	stop = func() { cancel(); wg.Wait() }
+	t.Cleanup(stop)
 	wg.Go(func() { _ = host.Run(ctx) })
 	wg.Go(func() {
 		tick := time.NewTicker(interval)
@@ -50,6 +52,7 @@ func publishHost(t *testing.T, c client.Client, endpoint, token string, interval
 			}
 		}
 	})
+	return stop
 }
 
 // newKubeSystem runs sandboxd (as root, with the base template), a real
@@ -58,7 +61,32 @@ func publishHost(t *testing.T, c client.Client, endpoint, token string, interval
 // keys are made with sandbox-apiserver keys create against the cluster.
 func newKubeSystem(t *testing.T) *system {
 	t.Helper()
-	env := kubetest.Start(t)
+	return newKubeSystemWith(t, kubeSystemOptions{})
+}
+
+// kubeSystemOptions change what newKubeSystemWith runs.
+type kubeSystemOptions struct {
+	// aggregated serves the aggregated API behind an APIService, with
+	// sandbox-apiserver run as its ServiceAccount under deploy.RBAC.
+	aggregated bool
+	// staleAfter is --inventory-stale-after; 0 is the default.
+	staleAfter time.Duration
+	// kube is set to the parts of the system the kube tests reach.
+	kube *kubeSystem
+}
+
+// kubeSystem is what the aggregated API's tests reach beyond system.
+type kubeSystem struct {
+	env *kubetest.Env
+	// stopPublishing stops the host's publisher.
+	stopPublishing func()
+	// apiserver is the sandbox-apiserver binary.
+	apiserver string
+}
+
+func newKubeSystemWith(t *testing.T, o kubeSystemOptions) *system {
+	t.Helper()
+	env := kubetest.StartWith(t, kubetest.Options{Aggregator: o.aggregated})
 	h := hosttest.NewHost(t, hosttest.Options{Name: "apik", NodeName: "host-k",
 		Build: []string{"github.com/skiff-dev/skiff/apiserver/cmd/sandbox-apiserver"}})
 	s := &system{t: t, dir: h.Dir, sandboxd: h.Addr, token: h.Token}
@@ -81,7 +109,10 @@ func newKubeSystem(t *testing.T) *system {
 			t.Fatal(err)
 		}
 	}
-	publishHost(t, env.Client, sbd, token, 2*time.Second)
+	stopPublishing := publishHost(t, env.Client, sbd, token, 2*time.Second)
+	if o.kube != nil {
+		*o.kube = kubeSystem{env: env, stopPublishing: stopPublishing, apiserver: apiserver}
+	}
 
 	kc := env.Kubeconfig(t)
 	for _, k := range []*string{&s.keyA, &s.keyB} {
@@ -93,8 +124,17 @@ func newKubeSystem(t *testing.T) *system {
 		*k = strings.TrimSpace(string(out))
 	}
 	s.api = "http://" + hosttest.FreeAddr(t)
-	start(t, dir, "apiserver", apiserver, "serve", "--listen", strings.TrimPrefix(s.api, "http://"), "--admin-listen", hosttest.FreeAddr(t),
-		"--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", tokenFile)
+	args := []string{"serve", "--listen", strings.TrimPrefix(s.api, "http://"), "--admin-listen", hosttest.FreeAddr(t),
+		"--inventory", "kube", "--sandboxd-token-file", tokenFile}
+	if o.staleAfter > 0 {
+		args = append(args, "--inventory-stale-after", o.staleAfter.String())
+	}
+	if o.aggregated {
+		args = append(args, installAggregated(t, env, dir)...)
+	} else {
+		args = append(args, "--kubeconfig", kc, "--secure-port", "0")
+	}
+	start(t, dir, "apiserver", apiserver, args...)
 	s.waitForCatalog()
 	return s
 }

@@ -9,8 +9,10 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	"github.com/skiff-dev/skiff/shared/inventory"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
@@ -303,4 +305,26 @@ func isTransport(err error) bool {
 		return true
 	}
 	return false
+}
+
+// KillOnNode kills sandbox id on node, whoever owns it: a warm sandbox,
+// which no team does, or one the caller has already authorised (the
+// aggregated API's delete, which RBAC allowed in the sandbox's namespace).
+// A node the fleet does not show fresh, or that no longer has the sandbox,
+// is e2bapi.ErrNotFound.
+func (b *Backend) KillOnNode(ctx context.Context, node, id string) error {
+	if !inventory.Owns(node, id) {
+		return fmt.Errorf("sandbox %s on node %s: %w", id, node, e2bapi.ErrNotFound)
+	}
+	n, err := b.src.NodeInventory(ctx, node)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("sandbox %s on node %s: %w", id, node, e2bapi.ErrNotFound)
+		}
+		return fmt.Errorf("find node %s: %w", node, err)
+	}
+	if _, err := b.clients(node, n.Spec.Endpoint).Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: id})); err != nil {
+		return classify("kill", id, err)
+	}
+	return nil
 }

@@ -1,0 +1,464 @@
+// Package view turns the fleet, as the freshness-filtered inventory source
+// gives it, into the Sandbox objects that the aggregated API serves, with
+// resourceVersions, a history of changes for watches and the recent
+// snapshots that paged lists continue from.
+//
+// The view is rebuilt from Source.ListNodes after every inventory change
+// (Notify, coalesced), and at least every resync period. Each rebuild that
+// changes something is a batch: its changes become ADDED, MODIFIED and
+// DELETED events, in key order, and the batch's snapshot is what a list
+// answers until the next one. A node that turns stale leaves the source, so
+// its sandboxes leave the view as DELETED events; when it returns they come
+// back as ADDED.
+//
+// # resourceVersions
+//
+// A batch is numbered after the newest etcd revision among the inventories
+// it was built from (never below the last batch's number plus one), so two
+// replicas that watch the same etcd number the same state alike, and a
+// client may list from one and watch from the other. Within batch b, the
+// i-th event has resourceVersion b<<20 | i+1 and the batch's snapshot b<<20
+// | 0xfffff: "every change up to and including batch b".
+package view
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/google/uuid"
+
+	"github.com/skiff-dev/skiff/api/sandbox/v1beta1"
+	fleetv1beta1 "github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/inventory"
+)
+
+// Defaults of Options.
+const (
+	DefaultHistory   = 50_000
+	DefaultSnapshots = 32
+	DefaultResync    = 5 * time.Second
+)
+
+// seqBits is how many low bits of a resourceVersion number the events of
+// one batch; snapshotSeq is the batch's own (its snapshot's) sequence.
+const (
+	seqBits     = 20
+	snapshotSeq = 1<<seqBits - 1
+	maxBatchSeq = snapshotSeq - 1
+)
+
+// Options configure a View.
+type Options struct {
+	// History is how many events the view keeps for watches that resume
+	// from a resourceVersion; one further back gets 410 Gone and relists.
+	// ≤ 0 means DefaultHistory.
+	History int
+	// Snapshots is how many past snapshots the view keeps for paged lists
+	// (continue tokens) and exact-version lists; ≤ 0 means
+	// DefaultSnapshots.
+	Snapshots int
+	// Resync bounds the time between rebuilds when no inventory changes
+	// (a node's freshness can change with the clock alone when a
+	// publisher's clock runs ahead); ≤ 0 means DefaultResync.
+	Resync time.Duration
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Event is one change of the view.
+type Event struct {
+	Type watch.EventType
+	// Object is the sandbox after the change (for DELETED: as it was, with
+	// the deletion's resourceVersion). It is shared: never modify it.
+	Object *v1beta1.Sandbox
+	rv     uint64
+}
+
+// Snapshot is the view as one batch left it. It is immutable.
+type Snapshot struct {
+	// RV is the snapshot's resourceVersion.
+	RV uint64
+	// items are sorted by namespace, then name; shared, never modified.
+	items []*v1beta1.Sandbox
+}
+
+// Len returns the number of sandboxes in the snapshot.
+func (s *Snapshot) Len() int { return len(s.items) }
+
+// Items returns the snapshot's sandboxes, sorted by namespace then name. The
+// slice and the objects are shared: never modify them.
+func (s *Snapshot) Items() []*v1beta1.Sandbox { return s.items }
+
+// Get returns the sandbox namespace/name, or nil.
+func (s *Snapshot) Get(namespace, name string) *v1beta1.Sandbox {
+	i, ok := slices.BinarySearchFunc(s.items, key{namespace, name}, compareKey)
+	if !ok {
+		return nil
+	}
+	return s.items[i]
+}
+
+// After returns the index of the first sandbox whose key sorts after
+// namespace/name.
+func (s *Snapshot) After(namespace, name string) int {
+	i, ok := slices.BinarySearchFunc(s.items, key{namespace, name}, compareKey)
+	if ok {
+		i++
+	}
+	return i
+}
+
+// From returns the index of the first sandbox in namespace ("" is the
+// start).
+func (s *Snapshot) From(namespace string) int {
+	i, _ := slices.BinarySearchFunc(s.items, key{namespace, ""}, compareKey)
+	return i
+}
+
+type key struct{ namespace, name string }
+
+func compareKey(sb *v1beta1.Sandbox, k key) int {
+	if c := strings.Compare(sb.Namespace, k.namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(sb.Name, k.name)
+}
+
+func compareSandboxes(a, b *v1beta1.Sandbox) int { return compareKey(a, key{b.Namespace, b.Name}) }
+
+// View is the fleet's sandboxes as Kubernetes objects. It is safe for
+// concurrent use.
+type View struct {
+	src  inventory.Source
+	opts Options
+	log  *slog.Logger
+
+	notify chan struct{}
+
+	mu sync.Mutex
+	// current is the last snapshot; nil until the first rebuild.
+	current *Snapshot
+	// byKey indexes current's objects by namespace/name.
+	byKey map[key]*v1beta1.Sandbox
+	// snapshots are the kept snapshots, oldest first; the last is current.
+	snapshots []*Snapshot
+	// history holds the newest events, oldest first.
+	history []Event
+	// floor is the oldest resourceVersion a watch may resume from: every
+	// event after it is in history.
+	floor uint64
+	// changed is closed, and replaced, after each batch.
+	changed chan struct{}
+	batch   uint64
+}
+
+// New returns a View over src; Run fills it.
+func New(src inventory.Source, opts Options) *View {
+	if opts.History <= 0 {
+		opts.History = DefaultHistory
+	}
+	if opts.Snapshots <= 0 {
+		opts.Snapshots = DefaultSnapshots
+	}
+	if opts.Resync <= 0 {
+		opts.Resync = DefaultResync
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &View{src: src, opts: opts, log: log, notify: make(chan struct{}, 1), changed: make(chan struct{})}
+}
+
+// Notify asks for a rebuild; calls between two rebuilds coalesce. It never
+// blocks.
+func (v *View) Notify() {
+	select {
+	case v.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Run rebuilds the view on every Notify and at least every Resync, until
+// ctx ends. The first rebuild happens at once.
+func (v *View) Run(ctx context.Context) {
+	t := time.NewTicker(v.opts.Resync)
+	defer t.Stop()
+	for {
+		if err := v.Rebuild(ctx); err != nil && ctx.Err() == nil {
+			v.log.WarnContext(ctx, "rebuild the sandbox view", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-v.notify:
+		case <-t.C:
+		}
+	}
+}
+
+// Rebuild lists the fleet and applies what changed as one batch.
+func (v *View) Rebuild(ctx context.Context) error {
+	nodes, err := v.src.ListNodes(ctx)
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	var newest uint64
+	for i := range nodes {
+		if rv, err := strconv.ParseUint(nodes[i].ResourceVersion, 10, 64); err == nil {
+			newest = max(newest, rv)
+		}
+	}
+
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	next := make(map[key]*v1beta1.Sandbox, len(v.byKey))
+	var changes []Event
+	for i := range nodes {
+		n := &nodes[i]
+		entries := inventory.Owned(n)
+		for j := range entries {
+			e := &entries[j]
+			ns := namespaceOf(e)
+			if ns == "" {
+				continue // a warm sandbox of no pool: no namespace to show it in
+			}
+			k := key{ns, e.ID}
+			if _, dup := next[k]; dup {
+				continue
+			}
+			prev := v.byKey[k]
+			if prev != nil && same(prev, n.Name, e) {
+				next[k] = prev
+				continue
+			}
+			sb := toSandbox(n.Name, ns, e)
+			next[k] = sb
+			typ := watch.Added
+			if prev != nil {
+				typ = watch.Modified
+			}
+			changes = append(changes, Event{Type: typ, Object: sb})
+		}
+	}
+	for k, prev := range v.byKey {
+		if _, ok := next[k]; !ok {
+			gone := prev.DeepCopy()
+			changes = append(changes, Event{Type: watch.Deleted, Object: gone})
+		}
+	}
+	if v.current != nil && len(changes) == 0 {
+		return nil
+	}
+	v.apply(newest, next, changes)
+	return nil
+}
+
+// apply numbers a batch, records its events and snapshot and wakes the
+// watchers. v.mu is held.
+func (v *View) apply(newest uint64, next map[key]*v1beta1.Sandbox, changes []Event) {
+	slices.SortFunc(changes, func(a, b Event) int { return compareSandboxes(a.Object, b.Object) })
+	batch := max(newest, v.batch+1)
+	if n := uint64(len(changes)); n > maxBatchSeq {
+		// More changes than one batch can number: give it the numbers of
+		// the batches after it too.
+		batch += n / maxBatchSeq
+	}
+	first := batch - uint64(len(changes))/maxBatchSeq
+	for i := range changes {
+		b, seq := first+uint64(i/maxBatchSeq), uint64(i%maxBatchSeq)+1
+		rv := b<<seqBits | seq
+		changes[i].rv = rv
+		changes[i].Object.ResourceVersion = strconv.FormatUint(rv, 10)
+	}
+	v.batch = batch
+	snap := &Snapshot{RV: batch<<seqBits | snapshotSeq, items: slices.SortedFunc(maps.Values(next), compareSandboxes)}
+	if v.current == nil {
+		v.floor = snap.RV
+	}
+	v.current, v.byKey = snap, next
+	v.snapshots = append(v.snapshots, snap)
+	if over := len(v.snapshots) - v.opts.Snapshots; over > 0 {
+		clear(v.snapshots[:over])
+		v.snapshots = slices.Delete(v.snapshots, 0, over)
+	}
+	v.history = append(v.history, changes...)
+	// Watchers read slices of the history outside the lock, so it is never
+	// changed in place: the events kept are copied to a new array, once
+	// the history has grown a quarter past its bound.
+	if over := len(v.history) - v.opts.History; over > v.opts.History/4 {
+		v.floor = v.history[over-1].rv
+		v.history = slices.Clone(v.history[over:])
+	}
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+// namespaceOf is the namespace a sandbox shows in: its team's, or for a
+// warm one, its pool's.
+func namespaceOf(e *fleetv1beta1.SandboxEntry) string {
+	if e.Team != "" {
+		return e.Team
+	}
+	ns, _, _ := strings.Cut(e.Pool, "/")
+	return ns
+}
+
+// uidSpace namespaces the sandboxes' UIDs, which are derived from node and
+// ID so that every replica gives a sandbox the same one.
+var uidSpace = uuid.MustParse("6f1c2f0e-9d7e-4b8a-9a52-5d8d3c1f0b7a")
+
+// toSandbox converts an inventory entry of node into a Sandbox in ns.
+func toSandbox(node, ns string, e *fleetv1beta1.SandboxEntry) *v1beta1.Sandbox {
+	sb := &v1beta1.Sandbox{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "Sandbox"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              e.ID,
+			Namespace:         ns,
+			UID:               types.UID(uuid.NewSHA1(uidSpace, []byte(node+"/"+e.ID)).String()),
+			CreationTimestamp: e.StartedAt,
+			Labels:            labelsOf(e.Metadata),
+		},
+		Spec: v1beta1.SandboxSpec{
+			Template:  e.Template,
+			NodeName:  node,
+			Resources: v1beta1.SandboxResources{CPUMilli: e.CPUMilli, MemoryMiB: e.MemoryMiB},
+			Pool:      e.Pool,
+			Metadata:  maps.Clone(e.Metadata),
+		},
+		Status: v1beta1.SandboxStatus{State: v1beta1.SandboxState(e.State), StartedAt: e.StartedAt},
+	}
+	if e.EndAt != nil {
+		t := *e.EndAt
+		sb.Spec.EndAt = &t
+	}
+	return sb
+}
+
+// labelsOf returns the metadata entries that are valid labels, so that a
+// label selector selects sandboxes by their e2b metadata.
+func labelsOf(md map[string]string) map[string]string {
+	var out map[string]string
+	for k, val := range md {
+		if len(validation.IsQualifiedName(k)) != 0 || len(validation.IsValidLabelValue(val)) != 0 {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(md))
+		}
+		out[k] = val
+	}
+	return out
+}
+
+// same reports whether sb is what entry e of node converts to.
+func same(sb *v1beta1.Sandbox, node string, e *fleetv1beta1.SandboxEntry) bool {
+	s := &sb.Spec
+	if s.NodeName != node || s.Template != e.Template || s.Pool != e.Pool ||
+		s.Resources.CPUMilli != e.CPUMilli || s.Resources.MemoryMiB != e.MemoryMiB ||
+		sb.Status.State != v1beta1.SandboxState(e.State) || !sb.Status.StartedAt.Equal(&e.StartedAt) {
+		return false
+	}
+	if (s.EndAt == nil) != (e.EndAt == nil) || (s.EndAt != nil && !s.EndAt.Equal(e.EndAt)) {
+		return false
+	}
+	return maps.Equal(s.Metadata, e.Metadata)
+}
+
+// Current returns the newest snapshot, or nil before the first rebuild.
+func (v *View) Current() *Snapshot {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.current
+}
+
+// ErrNotReady is the answer before the first rebuild.
+var ErrNotReady = errors.New("the sandbox view has not been built yet")
+
+// At returns the kept snapshot whose resourceVersion is rv, or a 410 Gone
+// error (apierrors.IsResourceExpired) when it is no longer kept.
+func (v *View) At(rv uint64) (*Snapshot, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, s := range v.snapshots {
+		if s.RV == rv {
+			return s, nil
+		}
+	}
+	return nil, apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d: the list is no longer kept; list again", rv))
+}
+
+// tooLargeWait is how long a request for a resourceVersion the view has not
+// reached yet waits for it.
+const tooLargeWait = 3 * time.Second
+
+// WaitFor returns the current snapshot once the view has reached rv (0: at
+// once, once built), or an error: TooLargeResourceVersion after a few
+// seconds, as the kube-apiserver's watch cache answers.
+func (v *View) WaitFor(ctx context.Context, rv uint64) (*Snapshot, error) {
+	timer := time.NewTimer(tooLargeWait)
+	defer timer.Stop()
+	for {
+		v.mu.Lock()
+		cur, changed := v.current, v.changed
+		v.mu.Unlock()
+		if cur != nil && cur.RV >= rv {
+			return cur, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+			if cur == nil {
+				return nil, apierrors.NewServiceUnavailable(ErrNotReady.Error())
+			}
+			return nil, tooLarge(rv, cur.RV)
+		case <-changed:
+		}
+	}
+}
+
+// since returns the events after rv, the channel closed on the next batch,
+// and whether rv is still covered by the history.
+func (v *View) since(rv uint64) ([]Event, <-chan struct{}, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if rv < v.floor {
+		return nil, v.changed, false
+	}
+	i, _ := slices.BinarySearchFunc(v.history, rv, func(e Event, rv uint64) int { return cmp.Compare(e.rv, rv) })
+	if i < len(v.history) && v.history[i].rv == rv {
+		i++
+	}
+	return v.history[i:len(v.history):len(v.history)], v.changed, true
+}
+
+// expired is the watch error for a resourceVersion older than the history.
+func expired(rv uint64) *metav1.Status {
+	st := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d: the watch history no longer reaches it; list again", rv)).Status()
+	return &st
+}
+
+// tooLarge is the kube-apiserver's answer for a resourceVersion its cache has
+// not reached (k8s.io/apiserver/pkg/storage.NewTooLargeResourceVersionError):
+// a timeout with a cause that client-go's reflector recognises.
+func tooLarge(want, current uint64) error {
+	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", want, current), 1)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
+	return err
+}

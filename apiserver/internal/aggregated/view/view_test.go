@@ -1,0 +1,285 @@
+package view
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	sbv1 "github.com/skiff-dev/skiff/api/sandbox/v1beta1"
+	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/inventory"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+var t0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+// id returns the n-th sandbox ID of node: 20 characters ending in its tag.
+func id(node string, n int) string {
+	tag := string(sandboxid.NodeTag(node))
+	s := fmt.Sprintf("%0*d", sandboxid.Len-len(tag), n)
+	return s + tag
+}
+
+func entry(node string, n int, team string) v1beta1.SandboxEntry {
+	return v1beta1.SandboxEntry{ID: id(node, n), Template: "base", State: v1beta1.SandboxRunning, Team: team,
+		StartedAt: metav1.Time{Time: t0}, CPUMilli: 1000, MemoryMiB: 256, Metadata: map[string]string{"app": "x", "has space": "v"}}
+}
+
+func node(name string, rv int, entries ...v1beta1.SandboxEntry) *v1beta1.NodeInventory {
+	inv := &v1beta1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: strconv.Itoa(rv)}}
+	inv.Spec.Sandboxes = entries
+	return inv
+}
+
+func rebuild(t *testing.T, v *View) {
+	t.Helper()
+	if err := v.Rebuild(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBatchesNumberedByTheNewestInventory(t *testing.T) {
+	src := inventory.NewStaticSource(node("n1", 100, entry("n1", 1, "a"), entry("n1", 2, "b")))
+	v := New(src, Options{})
+	if _, err := v.At(0); !apierrors.IsResourceExpired(err) {
+		t.Fatalf("At before the first build: %v", err)
+	}
+	rebuild(t, v)
+	s := v.Current()
+	if s.RV != 100<<seqBits|snapshotSeq || s.Len() != 2 {
+		t.Fatalf("snapshot rv %d len %d", s.RV, s.Len())
+	}
+	sb := s.Get("a", id("n1", 1))
+	if sb == nil || sb.Spec.NodeName != "n1" || sb.Status.State != sbv1.SandboxRunning || sb.Spec.Resources.MemoryMiB != 256 {
+		t.Fatalf("get: %+v", sb)
+	}
+	if sb.Labels["app"] != "x" || len(sb.Labels) != 1 || len(sb.Spec.Metadata) != 2 {
+		t.Errorf("labels %v metadata %v: want the valid label only in labels, all in metadata", sb.Labels, sb.Spec.Metadata)
+	}
+	if sb.ResourceVersion != strconv.FormatUint(100<<seqBits|1, 10) {
+		t.Errorf("rv of the first event %s", sb.ResourceVersion)
+	}
+
+	// A republish of the same content is no batch.
+	src.Apply(node("n1", 101, entry("n1", 1, "a"), entry("n1", 2, "b")))
+	rebuild(t, v)
+	if v.Current() != s {
+		t.Fatal("an unchanged republish made a new snapshot")
+	}
+	// A change numbers its batch after the inventory's revision.
+	e := entry("n1", 1, "a")
+	e.State = v1beta1.SandboxPaused
+	src.Apply(node("n1", 105, e))
+	rebuild(t, v)
+	s2 := v.Current()
+	if s2.RV != 105<<seqBits|snapshotSeq || s2.Len() != 1 {
+		t.Fatalf("second snapshot rv %d len %d", s2.RV, s2.Len())
+	}
+	events, _, ok := v.since(s.RV)
+	if !ok || len(events) != 2 {
+		t.Fatalf("events since the first snapshot: %v %d", ok, len(events))
+	}
+	// Key order: a/…1 (modified) before b/…2 (deleted).
+	if events[0].Type != watch.Modified || events[0].Object.Status.State != sbv1.SandboxPaused || events[1].Type != watch.Deleted || events[1].Object.Namespace != "b" {
+		t.Errorf("events %v %v", events[0], events[1])
+	}
+	if events[0].rv != 105<<seqBits|1 || events[1].rv != 105<<seqBits|2 {
+		t.Errorf("event rvs %d %d", events[0].rv, events[1].rv)
+	}
+	// The first snapshot is still what it was.
+	if s.Get("b", id("n1", 2)) == nil || s.Get("a", id("n1", 1)).Status.State != sbv1.SandboxRunning {
+		t.Error("an old snapshot changed")
+	}
+	// An inventory whose revision went back (deleted and recreated) still
+	// moves the batch number forward.
+	src.Apply(node("n1", 7))
+	rebuild(t, v)
+	if v.Current().RV != 106<<seqBits|snapshotSeq {
+		t.Errorf("rv after a lower revision %d", v.Current().RV)
+	}
+}
+
+func TestWarmSandboxesShowInTheirPoolsNamespace(t *testing.T) {
+	warm := v1beta1.SandboxEntry{ID: id("n1", 1), Template: "base", State: v1beta1.SandboxWarm, Pool: "pools/base", StartedAt: metav1.Time{Time: t0}}
+	orphan := v1beta1.SandboxEntry{ID: id("n1", 2), Template: "base", State: v1beta1.SandboxWarm, StartedAt: metav1.Time{Time: t0}}
+	foreign := entry("other", 3, "a") // another node's tag: not n1's to list
+	src := inventory.NewStaticSource(node("n1", 10, warm, orphan, foreign))
+	v := New(src, Options{})
+	rebuild(t, v)
+	s := v.Current()
+	if s.Len() != 1 || s.Get("pools", id("n1", 1)) == nil {
+		t.Fatalf("items %v", s.Items())
+	}
+	// A claim moves it to the team's namespace: DELETED there, ADDED here.
+	claimed := warm
+	claimed.State, claimed.Team = v1beta1.SandboxRunning, "a"
+	src.Apply(node("n1", 11, claimed))
+	rebuild(t, v)
+	events, _, _ := v.since(s.RV)
+	if len(events) != 2 || events[0].Type != watch.Added || events[0].Object.Namespace != "a" || events[1].Type != watch.Deleted || events[1].Object.Namespace != "pools" {
+		t.Fatalf("events %+v", events)
+	}
+}
+
+func TestHistoryAndSnapshotsAreBounded(t *testing.T) {
+	src := inventory.NewStaticSource(node("n1", 1))
+	v := New(src, Options{History: 3, Snapshots: 2})
+	rebuild(t, v)
+	first := v.Current().RV
+	for i := 1; i <= 4; i++ {
+		src.Apply(node("n1", 1+i, entry("n1", i, "a")))
+		rebuild(t, v) // each adds one and deletes one (but the first)
+	}
+	if _, _, ok := v.since(first); ok {
+		t.Error("the history still reaches the first snapshot after 7 events in a history of 3")
+	}
+	if _, err := v.At(first); !apierrors.IsResourceExpired(err) {
+		t.Errorf("At(first): %v, want 410", err)
+	}
+	cur := v.Current()
+	if s, err := v.At(cur.RV); err != nil || s != cur {
+		t.Errorf("At(current): %v", err)
+	}
+	if _, _, ok := v.since(cur.RV); !ok {
+		t.Error("the history does not reach the current snapshot")
+	}
+}
+
+func TestWaitForAnswersTooLargeAfterAWhile(t *testing.T) {
+	v := New(inventory.NewStaticSource(node("n1", 5)), Options{})
+	rebuild(t, v)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := v.WaitFor(ctx, v.Current().RV+1)
+	st := &apierrors.StatusError{}
+	if !apierrors.IsTimeout(err) || !apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) {
+		t.Fatalf("WaitFor ahead: %v (%T %v)", err, err, st)
+	}
+}
+
+func recv(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	select {
+	case e, ok := <-w.ResultChan():
+		if !ok {
+			t.Fatal("watch closed")
+		}
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch event in 10s")
+	}
+	return watch.Event{}
+}
+
+func TestWatch(t *testing.T) {
+	src := inventory.NewStaticSource(node("n1", 10, entry("n1", 1, "a"), entry("n1", 2, "b")), node("n2", 11, entry("n2", 1, "a")))
+	v := New(src, Options{})
+	rebuild(t, v)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+
+	// The opening burst: one ADDED each of the selected sandboxes.
+	w, err := v.Watch(ctx, WatchOptions{Filter: func(sb *sbv1.Sandbox) bool { return sb.Namespace == "a" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	seen := map[string]bool{}
+	for range 2 {
+		e := recv(t, w)
+		if e.Type != watch.Added {
+			t.Fatalf("burst: %v", e.Type)
+		}
+		seen[e.Object.(*sbv1.Sandbox).Name] = true
+	}
+	if !seen[id("n1", 1)] || !seen[id("n2", 1)] {
+		t.Fatalf("burst %v", seen)
+	}
+	// n2 leaves (stale): DELETED for its sandbox; b's change is filtered.
+	src.Remove("n2")
+	src.Apply(node("n1", 12, entry("n1", 1, "a")))
+	rebuild(t, v)
+	if e := recv(t, w); e.Type != watch.Deleted || e.Object.(*sbv1.Sandbox).Name != id("n2", 1) {
+		t.Fatalf("after n2 left: %v %v", e.Type, e.Object)
+	}
+	afterLeave := v.Current().RV
+	// n2 returns: ADDED again.
+	src.Apply(node("n2", 13, entry("n2", 1, "a")))
+	rebuild(t, v)
+	if e := recv(t, w); e.Type != watch.Added || e.Object.(*sbv1.Sandbox).Name != id("n2", 1) {
+		t.Fatalf("after n2 returned: %v", e.Type)
+	}
+
+	// A watch from a resourceVersion resumes after it, without a burst.
+	w2, err := v.Watch(ctx, WatchOptions{ResourceVersion: afterLeave})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Stop()
+	if e := recv(t, w2); e.Type != watch.Added || e.Object.(*sbv1.Sandbox).Name != id("n2", 1) {
+		t.Fatalf("resumed: %v", e.Type)
+	}
+	// sendInitialEvents: the snapshot, then the bookmark that ends it.
+	w3, err := v.Watch(ctx, WatchOptions{SendInitialEvents: true, Bookmarks: true, BookmarkInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w3.Stop()
+	for range 2 {
+		if e := recv(t, w3); e.Type != watch.Added {
+			t.Fatalf("initial: %v", e.Type)
+		}
+	}
+	e := recv(t, w3)
+	if e.Type != watch.Bookmark || e.Object.(*sbv1.Sandbox).Annotations[InitialEventsEnd] != "true" ||
+		e.Object.(*sbv1.Sandbox).ResourceVersion != strconv.FormatUint(v.Current().RV, 10) {
+		t.Fatalf("end of initial events: %v %+v", e.Type, e.Object)
+	}
+	// Then periodic bookmarks at the watch's position.
+	if e := recv(t, w3); e.Type != watch.Bookmark || e.Object.(*sbv1.Sandbox).Annotations != nil {
+		t.Fatalf("bookmark: %v", e.Type)
+	}
+
+	// Too old: 410.
+	if _, err := v.Watch(ctx, WatchOptions{ResourceVersion: 1}); !apierrors.IsResourceExpired(err) {
+		t.Errorf("watch from rv 1: %v, want 410 Gone", err)
+	}
+	// Stop closes the channel.
+	w.Stop()
+	for range w.ResultChan() {
+	}
+}
+
+func TestSlowWatcherThatFallsOutOfTheHistoryGetsGone(t *testing.T) {
+	src := inventory.NewStaticSource(node("n1", 1))
+	v := New(src, Options{History: 2})
+	rebuild(t, v)
+	w, err := v.Watch(t.Context(), WatchOptions{ResourceVersion: v.Current().RV})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// The watcher reads nothing while five batches pass.
+	for i := 1; i <= 5; i++ {
+		src.Apply(node("n1", 1+i, entry("n1", i, "a")))
+		rebuild(t, v)
+	}
+	// It may have taken the first events before they fell out; in the end
+	// it gets 410 and closes.
+	for {
+		e := recv(t, w)
+		if e.Type == watch.Error {
+			st, ok := e.Object.(*metav1.Status)
+			if !ok || st.Code != 410 {
+				t.Fatalf("error event %+v", e.Object)
+			}
+			break
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package view
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/skiff-dev/skiff/api/sandbox/v1beta1"
+)
+
+// DefaultBookmarkInterval is how often a watch that allows bookmarks gets
+// one when WatchOptions leaves it unset.
+const DefaultBookmarkInterval = 30 * time.Second
+
+// WatchOptions say where a watch starts and what it sends.
+type WatchOptions struct {
+	// ResourceVersion is where the watch starts: the events after it. 0
+	// starts from the current snapshot, whose sandboxes are sent first as
+	// ADDED (the opening burst).
+	ResourceVersion uint64
+	// SendInitialEvents sends the current snapshot (once the view has
+	// reached ResourceVersion) as ADDED, then a BOOKMARK annotated
+	// k8s.io/initial-events-end: a client-go informer's watch-list.
+	SendInitialEvents bool
+	// Bookmarks sends a BOOKMARK with the watch's resourceVersion every
+	// BookmarkInterval.
+	Bookmarks        bool
+	BookmarkInterval time.Duration
+	// Filter selects the sandboxes the watch sends; nil is all.
+	Filter func(*v1beta1.Sandbox) bool
+}
+
+// Watch starts a watch. The error is a Kubernetes status error: 410 Gone
+// (apierrors.IsResourceExpired) for a resourceVersion older than the
+// history, a TooLargeResourceVersion one for a version the view has not
+// reached within a few seconds.
+func (v *View) Watch(ctx context.Context, o WatchOptions) (watch.Interface, error) {
+	cur, err := v.WaitFor(ctx, o.ResourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	var initial []*v1beta1.Sandbox
+	from := o.ResourceVersion
+	if from == 0 || o.SendInitialEvents {
+		initial, from = cur.items, cur.RV
+	} else if _, _, ok := v.since(from); !ok {
+		return nil, &apierrors.StatusError{ErrStatus: *expired(from)}
+	}
+	if o.Filter == nil {
+		o.Filter = func(*v1beta1.Sandbox) bool { return true }
+	}
+	if o.BookmarkInterval <= 0 {
+		o.BookmarkInterval = DefaultBookmarkInterval
+	}
+	w := &watcher{v: v, o: o, result: make(chan watch.Event), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(ctx)
+	w.cancel = cancel
+	go w.run(ctx, initial, from)
+	return w, nil
+}
+
+type watcher struct {
+	v      *View
+	o      WatchOptions
+	result chan watch.Event
+	done   chan struct{}
+	once   sync.Once
+	cancel context.CancelFunc
+}
+
+func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
+
+func (w *watcher) Stop() {
+	w.once.Do(func() {
+		close(w.done)
+		w.cancel()
+	})
+}
+
+// InitialEventsEnd is the annotation on the bookmark that ends a watch's
+// initial events.
+const InitialEventsEnd = metav1.InitialEventsAnnotationKey
+
+func bookmark(rv uint64, end bool) *v1beta1.Sandbox {
+	b := &v1beta1.Sandbox{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "Sandbox"},
+		ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.FormatUint(rv, 10)},
+	}
+	if end {
+		b.Annotations = map[string]string{InitialEventsEnd: "true"}
+	}
+	return b
+}
+
+func (w *watcher) run(ctx context.Context, initial []*v1beta1.Sandbox, cursor uint64) {
+	defer close(w.result)
+	send := func(e watch.Event) bool {
+		select {
+		case w.result <- e:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for _, sb := range initial {
+		if w.o.Filter(sb) && !send(watch.Event{Type: watch.Added, Object: sb}) {
+			return
+		}
+	}
+	// The bookmark that ends the initial events is a watch-list's
+	// (sendInitialEvents with allowWatchBookmarks), as the kube-apiserver's
+	// watch cache sends it.
+	if w.o.SendInitialEvents && w.o.Bookmarks && !send(watch.Event{Type: watch.Bookmark, Object: bookmark(cursor, true)}) {
+		return
+	}
+	var tick <-chan time.Time
+	if w.o.Bookmarks {
+		t := time.NewTicker(w.o.BookmarkInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		events, changed, ok := w.v.since(cursor)
+		if !ok {
+			send(watch.Event{Type: watch.Error, Object: expired(cursor)})
+			return
+		}
+		for _, e := range events {
+			cursor = e.rv
+			if w.o.Filter(e.Object) && !send(watch.Event{Type: e.Type, Object: e.Object}) {
+				return
+			}
+		}
+		if len(events) > 0 {
+			// Past the last event of a batch is the batch's snapshot.
+			cursor = cursor>>seqBits<<seqBits | snapshotSeq
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-tick:
+			if !send(watch.Event{Type: watch.Bookmark, Object: bookmark(cursor, false)}) {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,471 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sbv1 "github.com/skiff-dev/skiff/api/sandbox/v1beta1"
+	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/apiserver/deploy"
+	"github.com/skiff-dev/skiff/shared/testing/hosttest"
+	"github.com/skiff-dev/skiff/shared/testing/kubetest"
+)
+
+var sandboxesGVR = sbv1.GroupVersion.WithResource("sandboxes")
+
+// installAggregated installs the aggregated API's objects (deploy.Objects,
+// for a replica on this machine behind an ExternalName Service) and
+// returns the serve flags of a replica that runs as the objects'
+// ServiceAccount, so that the RBAC the deploy helper grants is all it has.
+func installAggregated(t *testing.T, env *kubetest.Env, dir string) []string {
+	t.Helper()
+	ctx := t.Context()
+	addr := hosttest.FreeAddr(t)
+	_, portStr, _ := strings.Cut(addr, ":")
+	port, _ := strconv.Atoi(portStr)
+	cfg := deploy.Config{ExternalName: "localhost", TargetPort: int32(port)}
+	cert, err := deploy.ServingCert(cfg, time.Hour, "localhost", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CABundle = cert.CA
+	certFile, keyFile := filepath.Join(dir, "kubeapi.crt"), filepath.Join(dir, "kubeapi.key")
+	for f, b := range map[string][]byte{certFile: cert.Cert, keyFile: cert.Key} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, rbacv1.AddToScheme, apiregistrationv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: deploy.DefaultNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range deploy.Objects(cfg) {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+		}
+	}
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	tok, err := cs.CoreV1().ServiceAccounts(deploy.DefaultNamespace).CreateToken(ctx, deploy.DefaultName,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := kubetest.WriteKubeconfig(t, &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: tok.Status.Token})
+	return []string{"--kubeconfig", sa, "--secure-port", portStr, "--bind-address", "127.0.0.1",
+		"--tls-cert-file", certFile, "--tls-private-key-file", keyFile}
+}
+
+// waitAvailable waits until the aggregator reports the APIService
+// Available (it has reached the replica and checked its certificate).
+func waitAvailable(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := apiregistrationv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		var svc apiregistrationv1.APIService
+		if err := c.Get(t.Context(), client.ObjectKey{Name: deploy.APIServiceName}, &svc); err == nil {
+			for _, cond := range svc.Status.Conditions {
+				if cond.Type == apiregistrationv1.Available {
+					if cond.Status == apiregistrationv1.ConditionTrue {
+						return
+					}
+					last = cond.Reason + ": " + cond.Message
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("APIService %s never became Available: %s", deploy.APIServiceName, last)
+}
+
+// kubectl runs kubectl (built at the control plane's version) with
+// kubeconfig kc.
+func kubectl(t *testing.T, kc string, args ...string) (string, error) {
+	t.Helper()
+	assets, err := kubetest.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(assets, "kubectl"), append([]string{"--kubeconfig", kc}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// kubectlNames lists sandbox names with kubectl get -o name-like JSON.
+func kubectlNames(t *testing.T, kc string, args ...string) []string {
+	t.Helper()
+	out, err := kubectl(t, kc, append([]string{"get", "sandboxes", "-o", "json"}, args...)...)
+	if err != nil {
+		t.Fatalf("kubectl get sandboxes %v: %v: %s", args, err, out)
+	}
+	var l struct {
+		Items []sbv1.Sandbox `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("kubectl output: %v: %s", err, out)
+	}
+	names := make([]string, 0, len(l.Items))
+	for _, sb := range l.Items {
+		names = append(names, sb.Namespace+"/"+sb.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// e2bNames lists a team's sandboxes through the e2b API.
+func (s *system) e2bNames(key, team string) []string {
+	s.t.Helper()
+	code, body := s.call(key, http.MethodGet, "/v2/sandboxes", nil)
+	if code != http.StatusOK {
+		s.t.Fatalf("e2b list: %d %s", code, body)
+	}
+	var l []struct{ SandboxID string }
+	if err := json.Unmarshal(body, &l); err != nil {
+		s.t.Fatal(err)
+	}
+	out := make([]string, 0, len(l))
+	for _, sb := range l {
+		out = append(out, team+"/"+sb.SandboxID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// create creates a sandbox through the e2b API and returns its ID.
+func (s *system) create(key string, body map[string]any) string {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, out := s.call(key, http.MethodPost, "/v2/sandboxes", body)
+		if code == http.StatusCreated {
+			var c struct{ SandboxID string }
+			if err := json.Unmarshal(out, &c); err != nil {
+				s.t.Fatal(err)
+			}
+			return c.SandboxID
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			s.t.Fatalf("create: %d %s", code, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// eventually polls f until it returns "" or the deadline passes, then fails
+// with f's last answer.
+func eventually(t *testing.T, within time.Duration, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		msg := f()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestAggregatedAPI(t *testing.T) {
+	began := time.Now()
+	defer func() { t.Logf("took %s", time.Since(began)) }()
+	var k kubeSystem
+	const stale = 6 * time.Second
+	s := newKubeSystemWith(t, kubeSystemOptions{aggregated: true, staleAfter: stale, kube: &k})
+	env := k.env
+	waitAvailable(t, env.Config)
+	admin := env.Kubeconfig(t)
+
+	// Three sandboxes: two of team-a (one labelled by its metadata), one of
+	// team-b.
+	a1 := s.create(s.keyA, map[string]any{"templateID": "base", "timeout": 300, "metadata": map[string]string{"app": "web", "has space": "x"}})
+	a2 := s.create(s.keyA, map[string]any{"templateID": "base", "timeout": 300})
+	b1 := s.create(s.keyB, map[string]any{"templateID": "base", "timeout": 300})
+	want := []string{"team-a/" + a1, "team-a/" + a2, "team-b/" + b1}
+	slices.Sort(want)
+
+	// kubectl get -A lists what the e2b API lists, once the inventory has
+	// them.
+	eventually(t, 30*time.Second, func() string {
+		if got := kubectlNames(t, admin, "-A"); !slices.Equal(got, want) {
+			return "kubectl get sandboxes -A: " + strings.Join(got, ",") + "; want " + strings.Join(want, ",")
+		}
+		return ""
+	})
+	e2b := append(s.e2bNames(s.keyA, "team-a"), s.e2bNames(s.keyB, "team-b")...)
+	slices.Sort(e2b)
+	if !slices.Equal(e2b, want) {
+		t.Errorf("e2b lists %v, kubectl %v", e2b, want)
+	}
+	if got := kubectlNames(t, admin, "-n", "team-b"); !slices.Equal(got, []string{"team-b/" + b1}) {
+		t.Errorf("-n team-b: %v", got)
+	}
+	if got := kubectlNames(t, admin, "-A", "-l", "app=web"); !slices.Equal(got, []string{"team-a/" + a1}) {
+		t.Errorf("-l app=web: %v", got)
+	}
+	if got := kubectlNames(t, admin, "-A", "--field-selector", "spec.nodeName=host-k,status.state=running"); !slices.Equal(got, want) {
+		t.Errorf("field selector: %v", got)
+	}
+	if got := kubectlNames(t, admin, "-A", "--field-selector", "spec.template=other"); len(got) != 0 {
+		t.Errorf("field selector spec.template=other: %v", got)
+	}
+	if out, err := kubectl(t, admin, "get", "sandboxes", "-A", "--field-selector", "spec.cpu=1"); err == nil || !strings.Contains(out, "not supported") {
+		t.Errorf("an unknown field selector: %v %s", err, out)
+	}
+	// Paging: kubectl's chunking, one item a page.
+	if out, err := kubectl(t, admin, "get", "sandboxes", "-A", "--chunk-size", "1", "-o", "name"); err != nil || strings.Count(out, "sandbox.sandbox.skiff.dev/") != 3 {
+		t.Errorf("--chunk-size 1: %v %s", err, out)
+	}
+	// The table: its columns, and -o wide's.
+	out, err := kubectl(t, admin, "get", "sandboxes", "-n", "team-a")
+	if err != nil || !strings.HasPrefix(out, "NAME") || !containsAll(out, "TEMPLATE", "STATE", "NODE", "AGE", "ENDS", a1, "base", "running", "host-k") {
+		t.Errorf("kubectl get: %v\n%s", err, out)
+	}
+	if out, err := kubectl(t, admin, "get", "sbx", "-n", "team-a", "-o", "wide"); err != nil || !containsAll(out, "POOL", "CPU", "MEMORY", "256") {
+		t.Errorf("kubectl get -o wide: %v\n%s", err, out)
+	}
+	if out, err := kubectl(t, admin, "explain", "sandboxes.spec.nodeName"); err != nil || !strings.Contains(out, "the host (the name of its NodeInventory)") {
+		t.Errorf("kubectl explain: %v\n%s", err, out)
+	}
+
+	// RBAC: a user with no role is refused; one bound to the viewer role in
+	// team-a sees team-a only.
+	eve := kubetest.WriteKubeconfig(t, env.AddUser(t, "eve").Config)
+	if out, err := kubectl(t, eve, "get", "sandboxes", "-n", "team-a"); err == nil || !strings.Contains(out, "Forbidden") {
+		t.Errorf("eve lists team-a: %v %s", err, out)
+	}
+	ann := env.AddUser(t, "ann")
+	if err := env.Client.Create(t.Context(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "ann-views", Namespace: "team-a"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: deploy.ViewerRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "ann"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	annKC := kubetest.WriteKubeconfig(t, ann.Config)
+	eventually(t, 10*time.Second, func() string {
+		if got := kubectlNames(t, annKC, "-n", "team-a"); len(got) != 2 {
+			return "ann in team-a: " + strings.Join(got, ",")
+		}
+		return ""
+	})
+	if out, err := kubectl(t, annKC, "get", "sandboxes", "-n", "team-b"); err == nil || !strings.Contains(out, "Forbidden") {
+		t.Errorf("ann lists team-b: %v %s", err, out)
+	}
+	if out, err := kubectl(t, annKC, "delete", "sandbox", a2, "-n", "team-a"); err == nil || !strings.Contains(out, "Forbidden") {
+		t.Errorf("ann (a viewer) deletes: %v %s", err, out)
+	}
+
+	// A client-go informer and a raw watch see the same sandboxes.
+	dyn := dynamic.NewForConfigOrDie(env.Config)
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	inf := factory.ForResource(sandboxesGVR).Informer()
+	deleted := make(chan string, 16)
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			deleted <- u.GetName()
+		} else if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			deleted <- d.Key
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	stopInf := make(chan struct{})
+	defer close(stopInf)
+	factory.Start(stopInf)
+	if !toolscache.WaitForCacheSync(t.Context().Done(), inf.HasSynced) {
+		t.Fatal("the informer never synced")
+	}
+	var informed []string
+	for _, obj := range inf.GetStore().List() {
+		u := obj.(*unstructured.Unstructured)
+		informed = append(informed, u.GetNamespace()+"/"+u.GetName())
+	}
+	slices.Sort(informed)
+	if !slices.Equal(informed, want) {
+		t.Errorf("informer lists %v, want %v", informed, want)
+	}
+	w, err := dyn.Resource(sandboxesGVR).Namespace("").Watch(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	burst := map[string]bool{}
+	for range want {
+		e := next(t, w)
+		if e.Type != watch.Added {
+			t.Fatalf("opening burst: %s", e.Type)
+		}
+		u := e.Object.(*unstructured.Unstructured)
+		burst[u.GetNamespace()+"/"+u.GetName()] = true
+	}
+	if len(burst) != len(want) {
+		t.Errorf("opening burst %v", burst)
+	}
+
+	// kubectl delete kills the sandbox on its host: the e2b API no longer
+	// has it, the watch and the informer say DELETED.
+	if out, err := kubectl(t, admin, "delete", "sandbox", a2, "-n", "team-a"); err != nil {
+		t.Fatalf("kubectl delete: %v %s", err, out)
+	}
+	if code, _ := s.call(s.keyA, http.MethodGet, "/sandboxes/"+a2, nil); code != http.StatusNotFound {
+		t.Errorf("e2b get after kubectl delete: %d", code)
+	}
+	if e := next(t, w); e.Type != watch.Deleted || e.Object.(*unstructured.Unstructured).GetName() != a2 {
+		t.Errorf("after delete: %s", e.Type)
+	}
+	select {
+	case name := <-deleted:
+		if !strings.HasSuffix(name, a2) {
+			t.Errorf("informer deleted %s", name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the informer saw no delete")
+	}
+	if out, err := kubectl(t, admin, "delete", "sandbox", a2, "-n", "team-a"); err == nil || !strings.Contains(out, "NotFound") {
+		t.Errorf("delete again: %v %s", err, out)
+	}
+	if out, err := kubectl(t, admin, "delete", "sandbox", b1, "-n", "team-a"); err == nil || !strings.Contains(out, "NotFound") {
+		t.Errorf("delete of team-b's sandbox in team-a: %v %s", err, out)
+	}
+
+	// The host stops publishing while another keeps on: after the window,
+	// DELETED for each of its sandboxes; when it publishes again, ADDED.
+	stopOther := publishEmpty(t, env.Client, "host-z", time.Second)
+	defer stopOther()
+	k.stopPublishing()
+	gone := map[string]bool{}
+	for len(gone) < 2 {
+		e := next(t, w)
+		if e.Type != watch.Deleted {
+			t.Fatalf("after the host stopped publishing: %s", e.Type)
+		}
+		gone[e.Object.(*unstructured.Unstructured).GetName()] = true
+	}
+	if !gone[a1] || !gone[b1] {
+		t.Errorf("deleted on staleness: %v", gone)
+	}
+	if out, err := kubectl(t, admin, "delete", "sandbox", a1, "-n", "team-a"); err == nil || !strings.Contains(out, "NotFound") {
+		t.Errorf("delete on a stale node: %v %s", err, out)
+	}
+	k.stopPublishing = publishHost(t, env.Client, s.sandboxd, s.token, 2*time.Second)
+	back := map[string]bool{}
+	for len(back) < 2 {
+		e := next(t, w)
+		if e.Type != watch.Added {
+			t.Fatalf("after the host came back: %s", e.Type)
+		}
+		back[e.Object.(*unstructured.Unstructured).GetName()] = true
+	}
+	if !back[a1] || !back[b1] {
+		t.Errorf("added on return: %v", back)
+	}
+}
+
+// next returns the watch's next event that is not a bookmark.
+func next(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch closed")
+			}
+			if e.Type == watch.Bookmark {
+				continue
+			}
+			return e
+		case <-timeout:
+			t.Fatal("no watch event in 60s")
+		}
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// publishEmpty publishes the NodeInventory of a host with no sandboxes,
+// stamped every interval, until stop: a live node that keeps the fleet's
+// freshness reference moving, so that another node's silence makes it
+// stale.
+func publishEmpty(t *testing.T, c client.Client, node string, interval time.Duration) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			inv := &v1beta1.NodeInventory{
+				TypeMeta:    metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "NodeInventory"},
+				ObjectMeta:  metav1.ObjectMeta{Name: node},
+				PublishedAt: &metav1.Time{Time: time.Now()},
+				Spec:        v1beta1.NodeInventorySpec{Endpoint: "127.0.0.1:1", Capacity: v1beta1.NodeCapacity{CPUMilli: 1000, MemoryMiB: 1024, Sandboxes: 1}},
+			}
+			//nolint:staticcheck // as publishHost
+			if err := c.Patch(ctx, inv, client.Apply, client.FieldOwner("vk-sandbox"), client.ForceOwnership); err != nil && ctx.Err() == nil {
+				t.Logf("publish %s: %v", node, err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
+}
