@@ -20,6 +20,11 @@ type Request struct {
 	CPUMilli int64
 	// MemoryMiB is memory in mebibytes.
 	MemoryMiB int64
+	// Spread, if set, says how many sandboxes of the same kind (a warm
+	// pool's) a node already holds: of the sampled nodes, one with the
+	// fewest wins, and the score only breaks ties, so that a pool spreads
+	// across the fleet rather than packing the emptiest node.
+	Spread func(node string) int
 }
 
 // Placer places sandboxes on the fleet a Source serves. It is safe for
@@ -125,8 +130,27 @@ const maxStackSample = 16
 
 // candidate is a sampled node: its index in the listing and its score.
 type candidate struct {
-	at    int
-	score float64
+	at     int
+	score  float64
+	spread int
+}
+
+// better reports whether c beats best: fewer of its kind, then a higher
+// score; 0 is a tie.
+func (c candidate) better(best candidate) int {
+	if c.spread != best.spread {
+		if c.spread < best.spread {
+			return 1
+		}
+		return -1
+	}
+	switch {
+	case c.score > best.score:
+		return 1
+	case c.score < best.score:
+		return -1
+	}
+	return 0
 }
 
 // reserve samples K eligible nodes that are not excluded, reserves req on the
@@ -156,10 +180,14 @@ func (p *Placer) reserve(nodes []v1beta1.NodeInventory, req Request, excluded []
 			continue
 		}
 		eligible++
+		c := candidate{at: i, score: s}
+		if req.Spread != nil {
+			c.spread = req.Spread(n.Name)
+		}
 		if len(sample) < p.k {
-			sample = append(sample, candidate{i, s})
+			sample = append(sample, c)
 		} else if j := p.intNLocked(eligible); j < p.k {
-			sample[j] = candidate{i, s}
+			sample[j] = c
 		}
 	}
 	if len(sample) == 0 {
@@ -168,10 +196,10 @@ func (p *Placer) reserve(nodes []v1beta1.NodeInventory, req Request, excluded []
 	// The best score; ties by reservoir too, so each tied node is as likely.
 	best, ties := sample[0], 1
 	for _, c := range sample[1:] {
-		switch {
-		case c.score > best.score:
+		switch c.better(best) {
+		case 1:
 			best, ties = c, 1
-		case c.score == best.score:
+		case 0:
 			ties++
 			if p.intNLocked(ties) == 0 {
 				best = c

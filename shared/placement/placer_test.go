@@ -473,3 +473,25 @@ func listed(tb testing.TB, src *inventory.StaticSource) listedSource {
 	}
 	return listedSource{StaticSource: src, nodes: nodes}
 }
+
+// TestPlaceSpread proves that Request.Spread puts a pool's sandbox on the
+// node with the fewest of them, even a fuller one, and that the score
+// breaks ties.
+func TestPlaceSpread(t *testing.T) {
+	src := inventory.NewStaticSource(
+		node("empty", res(8000, 8192, 10), res(0, 0, 0), "base"),
+		node("busy", res(8000, 8192, 10), res(6000, 6000, 6), "base"),
+		node("freer", res(8000, 8192, 10), res(1000, 1000, 1), "base"),
+	)
+	p := placement.New(src, seeded(3, 3))
+	have := map[string]int{"empty": 2, "busy": 0, "freer": 2}
+	req := placement.Request{Template: "base", CPUMilli: 500, MemoryMiB: 256, Spread: func(n string) int { return have[n] }}
+	ok := func(context.Context, *v1beta1.NodeInventory) error { return nil }
+	if got, err := p.Place(t.Context(), req, ok); err != nil || got != "busy" {
+		t.Errorf("Place = %s, %v; want busy, which has none of the pool", got, err)
+	}
+	have["busy"] = 2
+	if got, err := p.Place(t.Context(), req, ok); err != nil || got != "empty" {
+		t.Errorf("Place on a tie = %s, %v; want empty, the freest", got, err)
+	}
+}

@@ -19,8 +19,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -273,4 +275,56 @@ func frontProxy(s *envtest.APIServer, dir string) error {
 		Set("proxy-client-cert-file", filepath.Join(dir, "client.crt")).
 		Set("proxy-client-key-file", filepath.Join(dir, "client.key"))
 	return nil
+}
+
+// StopAPIServer kills the kube-apiserver (SIGKILL; etcd runs on), as an
+// outage of the control plane; StartAPIServer brings it back on the same
+// address.
+func (e *Env) StopAPIServer(t testing.TB) {
+	t.Helper()
+	// The process is found by its certificate folder, this Env's own.
+	marker := filepath.Join(e.WorkDir, "certs")
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	killed := 0
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte(marker)) || !bytes.Contains(b, []byte("kube-apiserver")) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatalf("kubetest: no kube-apiserver process of %s found to kill", marker)
+	}
+	// envtest reaps it; its Stop then has nothing left to stop.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := e.env.ControlPlane.APIServer.Stop()
+		if err == nil || time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("kubetest: stop kube-apiserver: %v", err)
+			}
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("kubetest: killed kube-apiserver")
+}
+
+// StartAPIServer starts the kube-apiserver StopAPIServer stopped, on the
+// same address and with the same certificates, and waits until it is
+// ready.
+func (e *Env) StartAPIServer(t testing.TB) {
+	t.Helper()
+	start := time.Now()
+	if err := e.env.ControlPlane.APIServer.Start(); err != nil {
+		t.Fatalf("kubetest: restart kube-apiserver: %v", err)
+	}
+	t.Logf("kubetest: kube-apiserver back in %s", time.Since(start).Round(time.Millisecond))
 }
