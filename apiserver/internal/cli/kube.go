@@ -9,12 +9,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
+	"github.com/skiff-dev/skiff/apiserver/internal/warmpool"
 	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
 	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
@@ -46,7 +48,11 @@ func newScheme() (*runtime.Scheme, error) {
 // those: see auth.ConfigureCache), and the fleet source, key store and
 // template catalog that read through it.
 type kubeParts struct {
-	fleet     *fleetsource.KubeFleet
+	fleet  *fleetsource.KubeFleet
+	config *rest.Config
+	scheme *runtime.Scheme
+	// leader says whether this replica drives the warm pools now.
+	leader    *warmpool.Leader
 	cache     cache.Cache
 	source    *kubeinventory.Source
 	keys      *auth.SecretStore
@@ -82,7 +88,7 @@ func startKube(ctx context.Context, o *serveOptions, log *slog.Logger) (*kubePar
 	auth.ConfigureCache(&opts) // API-key Secrets only, trimmed to their digest
 	// The informers first, so that a missing CRD is named as such; the
 	// indexes join them before the cache starts.
-	kf, err := fleetsource.OpenKube(ctx, cfg, opts, o.fleet.Stale, &v1beta1.SandboxTemplate{}, &corev1.Secret{})
+	kf, err := fleetsource.OpenKube(ctx, cfg, opts, o.fleet.Stale, &v1beta1.SandboxTemplate{}, &v1beta1.SandboxWarmPool{}, &corev1.Secret{})
 	if err != nil {
 		return nil, err
 	}
@@ -107,6 +113,9 @@ func startKube(ctx context.Context, o *serveOptions, log *slog.Logger) (*kubePar
 	}
 	return &kubeParts{
 		fleet:     kf,
+		config:    cfg,
+		scheme:    scheme,
+		leader:    &warmpool.Leader{},
 		cache:     kf.Cache,
 		source:    kf.Source,
 		keys:      keys,

@@ -11,6 +11,7 @@ import (
 	"github.com/skiff-dev/skiff/apiserver/internal/aggregated"
 	"github.com/skiff-dev/skiff/apiserver/internal/aggregated/view"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	"github.com/skiff-dev/skiff/apiserver/internal/warmpool"
 	"github.com/skiff-dev/skiff/shared/daemon"
 	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/logflags"
@@ -70,6 +71,9 @@ type serveOptions struct {
 	// kubeAPI is the aggregated API's (with --inventory kube).
 	kubeAPI          *aggregated.Options
 	watchHistory     int
+	warmPools        []string
+	warmPoolInterval time.Duration
+	lease            warmpool.LeaseOptions
 	bookmarkInterval time.Duration
 	// flags are the parsed flags, to tell a flag given from its default.
 	flags *pflag.FlagSet
@@ -92,6 +96,8 @@ func newServeOptions() *serveOptions {
 		log:              logflags.New(logflags.Text),
 		kubeAPI:          aggregated.NewOptions(),
 		watchHistory:     view.DefaultHistory,
+		warmPoolInterval: warmpool.DefaultInterval,
+		lease:            warmpool.NewLeaseOptions(),
 		bookmarkInterval: view.DefaultBookmarkInterval,
 	}
 }
@@ -126,6 +132,10 @@ func (o *serveOptions) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.watchHistory, "watch-history", o.watchHistory, "With --inventory kube: how many sandbox changes the aggregated API keeps for watches that resume from a resourceVersion; "+
 		"one older gets 410 Gone and the client lists again. At least 1.")
 	f.DurationVar(&o.bookmarkInterval, "watch-bookmark-interval", o.bookmarkInterval, "With --inventory kube: how often a watch of sandboxes that allows bookmarks gets one. Greater than 0.")
+	f.StringSliceVar(&o.warmPools, "warm-pool", o.warmPools, "With --inventory static: a warm pool, as template=replicas (base=4), repeated or comma-separated: that many started sandboxes "+
+		"of the template are kept ready, so that a create claims one instead of starting one. Refused with --inventory kube, whose pools are SandboxWarmPool objects.")
+	f.DurationVar(&o.warmPoolInterval, "warm-pool-interval", o.warmPoolInterval, "Longest time between two passes of the warm-pool driver; it also makes one on every inventory or pool change. Greater than 0.")
+	o.lease.AddFlags(f)
 	o.flags = f
 }
 
@@ -134,6 +144,7 @@ func (o *serveOptions) AddFlags(f *pflag.FlagSet) {
 // with --kubeconfig unless their own kubeconfig flags say otherwise.
 func (o *serveOptions) Complete() error {
 	o.kubeAPI.Complete(o.fleet.Kubeconfig)
+	o.lease.Complete()
 	return nil
 }
 
@@ -180,6 +191,17 @@ func (o *serveOptions) Validate() error {
 		add(fmt.Errorf("--max-sandboxes-per-team must not be negative, got %d", o.maxPerTeam))
 	}
 	add(o.placement.Validate())
+	if o.warmPoolInterval <= 0 {
+		add(fmt.Errorf("--warm-pool-interval must be greater than 0, got %s", o.warmPoolInterval))
+	}
+	if o.fleet.IsKube() {
+		add(o.lease.Validate())
+		if len(o.warmPools) > 0 {
+			add(errors.New("--warm-pool is only read with --inventory static: with --inventory kube, warm pools are SandboxWarmPool objects"))
+		}
+	} else if _, err := warmpool.ParseStatic(o.warmPools); err != nil {
+		add(err)
+	}
 	switch {
 	case o.fleet.IsKube() && o.kubeAPI.Enabled():
 		add(o.kubeAPI.Validate())

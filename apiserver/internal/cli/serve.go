@@ -182,6 +182,7 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		a.ready = func() bool { return true } // startKube waited for the caches
 		src, keys, catalog = k.source, k.keys, k.templates
 		m.APIKeys(k.countKeys)
+		m.WarmPoolLeader(k.leader.Leading)
 		a.describe = []any{"inventory", fleetsource.Kube, "kube-apiserver", k.host, "node_tokens_per_host", tokens.PerNode()}
 	} else {
 		fs, err := auth.NewFileStore(o.keysFile, auth.FileStoreOptions{Logger: log})
@@ -211,6 +212,13 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		Logger:  log,
 		Metrics: m,
 	})
+	stopPools, err := startWarmPools(ctx, o, a.kube, src, backend, log)
+	if err != nil {
+		a.stop()
+		return nil, err
+	}
+	stopRest := a.stop
+	a.stop = func() { stopPools(); stopRest() }
 	if a.kube != nil && o.kubeAPI.Enabled() {
 		k, err := newKubeAPI(ctx, o, a.kube, backend, log)
 		if err != nil {

@@ -39,7 +39,7 @@ var sandboxesGVR = sbv1.GroupVersion.WithResource("sandboxes")
 
 // installAggregated installs the aggregated API's objects (deploy.Objects,
 // for a replica on this machine behind an ExternalName Service) and
-// returns the serve flags of a replica that runs as the objects'
+// returns the serve flags of a replica (its namespace exists already) that runs as the objects'
 // ServiceAccount, so that the RBAC the deploy helper grants is all it has.
 func installAggregated(t *testing.T, env *kubetest.Env, dir string) []string {
 	t.Helper()
@@ -67,9 +67,6 @@ func installAggregated(t *testing.T, env *kubetest.Env, dir string) []string {
 	}
 	c, err := client.New(env.Config, client.Options{Scheme: scheme})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: deploy.DefaultNamespace}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, obj := range deploy.Objects(cfg) {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/apiserver/deploy"
 	"github.com/skiff-dev/skiff/shared/hostinventory"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	"github.com/skiff-dev/skiff/shared/testing/hosttest"
@@ -71,6 +72,10 @@ type kubeSystemOptions struct {
 	aggregated bool
 	// staleAfter is --inventory-stale-after; 0 is the default.
 	staleAfter time.Duration
+	// secondHost runs a second sandbox host, host-l, with the same token.
+	secondHost bool
+	// serveArgs are more flags for serve.
+	serveArgs []string
 	// kube is set to the parts of the system the kube tests reach.
 	kube *kubeSystem
 }
@@ -80,8 +85,13 @@ type kubeSystem struct {
 	env *kubetest.Env
 	// stopPublishing stops the host's publisher.
 	stopPublishing func()
-	// apiserver is the sandbox-apiserver binary.
+	// apiserver is the sandbox-apiserver binary, and its running daemon.
 	apiserver string
+	daemon    *hosttest.Daemon
+	// admin is serve's --admin-listen.
+	admin string
+	// second is host-l, with secondHost.
+	second *hosttest.Host
 }
 
 func newKubeSystemWith(t *testing.T, o kubeSystemOptions) *system {
@@ -95,7 +105,7 @@ func newKubeSystemWith(t *testing.T, o kubeSystemOptions) *system {
 	// The cluster: teams, the base template (with an alias) and one no
 	// host holds, and the host's inventory.
 	ctx := t.Context()
-	for _, ns := range []string{"team-a", "team-b"} {
+	for _, ns := range []string{"team-a", "team-b", deploy.DefaultNamespace} {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
@@ -110,8 +120,10 @@ func newKubeSystemWith(t *testing.T, o kubeSystemOptions) *system {
 		}
 	}
 	stopPublishing := publishHost(t, env.Client, sbd, token, 2*time.Second)
-	if o.kube != nil {
-		*o.kube = kubeSystem{env: env, stopPublishing: stopPublishing, apiserver: apiserver}
+	var second *hosttest.Host
+	if o.secondHost {
+		second = hosttest.NewHost(t, hosttest.Options{Name: "apil", NodeName: "host-l", Token: token})
+		publishHost(t, env.Client, second.Addr, token, 2*time.Second)
 	}
 
 	kc := env.Kubeconfig(t)
@@ -124,8 +136,10 @@ func newKubeSystemWith(t *testing.T, o kubeSystemOptions) *system {
 		*k = strings.TrimSpace(string(out))
 	}
 	s.api = "http://" + hosttest.FreeAddr(t)
-	args := []string{"serve", "--listen", strings.TrimPrefix(s.api, "http://"), "--admin-listen", hosttest.FreeAddr(t),
+	admin := hosttest.FreeAddr(t)
+	args := []string{"serve", "--listen", strings.TrimPrefix(s.api, "http://"), "--admin-listen", admin,
 		"--inventory", "kube", "--sandboxd-token-file", tokenFile}
+	args = append(args, o.serveArgs...)
 	if o.staleAfter > 0 {
 		args = append(args, "--inventory-stale-after", o.staleAfter.String())
 	}
@@ -134,7 +148,11 @@ func newKubeSystemWith(t *testing.T, o kubeSystemOptions) *system {
 	} else {
 		args = append(args, "--kubeconfig", kc, "--secure-port", "0")
 	}
-	start(t, dir, "apiserver", apiserver, args...)
+	d := hosttest.NewDaemon(t, dir, "apiserver", apiserver, args...)
+	d.Start()
+	if o.kube != nil {
+		*o.kube = kubeSystem{env: env, stopPublishing: stopPublishing, apiserver: apiserver, daemon: d, admin: admin, second: second}
+	}
 	s.waitForCatalog()
 	return s
 }

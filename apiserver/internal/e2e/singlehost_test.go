@@ -35,6 +35,12 @@ func start(t testing.TB, dir, name, bin string, args ...string) {
 
 func newSystem(t testing.TB) *system {
 	t.Helper()
+	return newSystemWith(t)
+}
+
+// newSystemWith is newSystem with more flags for serve.
+func newSystemWith(t testing.TB, serveArgs ...string) *system {
+	t.Helper()
 	h := hosttest.NewHost(t, hosttest.Options{Name: "api", NodeName: "host-a", Overcommit: 64, // 2 CPUs hold 64 sandboxes of 2000m
 		Build: []string{"github.com/skiff-dev/skiff/apiserver/cmd/sandbox-apiserver"}})
 	s := &system{t: t, dir: h.Dir, sandboxd: h.Addr, token: h.Token}
@@ -51,9 +57,10 @@ func newSystem(t testing.TB) *system {
 	s.api = "http://" + hosttest.FreeAddr(t)
 	// No per-team limits: the benchmarks create hundreds of sandboxes a
 	// second; the limits have tests of their own (internal/cli).
-	start(t, h.Dir, "apiserver", apiserver, "serve", "--listen", strings.TrimPrefix(s.api, "http://"),
+	args := []string{"serve", "--listen", strings.TrimPrefix(s.api, "http://"),
 		"--sandboxd", h.Addr, "--sandboxd-token-file", h.TokenFile, "--api-keys-file", keys, "--admin-listen", hosttest.FreeAddr(t),
-		"--create-rate-per-team", "0", "--max-sandboxes-per-team", "0")
+		"--create-rate-per-team", "0", "--max-sandboxes-per-team", "0"}
+	start(t, h.Dir, "apiserver", apiserver, append(args, serveArgs...)...)
 	s.waitForHost()
 	return s
 }

@@ -112,6 +112,23 @@ func (m *Metrics) APIKeys(count func() int) {
 		func() float64 { return float64(count()) }))
 }
 
+// WarmPoolLeader adds the warm_pool_leader gauge: 1 while this replica
+// holds the warm-pool Lease and drives the pools, read from leading at each
+// scrape. Call it at most once.
+func (m *Metrics) WarmPoolLeader(leading func() bool) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Subsystem: subsystem,
+		Name: "warm_pool_leader", Help: "1 while this replica holds the warm-pool Lease and drives the warm pools, else 0."},
+		func() float64 {
+			if leading() {
+				return 1
+			}
+			return 0
+		}))
+}
+
 // CreateDone counts a create that reached the fleet: warm or cold when err
 // is nil, else failed with err's reason. It marks the request (see
 // Instrument) as counted.

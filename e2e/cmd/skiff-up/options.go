@@ -46,6 +46,8 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 		"(sandbox-apiserver --create-burst-per-team); 0 is passed as 1; not negative.")
 	fs.IntVar(&o.cfg.MaxSandboxesPerTeam, "max-sandboxes-per-team", system.DefaultMaxSandboxesPerTeam, "Most sandboxes, running and paused, one team may have "+
 		"(sandbox-apiserver --max-sandboxes-per-team); 0: no limit; not negative.")
+	fs.StringSliceVar(&o.cfg.WarmPools, "warm-pool", nil, "Warm pools, as template=replicas (base=2), repeated or comma-separated "+
+		"(sandbox-apiserver --warm-pool): that many sandboxes are kept started, so that a create claims one in milliseconds; each holds its share of the host as a running one does.")
 }
 
 // Validate reports every flag that cannot work, naming it.

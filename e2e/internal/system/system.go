@@ -79,6 +79,8 @@ type Config struct {
 	// burst only counts with a rate).
 	CreateRatePerTeam                       float64
 	CreateBurstPerTeam, MaxSandboxesPerTeam int
+	// WarmPools are the apiserver's --warm-pool values (template=replicas).
+	WarmPools []string
 	// Env is added to the servers' environment (sandboxd's, the
 	// apiserver's and the proxy's), which is otherwise this process's:
 	// e.g. OTEL_EXPORTER_OTLP_ENDPOINT, to export their traces.
@@ -177,12 +179,16 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if err := s.waitHTTP(ctx, "sandboxd", "http://"+cfg.SandboxdAdmin+"/healthz", 30*time.Second); err != nil {
 		return nil, err
 	}
-	if err := s.start("sandbox-apiserver", filepath.Join(cfg.Bin, "sandbox-apiserver"), "serve",
+	apiArgs := []string{"serve",
 		"--listen", cfg.APIListen, "--admin-listen", cfg.APIAdmin, "--inventory", "static", "--sandboxd", cfg.SandboxdListen,
 		"--sandboxd-token-file", token, "--api-keys-file", keysFile,
 		"--create-rate-per-team", strconv.FormatFloat(cfg.CreateRatePerTeam, 'g', -1, 64),
 		"--create-burst-per-team", strconv.Itoa(max(cfg.CreateBurstPerTeam, 1)),
-		"--max-sandboxes-per-team", strconv.Itoa(cfg.MaxSandboxesPerTeam)); err != nil {
+		"--max-sandboxes-per-team", strconv.Itoa(cfg.MaxSandboxesPerTeam)}
+	for _, p := range cfg.WarmPools {
+		apiArgs = append(apiArgs, "--warm-pool", p)
+	}
+	if err := s.start("sandbox-apiserver", filepath.Join(cfg.Bin, "sandbox-apiserver"), apiArgs...); err != nil {
 		return nil, err
 	}
 	if err := s.start("sandbox-envd-proxy", filepath.Join(cfg.Bin, "sandbox-envd-proxy"), "serve",

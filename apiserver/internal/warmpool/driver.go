@@ -1,0 +1,399 @@
+// Package warmpool drives warm pools to their targets: it counts each
+// pool's warm sandboxes in the fresh inventories, plus the warms it has
+// started that the inventories do not show yet, asks placement's nodes to
+// warm more (spread across nodes) when a pool has too few, kills the
+// newest when it has too many, kills warm sandboxes whose pool is gone,
+// and reports each pool's status.
+//
+// In Kubernetes mode the pools are SandboxWarmPool objects and one replica
+// drives them, the holder of a Lease (Campaign); in single-host mode they
+// come from --warm-pool and the driver always runs.
+package warmpool
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
+	"github.com/skiff-dev/skiff/shared/inventory"
+	"github.com/skiff-dev/skiff/shared/placement"
+)
+
+// Defaults of Config.
+const (
+	DefaultInterval      = 2 * time.Second
+	DefaultMaxConcurrent = 4
+	DefaultPendingTTL    = 90 * time.Second
+)
+
+// Pool is one warm pool as the driver sees it.
+type Pool struct {
+	// Key is namespace/name, what sandboxd records as a warm sandbox's pool.
+	Key      string
+	Template string
+	Replicas int32
+	// Resources override the template's where not zero.
+	Resources fleet.Defaults
+	// Object is the SandboxWarmPool, nil for a pool from a flag.
+	Object *v1beta1.SandboxWarmPool
+}
+
+// Pools lists the pools to drive.
+type Pools interface {
+	List(ctx context.Context) ([]Pool, error)
+}
+
+// Fleet warms and kills sandboxes; *fleet.Backend is one.
+type Fleet interface {
+	Warm(ctx context.Context, template, pool string, override fleet.Defaults, spread func(node string) int) (node, id string, err error)
+	KillOnNode(ctx context.Context, node, id string) error
+}
+
+// StatusWriter writes a pool's status.
+type StatusWriter interface {
+	WriteStatus(ctx context.Context, p Pool, st v1beta1.SandboxWarmPoolStatus) error
+}
+
+// Config configures a Driver.
+type Config struct {
+	Pools  Pools
+	Source inventory.Source
+	Fleet  Fleet
+	// Status writes pools' status; nil writes none (pools from flags).
+	Status StatusWriter
+	// Interval bounds the time between passes; ≤ 0 is DefaultInterval.
+	Interval time.Duration
+	// MaxConcurrent bounds the warms in flight per pool; ≤ 0 is
+	// DefaultMaxConcurrent.
+	MaxConcurrent int
+	// PendingTTL is how long a warm the driver started counts toward its
+	// pool before an inventory shows it; ≤ 0 is DefaultPendingTTL.
+	PendingTTL time.Duration
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+// Driver drives pools. It is safe for concurrent use.
+type Driver struct {
+	cfg    Config
+	log    *slog.Logger
+	notify chan struct{}
+
+	mu sync.Mutex
+	// pending are warms the driver started that no inventory showed yet,
+	// by sandbox ID.
+	pending map[string]pendingWarm
+	// inflight counts the Warm calls under way, by pool.
+	inflight map[string]int
+	// lastErr is each pool's last warm error, "" after a success.
+	lastErr map[string]error
+
+	wg sync.WaitGroup
+	// runMu makes Runs one at a time: a lost lease's Run ends (and waits
+	// for its warms) before the next lease's starts.
+	runMu sync.Mutex
+}
+
+type pendingWarm struct {
+	pool, node string
+	at         time.Time
+}
+
+// New returns a Driver.
+func New(cfg Config) *Driver {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if cfg.PendingTTL <= 0 {
+		cfg.PendingTTL = DefaultPendingTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Driver{cfg: cfg, log: cfg.Logger, notify: make(chan struct{}, 1),
+		pending: map[string]pendingWarm{}, inflight: map[string]int{}, lastErr: map[string]error{}}
+}
+
+// Notify asks for a pass soon; it never blocks.
+func (d *Driver) Notify() {
+	select {
+	case d.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Run makes a pass at once, then on every Notify and at least every
+// Interval, until ctx ends; then it waits for the warms in flight.
+func (d *Driver) Run(ctx context.Context) {
+	d.runMu.Lock()
+	defer d.runMu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	defer d.wg.Wait()
+	t := time.NewTicker(d.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := d.Sync(ctx); err != nil && ctx.Err() == nil {
+			d.log.WarnContext(ctx, "warm-pool pass", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.notify:
+		case <-t.C:
+		}
+	}
+}
+
+// warmEntry is a warm sandbox of a pool on a node.
+type warmEntry struct {
+	node, id string
+	started  time.Time
+}
+
+// Sync makes one pass over every pool. The warms it starts run on after
+// it returns (their end triggers another pass).
+func (d *Driver) Sync(ctx context.Context) error {
+	pools, err := d.cfg.Pools.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list warm pools: %w", err)
+	}
+	nodes, err := d.cfg.Source.ListNodes(ctx)
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	byPool := map[string][]warmEntry{}
+	seen := map[string]bool{}
+	for i := range nodes {
+		n := &nodes[i]
+		for _, e := range inventory.Owned(n) {
+			seen[e.ID] = true
+			if e.State == v1beta1.SandboxWarm && e.Pool != "" {
+				byPool[e.Pool] = append(byPool[e.Pool], warmEntry{node: n.Name, id: e.ID, started: e.StartedAt.Time})
+			}
+		}
+	}
+	d.forgetPending(seen)
+
+	known := map[string]bool{}
+	var errs []error
+	for _, p := range pools {
+		known[p.Key] = true
+		if err := d.syncPool(ctx, p, byPool[p.Key]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Warm sandboxes whose pool is gone.
+	for key, entries := range byPool {
+		if known[key] {
+			continue
+		}
+		for _, e := range entries {
+			if err := d.cfg.Fleet.KillOnNode(ctx, e.node, e.id); err != nil {
+				errs = append(errs, fmt.Errorf("kill warm sandbox %s of deleted pool %s: %w", e.id, key, err))
+				continue
+			}
+			d.log.InfoContext(ctx, "killed a warm sandbox of a pool that is gone", "pool", key, "node", e.node, "sandbox", e.id)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// forgetPending drops the pending warms an inventory now shows (warm, or
+// already claimed) and those past their TTL.
+func (d *Driver) forgetPending(seen map[string]bool) {
+	now := d.cfg.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, p := range d.pending {
+		if seen[id] || now.Sub(p.at) > d.cfg.PendingTTL {
+			delete(d.pending, id)
+		}
+	}
+}
+
+// counts returns the pool's pending warms by node (and in all) and its
+// warms in flight.
+func (d *Driver) counts(pool string) (map[string]int, int, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	byNode := map[string]int{}
+	n := 0
+	for _, p := range d.pending {
+		if p.pool == pool {
+			byNode[p.node]++
+			n++
+		}
+	}
+	return byNode, n, d.inflight[pool]
+}
+
+func (d *Driver) syncPool(ctx context.Context, p Pool, warm []warmEntry) error {
+	pendingByNode, pending, inflight := d.counts(p.Key)
+	target := int(p.Replicas)
+	have := len(warm) + pending + inflight
+	var errs []error
+	switch {
+	case have < target && inflight == 0:
+		spread := map[string]int{}
+		for _, e := range warm {
+			spread[e.node]++
+		}
+		for node, n := range pendingByNode {
+			spread[node] += n
+		}
+		d.startWarms(ctx, p, target-have, spread)
+	case len(warm)+pending > target && len(warm) > 0:
+		errs = append(errs, d.trim(ctx, p, warm, min(len(warm), len(warm)+pending-target)))
+	}
+	if d.cfg.Status == nil || p.Object == nil {
+		return errors.Join(errs...)
+	}
+	_, pending, inflight = d.counts(p.Key)
+	st := d.status(p, len(warm), pending+inflight)
+	if err := d.cfg.Status.WriteStatus(ctx, p, st); err != nil {
+		errs = append(errs, fmt.Errorf("write status of pool %s: %w", p.Key, err))
+	}
+	return errors.Join(errs...)
+}
+
+// startWarms starts n warms in the background, in at most MaxConcurrent
+// workers. spread is the pool's sandboxes by node, shared by the workers:
+// each warm placed counts there, so that the next goes elsewhere.
+func (d *Driver) startWarms(ctx context.Context, p Pool, n int, spread map[string]int) {
+	var mu sync.Mutex
+	count := func(node string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return spread[node]
+	}
+	workers := min(n, d.cfg.MaxConcurrent)
+	d.mu.Lock()
+	d.inflight[p.Key] += n
+	d.mu.Unlock()
+	for w := range workers {
+		todo := n/workers + btoi(w < n%workers)
+		d.wg.Go(func() {
+			for range todo {
+				node, id, err := d.cfg.Fleet.Warm(ctx, p.Template, p.Key, p.Resources, count)
+				if err == nil {
+					mu.Lock()
+					spread[node]++
+					mu.Unlock()
+				}
+				d.warmDone(ctx, p, node, id, err)
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// warmDone records the end of one warm of p.
+func (d *Driver) warmDone(ctx context.Context, p Pool, node, id string, err error) {
+	d.mu.Lock()
+	d.inflight[p.Key]--
+	prev := d.lastErr[p.Key]
+	if err == nil {
+		d.pending[id] = pendingWarm{pool: p.Key, node: node, at: d.cfg.Now()}
+		delete(d.lastErr, p.Key)
+	} else if ctx.Err() == nil {
+		d.lastErr[p.Key] = err
+	}
+	d.mu.Unlock()
+	switch {
+	case err == nil:
+		d.log.InfoContext(ctx, "warmed a sandbox", "pool", p.Key, "template", p.Template, "node", node, "sandbox", id)
+		d.Notify()
+	case ctx.Err() != nil:
+	case prev == nil || prev.Error() != err.Error():
+		// A pool that cannot fill says why once, not every pass.
+		d.log.WarnContext(ctx, "warm a sandbox for a pool", "pool", p.Key, "template", p.Template, "error", err)
+	}
+}
+
+// trim kills n of the pool's warm sandboxes: the newest, from the nodes
+// that hold the most of the pool.
+func (d *Driver) trim(ctx context.Context, p Pool, warm []warmEntry, n int) error {
+	perNode := map[string]int{}
+	for _, e := range warm {
+		perNode[e.node]++
+	}
+	var errs []error
+	for range n {
+		i := 0
+		for j := range warm {
+			a, b := warm[j], warm[i]
+			if c := cmp.Or(cmp.Compare(perNode[a.node], perNode[b.node]), a.started.Compare(b.started), strings.Compare(a.id, b.id)); c > 0 {
+				i = j
+			}
+		}
+		e := warm[i]
+		warm = slices.Delete(warm, i, i+1)
+		perNode[e.node]--
+		if err := d.cfg.Fleet.KillOnNode(ctx, e.node, e.id); err != nil {
+			errs = append(errs, fmt.Errorf("trim pool %s: kill %s on %s: %w", p.Key, e.id, e.node, err))
+			continue
+		}
+		d.log.InfoContext(ctx, "trimmed a warm sandbox", "pool", p.Key, "node", e.node, "sandbox", e.id)
+	}
+	return errors.Join(errs...)
+}
+
+// Condition reasons of a pool's Ready condition.
+const (
+	ReasonFilled     = "Filled"
+	ReasonFilling    = "Filling"
+	ReasonNoCapacity = "NoCapacity"
+	ReasonWarmFailed = "WarmFailed"
+)
+
+// status is the pool's status from its counts.
+func (d *Driver) status(p Pool, ready, warming int) v1beta1.SandboxWarmPoolStatus {
+	target := int(p.Replicas)
+	st := v1beta1.SandboxWarmPoolStatus{
+		ObservedGeneration: p.Object.Generation,
+		Replicas:           int32(ready + warming),
+		Ready:              int32(ready),
+		Warming:            int32(warming),
+	}
+	d.mu.Lock()
+	lastErr := d.lastErr[p.Key]
+	d.mu.Unlock()
+	msg := fmt.Sprintf("%d of %d warm sandboxes ready, %d warming", ready, target, warming)
+	reason := ReasonFilling
+	switch {
+	case ready >= target:
+		reason = ReasonFilled
+	case lastErr != nil && errors.Is(lastErr, placement.ErrNoCapacity):
+		reason, msg = ReasonNoCapacity, msg+": no fresh node holds the template with room for another: "+lastErr.Error()
+	case lastErr != nil:
+		reason, msg = ReasonWarmFailed, msg+": "+lastErr.Error()
+	}
+	status := "False"
+	if ready >= target {
+		status = "True"
+	}
+	st.Conditions = setCondition(p.Object.Status.Conditions, v1beta1.SandboxWarmPoolConditionReady, status, reason, msg, p.Object.Generation, d.cfg.Now())
+	return st
+}
