@@ -45,7 +45,7 @@ kube-bins: ## Build etcd, kube-apiserver and kubectl from Go modules into the ca
 	hack/kube/build.sh
 
 .PHONY: generate
-generate: $(addprefix $(BIN)/,controller-gen crd-ref-docs buf protoc-gen-go protoc-gen-connect-go) ## Regenerate deepcopy, CRDs (api/crds), protobuf code and docs/api.md.
+generate: $(addprefix $(BIN)/,controller-gen crd-ref-docs buf openapi-gen protoc-gen-go protoc-gen-connect-go) ## Regenerate deepcopy, CRDs (api/crds), the aggregated API's OpenAPI, protobuf code and docs/api.md.
 	for m in $(MODULES); do (cd $$m && go generate ./...); done
 	$(BIN)/crd-ref-docs --source-path=api/v1beta1 --config=hack/crd-ref-docs/config.yaml \
 		--renderer=markdown --output-path=docs/api.md --log-level=ERROR

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -344,6 +346,15 @@ func TestAggregatedAPI(t *testing.T) {
 		t.Errorf("opening burst %v", burst)
 	}
 
+	// kubectl get -w: the opening burst, then the delete below.
+	kw := startKubectlWatch(t, admin, "get", "sandboxes", "-A", "-w", "--output-watch-events")
+	eventually(t, 30*time.Second, func() string {
+		if out := kw.String(); strings.Count(out, "ADDED") != 3 || !containsAll(out, a1, a2, b1) {
+			return "kubectl get -w so far:\n" + out
+		}
+		return ""
+	})
+
 	// kubectl delete kills the sandbox on its host: the e2b API no longer
 	// has it, the watch and the informer say DELETED.
 	if out, err := kubectl(t, admin, "delete", "sandbox", a2, "-n", "team-a"); err != nil {
@@ -355,6 +366,14 @@ func TestAggregatedAPI(t *testing.T) {
 	if e := next(t, w); e.Type != watch.Deleted || e.Object.(*unstructured.Unstructured).GetName() != a2 {
 		t.Errorf("after delete: %s", e.Type)
 	}
+	eventually(t, 30*time.Second, func() string {
+		for _, line := range strings.Split(kw.String(), "\n") {
+			if strings.HasPrefix(line, "DELETED") && strings.Contains(line, a2) {
+				return ""
+			}
+		}
+		return "kubectl get -w shows no DELETED for " + a2 + ":\n" + kw.String()
+	})
 	select {
 	case name := <-deleted:
 		if !strings.HasSuffix(name, a2) {
@@ -401,6 +420,44 @@ func TestAggregatedAPI(t *testing.T) {
 	if !back[a1] || !back[b1] {
 		t.Errorf("added on return: %v", back)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer a process writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startKubectlWatch runs kubectl (a watch, which does not end by itself)
+// until the test ends, its output in the returned buffer.
+func startKubectlWatch(t *testing.T, kc string, args ...string) *lockedBuffer {
+	t.Helper()
+	assets, err := kubetest.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &lockedBuffer{}
+	cmd := exec.CommandContext(ctx, filepath.Join(assets, "kubectl"), append([]string{"--kubeconfig", kc}, args...)...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	return out
 }
 
 // next returns the watch's next event that is not a bookmark.

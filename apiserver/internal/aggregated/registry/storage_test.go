@@ -42,7 +42,7 @@ func (r *recorder) Kill(_ context.Context, sb *sbv1.Sandbox) error {
 	return nil
 }
 
-func newStorage(t *testing.T, src *inventory.StaticSource) (*Storage, *view.View, *recorder) {
+func newStorage(t testing.TB, src *inventory.StaticSource) (*Storage, *view.View, *recorder) {
 	t.Helper()
 	v := view.New(src, view.Options{Snapshots: 2})
 	if err := v.Rebuild(t.Context()); err != nil {
