@@ -153,8 +153,10 @@ type View struct {
 	mu sync.Mutex
 	// current is the last snapshot; nil until the first rebuild.
 	current *Snapshot
-	// byKey indexes current's objects by namespace/name.
-	byKey map[key]*v1beta1.Sandbox
+	// nodes are current's sandboxes by node, with the resourceVersion of
+	// the inventory they came from: an inventory seen at the same version
+	// again is not looked at.
+	nodes map[string]*nodeState
 	// snapshots are the kept snapshots, oldest first; the last is current.
 	snapshots []*Snapshot
 	// history holds the newest events, oldest first.
@@ -227,51 +229,84 @@ func (v *View) Rebuild(ctx context.Context) error {
 
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	next := make(map[key]*v1beta1.Sandbox, len(v.byKey))
 	var changes []Event
+	nextNodes := make(map[string]*nodeState, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
+		prev := v.nodes[n.Name]
+		if prev != nil && prev.rv != "" && prev.rv == n.ResourceVersion {
+			nextNodes[n.Name] = prev
+			continue
+		}
+		ns := &nodeState{rv: n.ResourceVersion, items: make(map[key]*v1beta1.Sandbox, len(n.Spec.Sandboxes))}
 		entries := inventory.Owned(n)
 		for j := range entries {
 			e := &entries[j]
-			ns := namespaceOf(e)
-			if ns == "" {
+			nsName := namespaceOf(e)
+			if nsName == "" {
 				continue // a warm sandbox of no pool: no namespace to show it in
 			}
-			k := key{ns, e.ID}
-			if _, dup := next[k]; dup {
+			k := key{nsName, e.ID}
+			if _, dup := ns.items[k]; dup {
 				continue
 			}
-			prev := v.byKey[k]
-			if prev != nil && same(prev, n.Name, e) {
-				next[k] = prev
-				continue
-			}
-			sb := toSandbox(n.Name, ns, e)
-			next[k] = sb
-			typ := watch.Added
+			var old *v1beta1.Sandbox
 			if prev != nil {
+				old = prev.items[k]
+			}
+			if old != nil && same(old, n.Name, e) {
+				ns.items[k] = old
+				continue
+			}
+			sb := toSandbox(n.Name, nsName, e)
+			ns.items[k] = sb
+			typ := watch.Added
+			if old != nil {
 				typ = watch.Modified
 			}
 			changes = append(changes, Event{Type: typ, Object: sb})
 		}
+		if prev != nil {
+			changes = appendDeleted(changes, prev, ns)
+		}
+		nextNodes[n.Name] = ns
 	}
-	for k, prev := range v.byKey {
-		if _, ok := next[k]; !ok {
-			gone := prev.DeepCopy()
-			changes = append(changes, Event{Type: watch.Deleted, Object: gone})
+	for name, prev := range v.nodes {
+		if _, ok := nextNodes[name]; !ok {
+			changes = appendDeleted(changes, prev, nil) // the node left (stale or gone)
 		}
 	}
 	if v.current != nil && len(changes) == 0 {
+		v.nodes = nextNodes
 		return nil
 	}
-	v.apply(newest, next, changes)
+	v.apply(newest, nextNodes, changes)
 	return nil
+}
+
+// nodeState is one node's sandboxes in the view.
+type nodeState struct {
+	rv    string
+	items map[key]*v1beta1.Sandbox
+}
+
+// appendDeleted appends a DELETED event for each of prev's sandboxes that
+// next (nil: none) no longer has.
+func appendDeleted(changes []Event, prev, next *nodeState) []Event {
+	for k, sb := range prev.items {
+		if next != nil {
+			if _, ok := next.items[k]; ok {
+				continue
+			}
+		}
+		changes = append(changes, Event{Type: watch.Deleted, Object: sb.DeepCopy()})
+	}
+	return changes
 }
 
 // apply numbers a batch, records its events and snapshot and wakes the
 // watchers. v.mu is held.
-func (v *View) apply(newest uint64, next map[key]*v1beta1.Sandbox, changes []Event) {
+func (v *View) apply(newest uint64, nodes map[string]*nodeState, changes []Event) {
 	slices.SortFunc(changes, func(a, b Event) int { return compareSandboxes(a.Object, b.Object) })
 	batch := max(newest, v.batch+1)
 	if n := uint64(len(changes)); n > maxBatchSeq {
@@ -287,11 +322,11 @@ func (v *View) apply(newest uint64, next map[key]*v1beta1.Sandbox, changes []Eve
 		changes[i].Object.ResourceVersion = strconv.FormatUint(rv, 10)
 	}
 	v.batch = batch
-	snap := &Snapshot{RV: batch<<seqBits | snapshotSeq, items: slices.SortedFunc(maps.Values(next), compareSandboxes)}
+	snap := &Snapshot{RV: batch<<seqBits | snapshotSeq, items: v.merge(changes)}
 	if v.current == nil {
 		v.floor = snap.RV
 	}
-	v.current, v.byKey = snap, next
+	v.current, v.nodes = snap, nodes
 	v.snapshots = append(v.snapshots, snap)
 	if over := len(v.snapshots) - v.opts.Snapshots; over > 0 {
 		clear(v.snapshots[:over])
@@ -307,6 +342,31 @@ func (v *View) apply(newest uint64, next map[key]*v1beta1.Sandbox, changes []Eve
 	}
 	close(v.changed)
 	v.changed = make(chan struct{})
+}
+
+// merge returns the current snapshot's items with changes (sorted by key)
+// applied: one pass over the snapshot, rather than a sort of the fleet.
+func (v *View) merge(changes []Event) []*v1beta1.Sandbox {
+	var prev []*v1beta1.Sandbox
+	if v.current != nil {
+		prev = v.current.items
+	}
+	out := make([]*v1beta1.Sandbox, 0, len(prev)+len(changes))
+	i := 0
+	for _, c := range changes {
+		k := key{c.Object.Namespace, c.Object.Name}
+		for i < len(prev) && compareKey(prev[i], k) < 0 {
+			out = append(out, prev[i])
+			i++
+		}
+		if i < len(prev) && compareKey(prev[i], k) == 0 {
+			i++ // modified or deleted: the old one goes
+		}
+		if c.Type != watch.Deleted {
+			out = append(out, c.Object)
+		}
+	}
+	return append(out, prev[i:]...)
 }
 
 // namespaceOf is the namespace a sandbox shows in: its team's, or for a
