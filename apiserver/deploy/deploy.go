@@ -10,6 +10,10 @@
 package deploy
 
 import (
+	"context"
+	"fmt"
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -227,5 +231,31 @@ func UserRoles() []client.Object {
 			}},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{sbv1.Group}, Resources: []string{"sandboxes"}, Verbs: append(read, "delete")}},
 		},
+	}
+}
+
+// WaitAvailable waits until the aggregator reports the APIService
+// Available (it reaches a replica and trusts its certificate), or ctx ends;
+// the error then says what the APIService's condition last said.
+func WaitAvailable(ctx context.Context, c client.Reader) error {
+	var last string
+	for {
+		var svc apiregistrationv1.APIService
+		if err := c.Get(ctx, client.ObjectKey{Name: APIServiceName}, &svc); err != nil {
+			last = err.Error()
+		}
+		for _, cond := range svc.Status.Conditions {
+			if cond.Type == apiregistrationv1.Available {
+				if cond.Status == apiregistrationv1.ConditionTrue {
+					return nil
+				}
+				last = cond.Reason + ": " + cond.Message
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("APIService %s is not Available: %s: %w", APIServiceName, last, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }

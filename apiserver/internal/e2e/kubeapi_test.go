@@ -99,23 +99,11 @@ func waitAvailable(t *testing.T, cfg *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		var svc apiregistrationv1.APIService
-		if err := c.Get(t.Context(), client.ObjectKey{Name: deploy.APIServiceName}, &svc); err == nil {
-			for _, cond := range svc.Status.Conditions {
-				if cond.Type == apiregistrationv1.Available {
-					if cond.Status == apiregistrationv1.ConditionTrue {
-						return
-					}
-					last = cond.Reason + ": " + cond.Message
-				}
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if err := deploy.WaitAvailable(ctx, c); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("APIService %s never became Available: %s", deploy.APIServiceName, last)
 }
 
 // kubectl runs kubectl (built at the control plane's version) with
