@@ -13,13 +13,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sbv1 "github.com/skiff-dev/skiff/api/sandbox/v1beta1"
 	"github.com/skiff-dev/skiff/api/v1beta1"
@@ -120,48 +116,19 @@ func BenchmarkAggregatedList(b *testing.B) {
 }
 
 // installKubeAPI installs the aggregated API's objects for a replica in
-// this process (deploy.Objects behind an ExternalName Service) and returns
-// serve's flags for it.
+// this process and returns serve's flags for it.
 func installKubeAPI(b *testing.B, env *kubetest.Env) []string {
 	b.Helper()
-	addr := hosttest.FreeAddr(b)
-	_, portStr, _ := strings.Cut(addr, ":")
-	port, _ := strconv.Atoi(portStr)
-	cfg := deploy.Config{ExternalName: "localhost", TargetPort: int32(port)}
-	cert, err := deploy.ServingCert(cfg, time.Hour, "localhost", "127.0.0.1")
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.CABundle = cert.CA
-	dir := b.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	for f, data := range map[string][]byte{certFile: cert.Cert, keyFile: cert.Key} {
-		if err := os.WriteFile(f, data, 0o600); err != nil {
-			b.Fatal(err)
-		}
-	}
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, rbacv1.AddToScheme, apiregistrationv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			b.Fatal(err)
-		}
-	}
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := c.Create(b.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: deploy.DefaultNamespace}}); err != nil {
-		b.Fatal(err)
-	}
-	for _, obj := range deploy.Objects(cfg) {
-		if err := c.Create(b.Context(), obj); err != nil {
-			b.Fatalf("create %s: %v", obj.GetName(), err)
-		}
-	}
 	if err := apiregistrationv1.AddToScheme(env.Scheme); err != nil {
 		b.Fatal(err)
 	}
-	return []string{"--secure-port", portStr, "--bind-address", "127.0.0.1", "--tls-cert-file", certFile, "--tls-private-key-file", keyFile}
+	_, port, _ := strings.Cut(hosttest.FreeAddr(b), ":")
+	n, _ := strconv.Atoi(port)
+	args, err := deploy.InstallLocal(b.Context(), env.Client, b.TempDir(), n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return args
 }
 
 // rssMiB is this process's resident set, from /proc.

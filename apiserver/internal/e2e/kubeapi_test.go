@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -16,11 +15,9 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -39,42 +36,21 @@ import (
 
 var sandboxesGVR = sbv1.GroupVersion.WithResource("sandboxes")
 
-// installAggregated installs the aggregated API's objects (deploy.Objects,
-// for a replica on this machine behind an ExternalName Service) and
-// returns the serve flags of a replica (its namespace exists already) that runs as the objects'
-// ServiceAccount, so that the RBAC the deploy helper grants is all it has.
+// installAggregated installs the aggregated API's objects for a replica on
+// this machine (deploy.InstallLocal) and returns the serve flags of one
+// that runs as their ServiceAccount, so that the RBAC deploy grants is all
+// it has. It adds apiregistration to env's scheme.
 func installAggregated(t *testing.T, env *kubetest.Env, dir string) []string {
 	t.Helper()
 	ctx := t.Context()
-	addr := hosttest.FreeAddr(t)
-	_, portStr, _ := strings.Cut(addr, ":")
+	if err := apiregistrationv1.AddToScheme(env.Scheme); err != nil {
+		t.Fatal(err)
+	}
+	_, portStr, _ := strings.Cut(hosttest.FreeAddr(t), ":")
 	port, _ := strconv.Atoi(portStr)
-	cfg := deploy.Config{ExternalName: "localhost", TargetPort: int32(port)}
-	cert, err := deploy.ServingCert(cfg, time.Hour, "localhost", "127.0.0.1")
+	serving, err := deploy.InstallLocal(ctx, env.Client, dir, port)
 	if err != nil {
 		t.Fatal(err)
-	}
-	cfg.CABundle = cert.CA
-	certFile, keyFile := filepath.Join(dir, "kubeapi.crt"), filepath.Join(dir, "kubeapi.key")
-	for f, b := range map[string][]byte{certFile: cert.Cert, keyFile: cert.Key} {
-		if err := os.WriteFile(f, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, rbacv1.AddToScheme, apiregistrationv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, obj := range deploy.Objects(cfg) {
-		if err := c.Create(ctx, obj); err != nil {
-			t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
-		}
 	}
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	tok, err := cs.CoreV1().ServiceAccounts(deploy.DefaultNamespace).CreateToken(ctx, deploy.DefaultName,
@@ -83,25 +59,16 @@ func installAggregated(t *testing.T, env *kubetest.Env, dir string) []string {
 		t.Fatal(err)
 	}
 	sa := kubetest.WriteKubeconfig(t, &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: tok.Status.Token})
-	return []string{"--kubeconfig", sa, "--secure-port", portStr, "--bind-address", "127.0.0.1",
-		"--tls-cert-file", certFile, "--tls-private-key-file", keyFile}
+	return append([]string{"--kubeconfig", sa}, serving...)
 }
 
 // waitAvailable waits until the aggregator reports the APIService
 // Available (it has reached the replica and checked its certificate).
-func waitAvailable(t *testing.T, cfg *rest.Config) {
+func waitAvailable(t *testing.T, env *kubetest.Env) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := apiregistrationv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	if err := deploy.WaitAvailable(ctx, c); err != nil {
+	if err := deploy.WaitAvailable(ctx, env.Client); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -204,7 +171,7 @@ func TestAggregatedAPI(t *testing.T) {
 	const stale = 6 * time.Second
 	s := newKubeSystemWith(t, kubeSystemOptions{aggregated: true, staleAfter: stale, kube: &k})
 	env := k.env
-	waitAvailable(t, env.Config)
+	waitAvailable(t, env)
 	admin := env.Kubeconfig(t)
 
 	// Three sandboxes: two of team-a (one labelled by its metadata), one of
