@@ -107,6 +107,45 @@ func BenchmarkWarmClaim(b *testing.B) {
 	})
 }
 
+// BenchmarkWarmClaimFromPool times POST /v2/sandboxes answered by a claim
+// from a --warm-pool that the apiserver's own driver keeps at 20: before
+// each batch it waits until the driver has refilled the pool. cold/op
+// counts the creates that went cold all the same.
+func BenchmarkWarmClaimFromPool(b *testing.B) {
+	const pool = "default/base"
+	s := newSystemWith(b, "--warm-pool", "base=20", "--warm-pool-interval", "100ms")
+	var (
+		before map[string]bool
+		batch  int
+	)
+	refilled := func(b *testing.B, n int) int {
+		if n == 0 {
+			left, now := 0, s.warmIDs(b, pool)
+			for id := range before {
+				if now[id] {
+					left++
+				}
+			}
+			return max(0, batch-(len(before)-left)) // the batch's creates that claimed none of them
+		}
+		batch = n
+		for deadline := time.Now().Add(60 * time.Second); len(s.warmIDs(b, pool)) < 20; {
+			if time.Now().After(deadline) {
+				b.Fatal("the driver did not refill the pool to 20 within 60s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // the Watch stream to the apiserver
+		before = s.warmIDs(b, pool)
+		return 0
+	}
+	for _, c := range []int{1, 20} {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+			s.runCreates(b, c, refilled)
+		})
+	}
+}
+
 // runCreates runs b.N creates, c at a time, in batches of c: before each
 // batch (outside the timing) prepare(b, c) runs, after it prepare(b, 0),
 // which returns how many creates of the batch went cold, then the batch's

@@ -76,6 +76,9 @@ type kubeSystemOptions struct {
 	secondHost bool
 	// serveArgs are more flags for serve.
 	serveArgs []string
+	// secondReplica runs a second sandbox-apiserver (without the
+	// aggregated API), as a Deployment of two does.
+	secondReplica bool
 	// kube is set to the parts of the system the kube tests reach.
 	kube *kubeSystem
 }
@@ -92,6 +95,10 @@ type kubeSystem struct {
 	admin string
 	// second is host-l, with secondHost.
 	second *hosttest.Host
+	// replica2 is the second sandbox-apiserver, with secondReplica: its
+	// daemon, e2b API URL and admin listener.
+	replica2                   *hosttest.Daemon
+	replica2API, replica2Admin string
 }
 
 func newKubeSystemWith(t *testing.T, o kubeSystemOptions) *system {
@@ -150,8 +157,16 @@ func newKubeSystemWith(t *testing.T, o kubeSystemOptions) *system {
 	}
 	d := hosttest.NewDaemon(t, dir, "apiserver", apiserver, args...)
 	d.Start()
+	ks := kubeSystem{env: env, stopPublishing: stopPublishing, apiserver: apiserver, daemon: d, admin: admin, second: second}
+	if o.secondReplica {
+		ks.replica2API, ks.replica2Admin = "http://"+hosttest.FreeAddr(t), hosttest.FreeAddr(t)
+		args2 := append([]string{"serve", "--listen", strings.TrimPrefix(ks.replica2API, "http://"), "--admin-listen", ks.replica2Admin,
+			"--inventory", "kube", "--sandboxd-token-file", tokenFile, "--kubeconfig", kc, "--secure-port", "0"}, o.serveArgs...)
+		ks.replica2 = hosttest.NewDaemon(t, dir, "apiserver-2", apiserver, args2...)
+		ks.replica2.Start()
+	}
 	if o.kube != nil {
-		*o.kube = kubeSystem{env: env, stopPublishing: stopPublishing, apiserver: apiserver, daemon: d, admin: admin, second: second}
+		*o.kube = ks
 	}
 	s.waitForCatalog()
 	return s

@@ -59,7 +59,7 @@ func metric(admin, name string) string {
 
 func TestWarmPools(t *testing.T) {
 	var k kubeSystem
-	s := newKubeSystemWith(t, kubeSystemOptions{secondHost: true, kube: &k, serveArgs: []string{
+	s := newKubeSystemWith(t, kubeSystemOptions{secondHost: true, secondReplica: true, kube: &k, serveArgs: []string{
 		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "1s",
 		"--warm-pool-interval", "1s",
 	}})
@@ -104,9 +104,15 @@ func TestWarmPools(t *testing.T) {
 		return ids
 	}
 	warm := wantPool(4)
-	if metric(k.admin, "skiff_apiserver_warm_pool_leader") != "1" {
-		t.Errorf("warm_pool_leader = %q, want 1", metric(k.admin, "skiff_apiserver_warm_pool_leader"))
-	}
+	// Exactly one of the two replicas holds the lease and drives the pool.
+	const leader = "skiff_apiserver_warm_pool_leader"
+	leaders := func() string { return metric(k.admin, leader) + metric(k.replica2Admin, leader) }
+	eventually(t, 30*time.Second, func() string {
+		if l := leaders(); l != "10" && l != "01" {
+			return "warm_pool_leader of the two replicas: " + l + ", want one 1 and one 0"
+		}
+		return ""
+	})
 
 	// Two creates through the e2b API claim two of them, with the create's
 	// metadata; the pool refills to 4.
@@ -133,8 +139,8 @@ func TestWarmPools(t *testing.T) {
 	// its cache; the process does not exit.
 	k.env.StopAPIServer(t)
 	eventually(t, 30*time.Second, func() string {
-		if v := metric(k.admin, "skiff_apiserver_warm_pool_leader"); v != "0" {
-			return "warm_pool_leader = " + v + " with the kube-apiserver down, want 0"
+		if l := leaders(); l != "00" {
+			return "warm_pool_leader of the two replicas with the kube-apiserver down: " + l + ", want 0 and 0"
 		}
 		return ""
 	})
@@ -158,8 +164,8 @@ func TestWarmPools(t *testing.T) {
 	// pool the outage's claim emptied.
 	k.env.StartAPIServer(t)
 	eventually(t, 60*time.Second, func() string {
-		if v := metric(k.admin, "skiff_apiserver_warm_pool_leader"); v != "1" {
-			return "warm_pool_leader = " + v + " after the kube-apiserver returned, want 1"
+		if l := leaders(); l != "10" && l != "01" {
+			return "warm_pool_leader of the two replicas after the kube-apiserver returned: " + l + ", want one 1"
 		}
 		return ""
 	})
@@ -170,28 +176,41 @@ func TestWarmPools(t *testing.T) {
 		return ""
 	})
 	wantPool(1)
-	if !k.daemon.Running() {
-		t.Fatal("sandbox-apiserver exited")
+	if !k.daemon.Running() || !k.replica2.Running() {
+		t.Fatal("a sandbox-apiserver replica exited")
 	}
+
+	// The leader shuts down: it releases the lease, the other replica takes
+	// it at once and refills what a claim through it takes.
+	leading, other, otherAdmin, otherAPI := k.daemon, k.replica2, k.replica2Admin, k.replica2API
+	if leaders() == "01" {
+		leading, other, otherAdmin, otherAPI = k.replica2, k.daemon, k.admin, s.api
+	}
+	leading.Stop()
+	eventually(t, 30*time.Second, func() string {
+		if v := metric(otherAdmin, leader); v != "1" {
+			return "the other replica does not lead after the leader stopped: " + v
+		}
+		return ""
+	})
+	if !other.Running() {
+		t.Fatal("the other replica exited")
+	}
+	s.api = otherAPI
+	taken := s.create(s.keyA, map[string]any{"templateID": "base", "timeout": 120})
+	eventually(t, 60*time.Second, func() string {
+		if _, ids := warmCounts(t, c, "pools/base"); ids[taken] || len(ids) != 1 {
+			return fmt.Sprintf("warm sandboxes %v after a claim of %s through the second replica, want one other", ids, taken)
+		}
+		return ""
+	})
 }
 
 // Single-host mode keeps --warm-pool's pools warm: a create claims one,
 // and the pool refills.
 func TestWarmPoolSingleHost(t *testing.T) {
 	s := newSystemWith(t, "--warm-pool", "base=2", "--warm-pool-interval", "500ms")
-	warmOnHost := func() map[string]bool {
-		resp, err := sandboxdapi.NewClients(s.token, nil)(s.sandboxd).List(t.Context(), connect.NewRequest(&sandboxdv1.ListRequest{}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids := map[string]bool{}
-		for _, sb := range resp.Msg.GetSandboxes() {
-			if sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_WARM && sb.GetPool() == "default/base" {
-				ids[sb.GetId()] = true
-			}
-		}
-		return ids
-	}
+	warmOnHost := func() map[string]bool { return s.warmIDs(t, "default/base") }
 	var warm map[string]bool
 	eventually(t, 60*time.Second, func() string {
 		if warm = warmOnHost(); len(warm) != 2 {
@@ -209,4 +228,22 @@ func TestWarmPoolSingleHost(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// warmIDs returns the warm sandboxes of pool on the system's host, as its
+// sandboxd lists them.
+func (s *system) warmIDs(tb testing.TB, pool string) map[string]bool {
+	tb.Helper()
+	resp, err := sandboxdapi.NewClients(s.token, nil)(s.sandboxd).List(tb.Context(),
+		connect.NewRequest(&sandboxdv1.ListRequest{States: []sandboxdv1.SandboxState{sandboxdv1.SandboxState_SANDBOX_STATE_WARM}}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, sb := range resp.Msg.GetSandboxes() {
+		if sb.GetPool() == pool {
+			ids[sb.GetId()] = true
+		}
+	}
+	return ids
 }
