@@ -17,7 +17,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -258,4 +260,15 @@ func WaitAvailable(ctx context.Context, c client.Reader) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// NewScheme returns a scheme that knows every kind Objects returns (core,
+// RBAC, apiregistration), for a client that creates them or waits on the
+// APIService.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(rbacv1.AddToScheme(s))
+	utilruntime.Must(apiregistrationv1.AddToScheme(s))
+	return s
 }

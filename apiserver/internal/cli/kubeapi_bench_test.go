@@ -15,7 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
-	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sbv1 "github.com/skiff-dev/skiff/api/sandbox/v1beta1"
 	"github.com/skiff-dev/skiff/api/v1beta1"
@@ -67,7 +67,7 @@ func BenchmarkAggregatedList(b *testing.B) {
 	b.Cleanup(func() { cancel(); wg.Wait(); app.stop() })
 	waitCtx, cancelWait := context.WithTimeout(b.Context(), time.Minute)
 	defer cancelWait()
-	if err := deploy.WaitAvailable(waitCtx, env.Client); err != nil {
+	if err := deploy.WaitAvailable(waitCtx, deployClient(b, env)); err != nil {
 		b.Fatal(err)
 	}
 	res := dynamic.NewForConfigOrDie(env.Config).Resource(sbv1.GroupVersion.WithResource("sandboxes"))
@@ -119,16 +119,23 @@ func BenchmarkAggregatedList(b *testing.B) {
 // this process and returns serve's flags for it.
 func installKubeAPI(b *testing.B, env *kubetest.Env) []string {
 	b.Helper()
-	if err := apiregistrationv1.AddToScheme(env.Scheme); err != nil {
-		b.Fatal(err)
-	}
 	_, port, _ := strings.Cut(hosttest.FreeAddr(b), ":")
 	n, _ := strconv.Atoi(port)
-	args, err := deploy.InstallLocal(b.Context(), env.Client, b.TempDir(), n)
+	args, err := deploy.InstallLocal(b.Context(), deployClient(b, env), b.TempDir(), n)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return args
+}
+
+// deployClient reaches env as its admin with deploy's scheme.
+func deployClient(b *testing.B, env *kubetest.Env) client.Client {
+	b.Helper()
+	c, err := client.New(env.Config, client.Options{Scheme: deploy.NewScheme()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
 }
 
 // rssMiB is this process's resident set, from /proc.

@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sbv1 "github.com/skiff-dev/skiff/api/sandbox/v1beta1"
@@ -39,16 +38,14 @@ var sandboxesGVR = sbv1.GroupVersion.WithResource("sandboxes")
 // installAggregated installs the aggregated API's objects for a replica on
 // this machine (deploy.InstallLocal) and returns the serve flags of one
 // that runs as their ServiceAccount, so that the RBAC deploy grants is all
-// it has. It adds apiregistration to env's scheme.
+// it has.
 func installAggregated(t *testing.T, env *kubetest.Env, dir string) []string {
 	t.Helper()
 	ctx := t.Context()
-	if err := apiregistrationv1.AddToScheme(env.Scheme); err != nil {
-		t.Fatal(err)
-	}
+	c := deployClient(t, env)
 	_, portStr, _ := strings.Cut(hosttest.FreeAddr(t), ":")
 	port, _ := strconv.Atoi(portStr)
-	serving, err := deploy.InstallLocal(ctx, env.Client, dir, port)
+	serving, err := deploy.InstallLocal(ctx, c, dir, port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,9 +65,20 @@ func waitAvailable(t *testing.T, env *kubetest.Env) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	if err := deploy.WaitAvailable(ctx, env.Client); err != nil {
+	if err := deploy.WaitAvailable(ctx, deployClient(t, env)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// deployClient reaches env as its admin with deploy's scheme (env's own
+// scheme is shared by the test's goroutines and stays as it is).
+func deployClient(t testing.TB, env *kubetest.Env) client.Client {
+	t.Helper()
+	c, err := client.New(env.Config, client.Options{Scheme: deploy.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // kubectl runs kubectl (built at the control plane's version) with
