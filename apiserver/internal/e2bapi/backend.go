@@ -183,6 +183,9 @@ var (
 	ErrPlacementTimeout = errors.New("placement timed out")
 	// ErrUnsupported: a feature Skiff does not implement → 501.
 	ErrUnsupported = errors.New("not supported by Skiff yet")
+	// ErrUnavailable: the sandbox's host does not answer (dead, or cut
+	// off, and not yet stale) → 503 sandbox_host_unavailable, retryable.
+	ErrUnavailable = errors.New("the sandbox's host does not answer")
 )
 
 // InvalidError is a request the backend refuses because of one field → 400.

@@ -15,6 +15,7 @@ const (
 	codeCapacity         = "sandbox_capacity_unavailable"
 	codePlacementTimeout = "sandbox_placement_timeout"
 	codeInternal         = "internal_server_error"
+	codeHostUnavailable  = "sandbox_host_unavailable"
 )
 
 // maxEcho bounds how much of a caller's input an error message repeats.
@@ -73,6 +74,9 @@ func (s *server) writeBackendError(w http.ResponseWriter, r *http.Request, err e
 	case errors.Is(err, ErrPlacementTimeout):
 		s.log.WarnContext(r.Context(), "placement timed out", "error", err)
 		writeError(w, http.StatusGatewayTimeout, codePlacementTimeout, "placing the sandbox timed out; retry later")
+	case errors.Is(err, ErrUnavailable):
+		// The backend logs an unreachable host once, not per request.
+		writeError(w, http.StatusServiceUnavailable, codeHostUnavailable, "the sandbox's host is not answering; retry later")
 	case errors.Is(err, ErrUnsupported):
 		writeError(w, http.StatusNotImplemented, "", "%s", err.Error())
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:

@@ -24,6 +24,7 @@ func TestAnswersNameNoAddress(t *testing.T) {
 		{"a host down", fmt.Errorf("get sandbox: %w", dial)},
 		{"no capacity", fmt.Errorf("%w: %w", ErrCapacity, dial)},
 		{"placement timeout", fmt.Errorf("%w: %w", ErrPlacementTimeout, dial)},
+		{"a host that does not answer", fmt.Errorf("%w: %w", ErrUnavailable, dial)},
 		{"cancelled", fmt.Errorf("%w: %w", context.Canceled, dial)},
 	} {
 		f, h := newTestServer(t)

@@ -179,6 +179,7 @@ func TestBackendErrors(t *testing.T) {
 		{fmt.Errorf("no node fits 2 CPUs: %w", ErrCapacity), 503, codeCapacity},
 		{fmt.Errorf("place: %w", ErrPlacementTimeout), 504, codePlacementTimeout},
 		{fmt.Errorf("gvisor: %w", ErrUnsupported), 501, ""},
+		{fmt.Errorf("get sandbox on node host-b: %w: dial tcp 10.0.0.9:27777: connection refused", ErrUnavailable), 503, codeHostUnavailable},
 		{Invalid("envVars", "too many"), 400, ""},
 		{errors.New("dial sandboxd: connection refused"), 500, codeInternal},
 	} {

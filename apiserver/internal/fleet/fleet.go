@@ -95,6 +95,9 @@ type Backend struct {
 	// claiming holds the warm sandboxes this replica is claiming now;
 	// guarded by mu.
 	claiming map[string]struct{}
+	// unreachable holds the hosts that did not answer, with when that was
+	// last logged; guarded by mu.
+	unreachable map[string]time.Time
 }
 
 var (
@@ -120,6 +123,8 @@ func New(cfg Config) *Backend {
 		now:        cfg.Now,
 		recent:     make(map[string]recentWrite),
 		claiming:   make(map[string]struct{}),
+
+		unreachable: make(map[string]time.Time),
 	}
 	if b.catalog == nil {
 		b.catalog = NewNodeTemplates(cfg.Source)

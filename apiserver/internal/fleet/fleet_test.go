@@ -531,3 +531,32 @@ func TestForeignEntriesIgnored(t *testing.T) {
 		t.Errorf("node-a was asked to claim node-b's warm sandbox: %v", a.calls)
 	}
 }
+
+// A host that stops answering, and is not yet stale: a get answers the
+// last record its inventory published, a kill ErrUnavailable (503, for the
+// client to retry), never an internal error; the other team still gets
+// 404.
+func TestHostUnreachable(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publish(a)
+	a.mu.Lock()
+	a.down = true
+	a.mu.Unlock()
+	got, err := h.b.Get(t.Context(), "team1", sb.ID)
+	if err != nil || got.ID != sb.ID || got.State != e2bapi.StateRunning || got.Node != "node-a" {
+		t.Fatalf("Get on a silent host = %+v, %v; want the published record", got, err)
+	}
+	if err := h.b.Kill(t.Context(), "team1", sb.ID); !errors.Is(err, e2bapi.ErrUnavailable) {
+		t.Errorf("Kill on a silent host = %v, want ErrUnavailable", err)
+	}
+	if _, err := h.b.Get(t.Context(), "team2", sb.ID); !errors.Is(err, e2bapi.ErrUnavailable) && !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Errorf("Get by another team = %v", err)
+	} else if got, _ := h.b.Get(t.Context(), "team2", sb.ID); got != nil {
+		t.Errorf("another team got the record %+v", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
@@ -80,10 +81,16 @@ func (b *Backend) locate(ctx context.Context, team, id string) (*located, error)
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("get sandbox %s on node %s: %w", id, t.name, err)
 			}
-			b.log.WarnContext(ctx, "sandbox host did not answer", "node", t.name, "sandbox", id, "error", err)
-			unreachable = fmt.Errorf("get sandbox %s on node %s: %w", id, t.name, err)
+			if !isTransport(err) {
+				b.log.WarnContext(ctx, "sandbox host failed a get", "node", t.name, "sandbox", id, "error", err)
+				unreachable = fmt.Errorf("get sandbox %s on node %s: %w", id, t.name, err)
+				continue
+			}
+			b.hostUnreachable(ctx, t.name, err)
+			unreachable = fmt.Errorf("get sandbox %s on node %s: %w: %w", id, t.name, e2bapi.ErrUnavailable, err)
 			continue
 		}
+		b.hostAnswered(ctx, t.name)
 		sb := resp.Msg.GetSandbox()
 		if sb == nil || sb.GetTeam() != team || sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_WARM {
 			return nil, fmt.Errorf("sandbox %s: %w", id, e2bapi.ErrNotFound)
@@ -98,9 +105,15 @@ func (b *Backend) locate(ctx context.Context, team, id string) (*located, error)
 	return nil, fmt.Errorf("sandbox %s: %w", id, e2bapi.ErrNotFound)
 }
 
-// Get returns one sandbox of team, from its host.
+// Get returns one sandbox of team, from its host; while the host does not
+// answer (and is not yet stale), the last record its inventory published.
 func (b *Backend) Get(ctx context.Context, team, id string) (*e2bapi.Sandbox, error) {
 	l, err := b.locate(ctx, team, id)
+	if errors.Is(err, e2bapi.ErrUnavailable) {
+		if sb := b.lastKnown(ctx, team, id); sb != nil {
+			return sb, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -327,4 +340,56 @@ func (b *Backend) KillOnNode(ctx context.Context, node, id string) error {
 		return classify("kill", id, err)
 	}
 	return nil
+}
+
+// lastKnown returns team's sandbox id as its node's fresh inventory last
+// listed it, or nil.
+func (b *Backend) lastKnown(ctx context.Context, team, id string) *e2bapi.Sandbox {
+	nodes, err := b.src.ListNodes(ctx)
+	if err != nil {
+		return nil
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		if !inventory.Owns(n.Name, id) {
+			continue
+		}
+		for j := range n.Spec.Sandboxes {
+			if e := &n.Spec.Sandboxes[j]; e.ID == id && e.Team == team && e.State != v1beta1.SandboxWarm {
+				sb := fromEntry(n.Name, e)
+				return &sb
+			}
+		}
+	}
+	return nil
+}
+
+// unreachableLogEvery bounds how often one host's silence is logged.
+const unreachableLogEvery = time.Minute
+
+// hostUnreachable logs that node did not answer: once when it stops, then
+// at most every unreachableLogEvery, not once per request.
+func (b *Backend) hostUnreachable(ctx context.Context, node string, err error) {
+	b.mu.Lock()
+	last, seen := b.unreachable[node]
+	now := b.now()
+	if seen && now.Sub(last) < unreachableLogEvery {
+		b.mu.Unlock()
+		return
+	}
+	b.unreachable[node] = now
+	b.mu.Unlock()
+	b.log.WarnContext(ctx, "sandbox host does not answer; its sandboxes answer 503 (GET: the last published record) until it answers or turns stale",
+		"node", node, "error", err)
+}
+
+// hostAnswered notes that node answers again.
+func (b *Backend) hostAnswered(ctx context.Context, node string) {
+	b.mu.Lock()
+	_, was := b.unreachable[node]
+	delete(b.unreachable, node)
+	b.mu.Unlock()
+	if was {
+		b.log.InfoContext(ctx, "sandbox host answers again", "node", node)
+	}
 }
