@@ -25,21 +25,26 @@ file="$root/shared/inventory/kubeinventory/source.go"
 # name ~ original ~ mutant: the original must occur exactly once in source.go;
 # \n and \t in the texts stand for a newline and a tab.
 mutants=$(cat <<'MUTANTS'
-boundary: exactly StaleAfter behind dropped (<= to <) ~ return d, d <= s.staleAfter ~ return d, d < s.staleAfter
-boundary: one second more kept (window widened by 1s) ~ return d, d <= s.staleAfter ~ return d, d <= s.staleAfter+time.Second
+boundary: exactly StaleAfter behind dropped (<= to <) ~ if d <= s.staleAfter { ~ if d < s.staleAfter {
+boundary: one second more kept (window widened by 1s) ~ if d <= s.staleAfter { ~ if d <= s.staleAfter+time.Second {
 min against now removed ~ ref := min(newest, s.clock.Now().UnixNano()) ~ ref := newest
 max for min ~ ref := min(newest, s.clock.Now().UnixNano()) ~ ref := max(newest, s.clock.Now().UnixNano())
 newest by min instead of max ~ newest = max(newest, ts) ~ newest = min(newest, ts)
-atomic store removed ~ s.reference.Store(ref) ~ _ = ref
+reference never stored ~ if s.ref.CompareAndSwap(prev, &next) {\n\t\t\treturn next ~ if true {\n\t\t\treturn next
 list filter removed ~ if _, ok := s.behind(items[i].PublishedAt, ref); ok { ~ if _, ok := s.behind(items[i].PublishedAt, ref); ok || true {
 lookup filter removed ~ if behind, ok := s.behind(inv.PublishedAt, ref); !ok { ~ if behind, ok := s.behind(inv.PublishedAt, ref); !ok && false {
-lookup reads a zero reference as now ~ ref := s.reference.Load()\n\tif behind ~ ref := cmp.Or(s.reference.Load(), s.clock.Now().UnixNano())\n\tif behind
-zero reference not fresh ~ if ref == 0 {\n\t\treturn 0, true ~ if ref == 0 {\n\t\treturn 0, false
+lookup reads a zero reference as now ~ ref := s.reference()\n\tif behind ~ ref := s.reference()\n\tref.at = cmp.Or(ref.at, s.clock.Now().UnixNano())\n\tif behind
+zero reference not fresh ~ if ref.at == 0 {\n\t\treturn 0, true ~ if ref.at == 0 {\n\t\treturn 0, false
 parse error ignored (unreadable read as a stamp) ~ if sec <= 0 || sec >= maxStampSeconds {\n\t\treturn 0, false ~ if sec <= 0 || sec >= maxStampSeconds {\n\t\treturn stamp.UnixNano(), true
 missing stamp not an error (nil read as a stamp) ~ if stamp == nil {\n\t\treturn 0, false ~ if stamp == nil {\n\t\treturn 0, true
 epoch boundary (<= to <) ~ sec <= 0 || ~ sec < 0 ||
 overflow boundary (>= to >) ~ sec >= maxStampSeconds ~ sec > maxStampSeconds
-unreadable stamp read as stale ~ if !ok {\n\t\treturn 0, true\n\t}\n\td := ~ if !ok {\n\t\treturn time.Duration(ref), false\n\t}\n\td :=
+unreadable stamp read as stale ~ if !ok {\n\t\treturn 0, true\n\t}\n\td := ~ if !ok {\n\t\treturn time.Duration(ref.at), false\n\t}\n\td :=
+recovery never carried ~ case ref < last.until: ~ case false:
+recovery never started ~ next.before, next.until = last.at, ref+int64(s.grace) ~ _ = last.at
+recovery keeps every node ~ return d, ref.until != 0 && time.Duration(ref.before-ts) <= s.staleAfter ~ return d, ref.until != 0
+recovery keeps no node ~ return d, ref.until != 0 && time.Duration(ref.before-ts) <= s.staleAfter ~ return d, false
+Observe does not advance ~ s.advance(list.Items)\n\treturn nil ~ _ = list.Items\n\treturn nil
 MUTANTS
 )
 

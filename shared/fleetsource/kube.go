@@ -64,6 +64,11 @@ func OpenKube(ctx context.Context, cfg *rest.Config, opts cache.Options, stale k
 		}
 		k.kinds = append(k.kinds, kind)
 	}
+	// The freshness filter's reference follows every publish (see
+	// kubeinventory.Source.Observe), whatever the binary lists.
+	if err := k.OnInventoryChange(ctx, func() { _ = k.Source.Observe(context.Background()) }); err != nil {
+		return nil, err
+	}
 	return k, nil
 }
 

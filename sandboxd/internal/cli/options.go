@@ -219,7 +219,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Runsc, "runsc", o.Runsc, "With --runtime gvisor: the static runsc binary (a path, or a name looked up in PATH; make runsc builds one); not empty.")
 	fs.StringVar(&o.RunscPlatform, "runsc-platform", o.RunscPlatform, "With --runtime gvisor: runsc's --platform, passed as is (systrap or ptrace).")
 	fs.Uint32Var(&o.UIDBase, "uid-base", o.UIDBase, "First host uid and gid of the sandboxes' id ranges (native runtime), 65536 each: nothing else on the host may use "+
-		"[uid-base, uid-base + 65536 × --max-sandboxes), which must stay below 2^32.")
+		"[uid-base, uid-base + 65536 × --max-sandboxes), which must stay below 2^32. Two sandboxds on one machine (a local fleet) need disjoint ranges: "+
+		"with the same base their sandboxes share host uids, and so the kernel's per-user limits (inotify instances, pending signals).")
 	fs.Int64Var(&o.PidsLimit, "pids-limit", o.PidsLimit, "Most processes (threads count) in one sandbox; at least 1.")
 	fs.Int64Var(&o.PidsReserve, "host-pids-reserve", o.PidsReserve, "Processes kept for the host: all sandboxes together may have the smaller of kernel.pid_max and kernel.threads-max "+
 		"less this (the pids.max of --cgroup-parent). At start kernel.pid_max is raised, when lower, to --max-sandboxes × --pids-limit + this (at most 4194304); "+

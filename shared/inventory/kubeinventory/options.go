@@ -17,6 +17,12 @@ type Options struct {
 	// reference before the node is dropped: exactly StaleAfter behind is
 	// kept, anything more is dropped.
 	StaleAfter time.Duration
+	// PublishInterval is how often the hosts publish (vk-sandbox's
+	// --publish-interval): after a jump of the reference (a recovery, see
+	// the package doc) the nodes fresh before it keep their place until the
+	// reference has moved this far past it. Zero is a third of StaleAfter
+	// (vk-sandbox's default 30 s with the default window).
+	PublishInterval time.Duration
 	// Clock caps the reference at now; nil means the real clock.
 	Clock clock.PassiveClock
 }
@@ -31,12 +37,22 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.StaleAfter, "inventory-stale-after", o.StaleAfter,
 		"With --inventory kube: drop a node from the fleet when its NodeInventory publishedAt trails the newest one (capped at now) by more than this; greater than 0. "+
 			"Keep it at least two publish intervals of vk-sandbox (--publish-interval, 30s by default).")
+	fs.DurationVar(&o.PublishInterval, "inventory-publish-interval", o.PublishInterval,
+		"With --inventory kube: how often the hosts publish their NodeInventory (vk-sandbox's --publish-interval). "+
+			"After an outage longer than --inventory-stale-after, the hosts fresh before it keep their place this long (in publish time) "+
+			"while they publish again, instead of leaving at the first other host's publish. At most --inventory-stale-after; 0 is a third of it (30s by default).")
 }
 
 // Validate reports options that cannot work, naming the flag.
 func (o Options) Validate() error {
 	if o.StaleAfter <= 0 {
 		return fmt.Errorf("--inventory-stale-after must be greater than 0, got %s", o.StaleAfter)
+	}
+	if o.PublishInterval < 0 {
+		return fmt.Errorf("--inventory-publish-interval must not be negative, got %s", o.PublishInterval)
+	}
+	if o.PublishInterval > o.StaleAfter {
+		return fmt.Errorf("--inventory-publish-interval (%s) must not exceed --inventory-stale-after (%s)", o.PublishInterval, o.StaleAfter)
 	}
 	return nil
 }

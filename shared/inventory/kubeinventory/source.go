@@ -12,6 +12,18 @@
 // empties nothing. Lookups by name compare against the reference the last
 // list stored. A missing or unreadable stamp, and any lookup before the first
 // list, count as fresh.
+//
+// A reference that jumps by more than StaleAfter from one list to the next
+// means nothing was published, or seen, for longer than the window: a write
+// outage of the control plane, or this reader cut off from it. The first
+// host to publish afterwards would make every other host stale at once,
+// though they are as alive as it is. So the jump starts a recovery: a node
+// that was fresh against the reference before the jump keeps its place
+// until the reference has moved PublishInterval past the jump, by when a
+// live host has published again, and a dead one then leaves. Readers
+// observe every inventory event (Observe), so that the reference follows
+// each publish and an idle reader does not take its own silence for an
+// outage.
 package kubeinventory
 
 import (
@@ -39,9 +51,29 @@ type Source struct {
 	reader     client.Reader
 	staleAfter time.Duration
 	clock      clock.PassiveClock
-	// reference is the last computed min(newest publishedAt, now), in unix
-	// nanoseconds; zero before the first list and after a list that saw no readable stamp.
-	reference atomic.Int64
+	grace      time.Duration
+	// ref is what the last list computed; nil before the first.
+	ref atomic.Pointer[reference]
+}
+
+// reference is what a list computed: the reference and, during a recovery,
+// the reference before the jump and the one at which the recovery ends.
+// All are unix nanoseconds.
+type reference struct {
+	// at is min(newest publishedAt, now); zero after a list that saw no
+	// readable stamp.
+	at int64
+	// before and until are set during a recovery: nodes fresh against
+	// before stay fresh while the reference is short of until.
+	before, until int64
+}
+
+// reference returns the last computed reference (zero: none).
+func (s *Source) reference() reference {
+	if r := s.ref.Load(); r != nil {
+		return *r
+	}
+	return reference{}
 }
 
 var _ inventory.Source = (*Source)(nil)
@@ -52,10 +84,28 @@ func New(reader client.Reader, opts Options) *Source {
 	if opts.StaleAfter <= 0 {
 		opts.StaleAfter = DefaultStaleAfter
 	}
+	if opts.PublishInterval <= 0 {
+		opts.PublishInterval = opts.StaleAfter / 3
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Source{reader: reader, staleAfter: opts.StaleAfter, clock: opts.Clock}
+	return &Source{reader: reader, staleAfter: opts.StaleAfter, grace: opts.PublishInterval, clock: opts.Clock}
+}
+
+// Observe advances the reference from the inventories as they are now,
+// without copying them: the readers call it on every NodeInventory event
+// (fleetsource does), so that the reference follows every publish whether
+// or not anything lists, and only a real silence of the fleet reads as a
+// jump.
+func (s *Source) Observe(ctx context.Context) error {
+	var list v1beta1.NodeInventoryList
+	// Shallow copies of the cached objects, only read.
+	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list node inventories: %w", err)
+	}
+	s.advance(list.Items)
+	return nil
 }
 
 // ListNodes returns every fresh inventory (deep copies the caller owns) and
@@ -113,26 +163,17 @@ func (s *Source) get(ctx context.Context, name string, inv *v1beta1.NodeInventor
 		}
 		return fmt.Errorf("get node inventory %s: %w", name, err)
 	}
-	ref := s.reference.Load()
+	ref := s.reference()
 	if behind, ok := s.behind(inv.PublishedAt, ref); !ok {
 		return inventory.Stale(name, behind, s.staleAfter)
 	}
 	return nil
 }
 
-// fresh computes the reference from items in one pass, stores it, and
-// compacts items in place to the fresh ones.
+// fresh computes the reference from items, stores it, and compacts items in
+// place to the fresh ones.
 func (s *Source) fresh(items []v1beta1.NodeInventory) []v1beta1.NodeInventory {
-	var newest int64
-	for i := range items {
-		if ts, ok := stampNanos(items[i].PublishedAt); ok {
-			newest = max(newest, ts)
-		}
-	}
-	// With no readable stamp, newest and so the reference are zero: every
-	// node is fresh.
-	ref := min(newest, s.clock.Now().UnixNano())
-	s.reference.Store(ref)
+	ref := s.advance(items)
 	kept := items[:0]
 	for i := range items {
 		if _, ok := s.behind(items[i].PublishedAt, ref); ok {
@@ -143,18 +184,54 @@ func (s *Source) fresh(items []v1beta1.NodeInventory) []v1beta1.NodeInventory {
 	return kept
 }
 
-// behind returns how far a stamp trails the reference and whether that is
-// within the window. A zero reference and an unreadable stamp are fresh.
-func (s *Source) behind(stamp *metav1.Time, ref int64) (time.Duration, bool) {
-	if ref == 0 {
+// advance computes the reference from items in one pass, starts, carries
+// or ends a recovery against the last one, stores it and returns it.
+func (s *Source) advance(items []v1beta1.NodeInventory) reference {
+	var newest int64
+	for i := range items {
+		if ts, ok := stampNanos(items[i].PublishedAt); ok {
+			newest = max(newest, ts)
+		}
+	}
+	// With no readable stamp, newest and so the reference are zero: every
+	// node is fresh.
+	ref := min(newest, s.clock.Now().UnixNano())
+	for {
+		prev := s.ref.Load()
+		last := reference{}
+		if prev != nil {
+			last = *prev
+		}
+		next := reference{at: ref}
+		switch {
+		case last.at != 0 && ref-last.at > int64(s.staleAfter):
+			next.before, next.until = last.at, ref+int64(s.grace)
+		case ref < last.until:
+			next.before, next.until = last.before, last.until
+		}
+		if s.ref.CompareAndSwap(prev, &next) {
+			return next
+		}
+	}
+}
+
+// behind returns how far a stamp trails the reference and whether the node
+// is fresh: within the window, or during a recovery within the window of
+// the reference before the jump. A zero reference and an unreadable stamp
+// are fresh.
+func (s *Source) behind(stamp *metav1.Time, ref reference) (time.Duration, bool) {
+	if ref.at == 0 {
 		return 0, true
 	}
 	ts, ok := stampNanos(stamp)
 	if !ok {
 		return 0, true
 	}
-	d := time.Duration(ref - ts)
-	return d, d <= s.staleAfter
+	d := time.Duration(ref.at - ts)
+	if d <= s.staleAfter {
+		return d, true
+	}
+	return d, ref.until != 0 && time.Duration(ref.before-ts) <= s.staleAfter
 }
 
 // maxStampSeconds is the first second whose nanoseconds may overflow an int64

@@ -98,7 +98,7 @@ func TestDeadNodeAgainstLivePublisher(t *testing.T) {
 		node("dead-91s", ago(91*time.Second)),
 	)
 	assertNames(t, listNames(t, s), "dead-90s", "live")
-	if got, want := s.reference.Load(), now.UnixNano(); got != want {
+	if got, want := s.reference().at, now.UnixNano(); got != want {
 		t.Fatalf("reference = %d, want %d (the live stamp)", got, want)
 	}
 	if _, err := s.NodeInventory(t.Context(), "dead-90s"); err != nil {
@@ -134,7 +134,7 @@ func TestRogueStampAhead(t *testing.T) {
 		node("b", ago(85*time.Second)),
 	)
 	assertNames(t, listNames(t, s), "a", "b", "rogue")
-	if got, want := s.reference.Load(), now.UnixNano(); got != want {
+	if got, want := s.reference().at, now.UnixNano(); got != want {
 		t.Fatalf("reference = %s, want now %s", time.Unix(0, got).UTC(), now)
 	}
 	if _, err := s.NodeInventory(t.Context(), "b"); err != nil {
@@ -190,7 +190,7 @@ func TestMissingStamp(t *testing.T) {
 	// reference.
 	s = newSource(t, withClock(NewOptions()), node("x", nil), node("y", nil))
 	assertNames(t, listNames(t, s), "x", "y")
-	if got := s.reference.Load(); got != 0 {
+	if got := s.reference().at; got != 0 {
 		t.Fatalf("reference = %d, want 0 with no stamps", got)
 	}
 }
@@ -215,7 +215,7 @@ func TestUnreadableStamp(t *testing.T) {
 				node("dead", ago(time.Minute+91*time.Second)),
 			)
 			assertNames(t, listNames(t, s), "live", "odd")
-			if got, want := s.reference.Load(), now.Add(-time.Minute).UnixNano(); got != want {
+			if got, want := s.reference().at, now.Add(-time.Minute).UnixNano(); got != want {
 				t.Fatalf("reference = %s, want the live stamp %s", time.Unix(0, got).UTC(), now.Add(-time.Minute))
 			}
 			if _, err := s.NodeInventory(t.Context(), "odd"); err != nil {
@@ -308,7 +308,7 @@ func TestReferenceFollowsLatestList(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNames(t, listNames(t, s), "b")
-	if got, want := s.reference.Load(), now.Add(-80*time.Second).UnixNano(); got != want {
+	if got, want := s.reference().at, now.Add(-80*time.Second).UnixNano(); got != want {
 		t.Fatalf("reference = %s, want b's stamp", time.Unix(0, got).UTC())
 	}
 }
@@ -317,6 +317,12 @@ func TestNewDefaults(t *testing.T) {
 	s := New(newReader(t), Options{})
 	if s.staleAfter != DefaultStaleAfter {
 		t.Errorf("staleAfter = %s, want %s", s.staleAfter, DefaultStaleAfter)
+	}
+	if s.grace != 30*time.Second {
+		t.Errorf("grace = %s, want 30s, a third of the default window", s.grace)
+	}
+	if s := New(newReader(t), Options{StaleAfter: 6 * time.Second}); s.grace != 2*time.Second {
+		t.Errorf("grace = %s with a 6s window, want 2s", s.grace)
 	}
 	if s.clock == nil {
 		t.Error("clock is nil, want the real clock")
@@ -338,7 +344,7 @@ func TestWarmCandidatesFresh(t *testing.T) {
 	if got, err := s.WarmCandidates(t.Context(), "base", 0); err != nil || got != nil {
 		t.Fatalf("WarmCandidates(limit 0) = %v, %v; want nothing", got, err)
 	}
-	if got := s.reference.Load(); got != 0 {
+	if got := s.reference().at; got != 0 {
 		t.Fatalf("reference = %d after a zero-limit call, want 0", got)
 	}
 	got, err := s.WarmCandidates(t.Context(), "base", 10)
