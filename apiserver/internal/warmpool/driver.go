@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/placement"
@@ -95,6 +96,12 @@ type Driver struct {
 	inflight map[string]int
 	// lastErr is each pool's last warm error, "" after a success.
 	lastErr map[string]error
+	// gone are warm sandboxes the driver killed, or found gone when it
+	// tried, that an inventory may list a while yet (a host's next
+	// publish, a reader's lagging cache): they no longer count toward
+	// their pool, so that a pass neither kills them again nor trims a
+	// live one in their place. By ID, with when.
+	gone map[string]time.Time
 
 	wg sync.WaitGroup
 	// runMu makes Runs one at a time: a lost lease's Run ends (and waits
@@ -125,7 +132,7 @@ func New(cfg Config) *Driver {
 		cfg.Now = time.Now
 	}
 	return &Driver{cfg: cfg, log: cfg.Logger, notify: make(chan struct{}, 1),
-		pending: map[string]pendingWarm{}, inflight: map[string]int{}, lastErr: map[string]error{}}
+		pending: map[string]pendingWarm{}, inflight: map[string]int{}, lastErr: map[string]error{}, gone: map[string]time.Time{}}
 }
 
 // Notify asks for a pass soon; it never blocks.
@@ -183,12 +190,13 @@ func (d *Driver) Sync(ctx context.Context) error {
 		n := &nodes[i]
 		for _, e := range inventory.Owned(n) {
 			seen[e.ID] = true
-			if e.State == v1beta1.SandboxWarm && e.Pool != "" {
+			if e.State == v1beta1.SandboxWarm && e.Pool != "" && !d.isGone(e.ID) {
 				byPool[e.Pool] = append(byPool[e.Pool], warmEntry{node: n.Name, id: e.ID, started: e.StartedAt.Time})
 			}
 		}
 	}
 	d.forgetPending(seen)
+	d.forgetGone(seen)
 
 	known := map[string]bool{}
 	var errs []error
@@ -204,7 +212,7 @@ func (d *Driver) Sync(ctx context.Context) error {
 			continue
 		}
 		for _, e := range entries {
-			if err := d.cfg.Fleet.KillOnNode(ctx, e.node, e.id); err != nil {
+			if err := d.kill(ctx, e); err != nil {
 				errs = append(errs, fmt.Errorf("kill warm sandbox %s of deleted pool %s: %w", e.id, key, err))
 				continue
 			}
@@ -332,6 +340,44 @@ func (d *Driver) warmDone(ctx context.Context, p Pool, node, id string, err erro
 	}
 }
 
+// kill kills a warm sandbox and marks it gone; one its host no longer has
+// (claimed, or killed already: the inventory that listed it is behind) is
+// gone too, and no error.
+func (d *Driver) kill(ctx context.Context, e warmEntry) error {
+	err := d.cfg.Fleet.KillOnNode(ctx, e.node, e.id)
+	if err != nil && !errors.Is(err, e2bapi.ErrNotFound) {
+		return err
+	}
+	if err != nil {
+		d.log.DebugContext(ctx, "a warm sandbox to kill was gone already", "node", e.node, "sandbox", e.id)
+	}
+	d.mu.Lock()
+	d.gone[e.id] = d.cfg.Now()
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Driver) isGone(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.gone[id]
+	return ok
+}
+
+// forgetGone drops the gone sandboxes no inventory lists any more, and
+// those older than the pending TTL (a sandbox listed that long after its
+// kill is counted again, and killed again if need be).
+func (d *Driver) forgetGone(seen map[string]bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := d.cfg.Now()
+	for id, at := range d.gone {
+		if !seen[id] || now.Sub(at) > d.cfg.PendingTTL {
+			delete(d.gone, id)
+		}
+	}
+}
+
 // trim kills n of the pool's warm sandboxes: the newest, from the nodes
 // that hold the most of the pool.
 func (d *Driver) trim(ctx context.Context, p Pool, warm []warmEntry, n int) error {
@@ -351,7 +397,7 @@ func (d *Driver) trim(ctx context.Context, p Pool, warm []warmEntry, n int) erro
 		e := warm[i]
 		warm = slices.Delete(warm, i, i+1)
 		perNode[e.node]--
-		if err := d.cfg.Fleet.KillOnNode(ctx, e.node, e.id); err != nil {
+		if err := d.kill(ctx, e); err != nil {
 			errs = append(errs, fmt.Errorf("trim pool %s: kill %s on %s: %w", p.Key, e.id, e.node, err))
 			continue
 		}

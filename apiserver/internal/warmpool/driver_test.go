@@ -3,6 +3,7 @@ package warmpool
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
@@ -23,6 +25,11 @@ type hosts struct {
 	nodes map[string]*v1beta1.NodeInventory
 	n     int
 	full  bool
+	// lagging are sandboxes gone from their host that the inventory
+	// still lists (its next publish is not in yet); kills counts the
+	// kill calls.
+	lagging map[string]bool
+	kills   int
 }
 
 func newHosts(names ...string) *hosts {
@@ -61,6 +68,10 @@ var errNoRoom = fmt.Errorf("full")
 func (h *hosts) KillOnNode(_ context.Context, node, id string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.kills++
+	if h.lagging[id] {
+		return fmt.Errorf("kill sandbox %s: %w", id, e2bapi.ErrNotFound)
+	}
 	inv := h.nodes[node]
 	for i, e := range inv.Spec.Sandboxes {
 		if e.ID == id {
@@ -69,7 +80,54 @@ func (h *hosts) KillOnNode(_ context.Context, node, id string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("no sandbox %s on %s", id, node)
+	return fmt.Errorf("no sandbox %s on %s: %w", id, node, e2bapi.ErrNotFound)
+}
+
+// A warm sandbox the inventory lists but its host no longer has (claimed
+// through another replica, whose publish is not in yet): trimming it is
+// no error, and the driver neither kills it again nor trims a live one in
+// its place while the inventory still lists it.
+func TestDriverTrimsALaggingInventoryOnce(t *testing.T) {
+	h := newHosts("host-a")
+	ps := &pools{}
+	ps.set(pool(2))
+	d := New(Config{Pools: ps, Source: h.src, Fleet: h, Logger: slog.New(slog.DiscardHandler)})
+	settle(t, d)
+	h.mu.Lock()
+	h.lagging = map[string]bool{}
+	for _, e := range h.nodes["host-a"].Spec.Sandboxes {
+		h.lagging[e.ID] = true
+	}
+	h.mu.Unlock()
+	ps.set(pool(1))
+	for range 3 {
+		if err := d.Sync(t.Context()); err != nil {
+			t.Fatalf("Sync with a lagging inventory: %v", err)
+		}
+		d.wg.Wait()
+	}
+	h.mu.Lock()
+	kills := h.kills
+	h.mu.Unlock()
+	if kills != 1 {
+		t.Fatalf("%d kill calls over three passes, want 1", kills)
+	}
+	// Once the inventory stops listing it, it is forgotten.
+	h.mu.Lock()
+	inv := h.nodes["host-a"]
+	inv.Spec.Sandboxes = inv.Spec.Sandboxes[:0]
+	h.src.Apply(inv)
+	h.mu.Unlock()
+	if err := d.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	d.wg.Wait()
+	d.mu.Lock()
+	n := len(d.gone)
+	d.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d sandboxes still marked gone, want 0", n)
+	}
 }
 
 // claim turns n warm sandboxes into a team's, as a claim does.
