@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -137,6 +138,19 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		wg.Go(func() { _ = index.Run(ctx) })
 	}
 	readyFn := fleetsource.Gate(synced, func() { log.InfoContext(ctx, "fleet inventory synced", "nodes", index.Nodes()) })
+	// The line above is written when the fleet syncs, not at the first
+	// readiness probe after it.
+	wg.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for !readyFn() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
 	handler := proxy.New(proxy.Config{
 		Fleet:           index,
 		Ready:           readyFn,
