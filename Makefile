@@ -9,7 +9,9 @@ BIN := $(ROOT)/bin
 # Modules in go.work; `go test ./...` does not cross modules.
 MODULES := $(shell go list -m -f '{{.Dir}}')
 TOOLS := buf controller-gen crd-ref-docs golangci-lint gremlins helm openapi-gen protoc-gen-connect-go protoc-gen-go
-GO_TEST_FLAGS ?= -race -count=1
+# The fleet lanes (e2e/fleet) alone take about five minutes: more than go
+# test's default ten-minute limit allows beside the other packages.
+GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 BENCH ?= .
 BENCHTIME ?= 2s
 
@@ -26,7 +28,7 @@ export SKIFF_BIN := $(BIN)
 
 .PHONY: help
 help: ## Show the verbs.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: tools
 tools: $(addprefix $(BIN)/,$(TOOLS)) ## Build the pinned tools (tools/) into bin/.
@@ -138,6 +140,22 @@ bench: kube-bins build runsc ## Benchmarks (BENCH=regexp, BENCHTIME=2s); e2e/ben
 .PHONY: mutate
 mutate: $(BIN)/gremlins ## Mutation testing of the freshness filter: every mutant must be killed.
 	hack/mutate.sh
+
+# The fleet lanes (e2e/fleet): two hosts in network namespaces, two
+# sandbox-apiserver replicas behind the APIService, the envd proxy, and the
+# control plane killed and cut under them. As root.
+.PHONY: e2e
+e2e: kube-bins build sdk-deps ## The fleet lanes A-D with short windows (2 s interval, 6 s window) and the SDK suite through the fleet; in make test.
+	cd e2e && go test -count=1 -timeout 30m -run '^TestLanes$$' -v ./fleet/
+
+.PHONY: e2e-full
+e2e-full: kube-bins build sdk-deps ## The fleet lanes with the real defaults (30 s interval, 90 s window): about 25 minutes, not in make test.
+	cd e2e && SKIFF_FLEET_INTERVAL=30s SKIFF_FLEET_WINDOW=90s go test -count=1 -timeout 90m -run '^TestLanes$$' -v ./fleet/
+
+.PHONY: up-kube
+up-kube: kube-bins build ## Run the local fleet (as root) until Ctrl-C: prints the E2B_* lines and a KUBECONFIG for kubectl get sandboxes -A -w.
+	cd e2e && go test -c -o $(BIN)/fleet.test ./fleet
+	cd e2e/fleet && SKIFF_UP_KUBE=1 $(BIN)/fleet.test -test.run '^TestUpKube$$' -test.timeout 0 -test.v
 
 UP_FLAGS ?=
 

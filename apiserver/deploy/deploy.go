@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -55,6 +56,12 @@ type Config struct {
 	// Selector selects the replicas' pods (a Service with a selector); nil
 	// is app.kubernetes.io/name=Name. Unused with ExternalName.
 	Selector map[string]string
+	// Endpoints, if set, are the replicas' IPv4 addresses: the Service has
+	// no selector and an EndpointSlice (see EndpointSlice) lists them at
+	// TargetPort, for replicas outside any pod network behind a
+	// kube-apiserver run with --enable-aggregator-routing (the local
+	// fleet). Unused with ExternalName.
+	Endpoints []string
 }
 
 func (c Config) withDefaults() Config {
@@ -79,6 +86,9 @@ var APIServiceName = sbv1.GroupVersion.Version + "." + sbv1.Group
 // Objects returns every object, in an order they can be created in.
 func Objects(c Config) []client.Object {
 	out := []client.Object{ServiceAccount(c), Service(c)}
+	if len(c.Endpoints) > 0 && c.ExternalName == "" {
+		out = append(out, EndpointSlice(c))
+	}
 	out = append(out, RBAC(c)...)
 	out = append(out, UserRoles()...)
 	return append(out, APIService(c))
@@ -111,10 +121,39 @@ func Service(c Config) *corev1.Service {
 	svc.Spec = corev1.ServiceSpec{
 		Selector: c.Selector,
 		Ports: []corev1.ServicePort{{
-			Name: "kube-api", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(c.TargetPort),
+			Name: servicePortName, Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(c.TargetPort),
 		}},
 	}
+	if len(c.Endpoints) > 0 {
+		svc.Spec.Selector = nil
+	}
 	return svc
+}
+
+// servicePortName names the Service's port, which an EndpointSlice's port
+// must match.
+const servicePortName = "kube-api"
+
+// EndpointSlice lists c.Endpoints at TargetPort for the selector-less
+// Service, as the EndpointSlice controller would for pods.
+func EndpointSlice(c Config) *discoveryv1.EndpointSlice {
+	c = c.withDefaults()
+	l := labels(c)
+	l[discoveryv1.LabelServiceName] = c.Name
+	l[discoveryv1.LabelManagedBy] = "skiff.dev"
+	ready := true
+	eps := make([]discoveryv1.Endpoint, 0, len(c.Endpoints))
+	for _, addr := range c.Endpoints {
+		eps = append(eps, discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
+	}
+	name, proto := servicePortName, corev1.ProtocolTCP
+	return &discoveryv1.EndpointSlice{
+		TypeMeta:    metav1.TypeMeta{APIVersion: discoveryv1.SchemeGroupVersion.String(), Kind: "EndpointSlice"},
+		ObjectMeta:  metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: l},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   eps,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &c.TargetPort, Protocol: &proto}},
+	}
 }
 
 // APIService registers sandbox.skiff.dev/v1beta1 with the aggregator.
@@ -263,11 +302,12 @@ func WaitAvailable(ctx context.Context, c client.Reader) error {
 }
 
 // NewScheme returns a scheme that knows every kind Objects returns (core,
-// RBAC, apiregistration), for a client that creates them or waits on the
-// APIService.
+// discovery, RBAC, apiregistration), for a client that creates them or
+// waits on the APIService.
 func NewScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(discoveryv1.AddToScheme(s))
 	utilruntime.Must(rbacv1.AddToScheme(s))
 	utilruntime.Must(apiregistrationv1.AddToScheme(s))
 	return s

@@ -22,7 +22,27 @@ import (
 // apiregistration types; the namespace is created if missing.
 func InstallLocal(ctx context.Context, c client.Client, dir string, port int) ([]string, error) {
 	cfg := Config{ExternalName: "localhost", TargetPort: int32(port)}
-	cert, err := ServingCert(cfg, 24*time.Hour, "localhost", "127.0.0.1")
+	flags, err := install(ctx, c, dir, cfg, "localhost", "127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	return append(flags, "--bind-address", "127.0.0.1"), nil
+}
+
+// InstallEndpoints installs the objects for replicas that run outside the
+// cluster on addrs (IPv4 addresses of this machine that are not loopback,
+// which an EndpointSlice cannot name), each with --secure-port port and
+// --bind-address its address, behind a selector-less Service and its
+// EndpointSlice: the kube-apiserver must run with
+// --enable-aggregator-routing. It writes one serving certificate (valid
+// for a day) and its key into dir and returns the serve flags every
+// replica shares.
+func InstallEndpoints(ctx context.Context, c client.Client, dir string, addrs []string, port int) ([]string, error) {
+	return install(ctx, c, dir, Config{Endpoints: addrs, TargetPort: int32(port)}, addrs...)
+}
+
+func install(ctx context.Context, c client.Client, dir string, cfg Config, sans ...string) ([]string, error) {
+	cert, err := ServingCert(cfg, 24*time.Hour, sans...)
 	if err != nil {
 		return nil, err
 	}
@@ -42,6 +62,5 @@ func InstallLocal(ctx context.Context, c client.Client, dir string, port int) ([
 			return nil, fmt.Errorf("create %T %s: %w", obj, obj.GetName(), err)
 		}
 	}
-	return []string{"--secure-port", strconv.Itoa(port), "--bind-address", "127.0.0.1",
-		"--tls-cert-file", certFile, "--tls-private-key-file", keyFile}, nil
+	return []string{"--secure-port", strconv.Itoa(int(cfg.TargetPort)), "--tls-cert-file", certFile, "--tls-private-key-file", keyFile}, nil
 }

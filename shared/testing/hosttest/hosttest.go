@@ -46,6 +46,14 @@ type Options struct {
 	// is built with CGO_ENABLED=0, named after the path's last element,
 	// and its path is in Host.Bins.
 	Build []string
+	// Netns, if set, is where sandboxd runs (see NewNetns): it listens on
+	// the namespace's address, and its sandboxes' interfaces and rules are
+	// the namespace's, as on a host of its own.
+	Netns *Netns
+	// LogDir, if set, is where sandboxd's log goes, as
+	// <NodeName>-sandboxd.log, and stays after the test; else
+	// Dir/sandboxd.log.
+	LogDir string
 }
 
 // Host is one sandbox host of a test.
@@ -58,8 +66,9 @@ type Host struct {
 	Bins map[string]string
 	// Token is sandboxd's node token, kept in TokenFile.
 	Token, TokenFile string
-	// Addr is sandboxd's --listen.
-	Addr string
+	// Addr is sandboxd's --listen, Admin its --admin-listen (inside the
+	// host's namespace, with Options.Netns).
+	Addr, Admin string
 	// Client calls sandboxd with Token.
 	Client sandboxdv1connect.SandboxdServiceClient
 	// Sandboxd is the daemon: stop it, kill it, start it again.
@@ -129,13 +138,25 @@ func NewHost(t testing.TB, o Options) *Host {
 	if err := os.WriteFile(h.TokenFile, []byte(h.Token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h.Addr = FreeAddr(t)
+	h.Addr, h.Admin = FreeAddr(t), FreeAddr(t)
+	if o.Netns != nil {
+		// The namespace is the host's own: any port is free there.
+		h.Addr, h.Admin = o.Netns.Addr+":27777", "127.0.0.1:27778"
+	}
 	h.Client = sandboxdapi.NewClients(h.Token, nil)(h.Addr)
-	h.Sandboxd = NewDaemon(t, dir, "sandboxd", h.Bins["sandboxd"], "--state-dir", state, "serve",
-		"--auth-token-file", h.TokenFile, "--listen", h.Addr, "--admin-listen", FreeAddr(t), "--run-dir", filepath.Join(dir, "run"),
+	bin, args := h.Bins["sandboxd"], []string{"--state-dir", state, "serve",
+		"--auth-token-file", h.TokenFile, "--listen", h.Addr, "--admin-listen", h.Admin, "--run-dir", filepath.Join(dir, "run"),
 		"--nft-table", nftTable, "--iface-prefix", o.Name[:1]+suffix, "--cgroup-parent", cgroup, "--node-name", o.NodeName,
 		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4), "--uid-base", fmt.Sprint(UIDBase()),
-		"--overcommit", fmt.Sprint(o.Overcommit))
+		"--overcommit", fmt.Sprint(o.Overcommit)}
+	if o.Netns != nil {
+		bin, args = o.Netns.Command(bin, args...)
+	}
+	logDir, name := dir, "sandboxd"
+	if o.LogDir != "" {
+		logDir, name = o.LogDir, o.NodeName+"-sandboxd"
+	}
+	h.Sandboxd = NewDaemon(t, logDir, name, bin, args...)
 	h.StartSandboxd(t)
 	// Before sandboxd stops (which leaves sandboxes running, by design):
 	// kill every sandbox, also when the test failed half-way.

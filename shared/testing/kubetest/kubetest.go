@@ -70,6 +70,12 @@ type Options struct {
 	// flags), so that an APIService can send requests to an extension API
 	// server such as sandbox-apiserver's.
 	Aggregator bool
+	// AggregatorRouting has the aggregator send requests to the endpoints
+	// of an APIService's Service (its EndpointSlices) rather than to its
+	// cluster IP (--enable-aggregator-routing), so that replicas outside
+	// any cluster network serve behind one APIService. Needs Aggregator;
+	// an ExternalName Service then no longer works.
+	AggregatorRouting bool
 }
 
 // Start starts etcd and kube-apiserver, installs the CRDs and the policies
@@ -116,6 +122,9 @@ func StartWith(t testing.TB, o Options) *Env {
 	if o.Aggregator {
 		if err := frontProxy(env.ControlPlane.APIServer, filepath.Join(work, "front-proxy")); err != nil {
 			t.Fatalf("kubetest: %v", err)
+		}
+		if o.AggregatorRouting {
+			env.ControlPlane.APIServer.Configure().Set("enable-aggregator-routing", "true")
 		}
 	}
 	start := time.Now()

@@ -1,0 +1,218 @@
+package hosttest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Netns is a network namespace of a test's own, joined to this machine's
+// namespace by a veth pair with a /30: the namespace end has Addr, this
+// machine's end Gateway. Nothing routes beyond the pair, so what runs
+// inside reaches this machine's Gateway address only, and this machine
+// reaches Addr. It is deleted, with the pair, when the test ends.
+type Netns struct {
+	// Name is the namespace's name under /run/netns (ip netns).
+	Name string
+	// Path is its file, for nsenter --net.
+	Path string
+	// Addr is the namespace end's address, Gateway this machine's end's.
+	Addr, Gateway string
+}
+
+// Subnet returns a random third octet for a test's 10.250.N.0/24, out of
+// which NewNetns takes /30s: tests running side by side rarely pick the
+// same one, and NewNetns fails clearly if the addresses are taken.
+func Subnet() int { return rand.IntN(256) }
+
+// NewNetns makes namespace name (a few letters: it names the namespace and
+// the veth, with a random suffix) with the index-th /30 of 10.250.subnet.0/24
+// (index 0 to 63).
+func NewNetns(t testing.TB, name string, subnet, index int) *Netns {
+	t.Helper()
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Fatal("ip is needed (apt-get install iproute2)")
+	}
+	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
+	n := &Netns{Name: "skiff-" + name + "-" + suffix, Addr: fmt.Sprintf("10.250.%d.%d", subnet, 4*index+2),
+		Gateway: fmt.Sprintf("10.250.%d.%d", subnet, 4*index+1)}
+	n.Path = "/run/netns/" + n.Name
+	veth := "sk" + name[:min(len(name), 6)] + suffix // at most 11 of IFNAMSIZ's 15
+	run(t, "ip", "netns", "add", n.Name)
+	t.Cleanup(func() {
+		// Deleting the namespace ends its veth end, and so the pair.
+		if out, err := exec.Command("ip", "netns", "del", n.Name).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v: %s", n.Name, err, out)
+		}
+		_ = exec.Command("ip", "link", "del", veth).Run()
+	})
+	run(t, "ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", n.Name)
+	run(t, "ip", "addr", "add", n.Gateway+"/30", "dev", veth)
+	run(t, "ip", "link", "set", veth, "up")
+	run(t, "ip", "-n", n.Name, "addr", "add", n.Addr+"/30", "dev", "eth0")
+	run(t, "ip", "-n", n.Name, "link", "set", "eth0", "up")
+	run(t, "ip", "-n", n.Name, "link", "set", "lo", "up")
+	return n
+}
+
+func run(t testing.TB, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// Command returns cmd's program and arguments run inside the namespace
+// (through util-linux's nsenter, which execs it: the PID is the program's).
+func (n *Netns) Command(bin string, args ...string) (string, []string) {
+	return "nsenter", append([]string{"--net=" + n.Path, "--", bin}, args...)
+}
+
+// Listen opens a TCP listener inside the namespace, on addr (host:port).
+// The listener is used from any goroutine like any other.
+func (n *Netns) Listen(addr string) (net.Listener, error) {
+	var (
+		l   net.Listener
+		err error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The thread enters the namespace for the socket call and is
+		// never reused: it ends with the goroutine, locked.
+		runtime.LockOSThread()
+		f, ferr := os.Open(n.Path)
+		if ferr != nil {
+			err = ferr
+			return
+		}
+		defer f.Close()
+		if err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			err = fmt.Errorf("enter %s: %w", n.Name, err)
+			return
+		}
+		l, err = net.Listen("tcp", addr)
+	}()
+	<-done
+	return l, err
+}
+
+// Forwarder accepts TCP connections on a listener and relays each to a
+// target address: a way into this machine's loopback (a control plane's)
+// from inside a namespace. Cut ends every relayed connection and refuses
+// new ones until Restore, as a network partition would.
+type Forwarder struct {
+	l      net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// Forward relays connections to addr inside n (e.g. 127.0.0.1:6443) to
+// target on this machine, until the test ends.
+func (n *Netns) Forward(t testing.TB, addr, target string) *Forwarder {
+	t.Helper()
+	l, err := n.Listen(addr)
+	if err != nil {
+		t.Fatalf("listen on %s in %s: %v", addr, n.Name, err)
+	}
+	f := &Forwarder{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	f.wg.Go(f.serve)
+	t.Cleanup(func() {
+		_ = l.Close()
+		f.Cut()
+		f.wg.Wait()
+	})
+	return f
+}
+
+// Addr is the listener's address.
+func (f *Forwarder) Addr() string { return f.l.Addr().String() }
+
+func (f *Forwarder) serve() {
+	for {
+		c, err := f.l.Accept()
+		if err != nil {
+			return
+		}
+		f.mu.Lock()
+		if f.cut {
+			f.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		f.conns[c] = struct{}{}
+		f.mu.Unlock()
+		f.wg.Go(func() { f.relay(c) })
+	}
+}
+
+func (f *Forwarder) relay(c net.Conn) {
+	defer func() {
+		f.mu.Lock()
+		delete(f.conns, c)
+		f.mu.Unlock()
+		_ = c.Close()
+	}()
+	var d net.Dialer
+	up, err := d.DialContext(context.Background(), "tcp", f.target)
+	if err != nil {
+		return
+	}
+	f.mu.Lock()
+	if f.cut {
+		f.mu.Unlock()
+		_ = up.Close()
+		return
+	}
+	f.conns[up] = struct{}{}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.conns, up)
+		f.mu.Unlock()
+		_ = up.Close()
+	}()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		if tc, ok := dst.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+	<-done
+	<-done
+}
+
+// Cut ends every relayed connection and refuses new ones.
+func (f *Forwarder) Cut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut = true
+	for c := range f.conns {
+		_ = c.Close()
+	}
+}
+
+// Restore accepts connections again.
+func (f *Forwarder) Restore() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut = false
+}
