@@ -146,7 +146,7 @@ func NewHost(t testing.TB, o Options) *Host {
 	h.Client = sandboxdapi.NewClients(h.Token, nil)(h.Addr)
 	bin, args := h.Bins["sandboxd"], []string{"--state-dir", state, "serve",
 		"--auth-token-file", h.TokenFile, "--listen", h.Addr, "--admin-listen", h.Admin, "--run-dir", filepath.Join(dir, "run"),
-		"--nft-table", nftTable, "--iface-prefix", o.Name[:1]+suffix, "--cgroup-parent", cgroup, "--node-name", o.NodeName,
+		"--nft-table", nftTable, "--iface-prefix", o.Name[:1] + suffix, "--cgroup-parent", cgroup, "--node-name", o.NodeName,
 		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4), "--uid-base", fmt.Sprint(UIDBase()),
 		"--overcommit", fmt.Sprint(o.Overcommit)}
 	if o.Netns != nil {
