@@ -1,5 +1,6 @@
 // Package cli is sandboxd's command line: `sandboxd serve` runs the daemon,
-// `sandboxd template …` manages the templates sandboxes start from.
+// `sandboxd template …` manages the templates sandboxes start from, and
+// `sandboxd cleanup` removes what a stopped sandboxd left for its next start.
 package cli
 
 import (
@@ -22,7 +23,7 @@ func NewCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	serve.Global.AddFlags(root.PersistentFlags())
-	root.AddCommand(templateCommand(serve.Global), serveCommand(serve))
+	root.AddCommand(templateCommand(serve.Global), serveCommand(serve), cleanupCommand(serve))
 	return root
 }
 

@@ -83,6 +83,12 @@ func (o *Options) Run(ctx context.Context) error {
 	if err := os.MkdirAll(stateDir, 0o711); err != nil {
 		return err
 	}
+	// One sandboxd per state directory; sandboxd cleanup checks it too.
+	lock, err := lockStateDir(stateDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	st, err := store.Open(filepath.Join(stateDir, "records"))
 	if err != nil {
 		return err
