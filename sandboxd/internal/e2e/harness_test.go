@@ -31,6 +31,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/testing/forwardtest"
 	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 	"github.com/skiff-dev/skiff/wire"
 )
@@ -121,12 +122,11 @@ func newHostWith(t testing.TB, addTemplate func(*template.Library) (*template.Te
 		"--cgroup-parent", h.cgroupParent, "--envd", sandboxtest.EnvdBinary(t),
 		"--envd-ready-timeout", "20s", "--overcommit", "32", "--uid-base", strconv.FormatUint(uint64(hosttest.UIDBase()), 10),
 	}, extra...)
-	forward := readForwarding(t)
+	forwardtest.Keep(t)
 	h.api = sandboxdv1connect.NewSandboxdServiceClient(http.DefaultClient, "http://"+h.listen,
 		connect.WithInterceptors(bearer(h.token)))
 	t.Cleanup(func() {
 		h.cleanup()
-		writeForwarding(t, forward)
 	})
 	h.start()
 	return h
@@ -341,27 +341,6 @@ func bearer(token string) connect.UnaryInterceptorFunc {
 			req.Header().Set("Authorization", "Bearer "+token)
 			return next(ctx, req)
 		}
-	}
-}
-
-const forwardingSysctl = "/proc/sys/net/ipv4/ip_forward"
-
-func readForwarding(t testing.TB) []byte {
-	t.Helper()
-	v, err := os.ReadFile(forwardingSysctl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// writeForwarding puts back the host's ip_forward, which sandboxd sets.
-func writeForwarding(t testing.TB, v []byte) {
-	if bytes.Equal(readForwarding(t), v) {
-		return
-	}
-	if err := os.WriteFile(forwardingSysctl, v, 0o644); err != nil {
-		t.Errorf("restore ip_forward: %v", err)
 	}
 }
 

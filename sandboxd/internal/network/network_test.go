@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
+	"github.com/skiff-dev/skiff/shared/testing/forwardtest"
 )
 
 // blocked is how long a connection that the rules drop is given.
@@ -60,7 +61,7 @@ func newEnv(tb testing.TB, edit ...func(*Options, *Manager)) *env {
 	for _, ed := range edit {
 		ed(&e.opts, e.m)
 	}
-	restoreSysctl(tb, "net/ipv4/ip_forward")
+	forwardtest.Keep(tb)
 	// Runs after the cleanups of the test's sandboxes: removes the table
 	// and anything the test leaked, and fails the test if it leaked.
 	tb.Cleanup(e.sweep)
@@ -866,20 +867,6 @@ func tableExists(tb testing.TB, name string) bool {
 		tb.Fatal(err)
 	}
 	return slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == name })
-}
-
-// restoreSysctl puts the host's sysctl name back when the test ends.
-func restoreSysctl(tb testing.TB, name string) {
-	tb.Helper()
-	prev, err := os.ReadFile(filepath.Join("/proc/sys", name))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := writeSysctl(name, strings.TrimSpace(string(prev))); err != nil {
-			tb.Error(err)
-		}
-	})
 }
 
 func prefixNet(p netip.Prefix) *net.IPNet {

@@ -11,11 +11,14 @@ package hosttest
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -27,6 +30,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/testing/forwardtest"
 )
 
 // Options describe a host.
@@ -102,7 +106,7 @@ func NewHost(t testing.TB, o Options) *Host {
 	}
 	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
 	nftTable, cgroup := "skiff_"+o.Name+"_"+suffix, "skiff-"+o.Name+"-"+suffix
-	forward, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	forwardtest.Keep(t)
 	t.Cleanup(func() {
 		// Last, after the daemons stopped (cleanups run last-registered
 		// first): what sandboxd leaves for its next start.
@@ -111,9 +115,6 @@ func NewHost(t testing.TB, o Options) *Host {
 			t.Errorf("remove cgroup %s: %v", cgroup, err)
 		}
 		_ = syscall.Unmount(filepath.Join(dir, "run", "netns"), syscall.MNT_DETACH)
-		if len(forward) > 0 {
-			_ = os.WriteFile("/proc/sys/net/ipv4/ip_forward", forward, 0o644)
-		}
 		if err := os.RemoveAll(dir); err != nil {
 			t.Errorf("remove %s: %v", dir, err)
 		}
@@ -335,3 +336,21 @@ func (d *Daemon) Stop() { d.Signal(syscall.SIGTERM) }
 
 // Kill9 ends the daemon at once, as a crash would.
 func (d *Daemon) Kill9() { d.Signal(syscall.SIGKILL) }
+
+// Metric reads one unlabelled sample, as text, from the /metrics of the
+// admin listener at admin (host:port); "" when it is not there or the
+// listener does not answer.
+func Metric(admin, name string) string {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
