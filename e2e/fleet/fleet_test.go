@@ -499,27 +499,11 @@ func httpCode(url string) int {
 	return resp.StatusCode
 }
 
-// metric reads one unlabelled sample from an admin listener's /metrics.
-func metric(admin, name string) string {
-	resp, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return v
-		}
-	}
-	return ""
-}
-
 // leader returns the replica holding the warm-pool Lease, nil if none
 // says it does.
 func (f *fleet) leader() *replica {
 	for _, r := range f.replicas {
-		if r.d.Running() && metric(r.admin, "skiff_apiserver_warm_pool_leader") == "1" {
+		if r.d.Running() && hosttest.Metric(r.admin, "skiff_apiserver_warm_pool_leader") == "1" {
 			return r
 		}
 	}

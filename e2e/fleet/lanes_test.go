@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
 // TestLanes runs the four freshness lanes on one fleet, in order; each
@@ -432,7 +433,7 @@ func (l *lanes) laneD(t *testing.T) {
 		steppedDown, exited := false, false
 		var gaps []string
 		l.outage(t, long, func(time.Duration) {
-			if metric(r1.admin, "skiff_apiserver_warm_pool_leader") == "0" {
+			if hosttest.Metric(r1.admin, "skiff_apiserver_warm_pool_leader") == "0" {
 				steppedDown = true
 			}
 			if !r1.d.Running() {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
 // warmCounts returns the warm sandboxes of pool in each host's published
@@ -38,23 +38,6 @@ func warmCounts(t *testing.T, c client.Client, pool string) (map[string]int, map
 		}
 	}
 	return counts, ids
-}
-
-// metric returns the value of an unlabelled metric on serve's admin
-// listener, or "" when it cannot be read.
-func metric(admin, name string) string {
-	resp, err := http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 func TestWarmPools(t *testing.T) {
@@ -106,7 +89,7 @@ func TestWarmPools(t *testing.T) {
 	warm := wantPool(4)
 	// Exactly one of the two replicas holds the lease and drives the pool.
 	const leader = "skiff_apiserver_warm_pool_leader"
-	leaders := func() string { return metric(k.admin, leader) + metric(k.replica2Admin, leader) }
+	leaders := func() string { return hosttest.Metric(k.admin, leader) + hosttest.Metric(k.replica2Admin, leader) }
 	eventually(t, 30*time.Second, func() string {
 		if l := leaders(); l != "10" && l != "01" {
 			return "warm_pool_leader of the two replicas: " + l + ", want one 1 and one 0"
@@ -188,7 +171,7 @@ func TestWarmPools(t *testing.T) {
 	}
 	leading.Stop()
 	eventually(t, 30*time.Second, func() string {
-		if v := metric(otherAdmin, leader); v != "1" {
+		if v := hosttest.Metric(otherAdmin, leader); v != "1" {
 			return "the other replica does not lead after the leader stopped: " + v
 		}
 		return ""
