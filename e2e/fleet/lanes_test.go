@@ -66,23 +66,11 @@ func (l *lanes) spread(nB int) {
 // and the kube list, as "" when all of them list all of ids (want true)
 // or none of them lists any (want false), else what differs.
 func (l *lanes) listed(ids []string, want bool) string {
-	f := l.f
-	var bad []string
-	for _, r := range f.replicas {
-		if !r.d.Running() {
-			continue
-		}
-		got, err := f.e2bList(r)
-		if err != nil {
-			return err.Error()
-		}
-		for _, id := range ids {
-			if got[id] != want {
-				bad = append(bad, fmt.Sprintf("%s e2b %s=%v", r.name, id, got[id]))
-			}
-		}
+	bad, err := l.e2bDiffers(ids, want)
+	if err != nil {
+		return err.Error()
 	}
-	kube, err := f.kubeList()
+	kube, err := l.f.kubeList()
 	if err != nil {
 		return "kube list: " + err.Error()
 	}
@@ -95,6 +83,27 @@ func (l *lanes) listed(ids []string, want bool) string {
 		return strings.Join(bad[:min(len(bad), 4)], ", ")
 	}
 	return ""
+}
+
+// e2bDiffers returns, for each running replica's e2b list, the ids whose
+// presence is not want.
+func (l *lanes) e2bDiffers(ids []string, want bool) ([]string, error) {
+	var bad []string
+	for _, r := range l.f.replicas {
+		if !r.d.Running() {
+			continue
+		}
+		got, err := l.f.e2bList(r)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			if got[id] != want {
+				bad = append(bad, fmt.Sprintf("%s e2b %s=%v", r.name, id, got[id]))
+			}
+		}
+	}
+	return bad, nil
 }
 
 // p50 of ds.
@@ -366,23 +375,16 @@ func (l *lanes) outage(t *testing.T, d time.Duration, during func(elapsed time.D
 	logf("lane D: the kube-apiserver was down %s", time.Since(start).Round(100*time.Millisecond))
 }
 
-// nodesListed reports, for each running replica, whether it lists every
-// sandbox of ids (the e2b list only: the kube list needs the
-// kube-apiserver).
+// e2bListed reports whether every running replica's e2b list shows
+// every sandbox of ids (the kube list needs the kube-apiserver), as "" or
+// what is missing.
 func (l *lanes) e2bListed(ids []string) string {
-	for _, r := range l.f.replicas {
-		if !r.d.Running() {
-			continue
-		}
-		got, err := l.f.e2bList(r)
-		if err != nil {
-			return err.Error()
-		}
-		for _, id := range ids {
-			if !got[id] {
-				return fmt.Sprintf("%s does not list %s", r.name, id)
-			}
-		}
+	bad, err := l.e2bDiffers(ids, true)
+	if err != nil {
+		return err.Error()
+	}
+	if len(bad) > 0 {
+		return strings.Join(bad[:min(len(bad), 4)], ", ")
 	}
 	return ""
 }

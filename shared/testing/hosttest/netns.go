@@ -139,53 +139,47 @@ func (n *Netns) Forward(t testing.TB, addr, target string) *Forwarder {
 	return f
 }
 
-// Addr is the listener's address.
-func (f *Forwarder) Addr() string { return f.l.Addr().String() }
-
 func (f *Forwarder) serve() {
 	for {
 		c, err := f.l.Accept()
 		if err != nil {
 			return
 		}
-		f.mu.Lock()
-		if f.cut {
-			f.mu.Unlock()
-			_ = c.Close()
+		if !f.track(c) {
 			continue
 		}
-		f.conns[c] = struct{}{}
-		f.mu.Unlock()
 		f.wg.Go(func() { f.relay(c) })
 	}
 }
 
-func (f *Forwarder) relay(c net.Conn) {
-	defer func() {
-		f.mu.Lock()
-		delete(f.conns, c)
-		f.mu.Unlock()
+// track records c to be closed by Cut, or closes it when cut already.
+func (f *Forwarder) track(c net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cut {
 		_ = c.Close()
-	}()
+		return false
+	}
+	f.conns[c] = struct{}{}
+	return true
+}
+
+// untrack forgets c and closes it.
+func (f *Forwarder) untrack(c net.Conn) {
+	f.mu.Lock()
+	delete(f.conns, c)
+	f.mu.Unlock()
+	_ = c.Close()
+}
+
+func (f *Forwarder) relay(c net.Conn) {
+	defer f.untrack(c)
 	var d net.Dialer
 	up, err := d.DialContext(context.Background(), "tcp", f.target)
-	if err != nil {
+	if err != nil || !f.track(up) {
 		return
 	}
-	f.mu.Lock()
-	if f.cut {
-		f.mu.Unlock()
-		_ = up.Close()
-		return
-	}
-	f.conns[up] = struct{}{}
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		delete(f.conns, up)
-		f.mu.Unlock()
-		_ = up.Close()
-	}()
+	defer f.untrack(up)
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
