@@ -230,7 +230,16 @@ func TestAggregatedAPI(t *testing.T) {
 	if out, err := kubectl(t, admin, "get", "sbx", "-n", "team-a", "-o", "wide"); err != nil || !containsAll(out, "POOL", "CPU", "MEMORY", "256") {
 		t.Errorf("kubectl get -o wide: %v\n%s", err, out)
 	}
-	if out, err := kubectl(t, admin, "explain", "sandboxes.spec.nodeName"); err != nil || !strings.Contains(out, "the host (the name of its NodeInventory)") {
+	// The aggregator fetches the replica's OpenAPI on its own schedule after
+	// the APIService turns Available: explain may not find the resource at
+	// first.
+	explain := func() (string, error) { return kubectl(t, admin, "explain", "sandboxes.spec.nodeName") }
+	out, err = explain()
+	for deadline := time.Now().Add(time.Minute); err != nil && strings.Contains(out, "couldn't find resource") && time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
+		out, err = explain()
+	}
+	if err != nil || !strings.Contains(out, "the host (the name of its NodeInventory)") {
 		t.Errorf("kubectl explain: %v\n%s", err, out)
 	}
 
