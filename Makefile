@@ -36,7 +36,16 @@ tools: $(addprefix $(BIN)/,$(TOOLS)) ## Build the pinned tools (tools/) into bin
 # Each tool is its own module under tools/, so its build is keyed by its go.mod.
 $(BIN)/%: tools/%/go.mod tools/%/go.sum
 	@mkdir -p $(BIN)
-	cd tools/$* && GOWORK=off go build -trimpath -o $(BIN)/$* $$(sed -n 's/^tool //p' go.mod)
+	cd tools/$* && GOWORK=off go build -trimpath -ldflags "$(LDFLAGS_$*)" -o $(BIN)/$* $$(sed -n 's/^tool //p' go.mod)
+
+# helm's release build stamps its version and the Kubernetes version its
+# templates and lint assume (.Capabilities.KubeVersion), else v1.20: the
+# client-go minor of tools/helm/go.mod.
+HELM_VERSION = $(shell sed -n 's|^\thelm.sh/helm/v3 \(v[0-9.]*\).*|\1|p' tools/helm/go.mod)
+HELM_K8S_MINOR = $(shell sed -n 's|^\tk8s.io/client-go v0\.\([0-9]*\)\..*|\1|p' tools/helm/go.mod)
+LDFLAGS_helm = -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR) \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)
 
 .PHONY: runsc
 runsc: ## Build gVisor's runsc from the Go module proxy into the cache (no-op when present).
@@ -47,11 +56,23 @@ kube-bins: ## Build etcd, kube-apiserver and kubectl from Go modules into the ca
 	hack/kube/build.sh
 
 .PHONY: generate
-generate: $(addprefix $(BIN)/,controller-gen crd-ref-docs buf openapi-gen protoc-gen-go protoc-gen-connect-go) ## Regenerate deepcopy, CRDs (api/crds), the aggregated API's OpenAPI, protobuf code and docs/api.md.
+generate: $(addprefix $(BIN)/,controller-gen crd-ref-docs buf openapi-gen protoc-gen-go protoc-gen-connect-go) ## Regenerate deepcopy, CRDs (api/crds), the aggregated API's OpenAPI, protobuf code, docs/api.md, docs/configuration.md and the chart's copies, schema and values table.
 	for m in $(MODULES); do (cd $$m && go generate ./...); done
 	$(BIN)/crd-ref-docs --source-path=api/v1beta1 --config=hack/crd-ref-docs/config.yaml \
 		--renderer=markdown --output-path=docs/api.md --log-level=ERROR
 	cd hack/flagdocs && GOWORK=off go run . $(ROOT) docs/configuration.md
+	$(MAKE) chart-sources
+
+# The chart's CRDs and admission policies are copies of api/'s (Helm reads
+# only files inside the chart); its schema and README's values table come
+# from values.yaml. e2e/chart's tests fail when the copies differ.
+.PHONY: chart-sources
+chart-sources:
+	rm -rf charts/skiff/crds charts/skiff/files/policies
+	mkdir -p charts/skiff/crds charts/skiff/files/policies
+	cp api/crds/*.yaml charts/skiff/crds/
+	cp api/policies/*.yaml charts/skiff/files/policies/
+	cd hack/chartdocs && GOWORK=off go run . $(ROOT)/charts/skiff
 
 .PHONY: fmt
 fmt: ## gofmt every Go file.
@@ -62,7 +83,7 @@ vet: ## go vet every module.
 	for m in $(MODULES); do (cd $$m && go vet ./...); done
 
 # Every module with a go.mod: the workspace's, the pinned tools' and hack's.
-ALL_MODULES = $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/) hack/runsc hack/flagdocs
+ALL_MODULES = $(MODULES) $(wildcard tools/*) $(wildcard hack/kube/*/) hack/runsc hack/flagdocs hack/chartdocs
 
 .PHONY: tidy
 tidy: ## go mod tidy every module (workspace, tools and hack).
@@ -92,7 +113,7 @@ verify: generate ## generate (code, CRDs, docs/api.md, docs/configuration.md) + 
 test: kube-bins go-test fuzz sdk-test ## Every test: Go (with -race, on a real kube-apiserver and etcd), fuzzing, the e2b SDK suite.
 
 .PHONY: go-test
-go-test: kube-bins build runsc sdk-deps ## The Go tests of every module (e2e/sdk: the SDK suite against the whole system).
+go-test: kube-bins build runsc sdk-deps $(BIN)/helm ## The Go tests of every module (e2e/sdk: the SDK suite against the whole system; e2e/chart: the Helm chart).
 	for m in $(MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
 
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target with
