@@ -137,13 +137,25 @@ envd: ## Build the static envd binary into bin/envd.
 
 .PHONY: sandboxd
 sandboxd: envd ## Build sandboxd (cgo, seccomp) into bin/sandboxd, beside the envd it runs in sandboxes.
-	cd sandboxd && CGO_ENABLED=1 go build -trimpath -o $(BIN)/sandboxd ./cmd/sandboxd
+	cd sandboxd && CGO_ENABLED=1 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)/sandboxd ./cmd/sandboxd
 
 .PHONY: build
 build: sandboxd ## Build every binary into bin/: sandboxd, envd, sandbox-apiserver, sandbox-envd-proxy, vk-sandbox.
-	cd apiserver && CGO_ENABLED=0 go build -trimpath -o $(BIN)/sandbox-apiserver ./cmd/sandbox-apiserver
-	cd envd-proxy && CGO_ENABLED=0 go build -trimpath -o $(BIN)/sandbox-envd-proxy ./cmd/sandbox-envd-proxy
-	cd vk-sandbox && CGO_ENABLED=0 go build -trimpath -o $(BIN)/vk-sandbox ./cmd/vk-sandbox
+	cd apiserver && CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)/sandbox-apiserver ./cmd/sandbox-apiserver
+	cd envd-proxy && CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)/sandbox-envd-proxy ./cmd/sandbox-envd-proxy
+	cd vk-sandbox && CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)/vk-sandbox ./cmd/vk-sandbox
+
+# The image the Helm chart runs: its repository and tag (the chart's
+# appVersion).
+IMAGE ?= ghcr.io/skiff-dev/skiff:$(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' charts/skiff/Chart.yaml)
+
+# Extra linker flags of make build's binaries (the image's are stripped).
+GO_LDFLAGS ?=
+
+.PHONY: image
+image: runsc ## Build the chart's image (IMAGE) as bin/skiff-image.tar, a docker-archive (Debian through debootstrap, no daemon or registry); as root.
+	$(MAKE) build BIN=$(BIN)/image GO_LDFLAGS='-s -w'
+	cd sandboxd && go run ./cmd/skiff-image --bin $(BIN)/image --runsc $(SKIFF_RUNSC) --output $(BIN)/skiff-image.tar --tag $(IMAGE)
 
 .PHONY: sdk-deps
 sdk-deps: ## Install the pinned e2b SDKs (npm ci) of the SDK suites.
