@@ -357,7 +357,8 @@ func TestAPIServiceAvailable(t *testing.T) {
 		return strings.HasPrefix(a, "--listen=") || strings.HasPrefix(a, "--admin-listen=") ||
 			strings.HasPrefix(a, "--tls-") || strings.HasPrefix(a, "--sandboxd-token-file=")
 	})
-	args = append(args, "--listen", hosttest.FreeAddr(t), "--admin-listen", hosttest.FreeAddr(t),
+	adminAddr := hosttest.FreeAddr(t)
+	args = append(args, "--listen", hosttest.FreeAddr(t), "--admin-listen", adminAddr,
 		"--kubeconfig", kc, "--bind-address", ns.Gateway, "--leader-elect-namespace", namespace,
 		"--tls-cert-file", files["tls.crt"], "--tls-private-key-file", files["tls.key"], "--sandboxd-token-file", files["token"],
 		"--log-format", "text")
@@ -385,6 +386,7 @@ func TestAPIServiceAvailable(t *testing.T) {
 	if len(list.Items) != 0 {
 		t.Errorf("sandboxes on a fleet of no hosts: %d", len(list.Items))
 	}
+	checkAlertMetrics(t, adminAddr, "skiff_apiserver_")
 }
 
 // containerArgs are the first container's command arguments of the

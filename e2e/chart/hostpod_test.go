@@ -1,9 +1,11 @@
 package chart
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +85,7 @@ func TestHostPod(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	checkAlertMetrics(t, admin, "skiff_vk_sandbox_")
 	log, err := os.ReadFile(vk.Log)
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +95,54 @@ func TestHostPod(t *testing.T) {
 			t.Errorf("vk-sandbox was refused something:\n%s", log)
 			break
 		}
+	}
+}
+
+// alertMetric is a Skiff metric an alert's expression names.
+var alertMetric = regexp.MustCompile(`\bskiff_[a-z_]+`)
+
+// checkAlertMetrics: every metric with prefix that the PrometheusRule's
+// alerts name is one the daemon whose admin endpoint is admin exports, and
+// every Skiff metric they name has the prefix of a daemon these tests run.
+func checkAlertMetrics(t *testing.T, admin, prefix string) {
+	t.Helper()
+	rule := find(objects(t, render(t, "default", "--set", "monitoring.prometheusRule=true")), "PrometheusRule", namespace, "skiff")
+	if rule == nil {
+		t.Fatal("no PrometheusRule rendered")
+	}
+	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	var names []string
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rules {
+			expr, _, _ := unstructured.NestedString(r.(map[string]any), "expr")
+			names = append(names, alertMetric.FindAllString(expr, -1)...)
+		}
+	}
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, name := range names {
+		if !strings.HasPrefix(name, "skiff_apiserver_") && !strings.HasPrefix(name, "skiff_vk_sandbox_") {
+			t.Errorf("an alert names %s, which no test here checks", name)
+		}
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		checked++
+		if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).Match(body) {
+			t.Errorf("an alert names %s, which %s/metrics does not export", name, admin)
+		}
+	}
+	if checked == 0 {
+		t.Errorf("no alert names a metric of %s", prefix)
 	}
 }
 
