@@ -178,15 +178,15 @@ mutate: $(BIN)/gremlins ## Mutation testing of the freshness filter: every mutan
 # sandbox-apiserver replicas behind the APIService, the envd proxy, and the
 # control plane killed and cut under them. As root.
 .PHONY: e2e
-e2e: kube-bins build sdk-deps ## The fleet lanes A-D with short windows (2 s interval, 6 s window) and the SDK suite through the fleet; in make test.
+e2e: kube-bins build sdk-deps $(BIN)/helm ## The fleet lanes A-D with short windows (2 s interval, 6 s window) and the SDK suite through the fleet; in make test.
 	cd e2e && go test -count=1 -timeout 30m -run '^TestLanes$$' -v ./fleet/
 
 .PHONY: e2e-full
-e2e-full: kube-bins build sdk-deps ## The fleet lanes with the real defaults (30 s interval, 90 s window): about 25 minutes, not in make test.
+e2e-full: kube-bins build sdk-deps $(BIN)/helm ## The fleet lanes with the real defaults (30 s interval, 90 s window): about 25 minutes, not in make test.
 	cd e2e && SKIFF_FLEET_INTERVAL=30s SKIFF_FLEET_WINDOW=90s go test -count=1 -timeout 90m -run '^TestLanes$$' -v ./fleet/
 
 .PHONY: up-kube
-up-kube: kube-bins build ## Run the local fleet (as root) until Ctrl-C: prints the E2B_* lines and a KUBECONFIG for kubectl get sandboxes -A -w.
+up-kube: kube-bins build $(BIN)/helm ## Run the local fleet (as root) until Ctrl-C: prints the E2B_* lines and a KUBECONFIG for kubectl get sandboxes -A -w.
 	cd e2e && go test -c -o $(BIN)/fleet.test ./fleet
 	cd e2e/fleet && SKIFF_UP_KUBE=1 $(BIN)/fleet.test -test.run '^TestUpKube$$' -test.timeout 0 -test.v
 

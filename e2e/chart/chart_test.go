@@ -12,12 +12,9 @@ package chart
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -25,77 +22,28 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/skiff-dev/skiff/e2e/internal/charttest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden/ from the chart")
 
 // Release name and namespace of every render.
 const (
-	release   = "skiff"
-	namespace = "skiff-system"
+	release   = charttest.Release
+	namespace = charttest.Namespace
 )
 
 // valueSets are the renders the golden files and the dry run cover: the
 // defaults, and the two files of testdata/.
 var valueSets = []string{"default", "full", "control-plane-only"}
 
-// repo is the repository's root (the folder of go.work).
-func repo(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.work above the test's directory")
-		}
-		dir = parent
-	}
-}
+func repo(t testing.TB) string     { return charttest.Repo(t) }
+func chartDir(t testing.TB) string { return charttest.Dir(t) }
 
-func chartDir(t testing.TB) string { return filepath.Join(repo(t), "charts", "skiff") }
+func binary(t testing.TB, name string) string { return charttest.Binary(t, name) }
 
-// binary is a program of $SKIFF_BIN, else of bin/: the pinned helm (make
-// tools), sandbox-apiserver (make build).
-func binary(t testing.TB, name string) string {
-	t.Helper()
-	for _, dir := range []string{os.Getenv("SKIFF_BIN"), filepath.Join(repo(t), "bin")} {
-		if dir == "" {
-			continue
-		}
-		if p := filepath.Join(dir, name); isFile(p) {
-			return p
-		}
-	}
-	t.Fatalf("no %s in $SKIFF_BIN or bin/: run make tools build", name)
-	return ""
-}
-
-func helm(t testing.TB) string { return binary(t, "helm") }
-
-func isFile(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
-}
-
-// runHelm runs helm with args, returning its combined output.
-func runHelm(t testing.TB, args ...string) (string, error) {
-	t.Helper()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(t.Context(), helm(t), args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	// No user's helm configuration or cache.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
-	err := cmd.Run()
-	return out.String(), err
-}
+func runHelm(t testing.TB, args ...string) (string, error) { return charttest.Helm(t, args...) }
 
 // valuesArgs are helm's arguments for a value set.
 func valuesArgs(t testing.TB, set string) []string {
@@ -109,43 +57,15 @@ func valuesArgs(t testing.TB, set string) []string {
 // arguments (--set ...): the manifest text.
 func render(t testing.TB, set string, extra ...string) string {
 	t.Helper()
-	args := append([]string{"template", release, chartDir(t), "--namespace", namespace, "--include-crds"}, valuesArgs(t, set)...)
-	out, err := runHelm(t, append(args, extra...)...)
-	if err != nil {
-		t.Fatalf("helm template (%s): %v\n%s", set, err, out)
-	}
-	return out
+	return charttest.Render(t, append(valuesArgs(t, set), extra...)...)
 }
 
-// objects parses a manifest into its objects, in order.
 func objects(t testing.TB, manifest string) []*unstructured.Unstructured {
-	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	var out []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		err := dec.Decode(&m)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("parse the rendered manifest: %v", err)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		out = append(out, &unstructured.Unstructured{Object: m})
-	}
+	return charttest.Objects(t, manifest)
 }
 
-// find returns the rendered object of that kind, namespace and name.
 func find(objs []*unstructured.Unstructured, kind, ns, name string) *unstructured.Unstructured {
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetNamespace() == ns && o.GetName() == name {
-			return o
-		}
-	}
-	return nil
+	return charttest.Find(objs, kind, ns, name)
 }
 
 // TestSourcesMatch: the chart's CRDs and policies are api/'s, byte for byte

@@ -52,6 +52,7 @@ import (
 	"github.com/skiff-dev/skiff/api/policies"
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/deploy"
+	"github.com/skiff-dev/skiff/e2e/internal/charttest"
 	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
@@ -185,14 +186,7 @@ func newFleet(t *testing.T, cfg config) *fleet {
 		ObjectMeta: metav1.ObjectMeta{Name: "base"},
 		Spec:       v1beta1.SandboxTemplateSpec{Source: v1beta1.TemplateSource{Builtin: "base"}, CPUMilli: 500, MemoryMiB: 256},
 	}))
-	// vk-sandbox's RBAC (nodes, leases, pods) is the chart's; here the
-	// hosts' identities may do anything, and the NodeInventory owner
-	// policy still holds each to its own inventory.
-	f.must(f.admin.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "skiff-fleet-hosts"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: policies.NodesGroup}},
-	}))
+	f.hostRBAC()
 
 	subnet := hosttest.Subnet()
 	token := fmt.Sprintf("fleet-node-token-%d", time.Now().UnixNano())
@@ -295,6 +289,29 @@ func (f *fleet) newHost(name string, subnet, index int, token string) *host {
 	hs.vk = hosttest.NewDaemon(t, f.logs, name+"-vk-sandbox", bin, args...)
 	hs.vk.Start()
 	return hs
+}
+
+// hostRBAC gives the hosts' identities (group skiff:nodes) vk-sandbox's
+// access as the Helm chart grants it: its ClusterRole skiff:host and its
+// Role skiff:host in kube-node-lease; the NodeInventory owner policy holds
+// each to its own inventory.
+func (f *fleet) hostRBAC() {
+	objs := charttest.Objects(f.t, charttest.Render(f.t))
+	group := []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: policies.NodesGroup}}
+	for _, ref := range []struct{ kind, ns string }{{"ClusterRole", ""}, {"Role", corev1.NamespaceNodeLease}} {
+		role := charttest.Find(objs, ref.kind, ref.ns, "skiff:host")
+		if role == nil {
+			f.t.Fatalf("the chart renders no %s skiff:host", ref.kind)
+		}
+		f.must(f.admin.Create(f.t.Context(), role))
+		meta := metav1.ObjectMeta{Name: "skiff-fleet-hosts", Namespace: ref.ns}
+		roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.kind, Name: role.GetName()}
+		if ref.ns == "" {
+			f.must(f.admin.Create(f.t.Context(), &rbacv1.ClusterRoleBinding{ObjectMeta: meta, RoleRef: roleRef, Subjects: group}))
+		} else {
+			f.must(f.admin.Create(f.t.Context(), &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: roleRef, Subjects: group}))
+		}
+	}
 }
 
 // serviceAccountKubeconfig returns a kubeconfig of the replicas' service
