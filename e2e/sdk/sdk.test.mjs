@@ -217,7 +217,7 @@ test(`${pkg}: private traffic needs the traffic access token`, { skip: legacy &&
   const sbx = await create({ network: { allowPublicTraffic: false } })
   assert.ok(sbx.trafficAccessToken, 'no trafficAccessToken')
   const host = await serve(sbx, 8081)
-  assert.equal((await get(host)).status, 401)
+  assert.equal((await get(host)).status, 403)
   assert.equal((await get(host, { 'e2b-traffic-access-token': 'wrong' })).status, 403)
   const ok = await get(host, { 'e2b-traffic-access-token': sbx.trafficAccessToken })
   assert.equal(ok.status, 200)

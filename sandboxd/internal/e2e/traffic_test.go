@@ -72,7 +72,7 @@ func (h *host) pause(id string) {
 }
 
 // TestPrivateTraffic: a sandbox with public traffic off serves its web
-// server only to requests with its traffic token (none 401, wrong 403),
+// server only to requests with its traffic token (none or a wrong one: 403, as e2b),
 // which never reaches the server; its envd needs no traffic token; a public
 // sandbox's server answers without one.
 func TestPrivateTraffic(t *testing.T) {
@@ -96,7 +96,7 @@ func TestPrivateTraffic(t *testing.T) {
 		status         int
 		body           string
 	}{
-		{"private, no token", privID, "/", nil, 401, `"code":401`},
+		{"private, no token", privID, "/", nil, 403, `"code":403`},
 		{"private, wrong token", privID, "/", map[string]string{relay.TrafficTokenHeader: strings.Repeat("0", 64)}, 403, `"code":403`},
 		{"private, right token", privID, "/", map[string]string{"e2b-traffic-access-token": tok}, 200, "hello\n"},
 		{"private, the token does not reach the sandbox", privID, "/cgi-bin/token", map[string]string{relay.TrafficTokenHeader: tok}, 200, "token=[]\n"},
@@ -185,7 +185,7 @@ func TestAutoResume(t *testing.T) {
 		got.GetSandbox().GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
 		t.Fatalf("re-adopted as %v (token kept: %v)", got.GetSandbox(), got.GetTrafficAccessToken() == tok)
 	}
-	if status, _ := h.relayGet(privID, userPort, "/", nil); status != http.StatusUnauthorized {
+	if status, _ := h.relayGet(privID, userPort, "/", nil); status != http.StatusForbidden {
 		t.Errorf("re-adopted private sandbox without a token: %d", status)
 	}
 	if st := h.get(privID).GetSandbox().GetState(); st != sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {

@@ -85,16 +85,18 @@ func send(t *testing.T, relayURL, id, port string, headers map[string]string) re
 func wantE2bError(t *testing.T, got relayAnswer, status int, contains string) {
 	t.Helper()
 	var e struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		SandboxID string `json:"sandboxId"`
+		Code      int    `json:"code"`
+		Message   string `json:"message"`
 	}
-	if got.status != status || json.Unmarshal([]byte(got.body), &e) != nil || e.Code != status || !strings.Contains(e.Message, contains) {
+	if got.status != status || json.Unmarshal([]byte(got.body), &e) != nil || e.Code != status || !strings.Contains(e.Message, contains) ||
+		(status == http.StatusForbidden && e.SandboxID == "") {
 		t.Fatalf("= %d %q, want %d {code,message} with %q", got.status, got.body, status, contains)
 	}
 }
 
-// A private sandbox's user ports need the traffic token: missing 401,
-// wrong 403 (neither reaches the sandbox), right passes with the header
+// A private sandbox's user ports need the traffic token: missing or wrong
+// 403 with e2b's messages (neither reaches the sandbox), right passes with the header
 // stripped. envd's port is not affected, and a public sandbox needs none.
 func TestTrafficToken(t *testing.T) {
 	const token = "0123456789abcdef0123456789abcdef"
@@ -115,10 +117,10 @@ func TestTrafficToken(t *testing.T) {
 		status   int
 		body     string // the sandbox's answer, or a word of the error
 	}{
-		{"private, no token", private, userPort, nil, 401, TrafficTokenHeader},
-		{"private, empty token", private, userPort, map[string]string{TrafficTokenHeader: ""}, 401, TrafficTokenHeader},
-		{"private, wrong token", private, userPort, map[string]string{TrafficTokenHeader: "0123456789abcdef0123456789abcdeX"}, 403, "wrong"},
-		{"private, shorter token", private, userPort, map[string]string{TrafficTokenHeader: token[:8]}, 403, "wrong"},
+		{"private, no token", private, userPort, nil, 403, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing"},
+		{"private, empty token", private, userPort, map[string]string{TrafficTokenHeader: ""}, 403, "Token header 'e2b-traffic-access-token' is missing"},
+		{"private, wrong token", private, userPort, map[string]string{TrafficTokenHeader: "0123456789abcdef0123456789abcdeX"}, 403, "Sandbox is secured with traffic access token. Provided token in header 'e2b-traffic-access-token' is invalid"},
+		{"private, shorter token", private, userPort, map[string]string{TrafficTokenHeader: token[:8]}, 403, "is invalid"},
 		{"private, lower-case header", private, userPort, map[string]string{"e2b-traffic-access-token": token}, 200, "token=none"},
 		{"private, right token", private, userPort, map[string]string{TrafficTokenHeader: token}, 200, "token=none"},
 		{"private, envd without token", private, envdPort, nil, 200, "token=none"},
@@ -187,8 +189,8 @@ func TestAutoResume(t *testing.T) {
 		{"auto-resume", Sandbox{Address: ip, Paused: true, AutoResume: true}, true, nil, nil, 200, "token=none", 1},
 		{"no auto-resume", Sandbox{Address: ip, Paused: true}, true, nil, nil, 502, "The sandbox was not found", 0},
 		{"resolver cannot resume", Sandbox{Address: ip, Paused: true, AutoResume: true}, false, nil, nil, 502, "The sandbox was not found", 0},
-		{"private, no token: not woken", Sandbox{Address: ip, Paused: true, AutoResume: true, TrafficAccessToken: token}, true, nil, nil, 401, TrafficTokenHeader, 0},
-		{"private, wrong token: not woken", Sandbox{Address: ip, Paused: true, AutoResume: true, TrafficAccessToken: token}, true, nil, map[string]string{TrafficTokenHeader: "nope"}, 403, "wrong", 0},
+		{"private, no token: not woken", Sandbox{Address: ip, Paused: true, AutoResume: true, TrafficAccessToken: token}, true, nil, nil, 403, "is missing", 0},
+		{"private, wrong token: not woken", Sandbox{Address: ip, Paused: true, AutoResume: true, TrafficAccessToken: token}, true, nil, map[string]string{TrafficTokenHeader: "nope"}, 403, "is invalid", 0},
 		{"private, right token", Sandbox{Address: ip, Paused: true, AutoResume: true, TrafficAccessToken: token}, true, nil, map[string]string{TrafficTokenHeader: token}, 200, "token=none", 1},
 		{"gone meanwhile", Sandbox{Address: ip, Paused: true, AutoResume: true}, true, fmt.Errorf("%w: %s", ErrUnknownSandbox, id), nil, 502, "The sandbox was not found", 1},
 		{"resume fails", Sandbox{Address: ip, Paused: true, AutoResume: true}, true, errors.New("freezer stuck"), nil, 502, "could not be resumed", 1},

@@ -175,8 +175,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The token first: a request that may not reach the sandbox must not
 	// wake it either.
 	if !t.IsEnvd() && sb.TrafficAccessToken != "" {
-		if status, msg := checkTrafficToken(r, sb.TrafficAccessToken); status != 0 {
-			wire.WriteError(w, status, msg)
+		if msg := checkTrafficToken(r, sb.TrafficAccessToken); msg != "" {
+			wire.Write(w, wire.Error{SandboxID: t.SandboxID, Code: http.StatusForbidden, Message: msg})
 			return
 		}
 	}
@@ -259,19 +259,23 @@ func mayWakeEnvd(r *http.Request, token string) bool {
 }
 
 // checkTrafficToken compares the request's traffic token with want, in
-// constant time (of digests, so lengths do not show): 0 when it matches,
-// else the status and message to answer.
-func checkTrafficToken(r *http.Request, want string) (int, string) {
+// constant time (of digests, so lengths do not show): "" when it matches,
+// else the message to answer with 403, e2b's edge's own for a missing and
+// for a wrong token (e2b-dev/infra, packages/shared/pkg/proxy/template).
+func checkTrafficToken(r *http.Request, want string) string {
 	got := r.Header.Get(TrafficTokenHeader)
 	if got == "" {
-		return http.StatusUnauthorized, "the sandbox's traffic is private: send its traffic access token in header " + TrafficTokenHeader
+		return "Sandbox is secured with traffic access token. Token header '" + trafficTokenHeaderLower + "' is missing"
 	}
 	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	if subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
-		return http.StatusForbidden, "wrong traffic access token in header " + TrafficTokenHeader
+		return "Sandbox is secured with traffic access token. Provided token in header '" + trafficTokenHeaderLower + "' is invalid"
 	}
-	return 0, ""
+	return ""
 }
+
+// trafficTokenHeaderLower is TrafficTokenHeader as e2b's messages name it.
+const trafficTokenHeaderLower = "e2b-traffic-access-token"
 
 type relayed struct {
 	target   routing.Target
