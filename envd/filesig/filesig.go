@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"net/url"
 	"strconv"
 	"time"
@@ -47,26 +48,51 @@ func Sign(path, op, username, token string, expiration *int64) string {
 	return prefix + base64.RawStdEncoding.EncodeToString(sum[:])
 }
 
-// Verify reports whether q carries exactly one signature valid for op on
-// q's path and username under token, and unexpired at now. Anything not
-// exactly valid (repeated or non-canonical parameters) is rejected, and so
-// is every signature when token is empty.
-func Verify(q url.Values, op, token string, now time.Time) bool {
-	sigs := q[QuerySignature]
+// Errors of Check: e2b envd's own messages (e2b-dev/infra,
+// packages/envd/internal/api/auth.go, validateSigning), which it answers
+// with 401.
+var (
+	ErrMissing = errors.New("missing signature query parameter")
+	ErrInvalid = errors.New("invalid signature")
+	ErrExpired = errors.New("signature is already expired")
+)
+
+// Check says whether q carries exactly one signature valid for op on q's
+// path and username under token, unexpired at now: nil, else ErrMissing
+// (no signature), ErrInvalid (a signature that is not exactly valid:
+// repeated or non-canonical parameters, another path, user, operation or
+// expiration, or any signature when token is empty) or ErrExpired (a valid
+// signature past its expiration), in e2b envd's order.
+func Check(q url.Values, op, token string, now time.Time) error {
+	sigs, ok := q[QuerySignature]
+	if !ok {
+		return ErrMissing
+	}
 	if len(sigs) != 1 || token == "" {
-		return false
+		return ErrInvalid
 	}
 	var expiration *int64
 	if exps, ok := q[QueryExpiration]; ok {
 		if len(exps) != 1 {
-			return false
+			return ErrInvalid
 		}
 		exp, err := strconv.ParseInt(exps[0], 10, 64)
-		if err != nil || strconv.FormatInt(exp, 10) != exps[0] || exp < now.Unix() {
-			return false
+		if err != nil || strconv.FormatInt(exp, 10) != exps[0] {
+			return ErrInvalid
 		}
 		expiration = &exp
 	}
 	want := Sign(q.Get(QueryPath), op, q.Get(QueryUsername), token, expiration)
-	return subtle.ConstantTimeCompare([]byte(want), []byte(sigs[0])) == 1
+	if subtle.ConstantTimeCompare([]byte(want), []byte(sigs[0])) != 1 {
+		return ErrInvalid
+	}
+	if expiration != nil && *expiration < now.Unix() {
+		return ErrExpired
+	}
+	return nil
+}
+
+// Verify reports whether Check accepts q.
+func Verify(q url.Values, op, token string, now time.Time) bool {
+	return Check(q, op, token, now) == nil
 }

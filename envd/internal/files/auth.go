@@ -24,13 +24,19 @@ const (
 	queryUsername = filesig.QueryUsername
 )
 
-// errUnauthorized answers a request without valid credentials.
+// errUnauthorized answers a request without valid credentials on the
+// routes e2b envd's middleware guards (/files/compose).
 var errUnauthorized = &httpError{status: http.StatusUnauthorized, message: unauthorizedMessage}
 
-// authorize checks the credentials of a /files request for op: with a token
-// set, a non-empty X-Access-Token header must match it (as in e2b envd, a
-// wrong header is not rescued by a signature); without the header, the URL
-// must carry a valid, unexpired signature.
+// headerMismatchMessage is e2b envd's answer on /files to an X-Access-Token
+// that is not the sandbox's.
+const headerMismatchMessage = "access token present in header but does not match"
+
+// authorize checks the credentials of a /files request for op, with e2b
+// envd's answers (its validateSigning): with a token set, a non-empty
+// X-Access-Token header must match it (a wrong header is not rescued by a
+// signature); without the header, the URL must carry a valid, unexpired
+// signature, else 401 with filesig.Check's message.
 func (h *handler) authorize(r *http.Request, op string) error {
 	token := h.sb.Token()
 	if token == "" {
@@ -40,12 +46,12 @@ func (h *handler) authorize(r *http.Request, op string) error {
 		if h.sb.CheckToken(presented) {
 			return nil
 		}
-		return errUnauthorized
+		return &httpError{status: http.StatusUnauthorized, message: headerMismatchMessage}
 	}
-	if filesig.Verify(r.URL.Query(), op, token, h.now()) {
-		return nil
+	if err := filesig.Check(r.URL.Query(), op, token, h.now()); err != nil {
+		return &httpError{status: http.StatusUnauthorized, message: err.Error()}
 	}
-	return errUnauthorized
+	return nil
 }
 
 // Signature is filesig.Sign, for this package's tests.

@@ -587,28 +587,32 @@ func TestSignatures(t *testing.T) {
 	valid := sign(file, opRead, "", nil)
 	sig := valid[3]
 
+	// e2b envd's messages (its validateSigning).
+	const invalid, headerMismatch = "invalid signature", "access token present in header but does not match"
 	tests := []struct {
-		name   string
-		method string
-		query  []string
-		header string // X-Access-Token
-		status int
+		name    string
+		method  string
+		query   []string
+		header  string // X-Access-Token
+		status  int
+		message string // of a 401, exactly
 	}{
-		{"valid read", "GET", valid, "", 200},
-		{"valid read with user and expiry", "GET", sign(file, opRead, "root", &future), "", 200},
-		{"valid write", "POST", sign(file, opWrite, "", nil), "", 200},
-		{"write signature on read", "GET", sign(file, opWrite, "", nil), "", 401},
-		{"read signature on write", "POST", valid, "", 401},
-		{"expired", "GET", sign(file, opRead, "", &past), "", 401},
-		{"expiry stripped", "GET", tamper(sign(file, opRead, "", &future), "signature_expiration", ""), "", 401},
-		{"expiry extended", "GET", tamper(sign(file, opRead, "", &future), "signature_expiration", strconv.FormatInt(future+1, 10)), "", 401},
-		{"tampered signature", "GET", tamper(valid, "signature", tampered(sig)), "", 401},
-		{"other path", "GET", tamper(valid, "path", file+"x"), "", 401},
-		{"user added", "GET", append(append([]string(nil), valid...), "username", "root"), "", 401},
-		{"no credentials", "GET", []string{"path", file}, "", 401},
-		{"header token", "GET", []string{"path", file}, testToken, 200},
-		{"wrong header token", "GET", []string{"path", file}, "wrong", 401},
-		{"wrong header token beats signature", "GET", valid, "wrong", 401},
+		{"valid read", "GET", valid, "", 200, ""},
+		{"valid read with user and expiry", "GET", sign(file, opRead, "root", &future), "", 200, ""},
+		{"valid write", "POST", sign(file, opWrite, "", nil), "", 200, ""},
+		{"write signature on read", "GET", sign(file, opWrite, "", nil), "", 401, invalid},
+		{"read signature on write", "POST", valid, "", 401, invalid},
+		{"expired", "GET", sign(file, opRead, "", &past), "", 401, "signature is already expired"},
+		{"expiry stripped", "GET", tamper(sign(file, opRead, "", &future), "signature_expiration", ""), "", 401, invalid},
+		{"expiry extended", "GET", tamper(sign(file, opRead, "", &future), "signature_expiration", strconv.FormatInt(future+1, 10)), "", 401, invalid},
+		{"expired and tampered", "GET", tamper(sign(file, opRead, "", &past), "signature", tampered(sig)), "", 401, invalid},
+		{"tampered signature", "GET", tamper(valid, "signature", tampered(sig)), "", 401, invalid},
+		{"other path", "GET", tamper(valid, "path", file+"x"), "", 401, invalid},
+		{"user added", "GET", append(append([]string(nil), valid...), "username", "root"), "", 401, invalid},
+		{"no credentials", "GET", []string{"path", file}, "", 401, "missing signature query parameter"},
+		{"header token", "GET", []string{"path", file}, testToken, 200, ""},
+		{"wrong header token", "GET", []string{"path", file}, "wrong", 401, headerMismatch},
+		{"wrong header token beats signature", "GET", valid, "wrong", 401, headerMismatch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -619,7 +623,10 @@ func TestSignatures(t *testing.T) {
 			}
 			rec := do(h, req)
 			if tc.status == 401 {
-				wantError(t, rec, 401, unauthorizedMessage)
+				// e2b envd's body, byte for byte.
+				if want := `{"code":401,"message":"` + tc.message + `"}`; rec.Code != 401 || strings.TrimSpace(rec.Body.String()) != want {
+					t.Fatalf("= %d %s, want 401 %s", rec.Code, rec.Body, want)
+				}
 				return
 			}
 			if rec.Code != tc.status {
