@@ -1,6 +1,6 @@
 // Package routing reads which sandbox, and which port in it, an e2b SDK
-// request is for, the way e2b's edge does (e2b-protocol §3.7). The envd
-// proxy and sandboxd's relay share it, so both edges agree.
+// request is for, the way e2b's edge does (docs/e2b-protocol.md §3.7). The
+// envd proxy and sandboxd's relay share it, so both edges agree.
 //
 // A request names its target with the headers E2b-Sandbox-Id and
 // E2b-Sandbox-Port (both, or neither), or else with its host,

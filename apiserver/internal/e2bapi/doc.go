@@ -1,6 +1,6 @@
 // Package e2bapi serves e2b's REST control API (the routes of
-// e2b-protocol §1) so that an unmodified e2b SDK pointed at Skiff with
-// E2B_API_URL creates, lists, connects to, pauses and kills sandboxes.
+// docs/e2b-protocol.md §1) so that an unmodified e2b SDK pointed at Skiff
+// with E2B_API_URL creates, lists, connects to, pauses and kills sandboxes.
 //
 // The package owns the wire: routing, authentication hand-off, strict
 // decoding and validation of bodies and queries, the exact success codes

@@ -403,7 +403,8 @@ func checkKeys(t testing.TB, schema string, m map[string]any, required, optional
 	}
 }
 
-// The schemas of e2b-protocol §1.3 / §1.6: required and optional keys.
+// The schemas of docs/e2b-protocol.md §1.3 / §1.6: required and optional
+// keys.
 var (
 	sandboxRequired   = []string{"templateID", "sandboxID", "clientID", "envdVersion"}
 	sandboxOptional   = []string{"alias", "envdAccessToken", "trafficAccessToken", "domain"}

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// The response schemas of e2b-protocol §1.3 and §1.6. Field names are the
-// wire's, exactly; what is required there is never omitempty here.
+// The response schemas of docs/e2b-protocol.md §1.3 and §1.6. Field names
+// are the wire's, exactly; what is required there is never omitempty here.
 
 // legacyClientID is what e2b returns as clientID; Skiff returns the node's
 // name and falls back to it only when the backend names no node (Python

@@ -32,7 +32,7 @@ type Config struct {
 // plan.
 const DefaultMaxTimeout = 24 * time.Hour
 
-// Defaults and bounds from e2b's API (e2b-protocol §1.2, §1.3, §1.5).
+// Defaults and bounds from e2b's API (docs/e2b-protocol.md §1.2, §1.3, §1.5).
 const (
 	defaultTimeoutV1      = 15 * time.Second
 	defaultTimeoutV2      = 300 * time.Second
@@ -106,7 +106,7 @@ func (s *server) routes() {
 	m := s.mux
 	m.HandleFunc("GET /health", s.health)
 
-	// Sandboxes (e2b-protocol §1.2).
+	// Sandboxes (docs/e2b-protocol.md §1.2).
 	m.HandleFunc("POST /sandboxes", s.authed(s.create(false)))
 	m.HandleFunc("POST /v2/sandboxes", s.authed(s.create(true)))
 	m.HandleFunc("GET /sandboxes", s.authed(s.list(false)))
@@ -124,7 +124,8 @@ func (s *server) routes() {
 	m.HandleFunc("GET /sandboxes/{id}/logs", s.authed(s.sandboxRoute(s.logsV1)))
 	m.HandleFunc("GET /v2/sandboxes/{id}/logs", s.authed(s.sandboxRoute(s.logsV2)))
 
-	// Templates (e2b-protocol §1.6), served from the templates the fleet has.
+	// Templates (docs/e2b-protocol.md §1.6), served from the templates the
+	// fleet has.
 	m.HandleFunc("GET /templates", s.authed(s.templatesV1))
 	m.HandleFunc("GET /v2/templates", s.authed(s.templatesV2))
 	m.HandleFunc("GET /templates/{templateID}", s.authed(s.templateWithBuilds))

@@ -1,5 +1,5 @@
 // Package route decides which sandbox, and which port in it, a request to
-// the envd proxy is for (e2b-protocol §3.7), in order:
+// the envd proxy is for (docs/e2b-protocol.md §3.7), in order:
 //
 //  1. the headers E2b-Sandbox-Id and E2b-Sandbox-Port: if either is present,
 //     both must be, once each, well-formed;

@@ -1,8 +1,8 @@
 // Package publish is the InventoryApplier: it keeps this host's
 // NodeInventory in Kubernetes current by server-side apply, stamping
 // publishedAt on every publish so that readers can tell a live host from a
-// dead one (ARCHITECTURE.md §4). It only ever applies: it never deletes an
-// inventory, and on shutdown it writes nothing.
+// dead one (docs/architecture.md, "Freshness contract"). It only ever
+// applies: it never deletes an inventory, and on shutdown it writes nothing.
 package publish
 
 import (
