@@ -65,6 +65,12 @@ type NodeInventorySpec struct {
 	// +optional
 	Allocated NodeCapacity `json:"allocated,omitempty"`
 
+	// EnvdVersion is the version of the envd the host starts sandboxes
+	// with; a sandbox entry names its own only when it differs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	EnvdVersion string `json:"envdVersion,omitempty"`
+
 	// Templates are the templates this host can start, each at one version.
 	// +optional
 	// +listType=map
@@ -218,6 +224,19 @@ type SandboxEntry struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+
+	// DiskMiB is the sandbox's writable disk, in mebibytes; 0 when it has
+	// none of its own.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	DiskMiB int64 `json:"diskMiB,omitempty"`
+
+	// EnvdVersion is the version of the sandbox's envd when it is not the
+	// node's (spec.envdVersion): a sandbox started before the host's envd
+	// was upgraded.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	EnvdVersion string `json:"envdVersion,omitempty"`
 
 	// Metadata is the e2b metadata the sandbox was created with. It is
 	// bounded, so that an inventory of 2,000 sandboxes stays under 1 MiB: at

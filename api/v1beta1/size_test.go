@@ -36,14 +36,14 @@ func TestInventoryOf2000SandboxesUnder1MiB(t *testing.T) {
 		PublishedAt: &now,
 		Spec: v1beta1.NodeInventorySpec{
 			Endpoint: "10.20.30.40:27777",
-			Capacity: v1beta1.NodeCapacity{CPUMilli: 256000, MemoryMiB: 1 << 20, Sandboxes: 2000},
+			Capacity: v1beta1.NodeCapacity{CPUMilli: 256000, MemoryMiB: 1 << 20, Sandboxes: 2000}, EnvdVersion: "0.6.4",
 		},
 	}
 	for i := range 2000 {
 		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, v1beta1.SandboxEntry{
 			ID: fmt.Sprintf("i%019d", i), Template: "code-interpreter-v1", State: v1beta1.SandboxRunning,
 			Pool: "team-analytics/code-interp", Team: "team-analytics", StartedAt: now, EndAt: &end,
-			CPUMilli: 2000, MemoryMiB: 2048, Metadata: meta,
+			CPUMilli: 2000, MemoryMiB: 2048, DiskMiB: 1048576, Metadata: meta, // the largest disk
 		})
 	}
 	data, err := json.Marshal(inv)

@@ -82,6 +82,15 @@ test(`${pkg}: list with a metadata filter and pagination; another team sees none
     assert.equal(s.state, 'running')
     assert.equal(s.metadata.tag, tag)
     assert.equal(s.metadata['with space'], 'a b&c=d')
+    // What the list says is what getInfo says.
+    const info = await Sandbox.getInfo(s.sandboxId)
+    for (const k of ['templateId', 'state', 'cpuCount', 'memoryMB', 'envdVersion']) {
+      assert.equal(s[k], info[k], `list and getInfo disagree on ${k}`)
+    }
+    assert.ok(s.envdVersion, 'the list gives no envdVersion')
+    assert.equal(s.startedAt.getTime(), info.startedAt.getTime())
+    assert.equal(s.endAt.getTime(), info.endAt.getTime())
+    assert.deepEqual(s.metadata, info.metadata)
   }
   // Team B: its list holds none of them, and the IDs are not found.
   const other = Sandbox.list({ apiKey: keyB, query: { metadata: { tag } } })

@@ -301,6 +301,7 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 			MemoryMiB: info.GetCapacity().GetMemoryMib(),
 			Sandboxes: info.GetMaxSandboxes(),
 		},
+		EnvdVersion: info.GetEnvdVersion(),
 	}
 	for _, t := range info.GetTemplates() {
 		spec.Templates = append(spec.Templates, v1beta1.TemplateVersion{Name: t.GetName(), Version: t.GetVersion()})
@@ -309,6 +310,9 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 	pools := map[string]*v1beta1.PoolSummary{}
 	for _, sb := range sandboxes {
 		e := Entry(sb)
+		if e.EnvdVersion == spec.EnvdVersion {
+			e.EnvdVersion = "" // the node's
+		}
 		spec.Sandboxes = append(spec.Sandboxes, e)
 		spec.Allocated.CPUMilli += e.CPUMilli
 		spec.Allocated.MemoryMiB += e.MemoryMiB
@@ -332,17 +336,20 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 	return spec
 }
 
-// Entry is a sandbox as the NodeInventory lists it.
+// Entry is a sandbox as the NodeInventory lists it (Spec leaves out its
+// envd version when it is the node's).
 func Entry(sb *pb.Sandbox) v1beta1.SandboxEntry {
 	e := v1beta1.SandboxEntry{
-		ID:        sb.GetId(),
-		Template:  sb.GetTemplate(),
-		State:     State(sb.GetState()),
-		Pool:      sb.GetPool(),
-		Team:      sb.GetTeam(),
-		StartedAt: metav1.NewTime(sb.GetStartedAt().AsTime()),
-		CPUMilli:  sb.GetResources().GetCpuMilli(),
-		MemoryMiB: sb.GetResources().GetMemoryMib(),
+		ID:          sb.GetId(),
+		Template:    sb.GetTemplate(),
+		State:       State(sb.GetState()),
+		Pool:        sb.GetPool(),
+		Team:        sb.GetTeam(),
+		StartedAt:   metav1.NewTime(sb.GetStartedAt().AsTime()),
+		CPUMilli:    sb.GetResources().GetCpuMilli(),
+		MemoryMiB:   sb.GetResources().GetMemoryMib(),
+		DiskMiB:     sb.GetResources().GetDiskMib(),
+		EnvdVersion: sb.GetEnvdVersion(),
 	}
 	if sb.GetEndAt() != nil {
 		end := metav1.NewTime(sb.GetEndAt().AsTime())

@@ -274,3 +274,24 @@ func TestFeedAppliesAndRemoves(t *testing.T) {
 		t.Error("the host stayed in the source after Feed ended")
 	}
 }
+
+// TestSpecEnvdVersionAndDisk: the node carries its envd version, an entry
+// only its own when it differs (a sandbox from before an envd upgrade), and
+// every entry its disk.
+func TestSpecEnvdVersionAndDisk(t *testing.T) {
+	info := &pb.InfoResponse{EnvdVersion: "0.6.4", Capacity: &pb.Resources{CpuMilli: 4000, MemoryMib: 8192}, MaxSandboxes: 8}
+	sbs := []*pb.Sandbox{
+		{Id: "a0000000000000000000", Template: "base", Team: "t", EnvdVersion: "0.6.4", Resources: &pb.Resources{CpuMilli: 1000, MemoryMib: 512, DiskMib: 10240}},
+		{Id: "b0000000000000000000", Template: "base", Team: "t", EnvdVersion: "0.6.3", Resources: &pb.Resources{CpuMilli: 1000, MemoryMib: 512}},
+	}
+	spec := Spec("10.0.0.1:27777", info, sbs)
+	if spec.EnvdVersion != "0.6.4" || len(spec.Sandboxes) != 2 {
+		t.Fatalf("spec: %+v", spec)
+	}
+	if e := spec.Sandboxes[0]; e.EnvdVersion != "" || e.DiskMiB != 10240 {
+		t.Errorf("an entry with the node's envd: version %q (want none), disk %d", e.EnvdVersion, e.DiskMiB)
+	}
+	if e := spec.Sandboxes[1]; e.EnvdVersion != "0.6.3" || e.DiskMiB != 0 {
+		t.Errorf("an entry with an older envd: version %q, disk %d", e.EnvdVersion, e.DiskMiB)
+	}
+}

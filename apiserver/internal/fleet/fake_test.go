@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/hostinventory"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
@@ -258,33 +259,23 @@ func (n *fakeNode) callCount() int {
 func (n *fakeNode) inventory() *v1beta1.NodeInventory {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	inv := &v1beta1.NodeInventory{
-		ObjectMeta: metav1.ObjectMeta{Name: n.name},
-		Spec: v1beta1.NodeInventorySpec{
-			Endpoint: n.endpoint(),
-			Capacity: v1beta1.NodeCapacity{CPUMilli: 64_000, MemoryMiB: 64 << 10, Sandboxes: 100},
-		},
+	// As vk-sandbox publishes it: shared/hostinventory's Spec of the host's
+	// Info and sandboxes.
+	info := &sandboxdv1.InfoResponse{
+		Capacity:     &sandboxdv1.Resources{CpuMilli: 64_000, MemoryMib: 64 << 10},
+		MaxSandboxes: 100,
+		EnvdVersion:  "0.2.0",
 	}
 	for _, t := range n.templates {
-		inv.Spec.Templates = append(inv.Spec.Templates, v1beta1.TemplateVersion{Name: t, Version: "v1"})
+		info.Templates = append(info.Templates, &sandboxdv1.TemplateVersion{Name: t, Version: "v1"})
 	}
+	sbs := make([]*sandboxdv1.Sandbox, 0, len(n.sandboxes))
 	for _, id := range slices.Sorted(maps.Keys(n.sandboxes)) {
-		sb := n.sandboxes[id]
-		e := v1beta1.SandboxEntry{ID: id, Template: sb.GetTemplate(), Pool: sb.GetPool(), Team: sb.GetTeam(), Metadata: sb.GetMetadata(),
-			StartedAt: metav1.NewTime(sb.GetStartedAt().AsTime()), CPUMilli: 2000, MemoryMiB: 512}
-		switch sb.GetState() {
-		case sandboxdv1.SandboxState_SANDBOX_STATE_WARM:
-			e.State = v1beta1.SandboxWarm
-		case sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED:
-			e.State = v1beta1.SandboxPaused
-		default:
-			e.State = v1beta1.SandboxRunning
+		sb := proto.CloneOf(n.sandboxes[id])
+		if sb.GetResources() == nil {
+			sb.Resources = &sandboxdv1.Resources{CpuMilli: 2000, MemoryMib: 512}
 		}
-		if sb.GetEndAt() != nil {
-			end := metav1.NewTime(sb.GetEndAt().AsTime())
-			e.EndAt = &end
-		}
-		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, e)
+		sbs = append(sbs, sb)
 	}
-	return inv
+	return &v1beta1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: n.name}, Spec: hostinventory.Spec(n.endpoint(), info, sbs)}
 }

@@ -2,11 +2,14 @@ package fleet_test
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
@@ -558,5 +561,57 @@ func TestHostUnreachable(t *testing.T) {
 		t.Errorf("Get by another team = %v", err)
 	} else if got, _ := h.b.Get(t.Context(), "team2", sb.ID); got != nil {
 		t.Errorf("another team got the record %+v", got)
+	}
+}
+
+// TestListAgreesWithGet: every field the SDKs read of a listed sandbox is
+// the one GET gives (from its host), with the inventory alone behind the
+// list: envd version (the node's, left out of the entry), resources, disk,
+// template, times, metadata, state.
+func TestListAgreesWithGet(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The host gave it its default disk (sandboxd --default-disk).
+	a.mu.Lock()
+	res := proto.CloneOf(a.sandboxes[sb.ID].GetResources())
+	res.DiskMib = 10240
+	a.sandboxes[sb.ID].Resources = res
+	a.mu.Unlock()
+	h.publish(a)
+	h.advance(fleet.DefaultRecentTTL) // the inventory alone now
+	list, err := h.b.List(t.Context(), "team1", []e2bapi.State{e2bapi.StateRunning})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("List = %v, %v", list, err)
+	}
+	got, err := h.b.Get(t.Context(), "team1", sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := list[0]
+	for _, f := range []struct {
+		name       string
+		list, want any
+	}{
+		{"envdVersion", l.EnvdVersion, got.EnvdVersion},
+		{"cpu", l.CPUMilli, got.CPUMilli},
+		{"memory", l.MemoryMB, got.MemoryMB},
+		{"disk", l.DiskMB, got.DiskMB},
+		{"template", l.TemplateID, got.TemplateID},
+		{"state", l.State, got.State},
+		{"node", l.Node, got.Node},
+		{"startedAt", l.StartedAt.Unix(), got.StartedAt.Unix()},
+		{"endAt", l.EndAt.Unix(), got.EndAt.Unix()},
+		{"metadata", maps.Equal(l.Metadata, got.Metadata), true},
+	} {
+		if f.list != f.want {
+			t.Errorf("%s: list %v, get %v", f.name, f.list, f.want)
+		}
+	}
+	if got.EnvdVersion == "" || got.DiskMB != 10240 {
+		t.Errorf("get: envd %q, disk %d", got.EnvdVersion, got.DiskMB)
 	}
 }

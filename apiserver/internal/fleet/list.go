@@ -29,7 +29,7 @@ func (b *Backend) List(ctx context.Context, team string, states []e2bapi.State) 
 		owned := inventory.Owned(n)
 		for j := range owned {
 			if e := &owned[j]; e.Team == team && e.State != v1beta1.SandboxWarm {
-				all = append(all, fromEntry(n.Name, e))
+				all = append(all, fromEntry(n, e))
 			}
 		}
 	}
@@ -87,17 +87,23 @@ func (b *Backend) overlayRecent(team string, listed []e2bapi.Sandbox, fresh map[
 	return listed
 }
 
-// fromEntry converts an inventory entry of node.
-func fromEntry(node string, e *v1beta1.SandboxEntry) e2bapi.Sandbox {
+// fromEntry converts an entry of n's inventory: its envd version, when
+// the entry names none, is the node's.
+func fromEntry(n *v1beta1.NodeInventory, e *v1beta1.SandboxEntry) e2bapi.Sandbox {
 	sb := e2bapi.Sandbox{
-		ID:         e.ID,
-		TemplateID: e.Template,
-		Node:       node,
-		State:      e2bapi.StateRunning,
-		StartedAt:  e.StartedAt.Time,
-		CPUMilli:   e.CPUMilli,
-		MemoryMB:   e.MemoryMiB,
-		Metadata:   e.Metadata,
+		ID:          e.ID,
+		TemplateID:  e.Template,
+		Node:        n.Name,
+		State:       e2bapi.StateRunning,
+		EnvdVersion: e.EnvdVersion,
+		StartedAt:   e.StartedAt.Time,
+		CPUMilli:    e.CPUMilli,
+		MemoryMB:    e.MemoryMiB,
+		DiskMB:      e.DiskMiB,
+		Metadata:    e.Metadata,
+	}
+	if sb.EnvdVersion == "" {
+		sb.EnvdVersion = n.Spec.EnvdVersion // the node's, which the entry leaves out
 	}
 	if e.State == v1beta1.SandboxPaused {
 		sb.State = e2bapi.StatePaused

@@ -356,7 +356,7 @@ func (b *Backend) lastKnown(ctx context.Context, team, id string) *e2bapi.Sandbo
 		}
 		for j := range n.Spec.Sandboxes {
 			if e := &n.Spec.Sandboxes[j]; e.ID == id && e.Team == team && e.State != v1beta1.SandboxWarm {
-				sb := fromEntry(n.Name, e)
+				sb := fromEntry(n, e)
 				return &sb
 			}
 		}
