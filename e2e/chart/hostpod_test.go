@@ -1,7 +1,6 @@
 package chart
 
 import (
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -119,15 +118,11 @@ func checkAlertMetrics(t *testing.T, admin, prefix string) {
 			names = append(names, alertMetric.FindAllString(expr, -1)...)
 		}
 	}
-	resp, err := http.Get("http://" + admin + "/metrics")
+	page, err := hosttest.MetricsPage(admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := []byte(page)
 	checked := 0
 	for _, name := range names {
 		if !strings.HasPrefix(name, "skiff_apiserver_") && !strings.HasPrefix(name, "skiff_vk_sandbox_") {

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -16,6 +14,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
 // changes collects the Watch stream's changes until the test ends.
@@ -146,16 +145,11 @@ func TestASandboxThatDiesIsSeenToDie(t *testing.T) {
 // metrics is sandboxd's /metrics page.
 func (h *host) metrics(t *testing.T) string {
 	t.Helper()
-	resp, err := http.Get("http://" + h.admin + "/metrics")
+	page, err := hosttest.MetricsPage(h.admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
+	return page
 }
 
 // Under gVisor a sandbox whose memory passes its limit dies whole (gVisor

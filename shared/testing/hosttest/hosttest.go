@@ -341,16 +341,29 @@ func (d *Daemon) Kill9() { d.Signal(syscall.SIGKILL) }
 // admin listener at admin (host:port); "" when it is not there or the
 // listener does not answer.
 func Metric(admin, name string) string {
-	resp, err := http.Get("http://" + admin + "/metrics")
+	page, err := MetricsPage(admin)
 	if err != nil {
 		return ""
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for line := range strings.SplitSeq(string(b), "\n") {
+	for line := range strings.SplitSeq(page, "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			return v
 		}
 	}
 	return ""
+}
+
+// MetricsPage is the /metrics page of the admin listener at admin
+// (host:port).
+func MetricsPage(admin string) (string, error) {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s/metrics: %s", admin, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
