@@ -70,7 +70,7 @@ func (s *system) checkPrivateAutoResume(t *testing.T) {
 		token  string
 		status int
 		want   string
-	}{{"", 401, `"code":401`}, {strings.Repeat("0", 64), 403, `"code":403`}, {tok, 502, "not reachable"}} {
+	}{{"", 403, "is missing"}, {strings.Repeat("0", 64), 403, "is invalid"}, {tok, 502, "not reachable"}} {
 		h := map[string]string{}
 		if tc.token != "" {
 			h["E2b-Traffic-Access-Token"] = tc.token

@@ -111,7 +111,7 @@ func TestPrivateTraffic(t *testing.T) {
 		status                int
 		body                  string
 	}{
-		{"private, no token", priv.GetId(), privPort, "", 401, `"code":401`},
+		{"private, no token", priv.GetId(), privPort, "", 403, `"code":403`},
 		{"private, wrong token", priv.GetId(), privPort, tok[:63] + "x", 403, `"code":403`},
 		{"private, another sandbox's token", priv.GetId(), privPort, pubResp.GetEnvdAccessToken(), 403, `"code":403`},
 		{"private, right token", priv.GetId(), privPort, tok, 200, `hello token=""`},
@@ -138,7 +138,7 @@ func TestPrivateTraffic(t *testing.T) {
 		t.Fatalf("claim = %v", claimed.Msg)
 	}
 	port := h.userServer(warm)
-	if status, _ := h.relayGet(warm, port, ""); status != http.StatusUnauthorized {
+	if status, _ := h.relayGet(warm, port, ""); status != http.StatusForbidden {
 		t.Fatalf("claimed private sandbox without a token: %d", status)
 	}
 	if status, _ := h.relayGet(warm, port, ctok); status != http.StatusOK {
@@ -302,7 +302,7 @@ func TestRecoverKeepsTrafficAndAutoResume(t *testing.T) {
 		t.Fatalf("re-adopted = %v, %v", got, err)
 	}
 	port := b.userServer(id)
-	if status, _ := b.relayGet(id, port, ""); status != http.StatusUnauthorized {
+	if status, _ := b.relayGet(id, port, ""); status != http.StatusForbidden {
 		t.Fatalf("re-adopted private sandbox without a token: %d", status)
 	}
 	if status, _ := b.relayGet(id, port, tok); status != http.StatusOK {
