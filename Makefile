@@ -8,7 +8,7 @@ ROOT := $(CURDIR)
 BIN := $(ROOT)/bin
 # Modules in go.work; `go test ./...` does not cross modules.
 MODULES := $(shell go list -m -f '{{.Dir}}')
-TOOLS := buf controller-gen crd-ref-docs golangci-lint gremlins helm openapi-gen protoc-gen-connect-go protoc-gen-go
+TOOLS := buf controller-gen crd-ref-docs golangci-lint gremlins helm kind openapi-gen protoc-gen-connect-go protoc-gen-go
 # The fleet lanes (e2e/fleet) alone take about five minutes: more than go
 # test's default ten-minute limit allows beside the other packages.
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
@@ -184,6 +184,14 @@ e2e: kube-bins build sdk-deps $(BIN)/helm ## The fleet lanes A-D with short wind
 .PHONY: e2e-full
 e2e-full: kube-bins build sdk-deps $(BIN)/helm ## The fleet lanes with the real defaults (30 s interval, 90 s window): about 25 minutes, not in make test.
 	cd e2e && SKIFF_FLEET_INTERVAL=30s SKIFF_FLEET_WINDOW=90s go test -count=1 -timeout 90m -run '^TestLanes$$' -v ./fleet/
+
+# The lanes against a kind cluster with the chart installed (hack/kind):
+# for machines with a Docker daemon and Docker Hub, which these build
+# machines have not; e2e/kind's suite takes a kubeconfig, so it runs against
+# any cluster with the chart too.
+.PHONY: e2e-kind
+e2e-kind: image build sdk-deps $(BIN)/kind $(BIN)/helm ## The fleet lanes against a kind cluster with the chart (needs a Docker daemon and Docker Hub; as root; not in make test).
+	BIN=$(BIN) IMAGE=$(IMAGE) hack/kind/e2e.sh
 
 .PHONY: up-kube
 up-kube: kube-bins build $(BIN)/helm ## Run the local fleet (as root) until Ctrl-C: prints the E2B_* lines and a KUBECONFIG for kubectl get sandboxes -A -w.
