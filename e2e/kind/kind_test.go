@@ -149,6 +149,16 @@ func (c *cluster) dockerDo(args ...string) {
 	}
 }
 
+// signalVK sends sig (TERM, STOP, CONT) to the vk-sandbox processes on the
+// kind node container node, found by their name in /proc: the node image
+// need have nothing but a shell and cat.
+func (c *cluster) signalVK(node, sig string) {
+	c.t.Helper()
+	script := `n=0; for p in /proc/[0-9]*; do [ "$(cat "$p/comm" 2>/dev/null)" = vk-sandbox ] && kill -` + sig +
+		` "${p#/proc/}" && n=$((n+1)); done; [ "$n" -gt 0 ] || { echo "no vk-sandbox process" >&2; exit 1; }`
+	c.dockerDo("exec", node, "sh", "-c", script)
+}
+
 // needDocker skips a lane that makes failures when docker may not be used.
 func (c *cluster) needDocker(t *testing.T) {
 	if !c.docker {
@@ -443,13 +453,14 @@ func (c *cluster) quiet(d time.Duration) (gaps int) {
 	return gaps
 }
 
-// laneB: B's vk-sandbox restarted (SIGTERM; the kubelet starts it again).
+// laneB: B's vk-sandbox restarted (SIGTERM; the kubelet starts its
+// container again).
 func (c *cluster) laneB(t *testing.T) {
 	c.needDocker(t)
 	c.eventually(time.Minute, "B's sandboxes listed", func() string { return c.listed(c.onB, true) })
 	time.Sleep(2 * c.interval) // the opening burst
 	events := c.eventCount()
-	c.dockerDo("exec", c.nodes[1], "pkill", "-TERM", "-x", "vk-sandbox")
+	c.signalVK(c.nodes[1], "TERM")
 	gaps := c.quiet(c.window + 2*c.interval)
 	t.Run("B-01", func(t *testing.T) {
 		n := len(c.eventsSince(events))
@@ -461,8 +472,8 @@ func (c *cluster) laneB(t *testing.T) {
 // stopped (SIGSTOP), as a publisher from before the field would.
 func (c *cluster) laneC(t *testing.T) {
 	c.needDocker(t)
-	c.dockerDo("exec", c.nodes[1], "pkill", "-STOP", "-x", "vk-sandbox")
-	t.Cleanup(func() { c.dockerDo("exec", c.nodes[1], "pkill", "-CONT", "-x", "vk-sandbox") })
+	c.signalVK(c.nodes[1], "STOP")
+	t.Cleanup(func() { c.signalVK(c.nodes[1], "CONT") })
 	var inv v1beta1.NodeInventory
 	if err := c.admin.Get(t.Context(), client.ObjectKey{Name: c.vnodes[1]}, &inv); err != nil {
 		t.Fatal(err)
