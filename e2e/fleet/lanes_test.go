@@ -513,12 +513,10 @@ func (l *lanes) laneD(t *testing.T) {
 			return ""
 		})
 		f.eventually(10*time.Second, "B leaves the kube list", func() string { return l.listed(l.onB, false) })
-		// The recovery keeps the hosts fresh before the outage until the
-		// reference is one interval past the jump: the first live publish
-		// at or past that comes on the live host's own schedule, so up to
-		// two intervals after the reader saw it publish again (1 s more for
-		// whole-second stamps, 1 s for the lists).
-		hi := 2*cfg.interval + 2*time.Second
+		// The recovery keeps the hosts fresh before the outage for one
+		// interval after the reader saw the jump, which was at or before it
+		// saw the probe (1 s more for the lists and the watch).
+		hi := cfg.interval + time.Second
 		ok := true
 		var figs []string
 		for _, r := range f.replicas {

@@ -19,9 +19,10 @@ type Options struct {
 	StaleAfter time.Duration
 	// PublishInterval is how often the hosts publish (vk-sandbox's
 	// --publish-interval): after a jump of the reference (a recovery, see
-	// the package doc) the nodes fresh before it keep their place until the
-	// reference has moved this far past it. Zero is a third of StaleAfter
-	// (vk-sandbox's default 30 s with the default window).
+	// the package doc) the nodes fresh before it keep their place this long:
+	// until the reference has moved this far past it, or the reader's clock
+	// this far past seeing it, whichever comes first. Zero is a third of
+	// StaleAfter (vk-sandbox's default 30 s with the default window).
 	PublishInterval time.Duration
 	// Clock caps the reference at now; nil means the real clock.
 	Clock clock.PassiveClock
@@ -39,8 +40,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 			"Keep it at least two publish intervals of vk-sandbox (--publish-interval, 30s by default).")
 	fs.DurationVar(&o.PublishInterval, "inventory-publish-interval", o.PublishInterval,
 		"With --inventory kube: how often the hosts publish their NodeInventory (vk-sandbox's --publish-interval). "+
-			"After an outage longer than --inventory-stale-after, the hosts fresh before it keep their place this long (in publish time) "+
-			"while they publish again, instead of leaving at the first other host's publish. At most --inventory-stale-after; 0 is a third of it (30s by default).")
+			"After an outage longer than --inventory-stale-after, the hosts fresh before it keep their place this long after the first publish this reader sees "+
+			"while they publish again, instead of leaving at that publish; a host dead through the outage leaves then. At most --inventory-stale-after; 0 is a third of it (30s by default).")
 }
 
 // Validate reports options that cannot work, naming the flag.

@@ -106,6 +106,42 @@ func TestRecoveryDeadHostLeavesAfterOneInterval(t *testing.T) {
 	f.fresh("a")
 }
 
+// A live host's publishes after a change restart its interval, so its
+// stamps need not reach one interval past the jump on time: the recovery
+// also ends one interval after the reader saw the jump on its own clock,
+// for lists and lookups alike, and the dead host leaves then (D-03).
+func TestRecoveryEndsOneIntervalOnTheReadersClock(t *testing.T) {
+	f := newFleet(t, map[string]time.Duration{"a": -time.Second, "dead": -time.Second})
+	f.fresh("a", "dead")
+	f.publish("a", 15*time.Second) // the jump, seen at 15 s
+	f.fresh("a", "dead")
+	f.publish("a", 16*time.Second) // a change: a's next stamp is due at 19 s
+	f.clock.SetTime(now.Add(17900 * time.Millisecond))
+	f.fresh("a", "dead")
+	f.clock.SetTime(now.Add(18 * time.Second))
+	// No publish and no list since 16 s: the lookup alone sees it end.
+	if _, err := f.src.NodeInventory(t.Context(), "dead"); !apierrors.IsNotFound(err) {
+		t.Fatalf("NodeInventory(dead) one interval after the jump = %v, want NotFound", err)
+	}
+	f.fresh("a")
+	// It stays over: a's late stamp does not start it again.
+	f.publish("a", 19*time.Second)
+	f.fresh("a")
+}
+
+// A live host that publishes within the interval after the jump keeps its
+// place through the end of the recovery, whichever rule ends it.
+func TestRecoveryByClockKeepsLiveHosts(t *testing.T) {
+	f := newFleet(t, map[string]time.Duration{"a": -time.Second, "b": -time.Second})
+	f.fresh("a", "b")
+	f.publish("a", 15*time.Second)
+	f.publish("a", 16*time.Second)
+	f.publish("b", 17500*time.Millisecond)
+	f.fresh("a", "b")
+	f.clock.SetTime(now.Add(25 * time.Second))
+	f.fresh("a", "b")
+}
+
 // Only nodes fresh against the reference before the jump keep their place:
 // exactly the window behind it stays, one second more does not.
 func TestRecoveryOnlyNodesFreshBefore(t *testing.T) {

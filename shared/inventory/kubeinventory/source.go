@@ -18,9 +18,15 @@
 // outage of the control plane, or this reader cut off from it. The first
 // host to publish afterwards would make every other host stale at once,
 // though they are as alive as it is. So the jump starts a recovery: a node
-// that was fresh against the reference before the jump keeps its place
-// until the reference has moved PublishInterval past the jump, by when a
-// live host has published again, and a dead one then leaves. Readers
+// that was fresh against the reference before the jump keeps its place for
+// one PublishInterval, by when every live host has published again (a host
+// whose writes failed tries again within an interval), and a dead one then
+// leaves. The recovery ends at whichever comes first: the reference
+// PublishInterval past the jump, or PublishInterval on the reader's own
+// clock since it saw the jump. The second is a duration the reader measures
+// itself, not a comparison of its clock with the publishers'; it keeps a
+// live host's publishes after a change (which restart its interval) from
+// holding a dead host longer than one interval. Readers
 // observe every inventory event (Observe), so that the reference follows
 // each publish and an idle reader does not take its own silence for an
 // outage.
@@ -57,15 +63,24 @@ type Source struct {
 }
 
 // reference is what a list computed: the reference and, during a recovery,
-// the reference before the jump and the one at which the recovery ends.
-// All are unix nanoseconds.
+// the reference before the jump and where the recovery ends.
 type reference struct {
-	// at is min(newest publishedAt, now); zero after a list that saw no
-	// readable stamp.
+	// at is min(newest publishedAt, now) in unix nanoseconds; zero after a
+	// list that saw no readable stamp.
 	at int64
-	// before and until are set during a recovery: nodes fresh against
-	// before stay fresh while the reference is short of until.
+	// before and until are set during a recovery (unix nanoseconds): nodes
+	// fresh against before stay fresh while the reference is short of until
+	// and the reader's clock short of deadline.
 	before, until int64
+	// deadline is the reader's clock one PublishInterval after it saw the
+	// jump (with its monotonic reading, so a step of the wall clock does not
+	// move it).
+	deadline time.Time
+}
+
+// recovering reports whether the recovery ref carries is still on at now.
+func (r reference) recovering(now time.Time) bool {
+	return r.until != 0 && r.at < r.until && now.Before(r.deadline)
 }
 
 // reference returns the last computed reference (zero: none).
@@ -164,7 +179,7 @@ func (s *Source) get(ctx context.Context, name string, inv *v1beta1.NodeInventor
 		return fmt.Errorf("get node inventory %s: %w", name, err)
 	}
 	ref := s.reference()
-	if behind, ok := s.behind(inv.PublishedAt, ref); !ok {
+	if behind, ok := s.behind(inv.PublishedAt, ref, s.clock.Now()); !ok {
 		return inventory.Stale(name, behind, s.staleAfter)
 	}
 	return nil
@@ -174,9 +189,10 @@ func (s *Source) get(ctx context.Context, name string, inv *v1beta1.NodeInventor
 // place to the fresh ones.
 func (s *Source) fresh(items []v1beta1.NodeInventory) []v1beta1.NodeInventory {
 	ref := s.advance(items)
+	now := s.clock.Now()
 	kept := items[:0]
 	for i := range items {
-		if _, ok := s.behind(items[i].PublishedAt, ref); ok {
+		if _, ok := s.behind(items[i].PublishedAt, ref, now); ok {
 			kept = append(kept, items[i])
 		}
 	}
@@ -195,7 +211,8 @@ func (s *Source) advance(items []v1beta1.NodeInventory) reference {
 	}
 	// With no readable stamp, newest and so the reference are zero: every
 	// node is fresh.
-	ref := min(newest, s.clock.Now().UnixNano())
+	now := s.clock.Now()
+	ref := min(newest, now.UnixNano())
 	for {
 		prev := s.ref.Load()
 		last := reference{}
@@ -205,9 +222,9 @@ func (s *Source) advance(items []v1beta1.NodeInventory) reference {
 		next := reference{at: ref}
 		switch {
 		case last.at != 0 && ref-last.at > int64(s.staleAfter):
-			next.before, next.until = last.at, ref+int64(s.grace)
-		case ref < last.until:
-			next.before, next.until = last.before, last.until
+			next.before, next.until, next.deadline = last.at, ref+int64(s.grace), now.Add(s.grace)
+		case last.recovering(now) && ref < last.until:
+			next.before, next.until, next.deadline = last.before, last.until, last.deadline
 		}
 		if s.ref.CompareAndSwap(prev, &next) {
 			return next
@@ -216,10 +233,10 @@ func (s *Source) advance(items []v1beta1.NodeInventory) reference {
 }
 
 // behind returns how far a stamp trails the reference and whether the node
-// is fresh: within the window, or during a recovery within the window of
-// the reference before the jump. A zero reference and an unreadable stamp
-// are fresh.
-func (s *Source) behind(stamp *metav1.Time, ref reference) (time.Duration, bool) {
+// is fresh at now: within the window, or during a recovery within the
+// window of the reference before the jump. A zero reference and an
+// unreadable stamp are fresh.
+func (s *Source) behind(stamp *metav1.Time, ref reference, now time.Time) (time.Duration, bool) {
 	if ref.at == 0 {
 		return 0, true
 	}
@@ -231,7 +248,7 @@ func (s *Source) behind(stamp *metav1.Time, ref reference) (time.Duration, bool)
 	if d <= s.staleAfter {
 		return d, true
 	}
-	return d, ref.until != 0 && time.Duration(ref.before-ts) <= s.staleAfter
+	return d, ref.recovering(now) && time.Duration(ref.before-ts) <= s.staleAfter
 }
 
 // maxStampSeconds is the first second whose nanoseconds may overflow an int64
