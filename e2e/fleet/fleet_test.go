@@ -168,7 +168,7 @@ func newFleet(t *testing.T, cfg config) *fleet {
 	start := time.Now()
 
 	f.logs = logs
-	f.env = kubetest.StartWith(t, kubetest.Options{Aggregator: true, AggregatorRouting: true})
+	f.env = kubetest.StartWith(t, kubetest.Options{Aggregator: true, AggregatorRouting: true, LogDir: logs})
 	scheme := deploy.NewScheme()
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)

@@ -263,3 +263,95 @@ test(`${pkg}: 25 rounds of create, commands, write, pause and auto-resume keep e
     made.splice(made.indexOf(sbx.sandboxId), 1)
   }
 })
+
+// Snapshots and fork, as e2b's own tests (packages/js-sdk/tests/sandbox/
+// snapshot-api.test.ts and fork.test.ts) use them.
+const snapshots = []
+afterEach(async () => {
+  for (const id of snapshots.splice(0)) await Sandbox.deleteSnapshot(id).catch(() => {})
+})
+
+test(`${pkg}: a snapshot starts sandboxes with its files, each its own copy`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create()
+  await sbx.files.makeDir('/home/user/app')
+  await sbx.files.write('/home/user/app/config.json', '{"env": "test"}')
+  await sbx.files.write('/home/user/shared.txt', 'shared snapshot content')
+  const snap = await sbx.createSnapshot()
+  snapshots.push(snap.snapshotId)
+  assert.match(snap.snapshotId, /^[a-z0-9]{20}:default$/)
+  assert.deepEqual(snap.names, [])
+  // The source runs on; what it writes now is its own.
+  await sbx.files.write('/home/user/shared.txt', 'after the snapshot')
+  const one = await Sandbox.create(snap.snapshotId, { metadata: { run } })
+  made.push(one.sandboxId)
+  const two = await Sandbox.create(snap.snapshotId, { metadata: { run } })
+  made.push(two.sandboxId)
+  assert.equal(await one.files.exists('/home/user/app'), true)
+  assert.equal(await one.files.read('/home/user/app/config.json'), '{"env": "test"}')
+  assert.equal(await two.files.read('/home/user/shared.txt'), 'shared snapshot content')
+  await one.files.write('/home/user/shared.txt', 'modified in one')
+  assert.equal(await one.files.read('/home/user/shared.txt'), 'modified in one')
+  assert.equal(await two.files.read('/home/user/shared.txt'), 'shared snapshot content')
+  assert.equal(await sbx.files.read('/home/user/shared.txt'), 'after the snapshot')
+  // Owned by the sandbox's user, as written.
+  assert.equal((await one.commands.run('stat -c %U /home/user/shared.txt')).stdout, 'user\n')
+})
+
+test(`${pkg}: named snapshots, lists, filters, delete; another team sees none`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create()
+  const name = `snap-${run}`
+  const named = await sbx.createSnapshot({ name })
+  snapshots.push(named.snapshotId)
+  assert.ok(named.names.some((n) => n.includes(name)), named.names.join(','))
+  assert.ok(named.snapshotId.endsWith(`/${name}:default`), named.snapshotId)
+  const plain = await sbx.createSnapshot()
+  snapshots.push(plain.snapshotId)
+
+  const all = Sandbox.listSnapshots()
+  assert.equal(all.hasNext, true)
+  const listed = (await all.nextItems()).map((s) => s.snapshotId)
+  assert.ok(listed.includes(named.snapshotId) && listed.includes(plain.snapshotId), listed.join(','))
+  const mine = (await sbx.listSnapshots().nextItems()).map((s) => s.snapshotId)
+  assert.deepEqual(mine.sort(), [named.snapshotId, plain.snapshotId].sort())
+  const byName = (await Sandbox.listSnapshots({ name }).nextItems()).map((s) => s.snapshotId)
+  assert.deepEqual(byName, [named.snapshotId])
+  assert.deepEqual(await Sandbox.listSnapshots({ name: `${name}-does-not-exist` }).nextItems(), [])
+  assert.deepEqual(await Sandbox.listSnapshots({ apiKey: keyB }).nextItems(), [])
+  // By name: a create from it, and another team's create and delete fail.
+  const fromName = await Sandbox.create(named.snapshotId, { metadata: { run } })
+  made.push(fromName.sandboxId)
+  assert.equal((await fromName.commands.run('whoami')).stdout, 'user\n')
+  await assert.rejects(Sandbox.create(plain.snapshotId, { apiKey: keyB }))
+  assert.equal(await Sandbox.deleteSnapshot(plain.snapshotId, { apiKey: keyB }), false)
+
+  assert.equal(await Sandbox.deleteSnapshot(plain.snapshotId), true)
+  assert.equal(await Sandbox.deleteSnapshot(plain.snapshotId), false)
+  assert.equal(await Sandbox.deleteSnapshot(named.snapshotId), true)
+  // Deleted with a sandbox running from it: that sandbox keeps its files.
+  assert.equal((await fromName.commands.run('ls /home/user >/dev/null && echo ok')).stdout, 'ok\n')
+})
+
+test(`${pkg}: fork gives running sandboxes with the source's files`, { skip: legacy && 'fork came after 2.13' }, async () => {
+  const sbx = await create()
+  await sbx.files.write('/home/user/state.txt', 'state before fork')
+  const forks = await sbx.fork({ count: 2, timeoutMs: 60_000 })
+  assert.equal(forks.length, 2)
+  for (const f of forks) {
+    assert.ok(f instanceof Sandbox, String(f))
+    made.push(f.sandboxId)
+    assert.notEqual(f.sandboxId, sbx.sandboxId)
+    assert.equal(await f.isRunning(), true)
+    assert.equal(await f.files.read('/home/user/state.txt'), 'state before fork')
+  }
+  await forks[0].files.write('/home/user/state.txt', 'modified in fork')
+  assert.equal(await sbx.files.read('/home/user/state.txt'), 'state before fork')
+  assert.equal(await forks[1].files.read('/home/user/state.txt'), 'state before fork')
+  assert.equal(await sbx.isRunning(), true)
+  const [byId] = await Sandbox.fork(sbx.sandboxId)
+  made.push(byId.sandboxId)
+  assert.equal(await byId.isRunning(), true)
+  const gone = await create()
+  await gone.kill()
+  const { SandboxNotFoundError } = await import(pkg)
+  await assert.rejects(gone.fork(), (err) => err instanceof SandboxNotFoundError)
+})

@@ -45,8 +45,22 @@ type Backend interface {
 	// Templates returns the templates the team may start.
 	Templates(ctx context.Context, team string) ([]Template, error)
 	// Template resolves a template ID or alias (as an SDK passes it to
-	// create); ErrNotFound if the team has none by that name.
+	// create), or one of the team's snapshots (Template.Snapshot is then
+	// set); ErrNotFound if the team has none by that name.
 	Template(ctx context.Context, team, name string) (*Template, error)
+	// Snapshot captures a running sandbox's files as a snapshot of team,
+	// with an optional name ("name" or "name:tag"); ErrConflict when the
+	// sandbox is paused.
+	Snapshot(ctx context.Context, team, id, name string) (*Snapshot, error)
+	// Snapshots returns the team's snapshots that f selects, in any order.
+	Snapshots(ctx context.Context, team string, f SnapshotFilter) ([]Snapshot, error)
+	// DeleteSnapshot deletes the team's snapshot ref names; ErrNotFound if
+	// there is none.
+	DeleteSnapshot(ctx context.Context, team string, ref SnapshotRef) error
+	// Fork starts count sandboxes of team from a running sandbox's files,
+	// each with timeout; each succeeds or fails on its own (an error for
+	// the whole call is one before any fork: the sandbox not found).
+	Fork(ctx context.Context, team, id string, count int, timeout time.Duration) ([]ForkResult, error)
 }
 
 // HealthChecker is an optional capability of a Backend: when implemented,
@@ -126,6 +140,9 @@ type CreateParams struct {
 	AllowPublicTraffic *bool
 	Metadata           map[string]string
 	EnvVars            map[string]string
+	// Snapshot, when set, is the snapshot to start from (TemplateID is then
+	// its ID).
+	Snapshot *Snapshot
 }
 
 // Metric is one resource sample, in e2b's SandboxMetric terms.
@@ -163,6 +180,9 @@ type Template struct {
 	EnvdVersion string
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	// Snapshot is set when the name resolved to one of the team's
+	// snapshots: a create starts from it, on its node.
+	Snapshot *Snapshot
 }
 
 // The error categories a Backend returns; the handlers map each to one

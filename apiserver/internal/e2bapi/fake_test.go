@@ -50,6 +50,10 @@ type fakeBackend struct {
 	lastTimeout time.Duration
 	lastExtend  bool
 	lastKeep    bool
+
+	// snapshots by ID; lastFork is the count of the last Fork.
+	snapshots map[string]*Snapshot
+	lastFork  int
 }
 
 type fakeSandbox struct {
@@ -64,6 +68,7 @@ func newFakeBackend() *fakeBackend {
 		metrics:   map[string][]Metric{},
 		logs:      map[string][]LogEntry{},
 		calls:     map[string]int{},
+		snapshots: map[string]*Snapshot{},
 		templates: []Template{
 			{ID: "base", Aliases: []string{"base-alias"}, Version: "v1", CPUMilli: 2000, MemoryMB: 512, DiskMB: 1024, EnvdVersion: "0.6.13", CreatedAt: t0.Add(-time.Hour)},
 			{ID: "python", Version: "v3", CPUMilli: 500, MemoryMB: 1024, DiskMB: 2048, EnvdVersion: "0.6.13", CreatedAt: t0.Add(-2 * time.Hour), UpdatedAt: t0},
@@ -293,6 +298,83 @@ func (f *fakeBackend) Template(_ context.Context, _, name string) (*Template, er
 		}
 	}
 	return nil, fmt.Errorf("template %s: %w", name, ErrNotFound)
+}
+
+func (f *fakeBackend) Snapshot(_ context.Context, team, id, name string) (*Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, err := f.lookup("Snapshot", team, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.sb.State == StatePaused {
+		return nil, fmt.Errorf("sandbox %s is paused: %w", id, ErrConflict)
+	}
+	sid, err := sandboxid.New(sandboxid.NodeTag(node))
+	if err != nil {
+		return nil, err
+	}
+	snap := &Snapshot{ID: sid, Team: team, SourceSandbox: id, Template: sb.sb.TemplateID, CreatedAt: f.now.Add(time.Duration(len(f.snapshots)) * time.Second), Node: node}
+	if name != "" {
+		snap.Name, snap.Tag, _ = strings.Cut(name, ":")
+		if snap.Tag == "" {
+			snap.Tag = DefaultSnapshotTag
+		}
+	}
+	f.snapshots[sid] = snap
+	c := *snap
+	return &c, nil
+}
+
+func (f *fakeBackend) Snapshots(_ context.Context, team string, flt SnapshotFilter) ([]Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["Snapshots"]++
+	var out []Snapshot
+	for _, s := range f.snapshots {
+		name, tag, tagged := strings.Cut(flt.Name, ":")
+		switch {
+		case s.Team != team, flt.SourceSandbox != "" && s.SourceSandbox != flt.SourceSandbox:
+		case flt.Name != "" && s.ID != flt.Name && (s.Name != name || tagged && s.Tag != tag):
+		default:
+			out = append(out, *s)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeBackend) DeleteSnapshot(_ context.Context, team string, ref SnapshotRef) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["DeleteSnapshot"]++
+	for id, s := range f.snapshots {
+		if s.Team == team && (s.ID == ref.ID || ref.ID == "" && s.Name == ref.Name && s.Tag == ref.Tag) {
+			delete(f.snapshots, id)
+			return nil
+		}
+	}
+	return fmt.Errorf("snapshot %s: %w", ref, ErrNotFound)
+}
+
+func (f *fakeBackend) Fork(_ context.Context, team, id string, count int, timeout time.Duration) ([]ForkResult, error) {
+	f.mu.Lock()
+	sb, err := f.lookup("Fork", team, id)
+	f.lastFork = count
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ForkResult, count)
+	for i := range out {
+		if i == 1 {
+			out[i].Err = fmt.Errorf("the host is full: %w", ErrCapacity)
+			continue
+		}
+		if out[i].Sandbox, err = f.Create(context.Background(), team, CreateParams{TemplateID: sb.sb.TemplateID, Timeout: timeout, Secure: true}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // testTeam authenticates the test server's two keys.

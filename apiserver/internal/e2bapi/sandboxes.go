@@ -127,7 +127,7 @@ func (s *server) create(v2 bool) teamHandler {
 			s.writeBackendError(w, r, err, "template "+echo(name))
 			return
 		}
-		p.TemplateID = tpl.ID
+		p.TemplateID, p.Snapshot = tpl.ID, tpl.Snapshot
 		if name != tpl.ID {
 			p.Alias = name
 		}

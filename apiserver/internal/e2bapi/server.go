@@ -123,6 +123,10 @@ func (s *server) routes() {
 	m.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.sandboxRoute(s.metrics)))
 	m.HandleFunc("GET /sandboxes/{id}/logs", s.authed(s.sandboxRoute(s.logsV1)))
 	m.HandleFunc("GET /v2/sandboxes/{id}/logs", s.authed(s.sandboxRoute(s.logsV2)))
+	m.HandleFunc("POST /sandboxes/{id}/snapshots", s.authed(s.sandboxRoute(s.createSnapshot)))
+	m.HandleFunc("POST /sandboxes/{id}/fork", s.authed(s.sandboxRoute(s.fork)))
+	m.HandleFunc("GET /snapshots", s.authed(s.listSnapshots))
+	m.HandleFunc("DELETE /templates/{templateID}", s.authed(s.deleteTemplate))
 
 	// Templates (docs/e2b-protocol.md §1.6), served from the templates the
 	// fleet has.

@@ -14,9 +14,6 @@ type unsupportedRoute struct {
 // step.
 var unsupportedRoutes = []unsupportedRoute{
 	{"PUT /sandboxes/{id}/network", "updating a sandbox's network"},
-	{"POST /sandboxes/{id}/snapshots", "snapshots"},
-	{"GET /snapshots", "snapshots"},
-	{"POST /sandboxes/{id}/fork", "fork"},
 
 	{"POST /templates", "template builds"},
 	{"POST /v2/templates", "template builds"},
@@ -24,7 +21,6 @@ var unsupportedRoutes = []unsupportedRoute{
 	{"POST /templates/{templateID}", "template builds"},
 	{"PATCH /templates/{templateID}", "template updates"},
 	{"PATCH /v2/templates/{templateID}", "template updates"},
-	{"DELETE /templates/{templateID}", "deleting templates and snapshots"},
 	{"GET /templates/{templateID}/files/{hash}", "template builds"},
 	{"POST /templates/{templateID}/builds/{buildID}", "template builds"},
 	{"POST /v2/templates/{templateID}/builds/{buildID}", "template builds"},

@@ -56,6 +56,10 @@ func (b *Backend) place(ctx context.Context, team string, p e2bapi.CreateParams)
 
 // placeOn is place; it also returns the node.
 func (b *Backend) placeOn(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, string, bool, error) {
+	if p.Snapshot != nil {
+		sb, err := b.createFromSnapshot(ctx, team, p)
+		return sb, p.Snapshot.Node, false, err
+	}
 	var out *e2bapi.Sandbox
 	// A warm sandbox has the internet: one that must not is always cold.
 	if p.AllowInternetAccess == nil || *p.AllowInternetAccess {

@@ -149,6 +149,16 @@ func (n *fakeNode) setTraffic(sb *sandboxdv1.Sandbox, autoResume bool, public *b
 	}
 }
 
+// ListSnapshots answers as a host without snapshots.
+func (n *fakeNode) ListSnapshots(context.Context, *connect.Request[sandboxdv1.ListSnapshotsRequest]) (*connect.Response[sandboxdv1.ListSnapshotsResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("ListSnapshots"); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&sandboxdv1.ListSnapshotsResponse{}), nil
+}
+
 func (n *fakeNode) Get(_ context.Context, req *connect.Request[sandboxdv1.GetRequest]) (*connect.Response[sandboxdv1.GetResponse], error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -45,9 +45,22 @@ func (b *Backend) Templates(ctx context.Context, _ string) ([]e2bapi.Template, e
 	return ts, nil
 }
 
-// Template resolves a template name or alias through the catalog.
-func (b *Backend) Template(ctx context.Context, _ string, name string) (*e2bapi.Template, error) {
+// Template resolves a template name or alias through the catalog, and
+// else one of the team's snapshots.
+func (b *Backend) Template(ctx context.Context, team string, name string) (*e2bapi.Template, error) {
 	t, err := b.catalog.Template(ctx, name)
+	if errors.Is(err, e2bapi.ErrNotFound) && team != "" {
+		if ref, ok := e2bapi.ParseSnapshotRef(team, name); ok {
+			s, serr := b.findSnapshot(ctx, team, ref)
+			if serr != nil {
+				if errors.Is(serr, e2bapi.ErrNotFound) {
+					return nil, err
+				}
+				return nil, serr
+			}
+			return &e2bapi.Template{ID: s.ID, Aliases: s.Names(), Version: s.ID, CreatedAt: s.CreatedAt, UpdatedAt: s.CreatedAt, Snapshot: s}, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/server"
 	"github.com/skiff-dev/skiff/sandboxd/internal/service"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	"github.com/skiff-dev/skiff/sandboxd/internal/snapshot"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	"github.com/skiff-dev/skiff/shared/daemon"
 )
@@ -120,10 +121,15 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	// Releases what the runtime holds for itself; sandboxes keep running.
 	defer rt.Close()
+	snaps, err := snapshot.Open(filepath.Join(stateDir, "snapshots"))
+	if err != nil {
+		return err
+	}
 	svc, err := service.New(o.ServiceConfig(), service.Deps{
 		Runtime:   rt,
 		Network:   networkAdapter{nm},
 		Templates: lib,
+		Snapshots: snaps,
 		Registry:  reg,
 		IPAM:      pool,
 		LogDir:    filepath.Join(stateDir, "logs"),

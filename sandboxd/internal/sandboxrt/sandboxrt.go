@@ -30,6 +30,11 @@ type Spec struct {
 	// runtime gives the sandbox a private writable view of it; the template
 	// itself is never written.
 	Rootfs string
+	// Layers are snapshot layers (host directories in package layer's
+	// format, read-only, shared) stacked on Rootfs, topmost first: the
+	// sandbox sees the template with each layer's changes, under its own
+	// private layer.
+	Layers []string
 	// CPUMilli, MemoryMiB and DiskMiB are the sandbox's limits.
 	CPUMilli  int64
 	MemoryMiB int64
@@ -124,6 +129,17 @@ type ExitWatcher interface {
 	// to disk). A process that ends because the sandbox is paused or
 	// stopped returns too: the caller checks Status.
 	WaitExit(ctx context.Context, id string) (Exit, error)
+}
+
+// Snapshotter is a runtime that can copy a sandbox's files: what it wrote
+// on top of its template (its private writable layer).
+type Snapshotter interface {
+	// CaptureLayer writes the running sandbox's writable layer into dir,
+	// which must not exist, in package layer's format. The sandbox is
+	// frozen for the copy, so the copy is of one instant, and runs again
+	// after it. Its layers (Spec.Layers) are not copied: a snapshot keeps
+	// them below the new one.
+	CaptureLayer(ctx context.Context, id, dir string) error
 }
 
 // Exit is how a sandbox's init ended.

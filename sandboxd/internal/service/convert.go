@@ -42,6 +42,7 @@ func (s *Service) toSandbox(rec *store.Record) *pb.Sandbox {
 		AutoResume:          rec.AutoResume,
 		AllowPublicTraffic:  rec.TrafficAccessToken == "",
 		Address:             rec.Address,
+		Snapshot:            rec.Snapshot,
 	}
 	if !rec.EndAt.IsZero() {
 		sb.EndAt = timestamppb.New(rec.EndAt)

@@ -19,6 +19,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/prepared"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/snapshot"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	"github.com/skiff-dev/skiff/shared/routing"
@@ -45,12 +46,20 @@ const (
 func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequest]) (*connect.Response[pb.CreateResponse], error) {
 	m := req.Msg
 	var f fieldErrors
-	tmpl, err := s.checkTemplate(&f, m.GetTemplate())
-	if err != nil {
+	var tmpl *template.Template
+	var snap *snapshot.Record
+	var err error
+	res := m.GetResources()
+	if m.GetSnapshot() != "" {
+		if snap, err = s.findSnapshot(m.GetTeam(), m.GetSnapshot()); err != nil {
+			return nil, s.countCreate(kindCreate, err)
+		}
+		tmpl, res = snapshotTemplate(snap), snapshotResources(snap, res)
+	} else if tmpl, err = s.checkTemplate(&f, m.GetTemplate()); err != nil {
 		return nil, s.countCreate(kindCreate, toConnect(err))
 	}
 	l := &launch{kind: kindCreate, tmpl: tmpl, envVars: m.GetEnvVars()}
-	l.cpu, l.mem, l.disk = s.resources(&f, m.GetResources())
+	l.cpu, l.mem, l.disk = s.resources(&f, res)
 	l.timeout = s.checkTimeout(&f, "timeout", m.GetTimeout(), true)
 	checkMetadata(&f, m.GetMetadata())
 	checkEnvVars(&f, m.GetEnvVars())
@@ -66,6 +75,9 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 		AllowInternetAccess: m.AllowInternetAccess == nil || m.GetAllowInternetAccess(),
 		AutoResume:          m.GetAutoResume(),
 		TrafficAccessToken:  trafficToken(m.AllowPublicTraffic),
+	}
+	if snap != nil {
+		s.fromSnapshot(l, snap)
 	}
 	rec, token, err := s.launch(ctx, l)
 	if err != nil {
@@ -109,7 +121,9 @@ type launch struct {
 	envVars        map[string]string
 	timeout        time.Duration // 0 for a warm sandbox, which has no deadline
 	rec            store.Record  // the caller's part of the record
-	undo           []func(context.Context)
+	// layers are the host paths of rec.Layers, for the runtime.
+	layers []string
+	undo   []func(context.Context)
 }
 
 // tracer makes sandboxd's own spans: a launch and its steps.
@@ -273,7 +287,7 @@ func (s *Service) initEnvd(ctx context.Context, id string, l *launch, block ipam
 func (s *Service) newRecord(l *launch, id string, block ipam.Block, token, version string) store.Record {
 	now := s.clock.Now()
 	rec := l.rec
-	rec.ID, rec.Template, rec.TemplateVersion = id, l.tmpl.Name, l.tmpl.Version
+	rec.ID, rec.Template, rec.TemplateVersion, rec.RootfsPath = id, l.tmpl.Name, l.tmpl.Version, l.tmpl.Rootfs
 	rec.StartedAt = now
 	if l.timeout > 0 {
 		rec.EndAt, rec.Timeout = now.Add(l.timeout), l.timeout
@@ -293,6 +307,7 @@ func (s *Service) spec(id string, l *launch, block ipam.Block, netns, logPath st
 	return &sandboxrt.Spec{
 		ID:        id,
 		Rootfs:    l.tmpl.Rootfs,
+		Layers:    l.layers,
 		CPUMilli:  l.cpu,
 		MemoryMiB: l.mem,
 		DiskMiB:   l.disk,

@@ -101,6 +101,9 @@ func (s *Service) endLocked(ctx context.Context, rec *store.Record, reason, why 
 		s.log.WarnContext(ctx, "remove sandbox log", "sandbox", rec.ID, "error", err)
 	}
 	s.log.InfoContext(ctx, "sandbox killed", "sandbox", rec.ID, "reason", reason, "team", rec.Team)
+	if len(rec.Layers) > 0 {
+		s.gcLayers(ctx) // the last user of a deleted snapshot's layers
+	}
 	return nil
 }
 

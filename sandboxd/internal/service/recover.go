@@ -41,6 +41,9 @@ func (s *Service) Recover(ctx context.Context) error {
 	}
 	orphans, err := s.sweepOrphans(ctx)
 	errs = append(errs, err)
+	// Layers of snapshots deleted while their last sandbox ran, or whose
+	// capture a crash cut short.
+	s.gcLayers(ctx)
 	s.recovered.Store(true)
 	s.log.InfoContext(ctx, "recovered sandboxes", "adopted", adopted, "gone", gone, "orphans", orphans)
 	return errors.Join(errs...)

@@ -34,6 +34,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/stats"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	"github.com/skiff-dev/skiff/sandboxd/internal/snapshot"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	"github.com/skiff-dev/skiff/shared/routing"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
@@ -113,6 +114,9 @@ type Deps struct {
 	Templates Templates
 	Registry  *registry.Registry
 	IPAM      *ipam.Pool
+	// Snapshots keeps the host's snapshots; nil: Snapshot and Fork answer
+	// unimplemented.
+	Snapshots *snapshot.Store
 	// LogDir holds each sandbox's envd log, <LogDir>/<id>.log
 	// (<state-dir>/logs).
 	LogDir string
@@ -140,6 +144,7 @@ type Service struct {
 	rt          sandboxrt.Runtime
 	net         Network
 	templates   Templates
+	snapshots   *snapshot.Store
 	reg         *registry.Registry
 	ipam        *ipam.Pool
 	logDir      string
@@ -189,7 +194,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		return nil, fmt.Errorf("create log directory: %w", err)
 	}
 	s := &Service{
-		cfg: cfg, rt: deps.Runtime, net: deps.Network, templates: deps.Templates,
+		cfg: cfg, rt: deps.Runtime, net: deps.Network, templates: deps.Templates, snapshots: deps.Snapshots,
 		reg: deps.Registry, ipam: deps.IPAM, logDir: deps.LogDir,
 		clock: deps.Clock, log: deps.Logger, envd: deps.Envd, envdAddr: deps.EnvdAddr,
 		envdVersion: deps.EnvdVersion, tag: sandboxid.NodeTag(cfg.NodeName),

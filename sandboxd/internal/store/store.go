@@ -93,6 +93,14 @@ type Record struct {
 	PausedAt time.Time `json:"pausedAt,omitzero"`
 	// EnvdVersion is the version the sandbox's envd reported.
 	EnvdVersion string `json:"envdVersion,omitempty"`
+	// Snapshot is the snapshot it was started from, if any, and Layers the
+	// snapshot layers its root stacks on its template, topmost first: they
+	// stay on the host while it lives (package snapshot).
+	Snapshot string   `json:"snapshot,omitempty"`
+	Layers   []string `json:"layers,omitempty"`
+	// RootfsPath is the template version's root it was started on, below
+	// its layers: a snapshot of it stacks on the same one.
+	RootfsPath string `json:"rootfs,omitempty"`
 }
 
 // Store holds the records under one directory. It is safe for concurrent

@@ -76,6 +76,11 @@ type Options struct {
 	// any cluster network serve behind one APIService. Needs Aggregator;
 	// an ExternalName Service then no longer works.
 	AggregatorRouting bool
+	// LogDir, when set, receives etcd's and the kube-apiserver's output
+	// (etcd.log, kube-apiserver.log), kept after the test. Without it the
+	// output goes to the work folder and is removed; either way a failed
+	// test prints the end of both.
+	LogDir string
 }
 
 // Start starts etcd and kube-apiserver, installs the CRDs and the policies
@@ -117,8 +122,13 @@ func StartWith(t testing.TB, o Options) *Env {
 		ControlPlaneStopTimeout:  time.Minute,
 		WebhookInstallOptions:    envtest.WebhookInstallOptions{LocalServingCertDir: filepath.Join(work, "webhook")},
 	}
-	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd, DataDir: filepath.Join(work, "etcd")}
-	env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver, CertDir: filepath.Join(work, "certs")}
+	logDir := o.LogDir
+	if logDir == "" {
+		logDir = work
+	}
+	etcdLog, apiLog := openLog(t, logDir, "etcd.log"), openLog(t, logDir, "kube-apiserver.log")
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd, DataDir: filepath.Join(work, "etcd"), Out: etcdLog, Err: etcdLog}
+	env.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver, CertDir: filepath.Join(work, "certs"), Out: apiLog, Err: apiLog}
 	if o.Aggregator {
 		if err := frontProxy(env.ControlPlane.APIServer, filepath.Join(work, "front-proxy")); err != nil {
 			t.Fatalf("kubetest: %v", err)
@@ -149,6 +159,34 @@ func StartWith(t testing.TB, o Options) *Env {
 		e.InstallPolicies(t)
 	}
 	return e
+}
+
+// openLog opens a control-plane log in dir; a failed test prints its end.
+// It is registered before the control plane's stop, so it is closed (and
+// printed) after the processes have ended.
+func openLog(t testing.TB, dir, name string) *os.File {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatalf("kubetest: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = f.Close()
+		if !t.Failed() {
+			return
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return
+		}
+		const tail = 16 << 10
+		if len(data) > tail {
+			data = data[len(data)-tail:]
+		}
+		t.Logf("kubetest: %s (last %d KiB):\n%s", path, tail>>10, data)
+	})
+	return f
 }
 
 // StartCache starts an informer cache, as the readers run in production, with

@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +53,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/layer"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/shared/cgroups"
 )
@@ -105,7 +107,10 @@ type Runtime struct {
 	envd      sandboxrt.EnvdCopies
 }
 
-var _ sandboxrt.Runtime = (*Runtime)(nil)
+var (
+	_ sandboxrt.Runtime     = (*Runtime)(nil)
+	_ sandboxrt.Snapshotter = (*Runtime)(nil)
+)
 
 // meta is what the runtime remembers of a sandbox beyond runsc's state.
 type meta struct {
@@ -121,6 +126,11 @@ type meta struct {
 	Net *netState `json:"net,omitempty"`
 	// Paused is the sandbox's use when it was checkpointed.
 	Paused *pausedUse `json:"paused,omitempty"`
+	// Lowers are the template and the snapshot layers above it, topmost
+	// first, when the sandbox has layers: its root is then their
+	// read-only overlay, mounted at lower in its directory (again after a
+	// host reboot, by a restore).
+	Lowers []string `json:"lowers,omitempty"`
 }
 
 type pausedUse struct {
@@ -192,6 +202,47 @@ func (r *Runtime) Close() error {
 
 func (r *Runtime) dir(id string) string     { return filepath.Join(r.sandboxes, id) }
 func (r *Runtime) overlay(id string) string { return filepath.Join(r.dir(id), "overlay") }
+func (r *Runtime) lower(id string) string   { return filepath.Join(r.dir(id), "lower") }
+
+// mountLowers mounts the read-only overlay of m.Lowers at the sandbox's
+// lower directory, unless it is mounted already.
+func (r *Runtime) mountLowers(id string, m *meta) error {
+	dir := r.lower(id)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if isMountPoint(dir) {
+		return nil
+	}
+	for _, l := range m.Lowers {
+		if strings.ContainsAny(l, ",:") {
+			return fmt.Errorf("layer %q has ',' or ':', which an overlay's lowerdir cannot take", l)
+		}
+	}
+	if err := unix.Mount("overlay", dir, "overlay", unix.MS_RDONLY|unix.MS_NODEV, "lowerdir="+strings.Join(m.Lowers, ":")); err != nil {
+		return fmt.Errorf("mount the layers: %w", err)
+	}
+	return nil
+}
+
+// unmountLowers undoes mountLowers; nothing mounted is no error.
+func (r *Runtime) unmountLowers(id string) error {
+	err := unix.Unmount(r.lower(id), unix.MNT_DETACH)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount the layers: %w", err)
+	}
+	return nil
+}
+
+// isMountPoint reports whether path is a mount point (its device differs
+// from its parent's).
+func isMountPoint(path string) bool {
+	var a, b unix.Stat_t
+	if unix.Lstat(path, &a) != nil || unix.Lstat(filepath.Dir(path), &b) != nil {
+		return false
+	}
+	return a.Dev != b.Dev
+}
 
 // A sandbox's checkpoint image moves through three directories of its own:
 // Pause writes it to checkpoint.tmp and renames it checkpoint when whole;
@@ -306,6 +357,12 @@ func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
 // envdPath is where envd appears inside every sandbox.
 const envdPath = "/usr/bin/envd"
 
+// tmpKeeper is the file that keeps runsc from mounting a tmpfs on /tmp.
+const (
+	tmpKeeper     = "/tmp/.skiff-tmp"
+	tmpKeeperText = "This file keeps /tmp on the sandbox's disk: gVisor mounts a tmpfs on an empty /tmp.\n"
+)
+
 // prepare writes the sandbox's bundle, upper-layer files and runtime state
 // into its directory, and records its network.
 func (r *Runtime) prepare(spec *sandboxrt.Spec) (*meta, error) {
@@ -348,9 +405,26 @@ func (r *Runtime) prepare(spec *sandboxrt.Spec) (*meta, error) {
 		"--overlay2=" + overlay,
 	}
 	m.Flags = append(m.Flags, r.opts.RunscFlags...)
+	if len(spec.Layers) > 0 {
+		// The gofer serves the template with the snapshot's layers on it,
+		// shared read-only, under the sandbox's own overlay.
+		m.Lowers = append(slices.Clone(spec.Layers), rootfs)
+		if err := r.mountLowers(spec.ID, m); err != nil {
+			return nil, err
+		}
+		rootfs = r.lower(spec.ID)
+	}
+	// runsc mounts a tmpfs of its own on an empty /tmp, in the sandbox's
+	// memory, where no snapshot sees it and no disk limit holds it. A file
+	// there keeps /tmp on the root overlay, as the native runtime has it.
+	files := maps.Clone(spec.Files)
+	if files == nil {
+		files = map[string][]byte{}
+	}
+	files[tmpKeeper] = []byte(tmpKeeperText)
 	var upperTar string
-	if len(spec.Files) > 0 {
-		data, err := filesTar(rootfs, spec.Files)
+	if len(files) > 0 {
+		data, err := filesTar(rootfs, files)
 		if err != nil {
 			return nil, err
 		}
@@ -642,6 +716,11 @@ func (r *Runtime) restore(ctx context.Context, id string, m *meta, known bool) e
 			return err
 		}
 	}
+	if len(m.Lowers) > 0 {
+		if err := r.mountLowers(id, m); err != nil {
+			return err
+		}
+	}
 	log, err := openLog(m.Log)
 	if err != nil {
 		return err
@@ -738,6 +817,9 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	if err := r.destroy(ctx, id, m, pid); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
 	}
+	if err := r.unmountLowers(id); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
+	}
 	if len(errs) == 0 {
 		if err := os.RemoveAll(r.dir(id)); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox %s: remove its directory: %w", id, err))
@@ -762,6 +844,46 @@ func (r *Runtime) destroy(ctx context.Context, id string, m *meta, pid int) erro
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// CaptureLayer implements sandboxrt.Snapshotter: runsc tar rootfs-upper
+// of the sandbox, frozen (runsc pause) for it, unpacked into dir. A sandbox
+// checkpointed to disk (paused) has no running sentry to ask: resume it
+// first.
+func (r *Runtime) CaptureLayer(ctx context.Context, id, dir string) error {
+	m, err := r.readMeta(id)
+	if err != nil {
+		return err
+	}
+	s, _, err := r.status(ctx, id)
+	if err != nil {
+		return err
+	}
+	if s != sandboxrt.Running {
+		return fmt.Errorf("sandbox %s: copy its layer: %s, not running", id, s)
+	}
+	if _, err := r.runsc(ctx, m.Flags, "pause", id); err != nil {
+		return fmt.Errorf("sandbox %s: runsc pause: %w", id, err)
+	}
+	defer func() {
+		if _, err := r.runsc(context.WithoutCancel(ctx), m.Flags, "resume", id); err != nil {
+			r.opts.Logger.Error("resuming a sandbox after copying its layer", "sandbox", id, "error", err)
+		}
+	}()
+	tarPath := dir + ".tar"
+	defer os.Remove(tarPath)
+	if _, err := r.runsc(ctx, m.Flags, "tar", "rootfs-upper", "--file", tarPath, id); err != nil {
+		return fmt.Errorf("sandbox %s: runsc tar rootfs-upper: %w", id, err)
+	}
+	f, err := os.Open(tarPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := layer.FromTar(f, dir); err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return nil
 }
 
 // List implements sandboxrt.Runtime: the sandboxes with a directory, and

@@ -41,6 +41,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/exeseal"
 	"golang.org/x/sys/unix"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/layer"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/selfexe"
 	"github.com/skiff-dev/skiff/shared/cgroups"
@@ -110,7 +111,10 @@ type Runtime struct {
 	reaped map[string]chan *os.ProcessState
 }
 
-var _ sandboxrt.Runtime = (*Runtime)(nil)
+var (
+	_ sandboxrt.Runtime     = (*Runtime)(nil)
+	_ sandboxrt.Snapshotter = (*Runtime)(nil)
+)
 
 // meta is what the runtime remembers of a sandbox beyond libcontainer.
 type meta struct {
@@ -461,12 +465,18 @@ func (r *Runtime) prepareRoot(spec *sandboxrt.Spec, m *meta, userns *os.File) er
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return err
 	}
-	lower, err := idmappedTree(spec.Rootfs, userns)
-	if err != nil {
-		return err
+	// Each snapshot layer above the template, topmost first, idmapped
+	// like it.
+	var lowers []string
+	for _, tree := range append(slices.Clone(spec.Layers), spec.Rootfs) {
+		lower, err := idmappedTree(tree, userns)
+		if err != nil {
+			return err
+		}
+		defer lower.Close()
+		lowers = append(lowers, fmt.Sprintf("/proc/self/fd/%d", lower.Fd()))
 	}
-	defer lower.Close()
-	opts := fmt.Sprintf("lowerdir=/proc/self/fd/%d,upperdir=%s,workdir=%s", lower.Fd(), upper, work)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), upper, work)
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}
@@ -556,6 +566,46 @@ func (r *Runtime) Resume(_ context.Context, id string) error {
 		return fmt.Errorf("sandbox %s: resume: %w", id, err)
 	}
 	return nil
+}
+
+// CaptureLayer implements sandboxrt.Snapshotter: the sandbox's upper
+// directory copied with its cgroup frozen (a paused sandbox stays frozen),
+// owners moved back into the sandbox's own range.
+func (r *Runtime) CaptureLayer(ctx context.Context, id, dir string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m, err := r.readMeta(id)
+	if err != nil {
+		return err
+	}
+	c, err := r.load(id)
+	if err != nil {
+		return err
+	}
+	st, err := c.Status()
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	switch st {
+	case libcontainer.Running:
+		if err := c.Pause(); err != nil {
+			return fmt.Errorf("sandbox %s: freeze for the copy: %w", id, err)
+		}
+		defer func() {
+			if err := c.Resume(); err != nil {
+				r.opts.Logger.Error("thawing a sandbox after copying its layer", "sandbox", id, "error", err)
+			}
+		}()
+	case libcontainer.Paused:
+	default:
+		return fmt.Errorf("sandbox %s: copy its layer: %s, not running", id, st)
+	}
+	layers := r.dir(id)
+	if m.DiskLimit > 0 {
+		layers = filepath.Join(layers, diskMount)
+	}
+	return layer.CopyUpper(filepath.Join(layers, "upper"), dir, m.UIDBase)
 }
 
 // Stats implements sandboxrt.Runtime.

@@ -222,7 +222,10 @@ type Sandbox struct {
 	AllowPublicTraffic bool `protobuf:"varint,15,opt,name=allow_public_traffic,json=allowPublicTraffic,proto3" json:"allow_public_traffic,omitempty"`
 	// The sandbox's own IP address on its host (from --sandbox-cidr); only
 	// the host reaches it. vk-sandbox reports it as the pod IP.
-	Address       string `protobuf:"bytes,16,opt,name=address,proto3" json:"address,omitempty"`
+	Address string `protobuf:"bytes,16,opt,name=address,proto3" json:"address,omitempty"`
+	// The snapshot it was started from (its ID), if any; template is then
+	// the snapshot's template.
+	Snapshot      string `protobuf:"bytes,17,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -369,6 +372,13 @@ func (x *Sandbox) GetAddress() string {
 	return ""
 }
 
+func (x *Sandbox) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
 type CreateRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Template  string                 `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
@@ -387,8 +397,12 @@ type CreateRequest struct {
 	// Absent means true. False: sandboxd issues a traffic access token that
 	// every relayed request to a port other than envd's must carry.
 	AllowPublicTraffic *bool `protobuf:"varint,10,opt,name=allow_public_traffic,json=allowPublicTraffic,proto3,oneof" json:"allow_public_traffic,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// A snapshot of the team (an ID or a name, see Snapshot) to start from
+	// instead of template, which is then ignored: the sandbox gets the
+	// snapshot's files, and its resources unless resources says otherwise.
+	Snapshot      string `protobuf:"bytes,11,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
@@ -489,6 +503,13 @@ func (x *CreateRequest) GetAllowPublicTraffic() bool {
 		return *x.AllowPublicTraffic
 	}
 	return false
+}
+
+func (x *CreateRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
 }
 
 type CreateResponse struct {
@@ -2073,6 +2094,614 @@ func (*WatchResponse_Snapshot_) isWatchResponse_Event() {}
 
 func (*WatchResponse_Change_) isWatchResponse_Event() {}
 
+// Snapshot is a team's snapshot: a sandbox's files at one instant, on top
+// of the template the sandbox was started from.
+type Snapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 20 characters of [a-z0-9], ending in the host's tag, like a sandbox ID.
+	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Team string `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	// The name given at capture (without a tag), empty for none; a team has
+	// at most one snapshot per name and tag.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The tag of the name ("default" when the name had none).
+	Tag string `protobuf:"bytes,4,opt,name=tag,proto3" json:"tag,omitempty"`
+	// The sandbox it was taken from.
+	SourceSandboxId string                 `protobuf:"bytes,5,opt,name=source_sandbox_id,json=sourceSandboxId,proto3" json:"source_sandbox_id,omitempty"`
+	Template        string                 `protobuf:"bytes,6,opt,name=template,proto3" json:"template,omitempty"`
+	TemplateVersion string                 `protobuf:"bytes,7,opt,name=template_version,json=templateVersion,proto3" json:"template_version,omitempty"`
+	CreatedAt       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The bytes of files it holds beyond its template (its layers).
+	SizeBytes int64 `protobuf:"varint,9,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// The source sandbox's resources, the default of a sandbox started from
+	// it.
+	Resources     *Resources `protobuf:"bytes,10,opt,name=resources,proto3" json:"resources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Snapshot) Reset() {
+	*x = Snapshot{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Snapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Snapshot) ProtoMessage() {}
+
+func (x *Snapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
+func (*Snapshot) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Snapshot) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Snapshot) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *Snapshot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Snapshot) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSourceSandboxId() string {
+	if x != nil {
+		return x.SourceSandboxId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *Snapshot) GetTemplateVersion() string {
+	if x != nil {
+		return x.TemplateVersion
+	}
+	return ""
+}
+
+func (x *Snapshot) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Snapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Snapshot) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+type SnapshotRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// The team that owns the sandbox: another team's sandbox is not_found.
+	Team string `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	// An optional name, with an optional tag ("name" or "name:tag"); a
+	// snapshot that had the name and tag before loses it (and is deleted).
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRequest) Reset() {
+	*x = SnapshotRequest{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRequest) ProtoMessage() {}
+
+func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SnapshotRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SnapshotRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *SnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *Snapshot              `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotResponse) Reset() {
+	*x = SnapshotResponse{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotResponse) ProtoMessage() {}
+
+func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SnapshotResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type ListSnapshotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: only this team's snapshots.
+	Team string `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
+	// Only those taken from this sandbox, when set.
+	SandboxId string `protobuf:"bytes,2,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// Only this ID or name ("name" matches every tag, "name:tag" one), when
+	// set.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListSnapshotsRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *ListSnapshotsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ListSnapshotsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListSnapshotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*Snapshot            `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+type DeleteSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An ID or a name ("name" or "name:tag"; a name without a tag means
+	// "default").
+	Snapshot      string `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Team          string `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DeleteSnapshotRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *DeleteSnapshotRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
+}
+
+type ForkRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Team      string                 `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	// How many sandboxes, 1 to 100.
+	Count int32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	// How long each lives; required.
+	Timeout       *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkRequest) Reset() {
+	*x = ForkRequest{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkRequest) ProtoMessage() {}
+
+func (x *ForkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
+func (*ForkRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ForkRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ForkRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *ForkRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ForkRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type ForkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Forks         []*ForkResult          `protobuf:"bytes,1,rep,name=forks,proto3" json:"forks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkResponse) Reset() {
+	*x = ForkResponse{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkResponse) ProtoMessage() {}
+
+func (x *ForkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
+func (*ForkResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ForkResponse) GetForks() []*ForkResult {
+	if x != nil {
+		return x.Forks
+	}
+	return nil
+}
+
+// ForkResult is one fork: a started sandbox, or why it did not start.
+type ForkResult struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Created *CreateResponse        `protobuf:"bytes,1,opt,name=created,proto3" json:"created,omitempty"`
+	// Set when the fork failed: a Connect code name (resource_exhausted, …)
+	// and a message.
+	ErrorCode     string `protobuf:"bytes,2,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage  string `protobuf:"bytes,3,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkResult) Reset() {
+	*x = ForkResult{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkResult) ProtoMessage() {}
+
+func (x *ForkResult) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkResult.ProtoReflect.Descriptor instead.
+func (*ForkResult) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ForkResult) GetCreated() *CreateResponse {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *ForkResult) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *ForkResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
 type WatchResponse_Snapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sandboxes     []*Sandbox             `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
@@ -2082,7 +2711,7 @@ type WatchResponse_Snapshot struct {
 
 func (x *WatchResponse_Snapshot) Reset() {
 	*x = WatchResponse_Snapshot{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2723,7 @@ func (x *WatchResponse_Snapshot) String() string {
 func (*WatchResponse_Snapshot) ProtoMessage() {}
 
 func (x *WatchResponse_Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2761,7 @@ type WatchResponse_Change struct {
 
 func (x *WatchResponse_Change) Reset() {
 	*x = WatchResponse_Change{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2773,7 @@ func (x *WatchResponse_Change) String() string {
 func (*WatchResponse_Change) ProtoMessage() {}
 
 func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2819,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tcpu_milli\x18\x01 \x01(\x03R\bcpuMilli\x12\x1d\n" +
 	"\n" +
 	"memory_mib\x18\x02 \x01(\x03R\tmemoryMib\x12\x19\n" +
-	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xcf\x05\n" +
+	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xeb\x05\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12)\n" +
@@ -2211,10 +2840,11 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vauto_resume\x18\x0e \x01(\bR\n" +
 	"autoResume\x120\n" +
 	"\x14allow_public_traffic\x18\x0f \x01(\bR\x12allowPublicTraffic\x12\x18\n" +
-	"\aaddress\x18\x10 \x01(\tR\aaddress\x1a;\n" +
+	"\aaddress\x18\x10 \x01(\tR\aaddress\x12\x1a\n" +
+	"\bsnapshot\x18\x11 \x01(\tR\bsnapshot\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbe\x05\n" +
 	"\rCreateRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12:\n" +
 	"\tresources\x18\x02 \x01(\v2\x1c.skiff.sandboxd.v1.ResourcesR\tresources\x12H\n" +
@@ -2228,7 +2858,8 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vauto_resume\x18\t \x01(\bR\n" +
 	"autoResume\x125\n" +
 	"\x14allow_public_traffic\x18\n" +
-	" \x01(\bH\x01R\x12allowPublicTraffic\x88\x01\x01\x1a:\n" +
+	" \x01(\bH\x01R\x12allowPublicTraffic\x88\x01\x01\x12\x1a\n" +
+	"\bsnapshot\x18\v \x01(\tR\bsnapshot\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -2362,12 +2993,59 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x17CHANGE_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14CHANGE_TYPE_UPSERTED\x10\x01\x12\x17\n" +
 	"\x13CHANGE_TYPE_DELETED\x10\x02B\a\n" +
-	"\x05event*z\n" +
+	"\x05event\"\xdd\x02\n" +
+	"\bSnapshot\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04team\x18\x02 \x01(\tR\x04team\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x10\n" +
+	"\x03tag\x18\x04 \x01(\tR\x03tag\x12*\n" +
+	"\x11source_sandbox_id\x18\x05 \x01(\tR\x0fsourceSandboxId\x12\x1a\n" +
+	"\btemplate\x18\x06 \x01(\tR\btemplate\x12)\n" +
+	"\x10template_version\x18\a \x01(\tR\x0ftemplateVersion\x129\n" +
+	"\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\t \x01(\x03R\tsizeBytes\x12:\n" +
+	"\tresources\x18\n" +
+	" \x01(\v2\x1c.skiff.sandboxd.v1.ResourcesR\tresources\"X\n" +
+	"\x0fSnapshotRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04team\x18\x02 \x01(\tR\x04team\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"K\n" +
+	"\x10SnapshotResponse\x127\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1b.skiff.sandboxd.v1.SnapshotR\bsnapshot\"]\n" +
+	"\x14ListSnapshotsRequest\x12\x12\n" +
+	"\x04team\x18\x01 \x01(\tR\x04team\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"R\n" +
+	"\x15ListSnapshotsResponse\x129\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x1b.skiff.sandboxd.v1.SnapshotR\tsnapshots\"G\n" +
+	"\x15DeleteSnapshotRequest\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\x12\x12\n" +
+	"\x04team\x18\x02 \x01(\tR\x04team\"\x18\n" +
+	"\x16DeleteSnapshotResponse\"\x8b\x01\n" +
+	"\vForkRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04team\x18\x02 \x01(\tR\x04team\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"C\n" +
+	"\fForkResponse\x123\n" +
+	"\x05forks\x18\x01 \x03(\v2\x1d.skiff.sandboxd.v1.ForkResultR\x05forks\"\x8d\x01\n" +
+	"\n" +
+	"ForkResult\x12;\n" +
+	"\acreated\x18\x01 \x01(\v2!.skiff.sandboxd.v1.CreateResponseR\acreated\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage*z\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x18\n" +
 	"\x14SANDBOX_STATE_PAUSED\x10\x02\x12\x16\n" +
-	"\x12SANDBOX_STATE_WARM\x10\x032\xf5\a\n" +
+	"\x12SANDBOX_STATE_WARM\x10\x032\xde\n" +
+	"\n" +
 	"\x0fSandboxdService\x12M\n" +
 	"\x06Create\x12 .skiff.sandboxd.v1.CreateRequest\x1a!.skiff.sandboxd.v1.CreateResponse\x12G\n" +
 	"\x04Warm\x12\x1e.skiff.sandboxd.v1.WarmRequest\x1a\x1f.skiff.sandboxd.v1.WarmResponse\x12J\n" +
@@ -2382,7 +3060,11 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x04Info\x12\x1e.skiff.sandboxd.v1.InfoRequest\x1a\x1f.skiff.sandboxd.v1.InfoResponse\x12P\n" +
 	"\aMetrics\x12!.skiff.sandboxd.v1.MetricsRequest\x1a\".skiff.sandboxd.v1.MetricsResponse\x12G\n" +
 	"\x04Logs\x12\x1e.skiff.sandboxd.v1.LogsRequest\x1a\x1f.skiff.sandboxd.v1.LogsResponse\x12L\n" +
-	"\x05Watch\x12\x1f.skiff.sandboxd.v1.WatchRequest\x1a .skiff.sandboxd.v1.WatchResponse0\x01BPZNgithub.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1;sandboxdv1b\x06proto3"
+	"\x05Watch\x12\x1f.skiff.sandboxd.v1.WatchRequest\x1a .skiff.sandboxd.v1.WatchResponse0\x01\x12S\n" +
+	"\bSnapshot\x12\".skiff.sandboxd.v1.SnapshotRequest\x1a#.skiff.sandboxd.v1.SnapshotResponse\x12b\n" +
+	"\rListSnapshots\x12'.skiff.sandboxd.v1.ListSnapshotsRequest\x1a(.skiff.sandboxd.v1.ListSnapshotsResponse\x12e\n" +
+	"\x0eDeleteSnapshot\x12(.skiff.sandboxd.v1.DeleteSnapshotRequest\x1a).skiff.sandboxd.v1.DeleteSnapshotResponse\x12G\n" +
+	"\x04Fork\x12\x1e.skiff.sandboxd.v1.ForkRequest\x1a\x1f.skiff.sandboxd.v1.ForkResponseBPZNgithub.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
 	file_skiff_sandboxd_v1_sandboxd_proto_rawDescOnce sync.Once
@@ -2397,7 +3079,7 @@ func file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skiff_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_skiff_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_skiff_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(SandboxState)(0),              // 0: skiff.sandboxd.v1.SandboxState
 	(WatchResponse_ChangeType)(0),  // 1: skiff.sandboxd.v1.WatchResponse.ChangeType
@@ -2432,85 +3114,110 @@ var file_skiff_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*LogsResponse)(nil),           // 30: skiff.sandboxd.v1.LogsResponse
 	(*WatchRequest)(nil),           // 31: skiff.sandboxd.v1.WatchRequest
 	(*WatchResponse)(nil),          // 32: skiff.sandboxd.v1.WatchResponse
-	nil,                            // 33: skiff.sandboxd.v1.Sandbox.MetadataEntry
-	nil,                            // 34: skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
-	nil,                            // 35: skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	nil,                            // 36: skiff.sandboxd.v1.ClaimRequest.MetadataEntry
-	nil,                            // 37: skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	(*WatchResponse_Snapshot)(nil), // 38: skiff.sandboxd.v1.WatchResponse.Snapshot
-	(*WatchResponse_Change)(nil),   // 39: skiff.sandboxd.v1.WatchResponse.Change
-	(*timestamppb.Timestamp)(nil),  // 40: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
+	(*Snapshot)(nil),               // 33: skiff.sandboxd.v1.Snapshot
+	(*SnapshotRequest)(nil),        // 34: skiff.sandboxd.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),       // 35: skiff.sandboxd.v1.SnapshotResponse
+	(*ListSnapshotsRequest)(nil),   // 36: skiff.sandboxd.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 37: skiff.sandboxd.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),  // 38: skiff.sandboxd.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 39: skiff.sandboxd.v1.DeleteSnapshotResponse
+	(*ForkRequest)(nil),            // 40: skiff.sandboxd.v1.ForkRequest
+	(*ForkResponse)(nil),           // 41: skiff.sandboxd.v1.ForkResponse
+	(*ForkResult)(nil),             // 42: skiff.sandboxd.v1.ForkResult
+	nil,                            // 43: skiff.sandboxd.v1.Sandbox.MetadataEntry
+	nil,                            // 44: skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
+	nil,                            // 45: skiff.sandboxd.v1.CreateRequest.MetadataEntry
+	nil,                            // 46: skiff.sandboxd.v1.ClaimRequest.MetadataEntry
+	nil,                            // 47: skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
+	(*WatchResponse_Snapshot)(nil), // 48: skiff.sandboxd.v1.WatchResponse.Snapshot
+	(*WatchResponse_Change)(nil),   // 49: skiff.sandboxd.v1.WatchResponse.Change
+	(*timestamppb.Timestamp)(nil),  // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 51: google.protobuf.Duration
 }
 var file_skiff_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	0,  // 0: skiff.sandboxd.v1.Sandbox.state:type_name -> skiff.sandboxd.v1.SandboxState
-	33, // 1: skiff.sandboxd.v1.Sandbox.metadata:type_name -> skiff.sandboxd.v1.Sandbox.MetadataEntry
-	40, // 2: skiff.sandboxd.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	40, // 3: skiff.sandboxd.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	43, // 1: skiff.sandboxd.v1.Sandbox.metadata:type_name -> skiff.sandboxd.v1.Sandbox.MetadataEntry
+	50, // 2: skiff.sandboxd.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	50, // 3: skiff.sandboxd.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: skiff.sandboxd.v1.Sandbox.resources:type_name -> skiff.sandboxd.v1.Resources
 	2,  // 5: skiff.sandboxd.v1.CreateRequest.resources:type_name -> skiff.sandboxd.v1.Resources
-	34, // 6: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
-	35, // 7: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	41, // 8: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
+	44, // 6: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
+	45, // 7: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
+	51, // 8: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 9: skiff.sandboxd.v1.CreateResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	2,  // 10: skiff.sandboxd.v1.WarmRequest.resources:type_name -> skiff.sandboxd.v1.Resources
 	3,  // 11: skiff.sandboxd.v1.WarmResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	36, // 12: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
-	37, // 13: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	41, // 14: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
+	46, // 12: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
+	47, // 13: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
+	51, // 14: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 15: skiff.sandboxd.v1.ClaimResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	3,  // 16: skiff.sandboxd.v1.GetResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	0,  // 17: skiff.sandboxd.v1.ListRequest.states:type_name -> skiff.sandboxd.v1.SandboxState
 	3,  // 18: skiff.sandboxd.v1.ListResponse.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	41, // 19: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	51, // 19: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 20: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	3,  // 21: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	41, // 22: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
+	51, // 22: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 23: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	2,  // 24: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
 	2,  // 25: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
 	23, // 26: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
-	40, // 27: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
+	50, // 27: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
 	26, // 28: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
-	40, // 29: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
-	40, // 30: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	50, // 29: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
+	50, // 30: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
 	29, // 31: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
-	38, // 32: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
-	39, // 33: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
-	3,  // 34: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	1,  // 35: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
-	3,  // 36: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	4,  // 37: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
-	6,  // 38: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
-	8,  // 39: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
-	10, // 40: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
-	12, // 41: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
-	14, // 42: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
-	16, // 43: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
-	18, // 44: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
-	20, // 45: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
-	22, // 46: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
-	25, // 47: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
-	28, // 48: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
-	31, // 49: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
-	5,  // 50: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
-	7,  // 51: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
-	9,  // 52: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
-	11, // 53: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
-	13, // 54: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
-	15, // 55: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
-	17, // 56: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
-	19, // 57: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
-	21, // 58: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
-	24, // 59: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
-	27, // 60: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
-	30, // 61: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
-	32, // 62: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
-	50, // [50:63] is the sub-list for method output_type
-	37, // [37:50] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	48, // 32: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
+	49, // 33: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
+	50, // 34: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 35: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
+	33, // 36: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	33, // 37: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	51, // 38: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
+	42, // 39: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
+	5,  // 40: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
+	3,  // 41: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	1,  // 42: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
+	3,  // 43: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	4,  // 44: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
+	6,  // 45: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
+	8,  // 46: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
+	10, // 47: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
+	12, // 48: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
+	14, // 49: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
+	16, // 50: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
+	18, // 51: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
+	20, // 52: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
+	22, // 53: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
+	25, // 54: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
+	28, // 55: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
+	31, // 56: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
+	34, // 57: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
+	36, // 58: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
+	38, // 59: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
+	40, // 60: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
+	5,  // 61: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
+	7,  // 62: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
+	9,  // 63: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
+	11, // 64: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
+	13, // 65: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
+	15, // 66: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
+	17, // 67: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
+	19, // 68: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
+	21, // 69: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
+	24, // 70: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
+	27, // 71: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
+	30, // 72: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
+	32, // 73: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
+	35, // 74: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
+	37, // 75: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
+	39, // 76: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
+	41, // 77: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
+	61, // [61:78] is the sub-list for method output_type
+	44, // [44:61] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_skiff_sandboxd_v1_sandboxd_proto_init() }
@@ -2530,7 +3237,7 @@ func file_skiff_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_sandboxd_v1_sandboxd_proto_rawDesc), len(file_skiff_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   38,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

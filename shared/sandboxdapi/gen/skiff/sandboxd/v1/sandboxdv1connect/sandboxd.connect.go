@@ -69,6 +69,17 @@ const (
 	SandboxdServiceLogsProcedure = "/skiff.sandboxd.v1.SandboxdService/Logs"
 	// SandboxdServiceWatchProcedure is the fully-qualified name of the SandboxdService's Watch RPC.
 	SandboxdServiceWatchProcedure = "/skiff.sandboxd.v1.SandboxdService/Watch"
+	// SandboxdServiceSnapshotProcedure is the fully-qualified name of the SandboxdService's Snapshot
+	// RPC.
+	SandboxdServiceSnapshotProcedure = "/skiff.sandboxd.v1.SandboxdService/Snapshot"
+	// SandboxdServiceListSnapshotsProcedure is the fully-qualified name of the SandboxdService's
+	// ListSnapshots RPC.
+	SandboxdServiceListSnapshotsProcedure = "/skiff.sandboxd.v1.SandboxdService/ListSnapshots"
+	// SandboxdServiceDeleteSnapshotProcedure is the fully-qualified name of the SandboxdService's
+	// DeleteSnapshot RPC.
+	SandboxdServiceDeleteSnapshotProcedure = "/skiff.sandboxd.v1.SandboxdService/DeleteSnapshot"
+	// SandboxdServiceForkProcedure is the fully-qualified name of the SandboxdService's Fork RPC.
+	SandboxdServiceForkProcedure = "/skiff.sandboxd.v1.SandboxdService/Fork"
 )
 
 // SandboxdServiceClient is a client for the skiff.sandboxd.v1.SandboxdService service.
@@ -96,6 +107,20 @@ type SandboxdServiceClient interface {
 	Logs(context.Context, *connect.Request[v1.LogsRequest]) (*connect.Response[v1.LogsResponse], error)
 	// Watch streams the host's sandboxes: a snapshot first, then every change.
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
+	// Snapshot captures a running sandbox's filesystem (its writable layer,
+	// taken with the sandbox frozen) as a snapshot of its team that new
+	// sandboxes start from (CreateRequest.snapshot). The sandbox runs on.
+	Snapshot(context.Context, *connect.Request[v1.SnapshotRequest]) (*connect.Response[v1.SnapshotResponse], error)
+	// ListSnapshots lists a team's snapshots on this host, newest first.
+	ListSnapshots(context.Context, *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error)
+	// DeleteSnapshot removes a snapshot; not_found when the team has none by
+	// that reference. Sandboxes started from it keep running: its layer goes
+	// when the last of them ends.
+	DeleteSnapshot(context.Context, *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error)
+	// Fork captures a running sandbox's filesystem once and starts count new
+	// sandboxes of its team from it on this host; each succeeds or fails on
+	// its own.
+	Fork(context.Context, *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error)
 }
 
 // NewSandboxdServiceClient constructs a client for the skiff.sandboxd.v1.SandboxdService service.
@@ -187,24 +212,52 @@ func NewSandboxdServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(sandboxdServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		snapshot: connect.NewClient[v1.SnapshotRequest, v1.SnapshotResponse](
+			httpClient,
+			baseURL+SandboxdServiceSnapshotProcedure,
+			connect.WithSchema(sandboxdServiceMethods.ByName("Snapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		listSnapshots: connect.NewClient[v1.ListSnapshotsRequest, v1.ListSnapshotsResponse](
+			httpClient,
+			baseURL+SandboxdServiceListSnapshotsProcedure,
+			connect.WithSchema(sandboxdServiceMethods.ByName("ListSnapshots")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSnapshot: connect.NewClient[v1.DeleteSnapshotRequest, v1.DeleteSnapshotResponse](
+			httpClient,
+			baseURL+SandboxdServiceDeleteSnapshotProcedure,
+			connect.WithSchema(sandboxdServiceMethods.ByName("DeleteSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		fork: connect.NewClient[v1.ForkRequest, v1.ForkResponse](
+			httpClient,
+			baseURL+SandboxdServiceForkProcedure,
+			connect.WithSchema(sandboxdServiceMethods.ByName("Fork")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // sandboxdServiceClient implements SandboxdServiceClient.
 type sandboxdServiceClient struct {
-	create     *connect.Client[v1.CreateRequest, v1.CreateResponse]
-	warm       *connect.Client[v1.WarmRequest, v1.WarmResponse]
-	claim      *connect.Client[v1.ClaimRequest, v1.ClaimResponse]
-	get        *connect.Client[v1.GetRequest, v1.GetResponse]
-	list       *connect.Client[v1.ListRequest, v1.ListResponse]
-	kill       *connect.Client[v1.KillRequest, v1.KillResponse]
-	setTimeout *connect.Client[v1.SetTimeoutRequest, v1.SetTimeoutResponse]
-	pause      *connect.Client[v1.PauseRequest, v1.PauseResponse]
-	resume     *connect.Client[v1.ResumeRequest, v1.ResumeResponse]
-	info       *connect.Client[v1.InfoRequest, v1.InfoResponse]
-	metrics    *connect.Client[v1.MetricsRequest, v1.MetricsResponse]
-	logs       *connect.Client[v1.LogsRequest, v1.LogsResponse]
-	watch      *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	create         *connect.Client[v1.CreateRequest, v1.CreateResponse]
+	warm           *connect.Client[v1.WarmRequest, v1.WarmResponse]
+	claim          *connect.Client[v1.ClaimRequest, v1.ClaimResponse]
+	get            *connect.Client[v1.GetRequest, v1.GetResponse]
+	list           *connect.Client[v1.ListRequest, v1.ListResponse]
+	kill           *connect.Client[v1.KillRequest, v1.KillResponse]
+	setTimeout     *connect.Client[v1.SetTimeoutRequest, v1.SetTimeoutResponse]
+	pause          *connect.Client[v1.PauseRequest, v1.PauseResponse]
+	resume         *connect.Client[v1.ResumeRequest, v1.ResumeResponse]
+	info           *connect.Client[v1.InfoRequest, v1.InfoResponse]
+	metrics        *connect.Client[v1.MetricsRequest, v1.MetricsResponse]
+	logs           *connect.Client[v1.LogsRequest, v1.LogsResponse]
+	watch          *connect.Client[v1.WatchRequest, v1.WatchResponse]
+	snapshot       *connect.Client[v1.SnapshotRequest, v1.SnapshotResponse]
+	listSnapshots  *connect.Client[v1.ListSnapshotsRequest, v1.ListSnapshotsResponse]
+	deleteSnapshot *connect.Client[v1.DeleteSnapshotRequest, v1.DeleteSnapshotResponse]
+	fork           *connect.Client[v1.ForkRequest, v1.ForkResponse]
 }
 
 // Create calls skiff.sandboxd.v1.SandboxdService.Create.
@@ -272,6 +325,26 @@ func (c *sandboxdServiceClient) Watch(ctx context.Context, req *connect.Request[
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// Snapshot calls skiff.sandboxd.v1.SandboxdService.Snapshot.
+func (c *sandboxdServiceClient) Snapshot(ctx context.Context, req *connect.Request[v1.SnapshotRequest]) (*connect.Response[v1.SnapshotResponse], error) {
+	return c.snapshot.CallUnary(ctx, req)
+}
+
+// ListSnapshots calls skiff.sandboxd.v1.SandboxdService.ListSnapshots.
+func (c *sandboxdServiceClient) ListSnapshots(ctx context.Context, req *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error) {
+	return c.listSnapshots.CallUnary(ctx, req)
+}
+
+// DeleteSnapshot calls skiff.sandboxd.v1.SandboxdService.DeleteSnapshot.
+func (c *sandboxdServiceClient) DeleteSnapshot(ctx context.Context, req *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error) {
+	return c.deleteSnapshot.CallUnary(ctx, req)
+}
+
+// Fork calls skiff.sandboxd.v1.SandboxdService.Fork.
+func (c *sandboxdServiceClient) Fork(ctx context.Context, req *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error) {
+	return c.fork.CallUnary(ctx, req)
+}
+
 // SandboxdServiceHandler is an implementation of the skiff.sandboxd.v1.SandboxdService service.
 type SandboxdServiceHandler interface {
 	// Create starts a sandbox from a template and returns once its envd
@@ -297,6 +370,20 @@ type SandboxdServiceHandler interface {
 	Logs(context.Context, *connect.Request[v1.LogsRequest]) (*connect.Response[v1.LogsResponse], error)
 	// Watch streams the host's sandboxes: a snapshot first, then every change.
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
+	// Snapshot captures a running sandbox's filesystem (its writable layer,
+	// taken with the sandbox frozen) as a snapshot of its team that new
+	// sandboxes start from (CreateRequest.snapshot). The sandbox runs on.
+	Snapshot(context.Context, *connect.Request[v1.SnapshotRequest]) (*connect.Response[v1.SnapshotResponse], error)
+	// ListSnapshots lists a team's snapshots on this host, newest first.
+	ListSnapshots(context.Context, *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error)
+	// DeleteSnapshot removes a snapshot; not_found when the team has none by
+	// that reference. Sandboxes started from it keep running: its layer goes
+	// when the last of them ends.
+	DeleteSnapshot(context.Context, *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error)
+	// Fork captures a running sandbox's filesystem once and starts count new
+	// sandboxes of its team from it on this host; each succeeds or fails on
+	// its own.
+	Fork(context.Context, *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error)
 }
 
 // NewSandboxdServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -384,6 +471,30 @@ func NewSandboxdServiceHandler(svc SandboxdServiceHandler, opts ...connect.Handl
 		connect.WithSchema(sandboxdServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxdServiceSnapshotHandler := connect.NewUnaryHandler(
+		SandboxdServiceSnapshotProcedure,
+		svc.Snapshot,
+		connect.WithSchema(sandboxdServiceMethods.ByName("Snapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxdServiceListSnapshotsHandler := connect.NewUnaryHandler(
+		SandboxdServiceListSnapshotsProcedure,
+		svc.ListSnapshots,
+		connect.WithSchema(sandboxdServiceMethods.ByName("ListSnapshots")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxdServiceDeleteSnapshotHandler := connect.NewUnaryHandler(
+		SandboxdServiceDeleteSnapshotProcedure,
+		svc.DeleteSnapshot,
+		connect.WithSchema(sandboxdServiceMethods.ByName("DeleteSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxdServiceForkHandler := connect.NewUnaryHandler(
+		SandboxdServiceForkProcedure,
+		svc.Fork,
+		connect.WithSchema(sandboxdServiceMethods.ByName("Fork")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/skiff.sandboxd.v1.SandboxdService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxdServiceCreateProcedure:
@@ -412,6 +523,14 @@ func NewSandboxdServiceHandler(svc SandboxdServiceHandler, opts ...connect.Handl
 			sandboxdServiceLogsHandler.ServeHTTP(w, r)
 		case SandboxdServiceWatchProcedure:
 			sandboxdServiceWatchHandler.ServeHTTP(w, r)
+		case SandboxdServiceSnapshotProcedure:
+			sandboxdServiceSnapshotHandler.ServeHTTP(w, r)
+		case SandboxdServiceListSnapshotsProcedure:
+			sandboxdServiceListSnapshotsHandler.ServeHTTP(w, r)
+		case SandboxdServiceDeleteSnapshotProcedure:
+			sandboxdServiceDeleteSnapshotHandler.ServeHTTP(w, r)
+		case SandboxdServiceForkProcedure:
+			sandboxdServiceForkHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -471,4 +590,20 @@ func (UnimplementedSandboxdServiceHandler) Logs(context.Context, *connect.Reques
 
 func (UnimplementedSandboxdServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.Watch is not implemented"))
+}
+
+func (UnimplementedSandboxdServiceHandler) Snapshot(context.Context, *connect.Request[v1.SnapshotRequest]) (*connect.Response[v1.SnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.Snapshot is not implemented"))
+}
+
+func (UnimplementedSandboxdServiceHandler) ListSnapshots(context.Context, *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.ListSnapshots is not implemented"))
+}
+
+func (UnimplementedSandboxdServiceHandler) DeleteSnapshot(context.Context, *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.DeleteSnapshot is not implemented"))
+}
+
+func (UnimplementedSandboxdServiceHandler) Fork(context.Context, *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.Fork is not implemented"))
 }

@@ -1,0 +1,332 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/layer"
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/snapshot"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+)
+
+// MaxForks is the most sandboxes one Fork starts, as in e2b.
+const MaxForks = 100
+
+// snapshotter is the runtime's sandboxrt.Snapshotter and the store, or
+// the error that says why this host takes no snapshots.
+func (s *Service) snapshotter() (sandboxrt.Snapshotter, error) {
+	if s.snapshots == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this sandboxd keeps no snapshots (no snapshot store)"))
+	}
+	sn, ok := s.rt.(sandboxrt.Snapshotter)
+	if !ok {
+		return nil, connect.NewError(connect.CodeUnimplemented, fmt.Errorf("the %s runtime cannot copy a sandbox's files", s.rt.Name()))
+	}
+	return sn, nil
+}
+
+// Snapshot captures a running sandbox's files as a snapshot of its team.
+func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.SnapshotRequest]) (*connect.Response[pb.SnapshotResponse], error) {
+	m := req.Msg
+	var f fieldErrors
+	checkID(&f, m.GetSandboxId())
+	checkTeam(&f, m.GetTeam())
+	if m.GetTeam() == "" {
+		f.add("team", "required")
+	}
+	if m.GetName() != "" {
+		if err := snapshot.CheckName(m.GetName()); err != nil {
+			f.add("name", "%v", err)
+		}
+	}
+	if err := f.err(); err != nil {
+		return nil, err
+	}
+	sn, err := s.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	unlock := s.locks.lock(m.GetSandboxId())
+	src, layerID, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam())
+	unlock()
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	id, err := sandboxid.New(s.tag)
+	if err != nil {
+		return nil, err
+	}
+	rec := s.snapshotRecord(id, src, layerID)
+	if m.GetName() != "" {
+		rec.Name, rec.Tag = snapshot.SplitName(m.GetName())
+	}
+	var replaced *snapshot.Record
+	if rec.Name != "" {
+		if old, err := s.snapshots.Find(rec.Team, rec.Name+":"+rec.Tag); err == nil {
+			replaced = old
+		}
+	}
+	if err := s.snapshots.Put(rec); err != nil {
+		s.gcLayers(ctx)
+		return nil, toConnect(err)
+	}
+	if replaced != nil {
+		// The name moves to the new snapshot, as a new build of an e2b
+		// template takes its tag.
+		if err := s.snapshots.Delete(replaced.ID); err != nil {
+			s.log.ErrorContext(ctx, "delete the snapshot a new one took the name of", "snapshot", replaced.ID, "error", err)
+		}
+		s.gcLayers(ctx)
+	}
+	s.log.InfoContext(ctx, "snapshot taken", "snapshot", rec.ID, "sandbox", src.ID, "team", rec.Team, "name", rec.Name,
+		"layers", len(rec.Layers), "bytes", rec.SizeBytes, "duration", time.Since(began))
+	return connect.NewResponse(&pb.SnapshotResponse{Snapshot: toSnapshot(rec)}), nil
+}
+
+// captureLocked copies the files of sandbox id, which team must own and
+// which must run, into a new layer in place, and returns its record and
+// the layer's ID.
+func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, id, team string) (*store.Record, string, error) {
+	src, err := s.reg.Get(id)
+	if err != nil {
+		return nil, "", err
+	}
+	if src.Team != team {
+		return nil, "", fmt.Errorf("%w: %s", registry.ErrNotFound, id)
+	}
+	if src.State != registry.StateRunning {
+		return nil, "", fmt.Errorf("%w: sandbox %s cannot be snapshotted while in '%s' state", errWrongState, id, src.State)
+	}
+	layerID, tmp, err := s.snapshots.NewLayer()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := sn.CaptureLayer(ctx, id, tmp); err != nil {
+		_ = layer.Remove(tmp)
+		return nil, "", fmt.Errorf("copy the files of sandbox %s: %w", id, err)
+	}
+	if err := s.snapshots.CommitLayer(layerID, tmp); err != nil {
+		_ = layer.Remove(tmp)
+		return nil, "", err
+	}
+	return src, layerID, nil
+}
+
+// snapshotRecord is the record of snapshot id of sandbox src, whose files
+// are in layer top above src's own layers.
+func (s *Service) snapshotRecord(id string, src *store.Record, top string) *snapshot.Record {
+	rec := &snapshot.Record{
+		ID: id, Team: src.Team, SourceSandbox: src.ID,
+		Template: src.Template, TemplateVersion: src.TemplateVersion,
+		Layers:    append([]string{top}, src.Layers...),
+		CreatedAt: s.clock.Now().UTC(),
+		CPUMilli:  src.CPUMilli, MemoryMiB: src.MemoryMiB, DiskMiB: src.DiskMiB,
+	}
+	rec.Rootfs = s.rootfsOf(src)
+	for _, l := range rec.Layers {
+		if n, err := layer.Size(s.snapshots.LayerPath(l)); err == nil {
+			rec.SizeBytes += n
+		}
+	}
+	return rec
+}
+
+// rootfsOf is the root filesystem sandbox rec was started from, or for a
+// record from before sandboxd kept it, the template's current version.
+func (s *Service) rootfsOf(rec *store.Record) string {
+	if rec.RootfsPath != "" {
+		return rec.RootfsPath
+	}
+	if t, err := s.templates.Get(rec.Template); err == nil {
+		return t.Rootfs
+	}
+	return ""
+}
+
+// ListSnapshots lists a team's snapshots on this host.
+func (s *Service) ListSnapshots(_ context.Context, req *connect.Request[pb.ListSnapshotsRequest]) (*connect.Response[pb.ListSnapshotsResponse], error) {
+	m := req.Msg
+	if m.GetTeam() == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("team: required"))
+	}
+	out := []*pb.Snapshot{}
+	if s.snapshots != nil {
+		for _, r := range s.snapshots.List(snapshot.Filter{Team: m.GetTeam(), SourceSandbox: m.GetSandboxId(), Name: m.GetName()}) {
+			out = append(out, toSnapshot(r))
+		}
+	}
+	return connect.NewResponse(&pb.ListSnapshotsResponse{Snapshots: out}), nil
+}
+
+// DeleteSnapshot removes a team's snapshot; its layers go when nothing
+// uses them.
+func (s *Service) DeleteSnapshot(ctx context.Context, req *connect.Request[pb.DeleteSnapshotRequest]) (*connect.Response[pb.DeleteSnapshotResponse], error) {
+	m := req.Msg
+	if m.GetTeam() == "" || m.GetSnapshot() == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("snapshot and team: required"))
+	}
+	rec, err := s.findSnapshot(m.GetTeam(), m.GetSnapshot())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.snapshots.Delete(rec.ID); err != nil {
+		return nil, toConnect(err)
+	}
+	s.gcLayers(ctx)
+	s.log.InfoContext(ctx, "snapshot deleted", "snapshot", rec.ID, "team", rec.Team, "name", rec.Name)
+	return connect.NewResponse(&pb.DeleteSnapshotResponse{}), nil
+}
+
+// findSnapshot returns the team's snapshot that ref names, or not_found.
+func (s *Service) findSnapshot(team, ref string) (*snapshot.Record, error) {
+	if s.snapshots == nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("snapshot %q not found: this sandboxd keeps no snapshots", ref))
+	}
+	rec, err := s.snapshots.Find(team, ref)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("snapshot %q not found", ref))
+	}
+	if err := checkRootfs(rec.Rootfs); err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("snapshot %s: %w", rec.ID, err))
+	}
+	return rec, nil
+}
+
+// Fork copies a running sandbox's files once and starts count sandboxes
+// of its team from them, each with the source's settings.
+func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]) (*connect.Response[pb.ForkResponse], error) {
+	m := req.Msg
+	var f fieldErrors
+	checkID(&f, m.GetSandboxId())
+	if m.GetTeam() == "" {
+		f.add("team", "required")
+	}
+	if m.GetCount() < 1 || m.GetCount() > MaxForks {
+		f.add("count", "must be between 1 and %d, got %d", MaxForks, m.GetCount())
+	}
+	timeout := s.checkTimeout(&f, "timeout", m.GetTimeout(), true)
+	if err := f.err(); err != nil {
+		return nil, err
+	}
+	sn, err := s.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	unlock := s.locks.lock(m.GetSandboxId())
+	src, layerID, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam())
+	unlock()
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	// The forks' layers are the source's under the new one; no record
+	// names them, so they go with the last fork.
+	snap := s.snapshotRecord("", src, layerID)
+	defer s.gcLayers(context.WithoutCancel(ctx))
+	results := make([]*pb.ForkResult, m.GetCount())
+	for i := range results {
+		l := &launch{kind: kindCreate, tmpl: snapshotTemplate(snap), timeout: timeout, cpu: src.CPUMilli, mem: src.MemoryMiB, disk: src.DiskMiB}
+		l.rec = store.Record{
+			State:               registry.StateRunning,
+			Team:                src.Team,
+			Metadata:            maps.Clone(src.Metadata),
+			AutoPause:           src.AutoPause,
+			AllowInternetAccess: src.AllowInternetAccess,
+			AutoResume:          src.AutoResume,
+		}
+		if src.TrafficAccessToken != "" {
+			l.rec.TrafficAccessToken = newToken()
+		}
+		s.fromSnapshot(l, snap)
+		l.rec.Snapshot = "" // a fork names its source, not a snapshot
+		rec, token, err := s.launch(ctx, l)
+		if err != nil {
+			ce := toConnect(err).(*connect.Error) //nolint:errorlint // toConnect returns one
+			results[i] = &pb.ForkResult{ErrorCode: ce.Code().String(), ErrorMessage: ce.Message()}
+			_ = s.countCreate(kindCreate, ce)
+			continue
+		}
+		_ = s.countCreate(kindCreate, nil)
+		results[i] = &pb.ForkResult{Created: &pb.CreateResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: token, TrafficAccessToken: rec.TrafficAccessToken}}
+	}
+	return connect.NewResponse(&pb.ForkResponse{Forks: results}), nil
+}
+
+// fromSnapshot makes l start from snap's files.
+func (s *Service) fromSnapshot(l *launch, snap *snapshot.Record) {
+	l.rec.Snapshot, l.rec.Layers, l.rec.RootfsPath = snap.ID, slices.Clone(snap.Layers), snap.Rootfs
+	l.layers = make([]string, len(snap.Layers))
+	for i, id := range snap.Layers {
+		l.layers[i] = s.snapshots.LayerPath(id)
+	}
+}
+
+// snapshotTemplate is the template a sandbox from snap starts on: the
+// version the snapshot was taken on, which the library keeps.
+func snapshotTemplate(snap *snapshot.Record) *template.Template {
+	return &template.Template{Name: snap.Template, Version: snap.TemplateVersion, Rootfs: snap.Rootfs}
+}
+
+// snapshotResources fills what r leaves at zero with the snapshot's own.
+func snapshotResources(snap *snapshot.Record, r *pb.Resources) *pb.Resources {
+	out := &pb.Resources{CpuMilli: snap.CPUMilli, MemoryMib: snap.MemoryMiB, DiskMib: snap.DiskMiB}
+	if r.GetCpuMilli() != 0 {
+		out.CpuMilli = r.GetCpuMilli()
+	}
+	if r.GetMemoryMib() != 0 {
+		out.MemoryMib = r.GetMemoryMib()
+	}
+	if r.GetDiskMib() != 0 {
+		out.DiskMib = r.GetDiskMib()
+	}
+	return out
+}
+
+// gcLayers removes the layers no snapshot and no sandbox on the host uses.
+func (s *Service) gcLayers(ctx context.Context) {
+	if s.snapshots == nil {
+		return
+	}
+	inUse := map[string]bool{}
+	for _, rec := range s.reg.List() {
+		for _, l := range rec.Layers {
+			inUse[l] = true
+		}
+	}
+	if n, err := s.snapshots.GC(inUse); err != nil {
+		s.log.ErrorContext(ctx, "remove unused snapshot layers", "error", err)
+	} else if n > 0 {
+		s.log.InfoContext(ctx, "removed unused snapshot layers", "layers", n)
+	}
+}
+
+func toSnapshot(r *snapshot.Record) *pb.Snapshot {
+	return &pb.Snapshot{
+		Id: r.ID, Team: r.Team, Name: r.Name, Tag: r.Tag,
+		SourceSandboxId: r.SourceSandbox, Template: r.Template, TemplateVersion: r.TemplateVersion,
+		CreatedAt: timestamppb.New(r.CreatedAt), SizeBytes: r.SizeBytes,
+		Resources: &pb.Resources{CpuMilli: r.CPUMilli, MemoryMib: r.MemoryMiB, DiskMib: r.DiskMiB},
+	}
+}
+
+// checkRootfs reports a snapshot whose template version is gone from the
+// host.
+func checkRootfs(path string) error {
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("the template version the snapshot was taken on: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package snapshot
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	idA = "aaaaaaaaaaaaaaaatag1"
+	idB = "bbbbbbbbbbbbbbbbtag1"
+	idC = "cccccccccccccccctag1"
+)
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newLayer writes a layer with one file and puts it in place.
+func newLayer(t *testing.T, s *Store) string {
+	t.Helper()
+	id, tmp, err := s.NewLayer()
+	must(t, err)
+	must(t, os.Mkdir(tmp, 0o755))
+	must(t, os.WriteFile(filepath.Join(tmp, "f"), []byte("x"), 0o644))
+	must(t, s.CommitLayer(id, tmp))
+	return id
+}
+
+func ids(recs []*Record) []string {
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+func TestStore(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, err)
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	l1, l2 := newLayer(t, s), newLayer(t, s)
+	must(t, s.Put(&Record{ID: idA, Team: "a", SourceSandbox: "s1", Layers: []string{l1}, CreatedAt: t0}))
+	must(t, s.Put(&Record{ID: idB, Team: "a", Name: "snap", Tag: "v1", SourceSandbox: "s2", Layers: []string{l2, l1}, CreatedAt: t0.Add(time.Second)}))
+	must(t, s.Put(&Record{ID: idC, Team: "b", Name: "snap", Tag: DefaultTag, SourceSandbox: "s3", CreatedAt: t0.Add(2 * time.Second)}))
+
+	for ref, want := range map[string]string{idA: idA, "snap:v1": idB, "snap": "", idC: ""} {
+		r, err := s.Find("a", ref)
+		switch {
+		case want == "" && err == nil:
+			t.Errorf("Find(a, %q) = %s, want none", ref, r.ID)
+		case want != "" && (err != nil || r.ID != want):
+			t.Errorf("Find(a, %q) = %v, %v; want %s", ref, r, err, want)
+		}
+	}
+	for f, want := range map[Filter][]string{
+		{Team: "a"}:                        {idB, idA},
+		{Team: "a", SourceSandbox: "s1"}:   {idA},
+		{Team: "a", Name: "snap"}:          {idB},
+		{Team: "a", Name: "snap:v1"}:       {idB},
+		{Team: "a", Name: "snap:default"}:  nil,
+		{Team: "a", Name: idA}:             {idA},
+		{Team: "b"}:                        {idC},
+		{Team: "c"}:                        nil,
+		{Team: "b", Name: "snap:default"}:  {idC},
+		{Team: "a", SourceSandbox: "none"}: nil,
+	} {
+		if got := ids(s.List(f)); !slices.Equal(got, want) {
+			t.Errorf("List(%+v) = %v, want %v", f, got, want)
+		}
+	}
+
+	// What a crash can leave: a half-written layer, a record's temporary
+	// file, a whole layer no record names. Open removes the first two; GC
+	// the third, and keeps what records and sandboxes use.
+	_, tmp, err := s.NewLayer()
+	must(t, err)
+	must(t, os.Mkdir(tmp, 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "records", idA+".json.tmp"), []byte("{half"), 0o600))
+	orphan, used := newLayer(t, s), newLayer(t, s)
+
+	s2, err := Open(dir)
+	must(t, err)
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Errorf("a half-written layer survived Open: %v", err)
+	}
+	if got := ids(s2.List(Filter{Team: "a"})); !slices.Equal(got, []string{idB, idA}) {
+		t.Errorf("records after reopen: %v", got)
+	}
+	n, err := s2.GC(map[string]bool{used: true})
+	must(t, err)
+	if n != 1 {
+		t.Errorf("GC removed %d layers, want 1 (the orphan)", n)
+	}
+	for _, l := range []string{l1, l2, used} {
+		if _, err := os.Stat(s2.LayerPath(l)); err != nil {
+			t.Errorf("layer %s in use was removed: %v", l, err)
+		}
+	}
+	if _, err := os.Stat(s2.LayerPath(orphan)); !os.IsNotExist(err) {
+		t.Errorf("the orphan layer is left: %v", err)
+	}
+
+	// Delete: gone from the store and from disk; layers go at the next GC.
+	must(t, s2.Delete(idB))
+	if err := s2.Delete(idB); err != ErrNotFound {
+		t.Errorf("a second delete: %v", err)
+	}
+	s3, err := Open(dir)
+	must(t, err)
+	if _, err := s3.Find("a", idB); err == nil {
+		t.Error("a deleted snapshot came back after reopen")
+	}
+	if n, err := s3.GC(nil); err != nil || n != 2 {
+		t.Errorf("GC after delete removed %d (%v), want 2 (l2 and the one in use before)", n, err)
+	}
+	if _, err := os.Stat(s3.LayerPath(l1)); err != nil {
+		t.Errorf("l1, still named by %s, was removed", idA)
+	}
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, err)
+	must(t, s.Put(&Record{ID: idA, Team: "a"}))
+	path := filepath.Join(dir, "records", idA+".json")
+	data, err := os.ReadFile(path)
+	must(t, err)
+	must(t, os.WriteFile(path, []byte(strings.Replace(string(data), `"schema":1`, `"schema":9`, 1)), 0o600))
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("Open of a newer record: %v", err)
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	for _, ok := range []string{"snap", "my-snap_1", "snap:v1", "snap:1.0-rc_2", "a"} {
+		if err := CheckName(ok); err != nil {
+			t.Errorf("CheckName(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "Snap", "-snap", "snap-", "sn ap", "snap:-x", "snap:a:b", strings.Repeat("a", 64)} {
+		if err := CheckName(bad); err == nil {
+			t.Errorf("CheckName(%q) accepted", bad)
+		}
+	}
+}
