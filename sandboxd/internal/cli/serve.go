@@ -19,8 +19,8 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 	"github.com/skiff-dev/skiff/sandboxd/internal/server"
 	"github.com/skiff-dev/skiff/sandboxd/internal/service"
-	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/snapshot"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	"github.com/skiff-dev/skiff/shared/daemon"
 )
