@@ -125,7 +125,7 @@ func (c *copier) copy(src, dst string, root bool) error {
 			return err
 		}
 	case unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO:
-		if err := unix.Mknod(dst, st.Mode, int(st.Rdev)); err != nil { //nolint:unconvert // Rdev differs by arch
+		if err := unix.Mknod(dst, st.Mode, int(st.Rdev)); err != nil {
 			return err
 		}
 	default: // sockets: nothing to keep

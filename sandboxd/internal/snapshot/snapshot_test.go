@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,7 +111,7 @@ func TestStore(t *testing.T) {
 
 	// Delete: gone from the store and from disk; layers go at the next GC.
 	must(t, s2.Delete(idB))
-	if err := s2.Delete(idB); err != ErrNotFound {
+	if err := s2.Delete(idB); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a second delete: %v", err)
 	}
 	s3, err := Open(dir)
