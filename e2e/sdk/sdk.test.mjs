@@ -355,3 +355,33 @@ test(`${pkg}: fork gives running sandboxes with the source's files`, { skip: leg
   const { SandboxNotFoundError } = await import(pkg)
   await assert.rejects(gone.fork(), (err) => err instanceof SandboxNotFoundError)
 })
+
+test(`${pkg}: pause with keepMemory false keeps the files and boots afresh; onResume 'reboot' and onTimeout pause without memory too`, { skip: pkg !== 'e2b' && 'keepMemory and onResume are in 2.51.0' }, async () => {
+  const sbx = await create({ envs: { TEST_VAR: 'sfisback' } })
+  await sbx.files.write('/home/user/kept.txt', 'on disk')
+  const bg = await sbx.commands.run('sleep 3600', { background: true })
+  await sbx.commands.run('echo in-memory > /dev/shm/lost')
+  assert.equal(await sbx.pause({ keepMemory: false }), true)
+  assert.equal(await sbx.isRunning(), false)
+  await sbx.connect()
+  assert.equal(await sbx.isRunning(), true)
+  assert.equal(await sbx.files.read('/home/user/kept.txt'), 'on disk')
+  assert.equal((await sbx.commands.run('echo "$TEST_VAR"')).stdout, 'sfisback\n')
+  assert.equal((await sbx.commands.list()).some((c) => c.pid === bg.pid), false, 'a process survived the boot')
+  assert.equal((await sbx.commands.run('cat /dev/shm/lost 2>/dev/null || echo gone')).stdout, 'gone\n')
+
+  // A pause that kept memory, resumed as a reboot.
+  const bg2 = await sbx.commands.run('sleep 3600', { background: true })
+  assert.equal(await sbx.pause(), true)
+  await sbx.connect({ onResume: 'reboot' })
+  assert.equal((await sbx.commands.list()).some((c) => c.pid === bg2.pid), false)
+  assert.equal(await sbx.files.read('/home/user/kept.txt'), 'on disk')
+
+  // The deadline's pause without memory.
+  const timed = await create({ timeoutMs: 3_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+  await timed.files.write('/home/user/t.txt', 'timed')
+  for (let i = 0; i < 50 && (await timed.isRunning()); i++) await new Promise((r) => setTimeout(r, 200))
+  assert.equal(await timed.isRunning(), false)
+  await timed.connect()
+  assert.equal(await timed.files.read('/home/user/t.txt'), 'timed')
+})

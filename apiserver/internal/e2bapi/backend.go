@@ -30,11 +30,13 @@ type Backend interface {
 	// Connect makes sure the sandbox runs and lives until at least
 	// now + timeout: a paused sandbox is resumed with its end at
 	// now + timeout (resumed = true); a running one keeps its end if that is
-	// later. The returned Sandbox carries the envd access token.
-	Connect(ctx context.Context, team, id string, timeout time.Duration) (sb *Sandbox, resumed bool, err error)
+	// later. With reboot (e2b's memory: false, the SDK's onResume:
+	// 'reboot') a paused sandbox boots afresh on its files, whatever its
+	// pause kept. The returned Sandbox carries the envd access token.
+	Connect(ctx context.Context, team, id string, timeout time.Duration, reboot bool) (sb *Sandbox, resumed bool, err error)
 	// Pause pauses a running sandbox; ErrConflict if it is already paused.
-	// keepMemory is e2b's "memory" flag: a hint, the runtime decides what a
-	// pause keeps.
+	// keepMemory is e2b's "memory" flag: false keeps the files only (every
+	// process ends, the memory is freed; the next connect boots it).
 	Pause(ctx context.Context, team, id string, keepMemory bool) error
 	// Metrics returns the resource samples the sandbox's host keeps, oldest
 	// first.

@@ -54,6 +54,8 @@ type fakeBackend struct {
 	// snapshots by ID; lastFork is the count of the last Fork.
 	snapshots map[string]*Snapshot
 	lastFork  int
+	// lastReboot is the reboot flag of the last Connect.
+	lastReboot bool
 }
 
 type fakeSandbox struct {
@@ -223,7 +225,8 @@ func (f *fakeBackend) SetTimeout(_ context.Context, team, id string, timeout tim
 	return nil
 }
 
-func (f *fakeBackend) Connect(_ context.Context, team, id string, timeout time.Duration) (*Sandbox, bool, error) {
+func (f *fakeBackend) Connect(_ context.Context, team, id string, timeout time.Duration, reboot bool) (*Sandbox, bool, error) {
+	f.lastReboot = reboot
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, err := f.lookup("Connect", team, id)

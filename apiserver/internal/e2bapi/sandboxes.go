@@ -153,8 +153,8 @@ func (s *server) create(v2 bool) teamHandler {
 // ConnectSandboxV2 (all optional), and ResumedSandbox for /resume.
 type connectBody struct {
 	Timeout *int64 `json:"timeout"`
-	// Memory (false = reboot instead of restore) is accepted and not acted
-	// on: the runtime restores what its pause kept.
+	// Memory false (the SDK's onResume: 'reboot') boots a paused sandbox
+	// afresh on its files instead of restoring what its pause kept.
 	Memory *bool `json:"memory"`
 	// AutoPause is ResumedSandbox's deprecated flag, accepted and ignored
 	// like e2b does.
@@ -178,7 +178,8 @@ func (s *server) connect(v2 bool) sandboxHandler {
 			writeInvalid(w, err)
 			return
 		}
-		sb, resumed, err := s.backend.Connect(r.Context(), team, id, timeout)
+		reboot := body.Memory != nil && !*body.Memory
+		sb, resumed, err := s.backend.Connect(r.Context(), team, id, timeout, reboot)
 		if err != nil {
 			s.writeBackendError(w, r, err, sandboxSubject(id))
 			return
@@ -212,7 +213,7 @@ func (s *server) resume(w http.ResponseWriter, r *http.Request, team, id string)
 		writeError(w, http.StatusConflict, "", "sandbox %s is already running", echo(id))
 		return
 	}
-	sb, _, err := s.backend.Connect(r.Context(), team, id, timeout)
+	sb, _, err := s.backend.Connect(r.Context(), team, id, timeout, body.Memory != nil && !*body.Memory)
 	if err != nil {
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return

@@ -115,6 +115,7 @@ func (b *Backend) claim(ctx context.Context, team string, p e2bapi.CreateParams,
 		EnvVars:            p.EnvVars,
 		Timeout:            durationpb.New(p.Timeout),
 		AutoPause:          p.AutoPause,
+		AutoPauseFilesOnly: p.AutoPause && !p.AutoPauseMemory,
 		AutoResume:         p.AutoResume,
 		AllowPublicTraffic: p.AllowPublicTraffic,
 	}))
@@ -152,6 +153,7 @@ func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams
 		Team:                team,
 		AllowInternetAccess: p.AllowInternetAccess,
 		AutoPause:           p.AutoPause,
+		AutoPauseFilesOnly:  p.AutoPause && !p.AutoPauseMemory,
 		AutoResume:          p.AutoResume,
 		AllowPublicTraffic:  p.AllowPublicTraffic,
 	}))

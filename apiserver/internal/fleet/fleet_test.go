@@ -222,7 +222,7 @@ func TestGetTeamAndStale(t *testing.T) {
 		func() error { return h.b.Kill(t.Context(), "team2", sb.ID) },
 		func() error { return h.b.Pause(t.Context(), "team2", sb.ID, true) },
 		func() error { return h.b.SetTimeout(t.Context(), "team2", sb.ID, time.Hour, false) },
-		func() error { _, _, err := h.b.Connect(t.Context(), "team2", sb.ID, time.Hour); return err },
+		func() error { _, _, err := h.b.Connect(t.Context(), "team2", sb.ID, time.Hour, false); return err },
 	} {
 		if err := op(); !errors.Is(err, e2bapi.ErrNotFound) {
 			t.Fatalf("an operation on another team's sandbox = %v, want ErrNotFound", err)
@@ -304,12 +304,12 @@ func TestConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Running, later end already: nothing changes.
-	got, resumed, err := h.b.Connect(t.Context(), "team1", sb.ID, time.Minute)
+	got, resumed, err := h.b.Connect(t.Context(), "team1", sb.ID, time.Minute, false)
 	if err != nil || resumed || got.EnvdAccessToken != sb.EnvdAccessToken || !got.EndAt.Equal(t0.Add(5*time.Minute)) || slices.Contains(a.calls, "SetTimeout") {
 		t.Fatalf("Connect(1m) = %+v, %v, %v after %v; want the sandbox unchanged with its token", got, resumed, err, a.calls)
 	}
 	// Running, earlier end: extended.
-	got, resumed, err = h.b.Connect(t.Context(), "team1", sb.ID, time.Hour)
+	got, resumed, err = h.b.Connect(t.Context(), "team1", sb.ID, time.Hour, false)
 	if err != nil || resumed || !got.EndAt.Equal(t0.Add(time.Hour)) || got.EnvdAccessToken == "" {
 		t.Fatalf("Connect(1h) = %+v, %v, %v; want the end at t0+1h", got, resumed, err)
 	}
@@ -317,7 +317,7 @@ func TestConnect(t *testing.T) {
 	if err := h.b.Pause(t.Context(), "team1", sb.ID, false); err != nil {
 		t.Fatal(err)
 	}
-	got, resumed, err = h.b.Connect(t.Context(), "team1", sb.ID, 2*time.Minute)
+	got, resumed, err = h.b.Connect(t.Context(), "team1", sb.ID, 2*time.Minute, false)
 	if err != nil || !resumed || got.State != e2bapi.StateRunning || !got.EndAt.Equal(t0.Add(2*time.Minute)) || got.EnvdAccessToken != sb.EnvdAccessToken {
 		t.Fatalf("Connect on paused = %+v, %v, %v; want resumed, ending at t0+2m, with the token", got, resumed, err)
 	}

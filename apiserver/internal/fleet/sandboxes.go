@@ -165,13 +165,13 @@ func (b *Backend) setTimeout(ctx context.Context, l *located, id string, timeout
 
 // Connect resumes a paused sandbox of team with its end at now + timeout,
 // or extends a running one to at least now + timeout.
-func (b *Backend) Connect(ctx context.Context, team, id string, timeout time.Duration) (*e2bapi.Sandbox, bool, error) {
+func (b *Backend) Connect(ctx context.Context, team, id string, timeout time.Duration, reboot bool) (*e2bapi.Sandbox, bool, error) {
 	l, err := b.locate(ctx, team, id)
 	if err != nil {
 		return nil, false, err
 	}
 	if l.sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
-		resp, err := l.client.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id, Timeout: durationpb.New(timeout)}))
+		resp, err := l.client.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id, Timeout: durationpb.New(timeout), Reboot: reboot}))
 		switch {
 		case err == nil:
 			sb := resp.Msg.GetSandbox()
@@ -202,7 +202,7 @@ func (b *Backend) Connect(ctx context.Context, team, id string, timeout time.Dur
 }
 
 // Pause pauses a running sandbox of team; ErrConflict if it is paused.
-func (b *Backend) Pause(ctx context.Context, team, id string, _ bool) error {
+func (b *Backend) Pause(ctx context.Context, team, id string, keepMemory bool) error {
 	l, err := b.locate(ctx, team, id)
 	if err != nil {
 		return err
@@ -210,7 +210,7 @@ func (b *Backend) Pause(ctx context.Context, team, id string, _ bool) error {
 	if l.sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
 		return fmt.Errorf("pause sandbox %s: %w: already paused", id, e2bapi.ErrConflict)
 	}
-	resp, err := l.client.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id}))
+	resp, err := l.client.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id, FilesOnly: !keepMemory}))
 	if err != nil {
 		return classify("pause", id, err)
 	}

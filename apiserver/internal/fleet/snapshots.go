@@ -161,6 +161,7 @@ func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.
 		Team:                team,
 		AllowInternetAccess: p.AllowInternetAccess,
 		AutoPause:           p.AutoPause,
+		AutoPauseFilesOnly:  p.AutoPause && !p.AutoPauseMemory,
 		AutoResume:          p.AutoResume,
 		AllowPublicTraffic:  p.AllowPublicTraffic,
 	}))

@@ -45,11 +45,11 @@ func TestCreatePrivateAutoResume(t *testing.T) {
 			if err := h.b.Pause(t.Context(), "team1", sb.ID, true); err != nil {
 				t.Fatal(err)
 			}
-			got, resumed, err := h.b.Connect(t.Context(), "team1", sb.ID, time.Minute)
+			got, resumed, err := h.b.Connect(t.Context(), "team1", sb.ID, time.Minute, false)
 			if err != nil || !resumed || got.TrafficAccessToken != sb.TrafficAccessToken {
 				t.Fatalf("Connect = %+v, %v, %v; want resumed with the traffic token", got, resumed, err)
 			}
-			got, resumed, err = h.b.Connect(t.Context(), "team1", sb.ID, time.Minute)
+			got, resumed, err = h.b.Connect(t.Context(), "team1", sb.ID, time.Minute, false)
 			if err != nil || resumed || got.TrafficAccessToken != sb.TrafficAccessToken {
 				t.Fatalf("Connect to running = %+v, %v, %v; want the traffic token", got, resumed, err)
 			}

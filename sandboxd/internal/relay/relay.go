@@ -61,6 +61,11 @@ type Sandbox struct {
 	Paused bool
 	// AutoResume: a request for it while paused resumes it.
 	AutoResume bool
+	// Boot counts the times it was booted afresh (after a pause that kept
+	// its files only): connections kept to an earlier boot's processes
+	// are never reused, since the address is the same and the processes
+	// are not.
+	Boot int
 }
 
 // Resolver looks a sandbox up.
@@ -210,7 +215,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = http.NewResponseController(w).EnableFullDuplex()
 	}
 	port := strconv.Itoa(int(t.Port))
-	upstream := &url.URL{Scheme: "http", Host: net.JoinHostPort(t.SandboxID, port)}
+	// The host names the idle-connection pool: one per sandbox, boot and
+	// port (the request's own Host header is kept, below).
+	poolHost := t.SandboxID
+	if sb.Boot > 0 {
+		poolHost += ".boot" + strconv.Itoa(sb.Boot)
+	}
+	upstream := &url.URL{Scheme: "http", Host: net.JoinHostPort(poolHost, port)}
 	addr := net.JoinHostPort(sb.Address, port)
 	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, relayed{t, upstream, addr})))
 }
@@ -279,7 +290,7 @@ const trafficTokenHeaderLower = "e2b-traffic-access-token"
 
 type relayed struct {
 	target   routing.Target
-	upstream *url.URL // http://<sandbox ID>:<port>
+	upstream *url.URL // http://<sandbox ID>[.boot<n>]:<port>
 	addr     string   // the sandbox's address and port, which dial dials
 }
 

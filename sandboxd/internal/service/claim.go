@@ -67,6 +67,8 @@ func (s *Service) Claim(ctx context.Context, req *connect.Request[pb.ClaimReques
 		rec.Metadata = maps.Clone(m.GetMetadata())
 		rec.AutoPause = m.GetAutoPause()
 		rec.AutoResume = m.GetAutoResume()
+		rec.AutoPauseFilesOnly = m.GetAutoPauseFilesOnly()
+		rec.EnvVars = maps.Clone(m.GetEnvVars())
 		rec.TrafficAccessToken = traffic
 		rec.StartedAt = now
 		rec.EndAt, rec.Timeout = now.Add(timeout), timeout

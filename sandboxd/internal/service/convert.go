@@ -43,6 +43,7 @@ func (s *Service) toSandbox(rec *store.Record) *pb.Sandbox {
 		AllowPublicTraffic:  rec.TrafficAccessToken == "",
 		Address:             rec.Address,
 		Snapshot:            rec.Snapshot,
+		FilesOnly:           rec.FilesOnly,
 	}
 	if !rec.EndAt.IsZero() {
 		sb.EndAt = timestamppb.New(rec.EndAt)

@@ -74,6 +74,8 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 		AutoPause:           m.GetAutoPause(),
 		AllowInternetAccess: m.AllowInternetAccess == nil || m.GetAllowInternetAccess(),
 		AutoResume:          m.GetAutoResume(),
+		AutoPauseFilesOnly:  m.GetAutoPauseFilesOnly(),
+		EnvVars:             maps.Clone(m.GetEnvVars()),
 		TrafficAccessToken:  trafficToken(m.AllowPublicTraffic),
 	}
 	if snap != nil {
@@ -211,7 +213,7 @@ func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token
 	}
 	tookRuntime, step := time.Since(step), time.Now()
 
-	token, version, err := s.initEnvd(ctx, id, l, block)
+	token, version, err := s.initEnvd(ctx, id, l, block, "")
 	if err != nil {
 		return nil, "", err
 	}
@@ -255,9 +257,10 @@ func (s *Service) startRuntime(ctx context.Context, ps *prepared.Sandbox, l *lau
 }
 
 // initEnvd waits for the new sandbox's envd to answer ("envd.wait_ready")
-// and gives it its first token, the environment and (when the template has
-// e2b's user) the default user and working directory ("envd.init").
-func (s *Service) initEnvd(ctx context.Context, id string, l *launch, block ipam.Block) (token, version string, err error) {
+// and gives it its first token (token, or a new one when empty), the
+// environment and (when the template has e2b's user) the default user and
+// working directory ("envd.init").
+func (s *Service) initEnvd(ctx context.Context, id string, l *launch, block ipam.Block, token string) (_, version string, err error) {
 	addr := s.envdAddr(block)
 	started := time.Now()
 	wctx, span := tracer.Start(ctx, "envd.wait_ready")
@@ -268,7 +271,9 @@ func (s *Service) initEnvd(ctx context.Context, id string, l *launch, block ipam
 		return "", "", err
 	}
 	s.metrics.envdReady.Observe(time.Since(started).Seconds())
-	token = sandboxid.NewAccessToken(id)
+	if token == "" {
+		token = sandboxid.NewAccessToken(id)
+	}
 	in := &wire.EnvdInit{AccessToken: &token, EnvVars: l.envVars, Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
 	if hasUser(l.tmpl.Rootfs, defaultUser) {
 		in.DefaultUser, in.DefaultWorkdir = defaultUser, defaultWorkdir

@@ -81,6 +81,9 @@ func (s *Service) afterExit(id string, exit sandboxrt.Exit, waitErr error) (agai
 	if err != nil {
 		return false, 0 // killed meanwhile
 	}
+	if rec.FilesOnly {
+		return false, 0 // paused with its files only: its stop ended the init; a boot watches again
+	}
 	ctx, cancel := context.WithTimeout(s.exitCtx, cleanupTimeout)
 	defer cancel()
 	st, err := s.rt.Status(ctx, id)

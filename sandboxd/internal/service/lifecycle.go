@@ -161,15 +161,18 @@ func (s *Service) Pause(ctx context.Context, req *connect.Request[pb.PauseReques
 	if rec.State != registry.StateRunning {
 		return nil, toConnect(fmt.Errorf("%w: sandbox %s is %s, not running", errWrongState, id, rec.State))
 	}
-	if rec, err = s.pauseLocked(ctx, rec); err != nil {
+	if rec, err = s.pauseLocked(ctx, rec, req.Msg.GetFilesOnly()); err != nil {
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&pb.PauseResponse{Sandbox: s.toSandbox(rec)}), nil
 }
 
-// pauseLocked pauses a running sandbox and records when, which a resume
-// without a timeout needs.
-func (s *Service) pauseLocked(ctx context.Context, rec *store.Record) (*store.Record, error) {
+// pauseLocked pauses a running sandbox, keeping its files only when
+// filesOnly, and records when, which a resume without a timeout needs.
+func (s *Service) pauseLocked(ctx context.Context, rec *store.Record, filesOnly bool) (*store.Record, error) {
+	if filesOnly {
+		return s.pauseFilesLocked(ctx, rec)
+	}
 	if err := s.rt.Pause(ctx, rec.ID); err != nil {
 		return nil, fmt.Errorf("pause sandbox %s: %w", rec.ID, err)
 	}
@@ -215,6 +218,16 @@ func (s *Service) Resume(ctx context.Context, req *connect.Request[pb.ResumeRequ
 			return nil, f.err()
 		}
 	}
+	if m.GetReboot() && !rec.FilesOnly {
+		// The memory the pause kept goes: back to running for a moment,
+		// then its files only, then a boot.
+		if err := s.rt.Resume(ctx, id); err != nil {
+			return nil, toConnect(fmt.Errorf("resume sandbox %s to reboot it: %w", id, err))
+		}
+		if rec, err = s.pauseFilesLocked(ctx, rec); err != nil {
+			return nil, toConnect(err)
+		}
+	}
 	if rec, err = s.resumeLocked(ctx, rec, lifetime, timeout != 0); err != nil {
 		return nil, toConnect(err)
 	}
@@ -228,6 +241,9 @@ func (s *Service) Resume(ctx context.Context, req *connect.Request[pb.ResumeRequ
 // auto-resume both come here, under the sandbox's lock.
 func (s *Service) resumeLocked(ctx context.Context, rec *store.Record, lifetime time.Duration, remember bool) (*store.Record, error) {
 	id := rec.ID
+	if rec.FilesOnly {
+		return s.bootLocked(ctx, rec, lifetime, remember)
+	}
 	if err := s.rt.Resume(ctx, id); err != nil {
 		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
@@ -264,7 +280,7 @@ func (s *Service) expire(id string) {
 		return // SetTimeout moved the deadline while this call waited
 	}
 	if rec.AutoPause {
-		_, err = s.pauseLocked(ctx, rec)
+		_, err = s.pauseLocked(ctx, rec, rec.AutoPauseFilesOnly)
 	} else {
 		err = s.killLocked(ctx, rec, reasonDeadline)
 	}

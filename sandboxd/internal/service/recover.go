@@ -53,6 +53,10 @@ func (s *Service) Recover(ctx context.Context) error {
 // longer has it. It reports whether the sandbox lives on.
 func (s *Service) recoverOne(ctx context.Context, rec *store.Record) (bool, error) {
 	defer s.locks.lock(rec.ID)()
+	if rec.State == registry.StatePaused && rec.FilesOnly {
+		s.recoverFilesOnly(ctx, rec)
+		return true, nil
+	}
 	log := s.log.With("sandbox", rec.ID)
 	st, err := s.rt.Status(ctx, rec.ID)
 	switch {

@@ -43,8 +43,10 @@ func (s *Service) AutoResume(ctx context.Context, id string) (_ relay.Sandbox, e
 	switch {
 	case rec.State == registry.StateRunning:
 		return toRelay(rec), nil // resumed by someone else meanwhile
-	case rec.State != registry.StatePaused || !rec.AutoResume:
-		return toRelay(rec), nil // the relay answers what it is
+	case rec.State != registry.StatePaused || !rec.AutoResume || rec.FilesOnly:
+		// The relay answers what it is. A sandbox paused with its files
+		// only is booted by an explicit resume alone, as in e2b.
+		return toRelay(rec), nil
 	}
 	defer func() { s.metrics.autoResumes.WithLabelValues(resultOf(toConnect(err))).Inc() }()
 	lifetime := autoResumeLifetime(rec)
@@ -79,5 +81,6 @@ func toRelay(rec *store.Record) relay.Sandbox {
 		EnvdAccessToken:    rec.EnvdAccessToken,
 		Paused:             rec.State != registry.StateRunning,
 		AutoResume:         rec.AutoResume,
+		Boot:               rec.Boots,
 	}
 }

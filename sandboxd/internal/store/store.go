@@ -101,6 +101,16 @@ type Record struct {
 	// RootfsPath is the template version's root it was started on, below
 	// its layers: a snapshot of it stacks on the same one.
 	RootfsPath string `json:"rootfs,omitempty"`
+	// FilesOnly: paused with its files only (its writable layer is the top
+	// of Layers); nothing of it runs and the runtime holds nothing of it.
+	FilesOnly bool `json:"filesOnly,omitempty"`
+	// Boots counts the times it was booted afresh on its files.
+	Boots int `json:"boots,omitempty"`
+	// AutoPauseFilesOnly: the deadline's pause keeps the files only.
+	AutoPauseFilesOnly bool `json:"autoPauseFilesOnly,omitempty"`
+	// EnvVars are the environment given at create or claim, which a boot
+	// after a files-only pause gives envd again.
+	EnvVars map[string]string `json:"envVars,omitempty"`
 }
 
 // Store holds the records under one directory. It is safe for concurrent

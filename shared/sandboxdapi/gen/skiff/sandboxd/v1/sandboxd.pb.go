@@ -225,7 +225,9 @@ type Sandbox struct {
 	Address string `protobuf:"bytes,16,opt,name=address,proto3" json:"address,omitempty"`
 	// The snapshot it was started from (its ID), if any; template is then
 	// the snapshot's template.
-	Snapshot      string `protobuf:"bytes,17,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot string `protobuf:"bytes,17,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// Paused with its files only: a Resume boots it afresh.
+	FilesOnly     bool `protobuf:"varint,18,opt,name=files_only,json=filesOnly,proto3" json:"files_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -379,6 +381,13 @@ func (x *Sandbox) GetSnapshot() string {
 	return ""
 }
 
+func (x *Sandbox) GetFilesOnly() bool {
+	if x != nil {
+		return x.FilesOnly
+	}
+	return false
+}
+
 type CreateRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Template  string                 `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
@@ -400,9 +409,12 @@ type CreateRequest struct {
 	// A snapshot of the team (an ID or a name, see Snapshot) to start from
 	// instead of template, which is then ignored: the sandbox gets the
 	// snapshot's files, and its resources unless resources says otherwise.
-	Snapshot      string `protobuf:"bytes,11,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Snapshot string `protobuf:"bytes,11,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// With auto_pause: the deadline's pause keeps the files only (see
+	// PauseRequest.files_only).
+	AutoPauseFilesOnly bool `protobuf:"varint,12,opt,name=auto_pause_files_only,json=autoPauseFilesOnly,proto3" json:"auto_pause_files_only,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
@@ -510,6 +522,13 @@ func (x *CreateRequest) GetSnapshot() string {
 		return x.Snapshot
 	}
 	return ""
+}
+
+func (x *CreateRequest) GetAutoPauseFilesOnly() bool {
+	if x != nil {
+		return x.AutoPauseFilesOnly
+	}
+	return false
 }
 
 type CreateResponse struct {
@@ -695,6 +714,8 @@ type ClaimRequest struct {
 	AutoResume bool `protobuf:"varint,9,opt,name=auto_resume,json=autoResume,proto3" json:"auto_resume,omitempty"`
 	// As in CreateRequest: absent means true.
 	AllowPublicTraffic *bool `protobuf:"varint,10,opt,name=allow_public_traffic,json=allowPublicTraffic,proto3,oneof" json:"allow_public_traffic,omitempty"`
+	// As in CreateRequest.
+	AutoPauseFilesOnly bool `protobuf:"varint,11,opt,name=auto_pause_files_only,json=autoPauseFilesOnly,proto3" json:"auto_pause_files_only,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -795,6 +816,13 @@ func (x *ClaimRequest) GetAutoResume() bool {
 func (x *ClaimRequest) GetAllowPublicTraffic() bool {
 	if x != nil && x.AllowPublicTraffic != nil {
 		return *x.AllowPublicTraffic
+	}
+	return false
+}
+
+func (x *ClaimRequest) GetAutoPauseFilesOnly() bool {
+	if x != nil {
+		return x.AutoPauseFilesOnly
 	}
 	return false
 }
@@ -1244,8 +1272,13 @@ func (x *SetTimeoutResponse) GetSandbox() *Sandbox {
 }
 
 type PauseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// Keep only the sandbox's files: every process ends and its memory and
+	// runtime are freed; the next Resume boots it afresh on its files (envd
+	// starts again and is given its token and environment again). A relayed
+	// request never resumes such a sandbox.
+	FilesOnly     bool `protobuf:"varint,2,opt,name=files_only,json=filesOnly,proto3" json:"files_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1285,6 +1318,13 @@ func (x *PauseRequest) GetSandboxId() string {
 		return x.SandboxId
 	}
 	return ""
+}
+
+func (x *PauseRequest) GetFilesOnly() bool {
+	if x != nil {
+		return x.FilesOnly
+	}
+	return false
 }
 
 type PauseResponse struct {
@@ -1335,7 +1375,10 @@ type ResumeRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// A new lifetime from now; absent keeps the remaining one.
-	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Boot the sandbox afresh on its files even when its pause kept its
+	// memory (e2b's onResume: 'reboot').
+	Reboot        bool `protobuf:"varint,3,opt,name=reboot,proto3" json:"reboot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1382,6 +1425,13 @@ func (x *ResumeRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *ResumeRequest) GetReboot() bool {
+	if x != nil {
+		return x.Reboot
+	}
+	return false
 }
 
 type ResumeResponse struct {
@@ -2819,7 +2869,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tcpu_milli\x18\x01 \x01(\x03R\bcpuMilli\x12\x1d\n" +
 	"\n" +
 	"memory_mib\x18\x02 \x01(\x03R\tmemoryMib\x12\x19\n" +
-	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xeb\x05\n" +
+	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\x8a\x06\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12)\n" +
@@ -2841,10 +2891,12 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"autoResume\x120\n" +
 	"\x14allow_public_traffic\x18\x0f \x01(\bR\x12allowPublicTraffic\x12\x18\n" +
 	"\aaddress\x18\x10 \x01(\tR\aaddress\x12\x1a\n" +
-	"\bsnapshot\x18\x11 \x01(\tR\bsnapshot\x1a;\n" +
+	"\bsnapshot\x18\x11 \x01(\tR\bsnapshot\x12\x1d\n" +
+	"\n" +
+	"files_only\x18\x12 \x01(\bR\tfilesOnly\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbe\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x05\n" +
 	"\rCreateRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12:\n" +
 	"\tresources\x18\x02 \x01(\v2\x1c.skiff.sandboxd.v1.ResourcesR\tresources\x12H\n" +
@@ -2859,7 +2911,8 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"autoResume\x125\n" +
 	"\x14allow_public_traffic\x18\n" +
 	" \x01(\bH\x01R\x12allowPublicTraffic\x88\x01\x01\x12\x1a\n" +
-	"\bsnapshot\x18\v \x01(\tR\bsnapshot\x1a:\n" +
+	"\bsnapshot\x18\v \x01(\tR\bsnapshot\x121\n" +
+	"\x15auto_pause_files_only\x18\f \x01(\bR\x12autoPauseFilesOnly\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -2877,7 +2930,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12:\n" +
 	"\tresources\x18\x03 \x01(\v2\x1c.skiff.sandboxd.v1.ResourcesR\tresources\"D\n" +
 	"\fWarmResponse\x124\n" +
-	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"\xc3\x04\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"\xf6\x04\n" +
 	"\fClaimRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -2892,7 +2945,8 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vauto_resume\x18\t \x01(\bR\n" +
 	"autoResume\x125\n" +
 	"\x14allow_public_traffic\x18\n" +
-	" \x01(\bH\x00R\x12allowPublicTraffic\x88\x01\x01\x1a;\n" +
+	" \x01(\bH\x00R\x12allowPublicTraffic\x88\x01\x01\x121\n" +
+	"\x15auto_pause_files_only\x18\v \x01(\bR\x12autoPauseFilesOnly\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
@@ -2926,16 +2980,19 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"J\n" +
 	"\x12SetTimeoutResponse\x124\n" +
-	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"-\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"L\n" +
 	"\fPauseRequest\x12\x1d\n" +
 	"\n" +
-	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"E\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
+	"\n" +
+	"files_only\x18\x02 \x01(\bR\tfilesOnly\"E\n" +
 	"\rPauseResponse\x124\n" +
-	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"c\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"{\n" +
 	"\rResumeRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x123\n" +
-	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"F\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x16\n" +
+	"\x06reboot\x18\x03 \x01(\bR\x06reboot\"F\n" +
 	"\x0eResumeResponse\x124\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"\r\n" +
 	"\vInfoRequest\"?\n" +

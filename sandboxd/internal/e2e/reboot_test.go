@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+func TestPauseFilesOnlyAndReboot(t *testing.T) {
+	t.Run("native", func(t *testing.T) { testPauseFilesOnly(t, newHost(t), "native") })
+	t.Run("gvisor", func(t *testing.T) {
+		runsc := os.Getenv("SKIFF_RUNSC")
+		if _, err := os.Stat(runsc); err != nil {
+			t.Fatalf("SKIFF_RUNSC=%q: %v (make runsc builds it)", runsc, err)
+		}
+		testPauseFilesOnly(t, newHost(t, "--runtime", "gvisor", "--runsc", runsc), "gvisor")
+	})
+}
+
+func testPauseFilesOnly(t *testing.T, h *host, runtime string) {
+	ctx := context.Background()
+	c := h.create(func(r *sandboxdv1.CreateRequest) { r.EnvVars = map[string]string{"FROM_CREATE": "c1"} })
+	id, token := c.GetSandbox().GetId(), c.GetEnvdAccessToken()
+	// A file on its disk, one in memory, and a process.
+	h.mustRun(id, token, "root", "mkdir -p /data && echo kept > /data/f && echo lost > /dev/shm/m && httpd -p 9999 -h /data && echo ok")
+	state := func() string {
+		got := h.mustRun(id, token, "root", `cat /data/f; cat /dev/shm/m 2>/dev/null || echo no-shm; ps | grep -q "[h]ttpd -p 9999" && echo serving || echo no-server; echo "$FROM_CREATE"`)
+		return got.Stdout
+	}
+	if got := state(); got != "kept\nlost\nserving\nc1\n" {
+		t.Fatalf("before the pause: %q", got)
+	}
+
+	resp, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id, FilesOnly: true}))
+	if err != nil {
+		t.Fatalf("pause with files only: %v\n%s", err, h.logTail())
+	}
+	if sb := resp.Msg.GetSandbox(); sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED || !sb.GetFilesOnly() {
+		t.Fatalf("paused: %v", sb)
+	}
+	// Nothing of it runs: the runtime holds no state of it.
+	if _, err := os.Stat(filepath.Join(h.state, runtime, "sandboxes", id)); !os.IsNotExist(err) {
+		t.Errorf("the runtime keeps the sandbox's directory: %v", err)
+	}
+	// kill -9 of sandboxd: still paused, with its files.
+	h.kill9()
+	h.start()
+	got, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: id}))
+	if err != nil || got.Msg.GetSandbox().GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED || !got.Msg.GetSandbox().GetFilesOnly() {
+		t.Fatalf("after kill -9: %v %v", got, err)
+	}
+	if _, err := h.api.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id})); err != nil {
+		t.Fatalf("resume: %v\n%s", err, h.logTail())
+	}
+	// Booted afresh: the files, the environment and the token; not the
+	// memory or the process.
+	if got := state(); got != "kept\nno-shm\nno-server\nc1\n" {
+		t.Errorf("after the boot: %q", got)
+	}
+	if got := h.mustRun(id, token, "user", "id -u; hostname"); got.Stdout != "1000\ne2b\n" {
+		t.Errorf("after the boot, as user: %q", got.Stdout)
+	}
+	h.mustRun(id, token, "root", "echo second > /data/g && echo lost > /dev/shm/m && httpd -p 9999 -h /data && echo ok")
+
+	// A pause that kept memory, resumed as a reboot.
+	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.api.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id, Reboot: true})); err != nil {
+		t.Fatalf("resume as a reboot: %v\n%s", err, h.logTail())
+	}
+	if got := state(); got != "kept\nno-shm\nno-server\nc1\n" {
+		t.Errorf("after the reboot: %q", got)
+	}
+	if got := h.mustRun(id, token, "root", "cat /data/g"); !strings.Contains(got.Stdout, "second") {
+		t.Errorf("a file written after the first boot: %q", got.Stdout)
+	}
+	if n := h.layers(t); n != 2 {
+		t.Errorf("%d layers, want 2 (one per files-only pause)", n)
+	}
+	if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.layers(t); n != 0 {
+		t.Errorf("%d layers left after the kill", n)
+	}
+}

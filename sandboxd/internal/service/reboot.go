@@ -1,0 +1,155 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/layer"
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
+	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+)
+
+// A pause that keeps the files only (e2b's pause with memory: false) copies
+// the sandbox's writable layer into a layer of the snapshot store, exactly
+// as a snapshot does, records the sandbox paused on that layer, and then
+// stops it: its processes end, its memory, cgroup, disk and network go,
+// and only its record, its address and its layers are left. The next
+// Resume boots it afresh on those layers: a new root, a new network
+// namespace at the same address, envd given the same token and
+// environment again. The record is written before the runtime stops, so a
+// sandboxd killed in between finds the sandbox paused and stops what is
+// left of it; a host reboot loses nothing of such a sandbox.
+
+// pauseFilesLocked pauses rec (running, or native and frozen) keeping its
+// files only.
+func (s *Service) pauseFilesLocked(ctx context.Context, rec *store.Record) (*store.Record, error) {
+	sn, err := s.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	id := rec.ID
+	began := time.Now()
+	layerID, tmp, err := s.snapshots.NewLayer()
+	if err != nil {
+		return nil, err
+	}
+	if err := sn.CaptureLayer(ctx, id, tmp); err != nil {
+		_ = layer.Remove(tmp)
+		return nil, fmt.Errorf("pause sandbox %s with its files: copy them: %w", id, err)
+	}
+	if err := s.snapshots.CommitLayer(layerID, tmp); err != nil {
+		_ = layer.Remove(tmp)
+		return nil, err
+	}
+	now := s.clock.Now()
+	updated, err := s.reg.Update(id, func(r *store.Record) error {
+		r.State, r.PausedAt, r.FilesOnly = registry.StatePaused, now, true
+		r.Layers = append([]string{layerID}, r.Layers...)
+		if r.RootfsPath == "" {
+			r.RootfsPath = s.rootfsOf(r)
+		}
+		return nil
+	})
+	if err != nil {
+		s.gcLayers(ctx)
+		return nil, fmt.Errorf("record pause of %s: %w", id, err)
+	}
+	s.deadlines.Cancel(id)
+	s.stopForFiles(ctx, updated)
+	s.log.InfoContext(ctx, "sandbox paused with its files only", "sandbox", id, "layers", len(updated.Layers), "duration", time.Since(began))
+	return updated, nil
+}
+
+// stopForFiles ends what runs of a sandbox paused with its files only: its
+// processes, runtime state and network. A failure is logged: the sandbox
+// is paused either way, and the next start's recovery tries again.
+func (s *Service) stopForFiles(ctx context.Context, rec *store.Record) {
+	if err := s.rt.Stop(ctx, rec.ID); err != nil {
+		s.log.ErrorContext(ctx, "stop a sandbox paused with its files only", "sandbox", rec.ID, "error", err)
+	}
+	b, err := s.blockOf(rec)
+	if err != nil {
+		s.log.ErrorContext(ctx, "find sandbox address", "sandbox", rec.ID, "error", err)
+		return
+	}
+	if err := s.net.Teardown(ctx, rec.ID, b); err != nil {
+		s.log.ErrorContext(ctx, "tear down the network of a sandbox paused with its files only", "sandbox", rec.ID, "error", err)
+	}
+	s.samples.Forget(rec.ID)
+}
+
+// bootLocked starts rec, paused with its files only, afresh on its layers
+// and records it running until now + lifetime (with remember, lifetime is
+// also its last timeout). On failure nothing of the new start is left and
+// the sandbox stays paused.
+func (s *Service) bootLocked(ctx context.Context, rec *store.Record, lifetime time.Duration, remember bool) (_ *store.Record, err error) {
+	id := rec.ID
+	began := time.Now()
+	block, err := s.blockOf(rec)
+	if err != nil {
+		return nil, err
+	}
+	l := &launch{
+		kind:    kindCreate,
+		tmpl:    &template.Template{Name: rec.Template, Version: rec.TemplateVersion, Rootfs: rec.RootfsPath},
+		cpu:     rec.CPUMilli,
+		mem:     rec.MemoryMiB,
+		disk:    rec.DiskMiB,
+		envVars: rec.EnvVars,
+	}
+	for _, lid := range rec.Layers {
+		l.layers = append(l.layers, s.snapshots.LayerPath(lid))
+	}
+	if err := checkRootfs(l.tmpl.Rootfs); err != nil {
+		return nil, fmt.Errorf("boot sandbox %s: %w", id, err)
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			s.stopForFiles(cctx, rec)
+		}
+	}()
+	netns, err := s.net.Setup(ctx, id, block, rec.AllowInternetAccess)
+	if err != nil {
+		return nil, fmt.Errorf("boot sandbox %s: set up network: %w", id, err)
+	}
+	if err := s.rt.Start(ctx, s.spec(id, l, block, netns, s.logPath(id))); err != nil {
+		return nil, fmt.Errorf("boot sandbox %s: %w", id, err)
+	}
+	if _, _, err := s.initEnvd(ctx, id, l, block, rec.EnvdAccessToken); err != nil {
+		return nil, fmt.Errorf("boot sandbox %s: %w", id, err)
+	}
+	endAt := s.clock.Now().Add(lifetime)
+	updated, err := s.reg.Update(id, func(r *store.Record) error {
+		r.State, r.PausedAt, r.EndAt, r.FilesOnly = registry.StateRunning, time.Time{}, endAt, false
+		r.Boots++
+		if remember {
+			r.Timeout = lifetime
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record boot of %s: %w", id, err)
+	}
+	s.deadlines.Set(id, endAt)
+	s.watchExit(id)
+	s.log.InfoContext(ctx, "sandbox booted on its files", "sandbox", id, "layers", len(updated.Layers), "duration", time.Since(began))
+	return updated, nil
+}
+
+// recoverFilesOnly re-adopts a sandbox paused with its files only: it
+// stops whatever a sandboxd killed between the pause's record and its stop
+// left running, and keeps the record.
+func (s *Service) recoverFilesOnly(ctx context.Context, rec *store.Record) {
+	if st, err := s.rt.Status(ctx, rec.ID); err == nil && st != sandboxrt.Stopped {
+		s.log.WarnContext(ctx, "stopping what runs of a sandbox paused with its files only", "sandbox", rec.ID, "runtime", st.String())
+		s.stopForFiles(ctx, rec)
+	}
+	if _, err := s.blockOf(rec); err != nil {
+		s.log.ErrorContext(ctx, "claim sandbox address", "sandbox", rec.ID, "error", err)
+	}
+}
