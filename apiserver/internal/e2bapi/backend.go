@@ -210,6 +210,13 @@ var (
 	ErrUnavailable = errors.New("the sandbox's host does not answer")
 )
 
+// ConflictError is an ErrConflict whose Reason is shown to the caller as
+// it is → 409.
+type ConflictError struct{ Reason string }
+
+func (e *ConflictError) Error() string        { return e.Reason }
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
 // InvalidError is a request the backend refuses because of one field → 400.
 type InvalidError struct {
 	Field  string

@@ -64,7 +64,11 @@ func (s *server) writeBackendError(w http.ResponseWriter, r *http.Request, err e
 	case errors.Is(err, ErrNotFound):
 		writeError(w, http.StatusNotFound, "", "%s not found", subject)
 	case errors.Is(err, ErrConflict):
-		writeError(w, http.StatusConflict, "", "%s", err.Error())
+		msg := err.Error()
+		if ce := new(ConflictError); errors.As(err, &ce) {
+			msg = ce.Reason
+		}
+		writeError(w, http.StatusConflict, "", "%s", msg)
 	case errors.Is(err, ErrRateLimited):
 		writeError(w, http.StatusTooManyRequests, "", "%s", err.Error())
 	case errors.Is(err, ErrCapacity):

@@ -157,10 +157,6 @@ func (s *server) createSnapshot(w http.ResponseWriter, r *http.Request, team, id
 		}
 	}
 	snap, err := s.backend.Snapshot(r.Context(), team, id, name)
-	if errors.Is(err, ErrConflict) {
-		writeError(w, http.StatusConflict, "", "Sandbox '%s' cannot be snapshotted while in 'paused' state", echo(id))
-		return
-	}
 	if err != nil {
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return

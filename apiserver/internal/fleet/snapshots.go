@@ -228,6 +228,12 @@ func snapshotError(what, id string, err error) error {
 	case connect.CodeNotFound:
 		return fmt.Errorf("%s %s: %w", what, id, e2bapi.ErrNotFound)
 	case connect.CodeFailedPrecondition:
+		// sandboxd's words are for the caller (the state, or why the
+		// files cannot be copied).
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			return &e2bapi.ConflictError{Reason: ce.Message()}
+		}
 		return fmt.Errorf("%s %s: %w: %w", what, id, e2bapi.ErrConflict, err)
 	case connect.CodeInvalidArgument:
 		return invalidFrom(err)

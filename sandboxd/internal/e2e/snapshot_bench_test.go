@@ -22,17 +22,18 @@ func snapshotHosts(b *testing.B, run func(b *testing.B, h *host)) {
 }
 
 // benchSource is a sandbox with mib MiB written (random, so nothing
-// compresses it away), on a disk big enough for it.
+// compresses it away), on a disk and with a memory big enough for it.
 func benchSource(b *testing.B, h *host, mib int) (id, token string) {
 	c := h.create(func(r *sandboxdv1.CreateRequest) {
 		r.Resources.DiskMib = int64(2*mib + 512)
-		r.Resources.MemoryMib = 512
+		// gVisor copies each file through the sandbox's memory.
+		r.Resources.MemoryMib = int64(2*mib + 512) // twice the data, see checkCaptureFits
 	})
 	id, token = c.GetSandbox().GetId(), c.GetEnvdAccessToken()
 	if mib > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		res, err := h.envd(id).Run(ctx, "root", token, fmt.Sprintf("mkdir -p /data && head -c %dM /dev/urandom > /data/blob && sync", mib))
+		res, err := h.envd(id).Run(ctx, "root", token, fmt.Sprintf("mkdir -p /data && dd if=/dev/urandom of=/data/blob bs=1048576 count=%d 2>/dev/null && sync", mib))
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("write %d MiB: %+v %v", mib, res, err)
 		}

@@ -185,3 +185,28 @@ func testSnapshots(t *testing.T, h *host) {
 		t.Errorf("%d layers left after every user ended", n)
 	}
 }
+
+// Under gVisor a file is copied through the sentry's memory: a snapshot
+// that would not fit is refused with the reason, and the sandbox runs on
+// (before the check, 1 GiB written under a 512 MiB limit got the sandbox
+// OOM-killed).
+func TestGvisorSnapshotTooLarge(t *testing.T) {
+	runsc := os.Getenv("SKIFF_RUNSC")
+	if _, err := os.Stat(runsc); err != nil {
+		t.Fatalf("SKIFF_RUNSC=%q: %v (make runsc builds it)", runsc, err)
+	}
+	h := newHost(t, "--runtime", "gvisor", "--runsc", runsc)
+	c := h.create(func(r *sandboxdv1.CreateRequest) { r.Resources.DiskMib = 1024 })
+	id, token := c.GetSandbox().GetId(), c.GetEnvdAccessToken()
+	h.mustRun(id, token, "root", "dd if=/dev/urandom of=/big bs=1048576 count=300 2>/dev/null && echo ok")
+	_, err := h.api.Snapshot(context.Background(), connect.NewRequest(&sandboxdv1.SnapshotRequest{SandboxId: id, Team: "team-a"}))
+	if code(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "give it more memory") {
+		t.Fatalf("snapshot of 300 MiB under a 256 MiB limit: %v", err)
+	}
+	if got := h.mustRun(id, token, "root", "ls -l /big | wc -l"); got.Stdout != "1\n" {
+		t.Errorf("after the refused snapshot: %q", got.Stdout)
+	}
+	if n := h.layers(t); n != 0 {
+		t.Errorf("%d layers left by a refused snapshot", n)
+	}
+}

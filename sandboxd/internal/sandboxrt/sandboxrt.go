@@ -131,6 +131,10 @@ type ExitWatcher interface {
 	WaitExit(ctx context.Context, id string) (Exit, error)
 }
 
+// ErrCaptureTooLarge is a sandbox whose files the runtime cannot copy
+// without harming it; the error says why and what would let it.
+var ErrCaptureTooLarge = errors.New("the sandbox's files cannot be copied")
+
 // Snapshotter is a runtime that can copy a sandbox's files: what it wrote
 // on top of its template (its private writable layer).
 type Snapshotter interface {

@@ -18,6 +18,13 @@ import (
 // needs (resume of a running one, pause of a paused one, …).
 var errWrongState = errors.New("sandbox is in the wrong state")
 
+// stateError is an errWrongState whose message is only its own words, for
+// an answer the caller shows as it is.
+type stateError string
+
+func (e stateError) Error() string        { return string(e) }
+func (e stateError) Is(target error) bool { return target == errWrongState }
+
 // toConnect maps an error to its Connect code; it is the one place where
 // sandboxd's error categories meet the wire. Messages never carry tokens:
 // no error in this package is built from one.
@@ -36,7 +43,7 @@ func toConnect(err error) error {
 		code = connect.CodeAlreadyExists
 	case errors.Is(err, registry.ErrExhausted), errors.Is(err, ipam.ErrExhausted):
 		code = connect.CodeResourceExhausted
-	case errors.Is(err, registry.ErrNotWarm), errors.Is(err, errWrongState):
+	case errors.Is(err, registry.ErrNotWarm), errors.Is(err, errWrongState), errors.Is(err, sandboxrt.ErrCaptureTooLarge):
 		code = connect.CodeFailedPrecondition
 	case errors.Is(err, envdclient.ErrEnvd):
 		code = connect.CodeUnavailable

@@ -109,7 +109,7 @@ func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, i
 		return nil, "", fmt.Errorf("%w: %s", registry.ErrNotFound, id)
 	}
 	if src.State != registry.StateRunning {
-		return nil, "", fmt.Errorf("%w: sandbox %s cannot be snapshotted while in '%s' state", errWrongState, id, src.State)
+		return nil, "", stateError(fmt.Sprintf("Sandbox '%s' cannot be snapshotted while in '%s' state", id, src.State))
 	}
 	layerID, tmp, err := s.snapshots.NewLayer()
 	if err != nil {
@@ -117,6 +117,9 @@ func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, i
 	}
 	if err := sn.CaptureLayer(ctx, id, tmp); err != nil {
 		_ = layer.Remove(tmp)
+		if errors.Is(err, sandboxrt.ErrCaptureTooLarge) {
+			return nil, "", fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
+		}
 		return nil, "", fmt.Errorf("copy the files of sandbox %s: %w", id, err)
 	}
 	if err := s.snapshots.CommitLayer(layerID, tmp); err != nil {

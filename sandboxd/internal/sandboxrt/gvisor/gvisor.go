@@ -862,6 +862,9 @@ func (r *Runtime) CaptureLayer(ctx context.Context, id, dir string) error {
 	if s != sandboxrt.Running {
 		return fmt.Errorf("sandbox %s: copy its layer: %s, not running", id, s)
 	}
+	if err := r.checkCaptureFits(ctx, id); err != nil {
+		return err
+	}
 	if _, err := r.runsc(ctx, m.Flags, "pause", id); err != nil {
 		return fmt.Errorf("sandbox %s: runsc pause: %w", id, err)
 	}
@@ -882,6 +885,31 @@ func (r *Runtime) CaptureLayer(ctx context.Context, id, dir string) error {
 	defer f.Close()
 	if err := layer.FromTar(f, dir); err != nil {
 		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// captureHeadroom is the memory kept free beside the copy of a file.
+const captureHeadroom = 64 << 20
+
+// checkCaptureFits refuses a copy that would kill the sandbox: runsc tar
+// rootfs-upper reads each file whole into the sentry's memory, inside the
+// sandbox's memory limit, beside the file's own pages, and a file that
+// does not fit gets the whole sandbox killed by the host's OOM killer.
+// Measured here: 1 GiB written was killed under limits of 512 MiB and
+// 1.5 GiB, and copied under 2.5 GiB. The largest file is not known from
+// outside, so the check takes all the layer's data as one file, twice: it
+// can refuse a sandbox whose files would have fitted one by one, never
+// kill one.
+func (r *Runtime) checkCaptureFits(ctx context.Context, id string) error {
+	st, err := r.Stats(ctx, id)
+	if err != nil || st.MemoryLimit <= 0 {
+		return nil //nolint:nilerr // no limit known: nothing to check against
+	}
+	free := st.MemoryLimit - st.MemoryUsed - captureHeadroom
+	if 2*st.DiskUsed > free {
+		return fmt.Errorf("%w: under gVisor each file is copied through the sandbox's own memory, which needs twice its files (%d MiB) free, and %d MiB of its %d MiB are; give it more memory, or run it on the native runtime",
+			sandboxrt.ErrCaptureTooLarge, st.DiskUsed>>20, max(free, 0)>>20, st.MemoryLimit>>20)
 	}
 	return nil
 }
