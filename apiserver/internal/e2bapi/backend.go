@@ -214,7 +214,9 @@ var (
 // it is → 409.
 type ConflictError struct{ Reason string }
 
-func (e *ConflictError) Error() string        { return e.Reason }
+func (e *ConflictError) Error() string { return e.Reason }
+
+// Is makes a ConflictError an ErrConflict.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
 // InvalidError is a request the backend refuses because of one field → 400.
