@@ -144,19 +144,10 @@ func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams
 	ctx, span := tracer.Start(ctx, "placement.create", trace.WithAttributes(tracing.NodeKey.String(n.Name), tracing.TemplateKey.String(p.TemplateID)))
 	defer tracing.End(span, &err)
 	client := b.clients(n.Name, n.Spec.Endpoint)
-	resp, err := client.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{
-		Template:            p.TemplateID,
-		Resources:           &sandboxdv1.Resources{CpuMilli: res.CPUMilli, MemoryMib: res.MemoryMiB, DiskMib: res.DiskMiB},
-		EnvVars:             p.EnvVars,
-		Metadata:            p.Metadata,
-		Timeout:             durationpb.New(p.Timeout),
-		Team:                team,
-		AllowInternetAccess: p.AllowInternetAccess,
-		AutoPause:           p.AutoPause,
-		AutoPauseFilesOnly:  p.AutoPause && !p.AutoPauseMemory,
-		AutoResume:          p.AutoResume,
-		AllowPublicTraffic:  p.AllowPublicTraffic,
-	}))
+	req := createRequest(team, p)
+	req.Template = p.TemplateID
+	req.Resources = &sandboxdv1.Resources{CpuMilli: res.CPUMilli, MemoryMib: res.MemoryMiB, DiskMib: res.DiskMiB}
+	resp, err := client.Create(ctx, connect.NewRequest(req))
 	if err != nil {
 		switch code := connect.CodeOf(err); {
 		case code == connect.CodeResourceExhausted:
@@ -182,6 +173,22 @@ func (b *Backend) create(ctx context.Context, team string, p e2bapi.CreateParams
 		return nil, fmt.Errorf("%w: %w", placement.ErrNodeFull, err)
 	}
 	return sb, err
+}
+
+// createRequest is the part of a host's CreateRequest that p and team
+// decide, whatever the sandbox starts from.
+func createRequest(team string, p e2bapi.CreateParams) *sandboxdv1.CreateRequest {
+	return &sandboxdv1.CreateRequest{
+		EnvVars:             p.EnvVars,
+		Metadata:            p.Metadata,
+		Timeout:             durationpb.New(p.Timeout),
+		Team:                team,
+		AllowInternetAccess: p.AllowInternetAccess,
+		AutoPause:           p.AutoPause,
+		AutoPauseFilesOnly:  p.AutoPause && !p.AutoPauseMemory,
+		AutoResume:          p.AutoResume,
+		AllowPublicTraffic:  p.AllowPublicTraffic,
+	}
 }
 
 // created converts a host's answer to a create or claim. A sandbox started

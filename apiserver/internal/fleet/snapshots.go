@@ -153,18 +153,9 @@ func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.
 	if err != nil {
 		return nil, err
 	}
-	resp, err := client.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{
-		Snapshot:            s.ID,
-		EnvVars:             p.EnvVars,
-		Metadata:            p.Metadata,
-		Timeout:             durationpb.New(p.Timeout),
-		Team:                team,
-		AllowInternetAccess: p.AllowInternetAccess,
-		AutoPause:           p.AutoPause,
-		AutoPauseFilesOnly:  p.AutoPause && !p.AutoPauseMemory,
-		AutoResume:          p.AutoResume,
-		AllowPublicTraffic:  p.AllowPublicTraffic,
-	}))
+	req := createRequest(team, p)
+	req.Snapshot = s.ID
+	resp, err := client.Create(ctx, connect.NewRequest(req))
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeResourceExhausted {
 			return nil, fmt.Errorf("%w: the host of snapshot %s is full: %w", e2bapi.ErrCapacity, s.ID, err)
