@@ -16,7 +16,7 @@ import (
 
 // packages are the SDK versions under test (package.json's names); E2E_SDKS
 // (space-separated) narrows them.
-var packages = []string{"e2b", "e2b-2.50.0", "e2b-2.13.1"}
+var packages = []string{"e2b", "e2b-2.50.0", "e2b-2.45.0", "e2b-2.13.1"}
 
 func TestSDK(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {

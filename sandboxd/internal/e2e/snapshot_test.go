@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -208,5 +209,56 @@ func TestGvisorSnapshotTooLarge(t *testing.T) {
 	}
 	if n := h.layers(t); n != 0 {
 		t.Errorf("%d layers left by a refused snapshot", n)
+	}
+}
+
+// kill -9 of sandboxd while it copies a sandbox's files: the next one
+// lists no snapshot, keeps no layer, and finds the sandbox running (it was
+// frozen for the copy).
+func TestKill9DuringSnapshot(t *testing.T) {
+	t.Run("native", func(t *testing.T) { testKill9DuringSnapshot(t, newHost(t), 1024) })
+	t.Run("gvisor", func(t *testing.T) {
+		runsc := os.Getenv("SKIFF_RUNSC")
+		if _, err := os.Stat(runsc); err != nil {
+			t.Fatalf("SKIFF_RUNSC=%q: %v (make runsc builds it)", runsc, err)
+		}
+		testKill9DuringSnapshot(t, newHost(t, "--runtime", "gvisor", "--runsc", runsc), 400)
+	})
+}
+
+func testKill9DuringSnapshot(t *testing.T, h *host, mib int) {
+	c := h.create(func(r *sandboxdv1.CreateRequest) {
+		r.Resources.DiskMib = int64(2*mib + 512)
+		r.Resources.MemoryMib = int64(2*mib + 512)
+	})
+	id, token := c.GetSandbox().GetId(), c.GetEnvdAccessToken()
+	h.mustRun(id, token, "root", fmt.Sprintf("dd if=/dev/urandom of=/big bs=1048576 count=%d 2>/dev/null && sync && echo ok", mib))
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.api.Snapshot(context.Background(), connect.NewRequest(&sandboxdv1.SnapshotRequest{SandboxId: id, Team: "team-a", Name: "cut"}))
+		done <- err
+	}()
+	// Killed once the copy has begun: a layer being written is there.
+	waitFor(t, 30*time.Second, "the copy to start", func() bool {
+		entries, _ := os.ReadDir(filepath.Join(h.state, "snapshots", "layers"))
+		return len(entries) > 0
+	})
+	h.kill9()
+	if err := <-done; err == nil {
+		t.Fatal("the snapshot finished before the kill: make the sandbox's files bigger")
+	}
+	h.start()
+	if got := h.listSnapshots(t, &sandboxdv1.ListSnapshotsRequest{Team: "team-a"}); len(got) != 0 {
+		t.Errorf("after kill -9 mid-copy, snapshots listed: %v", got)
+	}
+	if n := h.layers(t); n != 0 {
+		t.Errorf("%d layers left by the cut copy", n)
+	}
+	if _, err := h.api.Create(context.Background(), connect.NewRequest(&sandboxdv1.CreateRequest{Snapshot: "cut", Team: "team-a", Timeout: durationpb.New(time.Minute)})); code(err) != connect.CodeNotFound {
+		t.Errorf("a create from the cut snapshot: %v", err)
+	}
+	// Frozen for the copy, thawed by the recovery.
+	if got := h.mustRun(id, token, "root", "echo alive"); got.Stdout != "alive\n" {
+		t.Errorf("the sandbox after the recovery: %+v", got)
 	}
 }

@@ -4,6 +4,7 @@
 package sandboxtest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -240,8 +242,20 @@ func CgroupParent(t testing.TB) string {
 	t.Helper()
 	name := filepath.Base(Dir(t))
 	t.Cleanup(func() {
-		if err := cgroups.Remove(name); err != nil {
-			t.Error(err)
+		// A sandbox's last process may still be a zombie for a moment when
+		// its reaper is the host's init (a sandbox adopted after a restart
+		// of sandboxd); its cgroup empties once it is reaped.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := cgroups.Remove(name)
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				t.Error(err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	})
 	return name
