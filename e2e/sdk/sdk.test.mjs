@@ -40,9 +40,9 @@ test(`${pkg}: create, run as user in /home/user with env vars`, async () => {
   assert.equal(res.exitCode, 0)
   assert.equal(res.stdout, 'user /home/user c1 r1\n')
   await assert.rejects(sbx.commands.run('exit 7'), (err) => err instanceof CommandExitError && err.exitCode === 7)
-  // The base template has python3, and the sandbox its own hostname space.
-  const py = await sbx.commands.run('python3 -c "print(6*7)"')
-  assert.equal(py.stdout, '42\n')
+  // The base template has python3 (also as python) and pip, and the sandbox its own hostname space.
+  const py = await sbx.commands.run('python3 -c "print(6*7)" && python -c "print(7*7)" && pip --version >/dev/null && echo pip')
+  assert.equal(py.stdout, '42\n49\npip\n')
 })
 
 test(`${pkg}: files write, read and list`, async () => {

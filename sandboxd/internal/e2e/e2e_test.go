@@ -365,8 +365,8 @@ func TestBaseTemplate(t *testing.T) {
 	})
 	c := h.create(nil)
 	got := h.mustRun(c.GetSandbox().GetId(), c.GetEnvdAccessToken(), "user",
-		`exec bash -l -c 'whoami; pwd; python3 -c "print(6*7)"; git --version >/dev/null && curl --version >/dev/null && echo tools; sudo true 2>/dev/null || echo no-sudo; getent hosts localhost >/dev/null && echo hosts'`)
-	if got.Stdout != "user\n/home/user\n42\ntools\nno-sudo\nhosts\n" || got.ExitCode != 0 {
+		`exec bash -l -c 'whoami; pwd; python3 -c "print(6*7)"; python -c "print(7*7)"; git --version >/dev/null && curl --version >/dev/null && echo tools; pip --version >/dev/null && pip install --dry-run --no-index nothing-here 2>&1 | grep -c externally-managed; sudo true 2>/dev/null || echo no-sudo; getent hosts localhost >/dev/null && echo hosts'`)
+	if got.Stdout != "user\n/home/user\n42\n49\ntools\n0\nno-sudo\nhosts\n" || got.ExitCode != 0 {
 		t.Errorf("in the base template: %+v", got)
 	}
 }

@@ -31,13 +31,14 @@ const BaseName = "base"
 // baseRecipe versions what BuildBase does to a root filesystem besides
 // debootstrap's own work. Bump it when the post-processing changes so cached
 // root filesystems are built again.
-const baseRecipe = "1"
+const baseRecipe = "2"
 
 // BasePackages are the packages the base template adds to debootstrap's
 // minbase variant (which already has bash and coreutils; they are listed
-// because the template promises them). sudo is deliberately absent: the
-// sandbox's user has no way to become root.
-var BasePackages = []string{"bash", "coreutils", "python3", "ca-certificates", "curl", "git", "procps"}
+// because the template promises them): what e2b's base template offers
+// and the SDKs' examples use, python as well as python3, and pip. sudo is
+// deliberately absent: the sandbox's user has no way to become root.
+var BasePackages = []string{"bash", "coreutils", "python3", "python-is-python3", "python3-pip", "ca-certificates", "curl", "git", "procps"}
 
 // The account the e2b SDKs run commands as.
 const (
@@ -468,6 +469,18 @@ func finishBase(dir string) error {
 	if _, err := root.Lstat("etc/hosts"); errors.Is(err, fs.ErrNotExist) {
 		hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n"
 		if err := replaceFile(root, "etc/hosts", hosts, 0o644); err != nil {
+			return err
+		}
+	}
+	// pip installs packages, as in e2b's base template: Debian marks its
+	// Python as managed by apt (PEP 668), and pip then refuses every
+	// install. A sandbox is its own throwaway system.
+	marks, err := fs.Glob(root.FS(), "usr/lib/python3*/EXTERNALLY-MANAGED")
+	if err != nil {
+		return err
+	}
+	for _, m := range marks {
+		if err := root.Remove(m); err != nil {
 			return err
 		}
 	}
