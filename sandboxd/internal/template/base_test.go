@@ -135,7 +135,7 @@ func TestBaseOptions(t *testing.T) {
 		t.Errorf("defaults = %+v", o)
 	}
 	key := baseCacheKey(o)
-	same, _ := BaseOptions{Mirror: "http://m.example/debian", Packages: []string{"procps", "git", "curl", "ca-certificates", "python3", "coreutils", "bash", "git"}}.withDefaults()
+	same, _ := BaseOptions{Mirror: "http://m.example/debian", Packages: []string{"procps", "python3-pip", "git", "curl", "ca-certificates", "python3", "python-is-python3", "coreutils", "bash", "git"}}.withDefaults()
 	if baseCacheKey(same) != key {
 		t.Error("the key depends on the packages' order or a mirror's trailing slash")
 	}
@@ -209,6 +209,7 @@ chmod 640 etc/shadow
 printf 'root:*::\n' > etc/gshadow
 printf '# bashrc\n' > etc/skel/.bashrc
 printf 'x\n' > etc/skel/.config/x
+mkdir -p usr/lib/python3.11 && printf '[externally-managed]\n' > usr/lib/python3.11/EXTERNALLY-MANAGED
 printf '#!/bin/sh\n' > bin/bash
 chmod 700 tmp
 ln -s /run/systemd/resolve/stub-resolv.conf etc/resolv.conf
@@ -245,7 +246,7 @@ func TestBuildBaseFake(t *testing.T) {
 		t.Errorf("first build = %+v", r)
 	}
 	args, _ := os.ReadFile(runs)
-	for _, want := range []string{"--variant=minbase", "--cache-dir=" + cache + "/debs", "--include=bash,ca-certificates,coreutils,curl,git,procps,python3", " bookworm ", " http://m.example/debian"} {
+	for _, want := range []string{"--variant=minbase", "--cache-dir=" + cache + "/debs", "--include=bash,ca-certificates,coreutils,curl,git,procps,python-is-python3,python3,python3-pip", " bookworm ", " http://m.example/debian"} {
 		if !strings.Contains(string(args), want) {
 			t.Errorf("debootstrap ran with %q, want %q in it", args, want)
 		}
@@ -262,6 +263,9 @@ func TestBuildBaseFake(t *testing.T) {
 	checkFile("etc/gshadow", "root:*::\nuser:!::\n")
 	checkFile("etc/resolv.conf", "")
 	checkFile("etc/hostname", "sandbox\n")
+	if _, err := os.Stat(filepath.Join(r.Dir, "usr/lib/python3.11/EXTERNALLY-MANAGED")); !os.IsNotExist(err) {
+		t.Errorf("Debian's PEP 668 marker is left, so pip would refuse installs: %v", err)
+	}
 	checkFile("home/user/.bashrc", "# bashrc\n")
 	checkFile("home/user/.config/x", "x\n")
 	if shadow, _ := os.ReadFile(filepath.Join(r.Dir, "etc/shadow")); !strings.Contains(string(shadow), "\nuser:!:") {
