@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/skiff-dev/skiff/sandboxd/internal/layer"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
@@ -32,17 +31,9 @@ func (s *Service) pauseFilesLocked(ctx context.Context, rec *store.Record) (*sto
 	}
 	id := rec.ID
 	began := time.Now()
-	layerID, tmp, err := s.snapshots.NewLayer()
+	layerID, err := s.captureLayer(ctx, sn, id)
 	if err != nil {
-		return nil, err
-	}
-	if err := sn.CaptureLayer(ctx, id, tmp); err != nil {
-		_ = layer.Remove(tmp)
 		return nil, fmt.Errorf("pause sandbox %s with its files: copy them: %w", id, err)
-	}
-	if err := s.snapshots.CommitLayer(layerID, tmp); err != nil {
-		_ = layer.Remove(tmp)
-		return nil, err
 	}
 	now := s.clock.Now()
 	updated, err := s.reg.Update(id, func(r *store.Record) error {
@@ -99,9 +90,7 @@ func (s *Service) bootLocked(ctx context.Context, rec *store.Record, lifetime ti
 		mem:     rec.MemoryMiB,
 		disk:    rec.DiskMiB,
 		envVars: rec.EnvVars,
-	}
-	for _, lid := range rec.Layers {
-		l.layers = append(l.layers, s.snapshots.LayerPath(lid))
+		layers:  s.layerPaths(rec.Layers),
 	}
 	if err := checkRootfs(l.tmpl.Rootfs); err != nil {
 		return nil, fmt.Errorf("boot sandbox %s: %w", id, err)

@@ -71,6 +71,11 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 		return nil, err
 	}
 	rec := s.snapshotRecord(id, src, layerID)
+	for _, path := range s.layerPaths(rec.Layers) {
+		if n, err := layer.Size(path); err == nil {
+			rec.SizeBytes += n
+		}
+	}
 	if m.GetName() != "" {
 		rec.Name, rec.Tag = snapshot.SplitName(m.GetName())
 	}
@@ -111,22 +116,42 @@ func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, i
 	if src.State != registry.StateRunning {
 		return nil, "", stateError(fmt.Sprintf("Sandbox '%s' cannot be snapshotted while in '%s' state", id, src.State))
 	}
+	layerID, err := s.captureLayer(ctx, sn, id)
+	if errors.Is(err, sandboxrt.ErrCaptureTooLarge) {
+		return nil, "", fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("copy the files of sandbox %s: %w", id, err)
+	}
+	return src, layerID, nil
+}
+
+// captureLayer copies the writable layer of sandbox id into a new layer of
+// the store, in place and durable, and returns its ID; on failure nothing
+// of it is left.
+func (s *Service) captureLayer(ctx context.Context, sn sandboxrt.Snapshotter, id string) (string, error) {
 	layerID, tmp, err := s.snapshots.NewLayer()
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
 	if err := sn.CaptureLayer(ctx, id, tmp); err != nil {
 		_ = layer.Remove(tmp)
-		if errors.Is(err, sandboxrt.ErrCaptureTooLarge) {
-			return nil, "", fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
-		}
-		return nil, "", fmt.Errorf("copy the files of sandbox %s: %w", id, err)
+		return "", err
 	}
 	if err := s.snapshots.CommitLayer(layerID, tmp); err != nil {
 		_ = layer.Remove(tmp)
-		return nil, "", err
+		return "", err
 	}
-	return src, layerID, nil
+	return layerID, nil
+}
+
+// layerPaths are the host directories of the store's layers ids.
+func (s *Service) layerPaths(ids []string) []string {
+	paths := make([]string, len(ids))
+	for i, id := range ids {
+		paths[i] = s.snapshots.LayerPath(id)
+	}
+	return paths
 }
 
 // snapshotRecord is the record of snapshot id of sandbox src, whose files
@@ -140,11 +165,6 @@ func (s *Service) snapshotRecord(id string, src *store.Record, top string) *snap
 		CPUMilli:  src.CPUMilli, MemoryMiB: src.MemoryMiB, DiskMiB: src.DiskMiB,
 	}
 	rec.Rootfs = s.rootfsOf(src)
-	for _, l := range rec.Layers {
-		if n, err := layer.Size(s.snapshots.LayerPath(l)); err == nil {
-			rec.SizeBytes += n
-		}
-	}
 	return rec
 }
 
@@ -271,10 +291,7 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]
 // fromSnapshot makes l start from snap's files.
 func (s *Service) fromSnapshot(l *launch, snap *snapshot.Record) {
 	l.rec.Snapshot, l.rec.Layers, l.rec.RootfsPath = snap.ID, slices.Clone(snap.Layers), snap.Rootfs
-	l.layers = make([]string, len(snap.Layers))
-	for i, id := range snap.Layers {
-		l.layers[i] = s.snapshots.LayerPath(id)
-	}
+	l.layers = s.layerPaths(snap.Layers)
 }
 
 // snapshotTemplate is the template a sandbox from snap starts on: the
