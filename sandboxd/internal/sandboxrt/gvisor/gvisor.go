@@ -211,7 +211,7 @@ func (r *Runtime) mountLowers(id string, m *meta) error {
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	if isMountPoint(dir) {
+	if sandboxrt.IsMountPoint(dir) {
 		return nil
 	}
 	for _, l := range m.Lowers {
@@ -227,21 +227,10 @@ func (r *Runtime) mountLowers(id string, m *meta) error {
 
 // unmountLowers undoes mountLowers; nothing mounted is no error.
 func (r *Runtime) unmountLowers(id string) error {
-	err := unix.Unmount(r.lower(id), unix.MNT_DETACH)
-	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+	if err := sandboxrt.Unmount(r.lower(id)); err != nil {
 		return fmt.Errorf("unmount the layers: %w", err)
 	}
 	return nil
-}
-
-// isMountPoint reports whether path is a mount point (its device differs
-// from its parent's).
-func isMountPoint(path string) bool {
-	var a, b unix.Stat_t
-	if unix.Lstat(path, &a) != nil || unix.Lstat(filepath.Dir(path), &b) != nil {
-		return false
-	}
-	return a.Dev != b.Dev
 }
 
 // A sandbox's checkpoint image moves through three directories of its own:

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 )
 
 // A sandbox's writable layer (its overlay's upper and work directories)
@@ -138,8 +140,7 @@ func (r *Runtime) attachDisk(dir string, mib int64) (string, error) {
 // detachDisk unmounts the sandbox's filesystem, if it has one; its loop
 // device goes once nothing holds the filesystem.
 func detachDisk(dir string) error {
-	err := unix.Unmount(filepath.Join(dir, diskMount), unix.MNT_DETACH)
-	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+	if err := sandboxrt.Unmount(filepath.Join(dir, diskMount)); err != nil {
 		return fmt.Errorf("unmount disk: %w", err)
 	}
 	return nil
@@ -150,20 +151,10 @@ func detachDisk(dir string) error {
 func diskUsed(dir string) int64 {
 	var st unix.Statfs_t
 	mnt := filepath.Join(dir, diskMount)
-	if err := unix.Statfs(mnt, &st); err != nil || !isMountPoint(mnt) {
+	if err := unix.Statfs(mnt, &st); err != nil || !sandboxrt.IsMountPoint(mnt) {
 		return -1
 	}
 	return int64(st.Blocks-st.Bfree) * st.Bsize
-}
-
-// isMountPoint reports whether path is a mount point (its device differs
-// from its parent's).
-func isMountPoint(path string) bool {
-	var a, b unix.Stat_t
-	if unix.Lstat(path, &a) != nil || unix.Lstat(filepath.Dir(path), &b) != nil {
-		return false
-	}
-	return a.Dev != b.Dev
 }
 
 // copySparse copies src to a new file dst, only its data: the holes stay
