@@ -228,19 +228,9 @@ func selectPage(all []Sandbox, lq *listQuery, templates []string) ([]Sandbox, st
 			(!lq.startedAfter.IsZero() && sb.StartedAt.Before(lq.startedAfter)) {
 			continue
 		}
-		if lq.cursor != nil && compareKeys(keyOf(sb), *lq.cursor, lq.desc) <= 0 {
-			continue
-		}
 		keep = append(keep, sb)
 	}
-	slices.SortFunc(keep, func(a, b *Sandbox) int {
-		return compareKeys(keyOf(a), keyOf(b), lq.desc)
-	})
-	next := ""
-	if lq.limit > 0 && len(keep) > lq.limit {
-		keep = keep[:lq.limit]
-		next = encodeCursor(keyOf(keep[len(keep)-1]))
-	}
+	keep, next := cutPage(keep, keyOf, lq.cursor, lq.desc, lq.limit)
 	page := make([]Sandbox, len(keep))
 	for i, sb := range keep {
 		page[i] = *sb
@@ -249,6 +239,21 @@ func selectPage(all []Sandbox, lq *listQuery, templates []string) ([]Sandbox, st
 }
 
 func keyOf(sb *Sandbox) listKey { return listKey{startedAt: sb.StartedAt, id: sb.ID} }
+
+// cutPage orders items by key (descending or not), drops those at or
+// before cursor, and keeps a page of at most limit (0: no limit). It
+// returns the page and the cursor of the next one, or "" on the last.
+func cutPage[T any](items []*T, key func(*T) listKey, cursor *listKey, desc bool, limit int) ([]*T, string) {
+	if cursor != nil {
+		items = slices.DeleteFunc(items, func(it *T) bool { return compareKeys(key(it), *cursor, desc) <= 0 })
+	}
+	slices.SortFunc(items, func(a, b *T) int { return compareKeys(key(a), key(b), desc) })
+	if limit > 0 && len(items) > limit {
+		items = items[:limit]
+		return items, encodeCursor(key(items[limit-1]))
+	}
+	return items, ""
+}
 
 func matchMetadata(have, want map[string]string) bool {
 	for k, v := range want {

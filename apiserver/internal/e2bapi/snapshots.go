@@ -3,7 +3,6 @@ package e2bapi
 import (
 	"errors"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -206,22 +205,18 @@ func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request, team stri
 		s.writeBackendError(w, r, err, "")
 		return
 	}
-	key := func(sn *Snapshot) listKey { return listKey{startedAt: sn.CreatedAt, id: sn.ID} }
-	slices.SortFunc(snaps, func(a, b Snapshot) int { return compareKeys(key(&a), key(&b), true) })
-	if cursor != nil {
-		i := 0
-		for i < len(snaps) && compareKeys(key(&snaps[i]), *cursor, true) <= 0 {
-			i++
-		}
-		snaps = snaps[i:]
-	}
-	if len(snaps) > limit {
-		snaps = snaps[:limit]
-		w.Header().Set(headerNextToken, encodeCursor(key(&snaps[limit-1])))
-	}
-	out := make([]snapshotJSON, len(snaps))
+	ptrs := make([]*Snapshot, len(snaps))
 	for i := range snaps {
-		out[i] = toSnapshotJSON(&snaps[i])
+		ptrs[i] = &snaps[i]
+	}
+	key := func(sn *Snapshot) listKey { return listKey{startedAt: sn.CreatedAt, id: sn.ID} }
+	page, next := cutPage(ptrs, key, cursor, true, limit)
+	if next != "" {
+		w.Header().Set(headerNextToken, next)
+	}
+	out := make([]snapshotJSON, len(page))
+	for i, sn := range page {
+		out[i] = toSnapshotJSON(sn)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,7 +98,7 @@ func (b *Backend) findSnapshot(ctx context.Context, team string, ref e2bapi.Snap
 		if err != nil {
 			return nil, fmt.Errorf("snapshot %q: %w", ref.ID, e2bapi.ErrNotFound)
 		}
-		nodes = slicesFilter(nodes, func(n *v1beta1.NodeInventory) bool { return sandboxid.NodeTag(n.Name) == tag })
+		nodes = slices.DeleteFunc(nodes, func(n v1beta1.NodeInventory) bool { return sandboxid.NodeTag(n.Name) != tag })
 	}
 	found, err := b.snapshotsOn(ctx, nodes, &sandboxdv1.ListSnapshotsRequest{Team: team, Name: ref.String()})
 	if err != nil {
@@ -243,14 +244,4 @@ func toSnapshot(node string, s *sandboxdv1.Snapshot) *e2bapi.Snapshot {
 		SourceSandbox: s.GetSourceSandboxId(), Template: s.GetTemplate(),
 		CreatedAt: s.GetCreatedAt().AsTime(), SizeBytes: s.GetSizeBytes(), Node: node,
 	}
-}
-
-func slicesFilter[T any](s []T, keep func(*T) bool) []T {
-	out := s[:0]
-	for i := range s {
-		if keep(&s[i]) {
-			out = append(out, s[i])
-		}
-	}
-	return out
 }
