@@ -113,7 +113,7 @@ func (c *copier) copy(src, dst string, root bool) error {
 		}
 		c.dirs = append(c.dirs, dirTimes{dst, st})
 	case unix.S_IFREG:
-		if err := copyData(src, dst); err != nil {
+		if err := CopySparse(src, dst); err != nil {
 			return err
 		}
 	case unix.S_IFLNK:
@@ -165,14 +165,18 @@ func setTimes(path string, st *unix.Stat_t) error {
 	return unix.UtimesNanoAt(unix.AT_FDCWD, path, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// copyData copies a regular file's bytes (copy_file_range, so a filesystem
-// that can shares the blocks).
-func copyData(src, dst string) (err error) {
+// CopySparse copies src to a new file dst, only its data: the holes stay
+// holes (a sandbox's sparse file costs the host no more than it holds).
+func CopySparse(src, dst string) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
@@ -182,8 +186,25 @@ func copyData(src, dst string) (err error) {
 			err = cerr
 		}
 	}()
-	_, err = io.Copy(out, in)
-	return err
+	size := st.Size()
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			return err
+		}
+		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(io.NewOffsetWriter(out, data), io.NewSectionReader(in, data, hole-data)); err != nil {
+			return err
+		}
+		off = hole
+	}
+	return out.Truncate(size)
 }
 
 func copyXattrs(src, dst string) error {

@@ -50,6 +50,12 @@ func TestCopyUpper(t *testing.T) {
 	must(t, unix.Setxattr(filepath.Join(src, "opt"), opaqueXattr, []byte("y"), 0))
 	must(t, unix.Setxattr(filepath.Join(src, "home/user/app/data.txt"), "user.note", []byte("kept"), 0))
 	must(t, os.WriteFile(filepath.Join(src, "suid"), []byte("x"), 0o755))
+	// A sparse file: 1 GiB long, one block of data.
+	sparse, err := os.Create(filepath.Join(src, "sparse"))
+	must(t, err)
+	_, err = sparse.WriteAt([]byte("end"), 1<<30)
+	must(t, err)
+	must(t, sparse.Close())
 	for _, p := range []string{".", "home", "home/user", "home/user/app", "home/user/app/data.txt", "home/user/link", "home/user/gone", "opt", "suid"} {
 		must(t, unix.Lchown(filepath.Join(src, p), base+1000, base+1000))
 	}
@@ -93,6 +99,9 @@ func TestCopyUpper(t *testing.T) {
 	}
 	if st := stat(t, filepath.Join(dst, "home/user/app")); st.Mtim.Sec != mtime.Unix() {
 		t.Errorf("directory mtime %d, want %d", st.Mtim.Sec, mtime.Unix())
+	}
+	if st := stat(t, filepath.Join(dst, "sparse")); st.Size != 1<<30+3 || st.Blocks*512 > 1<<20 {
+		t.Errorf("sparse file: size %d, %d bytes allocated; want its size and its holes kept", st.Size, st.Blocks*512)
 	}
 	if n, err := Size(dst); err != nil || n <= 0 {
 		t.Errorf("Size = %d, %v", n, err)

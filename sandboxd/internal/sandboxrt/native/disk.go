@@ -3,7 +3,6 @@ package native
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/layer"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 )
 
@@ -125,7 +125,7 @@ func (r *Runtime) attachDisk(dir string, mib int64) (string, error) {
 		return "", err
 	}
 	image, mnt := filepath.Join(dir, diskImage), filepath.Join(dir, diskMount)
-	if err := copySparse(golden, image); err != nil {
+	if err := layer.CopySparse(golden, image); err != nil {
 		return "", fmt.Errorf("copy the disk image: %w", err)
 	}
 	if err := os.Mkdir(mnt, 0o700); err != nil {
@@ -155,48 +155,6 @@ func diskUsed(dir string) int64 {
 		return -1
 	}
 	return int64(st.Blocks-st.Bfree) * st.Bsize
-}
-
-// copySparse copies src to a new file dst, only its data: the holes stay
-// holes.
-func copySparse(src, dst string) (err error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	st, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	size := st.Size()
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break // only a hole is left
-		}
-		if err != nil {
-			return err
-		}
-		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(io.NewOffsetWriter(out, data), io.NewSectionReader(in, data, hole-data)); err != nil {
-			return err
-		}
-		off = hole
-	}
-	return out.Truncate(size)
 }
 
 // mountLoop attaches image to a free loop device and mounts its ext4 at

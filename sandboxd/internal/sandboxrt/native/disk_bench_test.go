@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/layer"
 )
 
 // BenchmarkAttachDisk is the disk part of a sandbox's start: the sparse
@@ -27,7 +29,7 @@ func BenchmarkAttachDisk(b *testing.B) {
 		}
 		golden, _ := r.golden.get(10240)
 		t0 := time.Now()
-		if err := copySparse(golden, filepath.Join(sb, diskImage)); err != nil {
+		if err := layer.CopySparse(golden, filepath.Join(sb, diskImage)); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
