@@ -291,13 +291,23 @@ func (f *fakeBackend) Templates(context.Context, string) ([]Template, error) {
 	return slices.Clone(f.templates), nil
 }
 
-func (f *fakeBackend) Template(_ context.Context, _, name string) (*Template, error) {
+// Template resolves a template, and else one of the team's snapshots, as
+// the fleet's does.
+func (f *fakeBackend) Template(_ context.Context, team, name string) (*Template, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls["Template"]++
 	for _, t := range f.templates {
 		if t.ID == name || slices.Contains(t.Aliases, name) {
 			return &t, nil
+		}
+	}
+	if ref, ok := ParseSnapshotRef(team, name); ok {
+		for _, sn := range f.snapshots {
+			if sn.Team == team && (sn.ID == ref.ID || ref.ID == "" && sn.Name == ref.Name && sn.Tag == ref.Tag) {
+				c := *sn
+				return &Template{ID: sn.ID, Aliases: sn.Names(), Snapshot: &c}, nil
+			}
 		}
 	}
 	return nil, fmt.Errorf("template %s: %w", name, ErrNotFound)

@@ -221,27 +221,28 @@ func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request, team stri
 	writeJSON(w, http.StatusOK, out)
 }
 
-// deleteTemplate serves DELETE /templates/{templateID}: a snapshot is
-// deleted (204); a template Skiff does not delete over e2b's API (501);
-// anything else is a 404, which the SDK's deleteSnapshot reads as false.
+// deleteTemplate serves DELETE /templates/{templateID}: the name resolves
+// as a create's templateID does; a snapshot is deleted (204); a template
+// Skiff does not delete over e2b's API (501); anything else is a 404,
+// which the SDK's deleteSnapshot reads as false.
 func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request, team string) {
 	raw := r.PathValue("templateID")
-	if ref, ok := ParseSnapshotRef(team, raw); ok {
-		err := s.backend.DeleteSnapshot(r.Context(), team, ref)
-		if err == nil {
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		if !errors.Is(err, ErrNotFound) {
-			s.writeBackendError(w, r, err, "template "+echo(raw))
-			return
-		}
-	}
-	if _, err := s.backend.Template(r.Context(), team, raw); err == nil {
+	tpl, err := s.backend.Template(r.Context(), team, raw)
+	switch {
+	case err == nil && tpl.Snapshot == nil:
 		writeError(w, http.StatusNotImplemented, "", "DELETE /templates/{templateID} of a template is not supported by Skiff yet (delete its SandboxTemplate); only snapshots are deleted here")
 		return
+	case err == nil:
+		err = s.backend.DeleteSnapshot(r.Context(), team, SnapshotRef{ID: tpl.Snapshot.ID})
 	}
-	writeError(w, http.StatusNotFound, "", "template %s not found", echo(raw))
+	switch {
+	case err == nil:
+		w.WriteHeader(http.StatusNoContent)
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, "", "template %s not found", echo(raw))
+	default:
+		s.writeBackendError(w, r, err, "template "+echo(raw))
+	}
 }
 
 type forkBody struct {
