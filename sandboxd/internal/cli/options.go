@@ -104,6 +104,9 @@ type Options struct {
 	// PreparedSandboxes is how many sandboxes are kept prepared for cold
 	// creates, per template (package prepared); 0 turns it off.
 	PreparedSandboxes int
+	// SnapshotMemory keeps a sandbox's memory and processes in its
+	// snapshots and forks where the runtime can (gvisor).
+	SnapshotMemory bool
 	// MaxTimeout bounds a sandbox's lifetime.
 	MaxTimeout time.Duration
 	// DefaultCPUMilli, DefaultMemoryMiB and DefaultDiskMiB are a sandbox's
@@ -153,6 +156,7 @@ func NewOptions() *Options {
 		SandboxCIDR:       "10.213.0.0/16",
 		EnvdReadyTimeout:  10 * time.Second,
 		PreparedSandboxes: 1,
+		SnapshotMemory:    true,
 		MaxTimeout:        24 * time.Hour,
 		DefaultCPUMilli:   2000,
 		DefaultMemoryMiB:  512,
@@ -205,6 +209,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"It must not overlap the host's networks.")
 	fs.StringVar(&o.Envd, "envd", o.Envd, "The static envd binary every sandbox runs as its init; empty: envd beside sandboxd's binary, else "+DefaultEnvdPath+".")
 	fs.DurationVar(&o.EnvdReadyTimeout, "envd-ready-timeout", o.EnvdReadyTimeout, "How long a new sandbox's envd may take to answer before its Create fails (and is undone); greater than 0.")
+	fs.BoolVar(&o.SnapshotMemory, "snapshot-memory", o.SnapshotMemory, "Keep a sandbox's memory and processes in its snapshots and forks, where the runtime can (gvisor: runsc checkpoint; the native runtime keeps files only): "+
+		"a sandbox from such a snapshot runs on from where its source was. false keeps files only, which takes less disk and time.")
 	fs.IntVar(&o.PreparedSandboxes, "prepared-sandboxes", o.PreparedSandboxes, "Sandboxes kept prepared for cold creates, per template created from (native runtime): network, root, cgroup, "+
 		"namespaces and seccomp set up, envd not started. 0 turns it off; at most 16.")
 	fs.DurationVar(&o.MaxTimeout, "max-timeout", o.MaxTimeout, "Longest lifetime a Create, Claim, SetTimeout or Resume may give a sandbox; greater than 0.")
@@ -421,6 +427,7 @@ func (o *Options) ServiceConfig() service.Config {
 	return service.Config{
 		NodeName: o.NodeName, Limits: o.Limits(),
 		Envd: o.Envd, EnvdReadyTimeout: o.EnvdReadyTimeout, PreparedSandboxes: o.PreparedSandboxes, MaxTimeout: o.MaxTimeout,
+		SnapshotMemory:  o.SnapshotMemory,
 		DefaultCPUMilli: o.DefaultCPUMilli, DefaultMemoryMiB: o.DefaultMemoryMiB, DefaultDiskMiB: o.DefaultDiskMiB,
 		MetricsInterval: o.MetricsInterval, MetricsSamples: o.MetricsSamples,
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"strings"
 	"time"
@@ -131,6 +132,30 @@ func (c *Client) Init(ctx context.Context, addr, currentToken string, in *wire.E
 		return "", fmt.Errorf("%w init: status %d: %s", ErrEnvd, resp.StatusCode, message(msg))
 	}
 	return resp.Header.Get("X-Envd-Version"), nil
+}
+
+// WriteFile writes content to path inside the sandbox as root, through
+// envd's POST /files, authenticated by token.
+func (c *Client) WriteFile(ctx context.Context, addr, token, path string, content []byte) error {
+	u := "http://" + addr + "/files?" + url.Values{"path": {path}, "username": {"root"}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(content))
+	if err != nil {
+		return fmt.Errorf("%w write %s: %w", ErrEnvd, path, err)
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	if token != "" {
+		req.Header.Set(wire.AccessTokenHeader, token)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w write %s: %w", ErrEnvd, path, err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%w write %s: status %d: %s", ErrEnvd, path, resp.StatusCode, message(msg))
+	}
+	return nil
 }
 
 // message is the message of envd's {"code","message"} error body, or the

@@ -61,6 +61,13 @@ type Spec struct {
 	// file elsewhere (on the sandbox's own disk) and make Log a link to
 	// it.
 	Log string
+	// Image, when set, is a state image (StateCapturer.CaptureState) the
+	// sandbox is restored from instead of booting: it starts with the
+	// memory, processes and private layer of the sandbox the image was
+	// taken of. Rootfs and Layers must then be what that sandbox had, and
+	// Files are ignored (the image holds its files). The image is only
+	// read, so many sandboxes may be restored from one at once.
+	Image string
 }
 
 // Status is what a runtime knows of a sandbox.
@@ -145,6 +152,26 @@ type Snapshotter interface {
 	// them below the new one.
 	CaptureLayer(ctx context.Context, id, dir string) error
 }
+
+// StateCapturer is a Snapshotter that can also save a running sandbox's
+// memory and processes, for sandboxes restored from them (Spec.Image).
+type StateCapturer interface {
+	Snapshotter
+	// CaptureState writes the running sandbox's writable layer into
+	// layerDir (as CaptureLayer does) and its whole state (memory,
+	// processes, and that layer again as the sandbox holds it) into
+	// imageDir, both of one instant: the sandbox is frozen for both, and
+	// runs again after them. Neither directory may exist.
+	CaptureState(ctx context.Context, id, layerDir, imageDir string) error
+	// ImageFormat names what can restore an image CaptureState writes
+	// (the runtime and its build): an image of another format is not
+	// restorable here, and Start refuses it with ErrImageFormat.
+	ImageFormat() (string, error)
+}
+
+// ErrImageFormat is a state image that this runtime cannot restore (taken
+// by another runtime, or another build of it).
+var ErrImageFormat = errors.New("the state image is of another format")
 
 // Exit is how a sandbox's init ended.
 type Exit struct {

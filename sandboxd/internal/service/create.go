@@ -125,7 +125,10 @@ type launch struct {
 	rec            store.Record  // the caller's part of the record
 	// layers are the host paths of rec.Layers, for the runtime.
 	layers []string
-	undo   []func(context.Context)
+	// image, when set, is the state image the sandbox is restored from
+	// (sandboxrt.Spec.Image), whose envd holds imageToken.
+	image, imageToken string
+	undo              []func(context.Context)
 }
 
 // tracer makes sandboxd's own spans: a launch and its steps.
@@ -279,11 +282,21 @@ func (s *Service) initEnvd(ctx context.Context, id string, l *launch, block ipam
 		in.DefaultUser, in.DefaultWorkdir = defaultUser, defaultWorkdir
 	}
 	ictx, span := tracer.Start(ctx, "envd.init")
-	version, err = s.envd.Init(ictx, addr, "", in)
+	// A restored envd holds its source's token until this /init.
+	version, err = s.envd.Init(ictx, addr, l.imageToken, in)
 	tracing.Fail(span, err)
 	span.End()
 	if err != nil {
 		return "", "", err
+	}
+	if l.image != "" {
+		// A restored sandbox has its source's files, which name the
+		// source's address and, from another host, its resolver.
+		for path, content := range s.networkFiles(block) {
+			if err := s.envd.WriteFile(ctx, addr, token, path, content); err != nil {
+				return "", "", err
+			}
+		}
 	}
 	return token, version, nil
 }
@@ -307,8 +320,6 @@ func (s *Service) newRecord(l *launch, id string, block ipam.Block, token, versi
 
 // spec is what the runtime needs to start sandbox id.
 func (s *Service) spec(id string, l *launch, block ipam.Block, netns, logPath string) *sandboxrt.Spec {
-	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
-		block.Sandbox.String() + "\t" + sandboxHostname + "\n"
 	return &sandboxrt.Spec{
 		ID:        id,
 		Rootfs:    l.tmpl.Rootfs,
@@ -321,11 +332,20 @@ func (s *Service) spec(id string, l *launch, block ipam.Block, netns, logPath st
 		Envd:      s.cfg.Envd,
 		EnvdArgs:  []string{"--port", strconv.Itoa(routing.EnvdPort)},
 		EnvdPort:  routing.EnvdPort,
-		Files: map[string][]byte{
-			"/etc/resolv.conf": s.net.ResolvConf(),
-			"/etc/hosts":       []byte(hosts),
-		},
-		Log: logPath,
+		Files:     s.networkFiles(block),
+		Log:       logPath,
+		Image:     l.image,
+	}
+}
+
+// networkFiles are the files that tell a sandbox at block its resolver and
+// its own name.
+func (s *Service) networkFiles(block ipam.Block) map[string][]byte {
+	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
+		block.Sandbox.String() + "\t" + sandboxHostname + "\n"
+	return map[string][]byte{
+		"/etc/resolv.conf": s.net.ResolvConf(),
+		"/etc/hosts":       []byte(hosts),
 	}
 }
 

@@ -61,6 +61,9 @@ type Config struct {
 	PreparedSandboxes int
 	// MaxTimeout bounds a sandbox's lifetime.
 	MaxTimeout time.Duration
+	// SnapshotMemory keeps a sandbox's memory and processes in its
+	// snapshots and forks when the runtime can (sandboxrt.StateCapturer).
+	SnapshotMemory bool
 
 	// DefaultCPUMilli, DefaultMemoryMiB and DefaultDiskMiB are a sandbox's
 	// resources when the request leaves them 0.
@@ -96,6 +99,8 @@ type Envd interface {
 	// Init posts in to /init, authenticated by the token envd holds now
 	// ("" before the first /init), and returns envd's version.
 	Init(ctx context.Context, addr, currentToken string, in *wire.EnvdInit) (version string, err error)
+	// WriteFile writes content to path inside the sandbox as root.
+	WriteFile(ctx context.Context, addr, token, path string, content []byte) error
 }
 
 // Templates are the root filesystems sandboxes start from.

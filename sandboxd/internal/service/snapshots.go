@@ -61,20 +61,31 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 	}
 	began := time.Now()
 	unlock := s.locks.lock(m.GetSandboxId())
-	src, layerID, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam())
+	c, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam())
 	unlock()
 	if err != nil {
 		return nil, toConnect(err)
 	}
 	id, err := sandboxid.New(s.tag)
 	if err != nil {
+		c.discard()
 		return nil, err
 	}
-	rec := s.snapshotRecord(id, src, layerID)
+	rec := s.snapshotRecord(id, c.src, c.layer)
 	for _, path := range s.layerPaths(rec.Layers) {
 		if n, err := layer.Size(path); err == nil {
 			rec.SizeBytes += n
 		}
+	}
+	if c.imageTmp != "" {
+		n, err := s.snapshots.CommitImage(c.imageID, c.imageTmp)
+		if err != nil {
+			c.discard()
+			s.gcLayers(ctx)
+			return nil, toConnect(fmt.Errorf("keep the state of sandbox %s: %w", c.src.ID, err))
+		}
+		rec.Image, rec.ImageFormat, rec.ImageBytes, rec.ImageEnvdToken = c.imageID, c.format, n, c.src.EnvdAccessToken
+		rec.SizeBytes += n
 	}
 	if m.GetName() != "" {
 		rec.Name, rec.Tag = snapshot.SplitName(m.GetName())
@@ -97,33 +108,65 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 		}
 		s.gcLayers(ctx)
 	}
-	s.log.InfoContext(ctx, "snapshot taken", "snapshot", rec.ID, "sandbox", src.ID, "team", rec.Team, "name", rec.Name,
-		"layers", len(rec.Layers), "bytes", rec.SizeBytes, "duration", time.Since(began))
+	s.log.InfoContext(ctx, "snapshot taken", "snapshot", rec.ID, "sandbox", c.src.ID, "team", rec.Team, "name", rec.Name,
+		"layers", len(rec.Layers), "memory", rec.Image != "", "bytes", rec.SizeBytes, "duration", time.Since(began))
 	return connect.NewResponse(&pb.SnapshotResponse{Snapshot: toSnapshot(rec)}), nil
 }
 
+// captured is what captureLocked copied of a sandbox.
+type captured struct {
+	src *store.Record
+	// layer is the ID of the layer of its files, in place.
+	layer string
+	// imageID and imageTmp are its state image, when the runtime keeps
+	// one, still in its temporary directory; format is the image's.
+	imageID, imageTmp, format string
+}
+
+// discard removes the captured image (its layer goes by GC).
+func (c *captured) discard() {
+	if c.imageTmp != "" {
+		_ = snapshot.RemoveImage(c.imageTmp)
+	}
+}
+
 // captureLocked copies the files of sandbox id, which team must own and
-// which must run, into a new layer in place, and returns its record and
-// the layer's ID.
-func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, id, team string) (*store.Record, string, error) {
+// which must run, into a new layer in place, and with them its memory and
+// processes into a state image when the host keeps them.
+func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, id, team string) (*captured, error) {
 	src, err := s.reg.Get(id)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if src.Team != team {
-		return nil, "", fmt.Errorf("%w: %s", registry.ErrNotFound, id)
+		return nil, fmt.Errorf("%w: %s", registry.ErrNotFound, id)
 	}
 	if src.State != registry.StateRunning {
-		return nil, "", stateError(fmt.Sprintf("Sandbox '%s' cannot be snapshotted while in '%s' state", id, src.State))
+		return nil, stateError(fmt.Sprintf("Sandbox '%s' cannot be snapshotted while in '%s' state", id, src.State))
 	}
-	layerID, err := s.captureLayer(ctx, sn, id)
+	c := &captured{src: src}
+	if sc := s.stateCapturer(); sc != nil {
+		c.layer, c.imageID, c.imageTmp, c.format, err = s.captureState(ctx, sc, id)
+	} else {
+		c.layer, err = s.captureLayer(ctx, sn, id)
+	}
 	if errors.Is(err, sandboxrt.ErrCaptureTooLarge) {
-		return nil, "", fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
+		return nil, fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("copy the files of sandbox %s: %w", id, err)
+		return nil, fmt.Errorf("copy the files of sandbox %s: %w", id, err)
 	}
-	return src, layerID, nil
+	return c, nil
+}
+
+// stateCapturer is the runtime's sandboxrt.StateCapturer when this host
+// keeps memory and processes in snapshots (--snapshot-memory), else nil.
+func (s *Service) stateCapturer() sandboxrt.StateCapturer {
+	if !s.cfg.SnapshotMemory || s.snapshots == nil {
+		return nil
+	}
+	sc, _ := s.rt.(sandboxrt.StateCapturer)
+	return sc
 }
 
 // captureLayer copies the writable layer of sandbox id into a new layer of
@@ -143,6 +186,35 @@ func (s *Service) captureLayer(ctx context.Context, sn sandboxrt.Snapshotter, id
 		return "", err
 	}
 	return layerID, nil
+}
+
+// captureState is captureLayer with the sandbox's state image beside the
+// layer, of the same instant; the image is left in its temporary
+// directory (imageTmp), for the caller to commit or remove.
+func (s *Service) captureState(ctx context.Context, sc sandboxrt.StateCapturer, id string) (layerID, imageID, imageTmp, format string, err error) {
+	format, err = sc.ImageFormat()
+	if err != nil {
+		return "", "", "", "", err
+	}
+	layerID, tmp, err := s.snapshots.NewLayer()
+	if err != nil {
+		return "", "", "", "", err
+	}
+	imageID, imageTmp, err = s.snapshots.NewImage()
+	if err != nil {
+		return "", "", "", "", err
+	}
+	if err := sc.CaptureState(ctx, id, tmp, imageTmp); err != nil {
+		_ = layer.Remove(tmp)
+		_ = snapshot.RemoveImage(imageTmp)
+		return "", "", "", "", err
+	}
+	if err := s.snapshots.CommitLayer(layerID, tmp); err != nil {
+		_ = layer.Remove(tmp)
+		_ = snapshot.RemoveImage(imageTmp)
+		return "", "", "", "", err
+	}
+	return layerID, imageID, imageTmp, format, nil
 }
 
 // layerPaths are the host directories of the store's layers ids.
@@ -250,15 +322,18 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]
 		return nil, err
 	}
 	unlock := s.locks.lock(m.GetSandboxId())
-	src, layerID, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam())
+	c, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam())
 	unlock()
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	src := c.src
 	// The forks' layers are the source's under the new one; no record
-	// names them, so they go with the last fork.
-	snap := s.snapshotRecord("", src, layerID)
+	// names them, so they go with the last fork. The image, when there
+	// is one, is read whole by each restore and removed after the last.
+	snap := s.snapshotRecord("", src, c.layer)
 	defer s.gcLayers(context.WithoutCancel(ctx))
+	defer c.discard()
 	results := make([]*pb.ForkResult, m.GetCount())
 	for i := range results {
 		l := &launch{kind: kindCreate, tmpl: snapshotTemplate(snap), timeout: timeout, cpu: src.CPUMilli, mem: src.MemoryMiB, disk: src.DiskMiB}
@@ -274,6 +349,9 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]
 			l.rec.TrafficAccessToken = newToken()
 		}
 		s.fromSnapshot(l, snap)
+		if c.imageTmp != "" {
+			s.restoreFrom(l, snap, c.imageTmp, src.EnvdAccessToken)
+		}
 		l.rec.Snapshot = "" // a fork names its source, not a snapshot
 		rec, token, err := s.launch(ctx, l)
 		if err != nil {
@@ -288,10 +366,33 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]
 	return connect.NewResponse(&pb.ForkResponse{Forks: results}), nil
 }
 
-// fromSnapshot makes l start from snap's files.
+// fromSnapshot makes l start from snap: restored from its state image
+// when it has one this host's runtime restores, else booted on its files.
 func (s *Service) fromSnapshot(l *launch, snap *snapshot.Record) {
 	l.rec.Snapshot, l.rec.Layers, l.rec.RootfsPath = snap.ID, slices.Clone(snap.Layers), snap.Rootfs
 	l.layers = s.layerPaths(snap.Layers)
+	if snap.Image == "" {
+		return
+	}
+	sc, ok := s.rt.(sandboxrt.StateCapturer)
+	if !ok {
+		return
+	}
+	if format, err := sc.ImageFormat(); err != nil || format != snap.ImageFormat {
+		s.log.Warn("a snapshot's state image is of another runtime build; the sandbox boots on its files",
+			"snapshot", snap.ID, "image_format", snap.ImageFormat, "runtime_format", format)
+		return
+	}
+	s.restoreFrom(l, snap, s.snapshots.ImagePath(snap.Image), snap.ImageEnvdToken)
+}
+
+// restoreFrom makes l restore the state image at dir, taken of a sandbox
+// with snap's stack but its top layer (the image holds that one as the
+// sandbox held it) and whose envd held envdToken.
+func (s *Service) restoreFrom(l *launch, snap *snapshot.Record, dir, envdToken string) {
+	l.image, l.imageToken = dir, envdToken
+	l.rec.Layers = slices.Clone(snap.Layers[1:])
+	l.layers = s.layerPaths(l.rec.Layers)
 }
 
 // snapshotTemplate is the template a sandbox from snap starts on: the

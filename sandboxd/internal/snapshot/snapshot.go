@@ -3,7 +3,9 @@
 //
 //	<dir>/layers/<layer>/        one layer (package layer), read-only once in place
 //	<dir>/layers/.tmp-<layer>/   a layer being written
-//	<dir>/records/<id>.json      one snapshot: team, name, template, layers
+//	<dir>/images/<image>/        one state image (a runtime's memory and processes)
+//	<dir>/images/.tmp-<image>/   an image being written, or a fork's, never kept
+//	<dir>/records/<id>.json      one snapshot: team, name, template, layers, image
 //
 // A snapshot is written layer first, then record: the layer is synced
 // (syncfs) and renamed into place, then the record is written to a
@@ -15,7 +17,8 @@
 // Layers are shared: a sandbox started from a snapshot stacks its layers
 // (and a snapshot of that sandbox keeps them below its own), so a layer
 // stays while any record or running sandbox names it; GC removes the
-// others.
+// others. An image belongs to its one record (a restore reads it whole
+// and keeps nothing of it), and goes with it.
 package snapshot
 
 import (
@@ -67,6 +70,17 @@ type Record struct {
 	CPUMilli  int64     `json:"cpuMilli"`
 	MemoryMiB int64     `json:"memoryMiB"`
 	DiskMiB   int64     `json:"diskMiB"`
+	// Image, when set, is the ID of the snapshot's state image: the
+	// source's memory and processes, restorable by a runtime of
+	// ImageFormat on the template and Layers[1:] (the source's own
+	// stack; Layers[0] is the image's private layer as files).
+	Image       string `json:"image,omitempty"`
+	ImageFormat string `json:"imageFormat,omitempty"`
+	// ImageBytes is the image's size on disk, in SizeBytes too.
+	ImageBytes int64 `json:"imageBytes,omitempty"`
+	// ImageEnvdToken is the access token the image's envd holds, which a
+	// restored sandbox's first /init presents.
+	ImageEnvdToken string `json:"imageEnvdToken,omitempty"`
 }
 
 // Store is the host's snapshots. It is safe for concurrent use.
@@ -78,13 +92,14 @@ type Store struct {
 }
 
 func (s *Store) layersDir() string  { return filepath.Join(s.dir, "layers") }
+func (s *Store) imagesDir() string  { return filepath.Join(s.dir, "images") }
 func (s *Store) recordsDir() string { return filepath.Join(s.dir, "records") }
 
 // Open opens (creating) the store in dir, removes what a crash left half
 // written, and reads every record.
 func Open(dir string) (*Store, error) {
 	s := &Store{dir: dir, recs: map[string]*Record{}}
-	for _, d := range []string{s.layersDir(), s.recordsDir()} {
+	for _, d := range []string{s.layersDir(), s.imagesDir(), s.recordsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("snapshots: %w", err)
 		}
@@ -97,6 +112,17 @@ func Open(dir string) (*Store, error) {
 		if strings.HasPrefix(e.Name(), ".tmp-") {
 			if err := layer.Remove(filepath.Join(s.layersDir(), e.Name())); err != nil {
 				return nil, fmt.Errorf("snapshots: remove a layer a crash left: %w", err)
+			}
+		}
+	}
+	entries, err = os.ReadDir(s.imagesDir())
+	if err != nil {
+		return nil, fmt.Errorf("snapshots: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".tmp-") {
+			if err := os.RemoveAll(filepath.Join(s.imagesDir(), e.Name())); err != nil {
+				return nil, fmt.Errorf("snapshots: remove an image a crash left: %w", err)
 			}
 		}
 	}
@@ -140,13 +166,65 @@ func (s *Store) LayerPath(id string) string { return filepath.Join(s.layersDir()
 // NewLayer returns a new layer ID and the temporary directory to write it
 // into (which does not exist yet); Commit puts it in place.
 func (s *Store) NewLayer() (id, tmp string, err error) {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	id, err = newID()
+	if err != nil {
 		return "", "", err
 	}
-	id = hex.EncodeToString(b[:])
 	return id, filepath.Join(s.layersDir(), ".tmp-"+id), nil
 }
+
+func newID() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// ImagePath is where image id lives.
+func (s *Store) ImagePath(id string) string { return filepath.Join(s.imagesDir(), id) }
+
+// NewImage returns a new image ID and the temporary directory to write it
+// into (which does not exist yet); CommitImage puts it in place. An image
+// never committed (a fork's) is removed with RemoveTemp, or by the next
+// Open.
+func (s *Store) NewImage() (id, tmp string, err error) {
+	id, err = newID()
+	if err != nil {
+		return "", "", err
+	}
+	return id, filepath.Join(s.imagesDir(), ".tmp-"+id), nil
+}
+
+// CommitImage makes the image written in tmp durable, puts it in place as
+// id, and returns its size.
+func (s *Store) CommitImage(id, tmp string) (int64, error) {
+	var size int64
+	err := filepath.WalkDir(tmp, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		st, err := d.Info()
+		if err != nil {
+			return err
+		}
+		size += st.Size()
+		return syncFile(path)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sync image: %w", err)
+	}
+	if err := syncDir(tmp); err != nil {
+		return 0, err
+	}
+	if err := os.Rename(tmp, s.ImagePath(id)); err != nil {
+		return 0, fmt.Errorf("put image in place: %w", err)
+	}
+	return size, syncDir(s.imagesDir())
+}
+
+// RemoveImage removes an image directory, in place or temporary.
+func RemoveImage(dir string) error { return os.RemoveAll(dir) }
 
 // CommitLayer makes the layer written in tmp durable and puts it in place
 // as id.
@@ -263,35 +341,45 @@ func (s *Store) List(f Filter) []*Record {
 }
 
 // GC removes every layer that no record names and inUse does not hold
-// (the layers of running sandboxes), and returns how many it removed.
+// (the layers of running sandboxes), and every image no record names, and
+// returns how many layers and images it removed.
 func (s *Store) GC(inUse map[string]bool) (int, error) {
 	keep := map[string]bool{}
 	for id := range inUse {
 		keep[id] = true
 	}
+	images := map[string]bool{}
 	s.mu.Lock()
 	for _, r := range s.recs {
 		for _, l := range r.Layers {
 			keep[l] = true
 		}
+		if r.Image != "" {
+			images[r.Image] = true
+		}
 	}
 	s.mu.Unlock()
-	entries, err := os.ReadDir(s.layersDir())
-	if err != nil {
-		return 0, err
-	}
 	var errs []error
 	n := 0
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || keep[e.Name()] {
-			continue
-		}
-		if err := layer.Remove(s.LayerPath(e.Name())); err != nil {
+	sweep := func(dir string, keep map[string]bool, remove func(string) error) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
 			errs = append(errs, err)
-			continue
+			return
 		}
-		n++
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".") || keep[e.Name()] {
+				continue
+			}
+			if err := remove(filepath.Join(dir, e.Name())); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			n++
+		}
 	}
+	sweep(s.layersDir(), keep, layer.Remove)
+	sweep(s.imagesDir(), images, RemoveImage)
 	return n, errors.Join(errs...)
 }
 
@@ -345,6 +433,15 @@ func writeDurable(path string, data []byte) error {
 		return err
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 func syncDir(dir string) error {

@@ -153,3 +153,62 @@ func TestCheckName(t *testing.T) {
 		}
 	}
 }
+
+// An image is committed whole or not at all, goes with its record, and a
+// temporary one (a cut capture, a fork's) is gone at the next Open.
+func TestImages(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	must(t, err)
+	newImage := func() (string, string) {
+		id, tmp, err := s.NewImage()
+		must(t, err)
+		must(t, os.MkdirAll(filepath.Join(tmp, "state"), 0o700))
+		must(t, os.WriteFile(filepath.Join(tmp, "state", "pages.img"), []byte("0123456789"), 0o600))
+		must(t, os.WriteFile(filepath.Join(tmp, "image.json"), []byte("{}"), 0o600))
+		return id, tmp
+	}
+	kept, keptTmp := newImage()
+	n, err := s.CommitImage(kept, keptTmp)
+	must(t, err)
+	if n != 12 {
+		t.Errorf("CommitImage size = %d, want 12", n)
+	}
+	if _, err := os.Stat(filepath.Join(s.ImagePath(kept), "state", "pages.img")); err != nil {
+		t.Errorf("the committed image: %v", err)
+	}
+	must(t, s.Put(&Record{ID: idA, Team: "a", Image: kept, ImageFormat: "f"}))
+	orphan, orphanTmp := newImage()
+	_, err = s.CommitImage(orphan, orphanTmp)
+	must(t, err)
+	_, cut := newImage()
+
+	if _, err := s.GC(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.ImagePath(orphan)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("an image no record names survived GC: %v", err)
+	}
+	if _, err := os.Stat(s.ImagePath(kept)); err != nil {
+		t.Errorf("GC removed a record's image: %v", err)
+	}
+	if _, err := os.Stat(cut); err != nil {
+		t.Errorf("GC removed an image being written: %v", err)
+	}
+
+	s, err = Open(dir)
+	must(t, err)
+	if _, err := os.Stat(cut); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Open left a temporary image: %v", err)
+	}
+	if r, err := s.Find("a", idA); err != nil || r.Image != kept {
+		t.Fatalf("after Open: %+v, %v", r, err)
+	}
+	must(t, s.Delete(idA))
+	if _, err := s.GC(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.ImagePath(kept)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the image of a deleted snapshot survived GC: %v", err)
+	}
+}

@@ -38,6 +38,7 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -102,14 +104,15 @@ func DefaultOptions(dir, runsc string) Options {
 // Runtime is the gvisor runtime.
 type Runtime struct {
 	opts      Options
-	root      string // runsc --root, shared by every sandbox
-	sandboxes string // <Dir>/sandboxes/<id>: bundle, meta, upper layer, checkpoint
+	format    func() (string, error) // ImageFormat, computed once
+	root      string                 // runsc --root, shared by every sandbox
+	sandboxes string                 // <Dir>/sandboxes/<id>: bundle, meta, upper layer, checkpoint
 	envd      sandboxrt.EnvdCopies
 }
 
 var (
-	_ sandboxrt.Runtime     = (*Runtime)(nil)
-	_ sandboxrt.Snapshotter = (*Runtime)(nil)
+	_ sandboxrt.Runtime       = (*Runtime)(nil)
+	_ sandboxrt.StateCapturer = (*Runtime)(nil)
 )
 
 // meta is what the runtime remembers of a sandbox beyond runsc's state.
@@ -171,6 +174,7 @@ func New(opts Options) (*Runtime, error) {
 		root:      filepath.Join(dir, "runsc-root"),
 		sandboxes: filepath.Join(dir, "sandboxes"),
 		envd:      sandboxrt.EnvdCopies{Dir: filepath.Join(dir, "bin"), Perm: 0o700},
+		format:    sync.OnceValues(func() (string, error) { return runscDigest(opts.Runsc) }),
 	}
 	for _, d := range []string{dir, r.root, r.sandboxes} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -332,6 +336,16 @@ func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
 		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
 	defer log.Close()
+	if spec.Image != "" {
+		// The sandbox's processes, memory and private layer come from
+		// the image; it only reads the image, which other restores may
+		// read at once.
+		err := r.runscDetached(ctx, log, m.Flags, "restore", "--image-path="+filepath.Join(spec.Image, imageState), "--bundle", dir, "--detach", spec.ID)
+		if err != nil {
+			return fmt.Errorf("sandbox %s: runsc restore: %w", spec.ID, err)
+		}
+		return nil
+	}
 	// run --detach is create and start in one process, which saves one
 	// start of runsc (tens of ms), and returns once envd was started;
 	// detached, the sandbox is not tied to the command's life. runsc hands
@@ -345,6 +359,11 @@ func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
 
 // envdPath is where envd appears inside every sandbox.
 const envdPath = "/usr/bin/envd"
+
+// upperTarName is the tar of the files put into a sandbox's root at start,
+// in its directory. A restore does not read it: the image holds the
+// sandbox's root as it was.
+const upperTarName = "upper.tar"
 
 // tmpKeeper is the file that keeps runsc from mounting a tmpfs on /tmp.
 const (
@@ -367,8 +386,15 @@ func (r *Runtime) prepare(spec *sandboxrt.Spec) (*meta, error) {
 	} else if !st.IsDir() {
 		return nil, fmt.Errorf("template %s is not a directory", rootfs)
 	}
-	envd, err := r.envd.Copy(spec.Envd)
-	if err != nil {
+	var envd string
+	if spec.Image != "" {
+		// The envd the image's processes run, which the gofer checks
+		// against the one it served when the image was taken.
+		envd = filepath.Join(spec.Image, imageEnvd)
+		if err := r.checkImage(spec.Image); err != nil {
+			return nil, err
+		}
+	} else if envd, err = r.envd.Copy(spec.Envd); err != nil {
 		return nil, err
 	}
 	if err := os.Mkdir(r.overlay(spec.ID), 0o700); err != nil {
@@ -417,10 +443,12 @@ func (r *Runtime) prepare(spec *sandboxrt.Spec) (*meta, error) {
 		if err != nil {
 			return nil, err
 		}
-		upperTar = filepath.Join(dir, "upper.tar")
-		if err := os.WriteFile(upperTar, data, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, upperTarName), data, 0o600); err != nil {
 			return nil, err
 		}
+		// runsc puts the sandbox's ID in for %ID%: one path for every
+		// sandbox, which a restore must give as its image's was.
+		upperTar = filepath.Join(r.sandboxes, "%ID%", upperTarName)
 		m.Flags = append(m.Flags, "--allow-rootfs-tar-annotation")
 	}
 	if spec.NetNS != "" {
@@ -840,6 +868,133 @@ func (r *Runtime) destroy(ctx context.Context, id string, m *meta, pid int) erro
 // checkpointed to disk (paused) has no running sentry to ask: resume it
 // first.
 func (r *Runtime) CaptureLayer(ctx context.Context, id, dir string) error {
+	return r.frozen(ctx, id, func(m *meta) error { return r.tarUpper(ctx, id, m, dir) })
+}
+
+// Files of a state image (CaptureState), in its directory.
+const (
+	// imageState is runsc checkpoint's image.
+	imageState = "state"
+	// imageEnvd is the envd binary the sandbox ran, for the restores to
+	// serve (a link to the runtime's copy when they share a filesystem).
+	imageEnvd = "envd"
+	// imageMeta is what else a restore needs: imageInfo.
+	imageMeta = "image.json"
+)
+
+// imageInfo is an image's imageMeta.
+type imageInfo struct {
+	// Format is the runtime's ImageFormat when the image was taken.
+	Format string `json:"format"`
+}
+
+// CaptureState implements sandboxrt.StateCapturer: with the sandbox
+// frozen (runsc pause), runsc tar rootfs-upper into layerDir and runsc
+// checkpoint --leave-running into imageDir, then the sandbox runs on. The
+// image holds the sentry's whole state, the private layer included (its
+// file store is the sentry's memory), and a link to the envd it runs.
+func (r *Runtime) CaptureState(ctx context.Context, id, layerDir, imageDir string) error {
+	format, err := r.ImageFormat()
+	if err != nil {
+		return err
+	}
+	return r.frozen(ctx, id, func(m *meta) error {
+		if err := r.tarUpper(ctx, id, m, layerDir); err != nil {
+			return err
+		}
+		if err := os.Mkdir(imageDir, 0o700); err != nil {
+			return fmt.Errorf("sandbox %s: %w", id, err)
+		}
+		if err := r.linkEnvd(id, filepath.Join(imageDir, imageEnvd)); err != nil {
+			return fmt.Errorf("sandbox %s: %w", id, err)
+		}
+		if _, err := r.runsc(ctx, m.Flags, "checkpoint", "--leave-running", "--image-path="+filepath.Join(imageDir, imageState), id); err != nil {
+			return fmt.Errorf("sandbox %s: runsc checkpoint: %w", id, err)
+		}
+		info, err := json.Marshal(imageInfo{Format: format})
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(imageDir, imageMeta), info, 0o600)
+	})
+}
+
+// linkEnvd puts the envd binary sandbox id runs at dst: a hard link to
+// the runtime's copy, or a copy of it on another filesystem.
+func (r *Runtime) linkEnvd(id, dst string) error {
+	var cfg struct {
+		Mounts []struct {
+			Destination string `json:"destination"`
+			Source      string `json:"source"`
+		} `json:"mounts"`
+	}
+	data, err := os.ReadFile(filepath.Join(r.dir(id), "config.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("config.json: %w", err)
+	}
+	src := ""
+	for _, mnt := range cfg.Mounts {
+		if mnt.Destination == envdPath {
+			src = mnt.Source
+		}
+	}
+	if src == "" {
+		return errors.New("config.json mounts no envd")
+	}
+	if err := os.Link(src, dst); err == nil || !errors.Is(err, unix.EXDEV) {
+		return err
+	}
+	return layer.CopySparse(src, dst)
+}
+
+// checkImage reports an image this runtime cannot restore: one another
+// runsc took (ErrImageFormat), or one not whole.
+func (r *Runtime) checkImage(dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, imageMeta))
+	if err != nil {
+		return fmt.Errorf("state image: %w", err)
+	}
+	var info imageInfo
+	if err := json.Unmarshal(data, &info); err != nil {
+		return fmt.Errorf("state image %s: %w", dir, err)
+	}
+	format, err := r.format()
+	if err != nil {
+		return err
+	}
+	if info.Format != format {
+		return fmt.Errorf("%w: state image %s is %s, this runtime restores %s", sandboxrt.ErrImageFormat, dir, info.Format, format)
+	}
+	return nil
+}
+
+// ImageFormat implements sandboxrt.StateCapturer: runsc's build (a digest
+// of its binary), since an image restores only under the runsc that took
+// it.
+func (r *Runtime) ImageFormat() (string, error) {
+	return r.format()
+}
+
+// runscDigest is the format of the images of the runsc binary at path.
+func runscDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("gvisor runtime: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("gvisor runtime: %w", err)
+	}
+	return fmt.Sprintf("gvisor/runsc-sha256:%x", h.Sum(nil)[:12]), nil
+}
+
+// frozen runs fn with the running sandbox id frozen (runsc pause), and
+// thaws it after.
+func (r *Runtime) frozen(ctx context.Context, id string, fn func(*meta) error) error {
 	m, err := r.readMeta(id)
 	if err != nil {
 		return err
@@ -862,6 +1017,11 @@ func (r *Runtime) CaptureLayer(ctx context.Context, id, dir string) error {
 			r.opts.Logger.Error("resuming a sandbox after copying its layer", "sandbox", id, "error", err)
 		}
 	}()
+	return fn(m)
+}
+
+// tarUpper unpacks the frozen sandbox's private layer into dir.
+func (r *Runtime) tarUpper(ctx context.Context, id string, m *meta, dir string) error {
 	tarPath := dir + ".tar"
 	defer os.Remove(tarPath)
 	if _, err := r.runsc(ctx, m.Flags, "tar", "rootfs-upper", "--file", tarPath, id); err != nil {
