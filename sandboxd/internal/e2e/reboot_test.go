@@ -14,13 +14,7 @@ import (
 
 func TestPauseFilesOnlyAndReboot(t *testing.T) {
 	t.Run("native", func(t *testing.T) { testPauseFilesOnly(t, newHost(t), "native") })
-	t.Run("gvisor", func(t *testing.T) {
-		runsc := os.Getenv("SKIFF_RUNSC")
-		if _, err := os.Stat(runsc); err != nil {
-			t.Fatalf("SKIFF_RUNSC=%q: %v (make runsc builds it)", runsc, err)
-		}
-		testPauseFilesOnly(t, newHost(t, "--runtime", "gvisor", "--runsc", runsc), "gvisor")
-	})
+	t.Run("gvisor", func(t *testing.T) { testPauseFilesOnly(t, gvisorHost(t), "gvisor") })
 }
 
 func testPauseFilesOnly(t *testing.T, h *host, runtime string) {
@@ -35,6 +29,28 @@ func testPauseFilesOnly(t *testing.T, h *host, runtime string) {
 	}
 	if got := state(); got != "kept\nlost\nserving\nc1\n" {
 		t.Fatalf("before the pause: %q", got)
+	}
+	// Each boot of a sandbox has a boot ID of its own, not the host's nor
+	// another sandbox's.
+	bootID := func(id, token string) string {
+		t.Helper()
+		got := h.mustRun(id, token, "user", "cat /proc/sys/kernel/random/boot_id").Stdout
+		if len(got) != 37 {
+			t.Fatalf("boot_id in %s: %q", id, got)
+		}
+		return got
+	}
+	host, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstBoot := bootID(id, token)
+	other := h.create(nil)
+	if firstBoot == string(host) || firstBoot == bootID(other.GetSandbox().GetId(), other.GetEnvdAccessToken()) {
+		t.Errorf("the sandbox's boot ID %q is the host's or another sandbox's", firstBoot)
+	}
+	if got := h.mustRun(id, token, "root", "echo x > /proc/sys/kernel/random/boot_id 2>&1; umount /proc/sys/kernel/random/boot_id 2>&1; cat /proc/sys/kernel/random/boot_id"); !strings.HasSuffix(got.Stdout, firstBoot) {
+		t.Errorf("root in the sandbox changed its boot ID: %q", got.Stdout)
 	}
 
 	resp, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id, FilesOnly: true}))
@@ -66,9 +82,23 @@ func testPauseFilesOnly(t *testing.T, h *host, runtime string) {
 	if got := h.mustRun(id, token, "user", "id -u; hostname"); got.Stdout != "1000\ne2b\n" {
 		t.Errorf("after the boot, as user: %q", got.Stdout)
 	}
+	secondBoot := bootID(id, token)
+	if secondBoot == firstBoot {
+		t.Errorf("the boot after a files-only pause kept the boot ID %q", firstBoot)
+	}
 	h.mustRun(id, token, "root", "echo second > /data/g && echo lost > /dev/shm/m && httpd -p 9999 -h /data && echo ok")
 
-	// A pause that kept memory, resumed as a reboot.
+	// A pause that kept memory, resumed as a reboot; a resume keeps the
+	// boot.
+	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.api.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if got := bootID(id, token); got != secondBoot {
+		t.Errorf("a resume changed the boot ID from %q to %q", secondBoot, got)
+	}
 	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id})); err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +107,9 @@ func testPauseFilesOnly(t *testing.T, h *host, runtime string) {
 	}
 	if got := state(); got != "kept\nno-shm\nno-server\nc1\n" {
 		t.Errorf("after the reboot: %q", got)
+	}
+	if got := bootID(id, token); got == secondBoot {
+		t.Errorf("a reboot kept the boot ID %q", got)
 	}
 	if got := h.mustRun(id, token, "root", "cat /data/g"); !strings.Contains(got.Stdout, "second") {
 		t.Errorf("a file written after the first boot: %q", got.Stdout)

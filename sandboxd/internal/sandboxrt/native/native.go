@@ -385,6 +385,7 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 	if err := c.Start(p); err != nil {
 		return fmt.Errorf("sandbox %s: create container: %w", spec.ID, err)
 	}
+
 	// Reap the init when it exits, while this sandboxd lives, keeping its
 	// status for WaitExit; after a restart the host's init (or subreaper)
 	// reaps it.
@@ -396,6 +397,13 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 		st, _ := p.Wait()
 		reaped <- st
 	}()
+	pid, err := p.Pid()
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	if err := r.mountBootID(spec.ID, pid); err != nil {
+		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
 	if !run {
 		r.mu.Lock()
 		r.prepared[spec.ID] = c
