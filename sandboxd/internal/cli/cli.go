@@ -85,11 +85,12 @@ func buildCommand(library func() (*template.Library, error)) *cobra.Command {
 	o := NewBuildOptions()
 	cmd := &cobra.Command{
 		Use:   "build base",
-		Short: "Build the built-in template \"base\" (Debian with bash, python3, curl and git) with debootstrap",
+		Short: "Build the built-in template \"base\" (Debian with bash, python3, pip, curl, git and sudo) with debootstrap",
 		Long: `Build the built-in template "base", the one the e2b SDKs start by default:
-Debian (debootstrap's minbase variant) with bash, coreutils, python3,
-ca-certificates, curl, git and procps, and the user "user" (uid 1000, home
-/home/user, shell /bin/bash, no sudo). Needs root and debootstrap.
+Debian (debootstrap's minbase variant) with bash, coreutils, python3 (also as
+python), pip, ca-certificates, curl, git, procps and sudo, and the user "user"
+(uid 1000, home /home/user, shell /bin/bash, passwordless sudo). Needs root and
+debootstrap.
 
 The finished root filesystem and the downloaded packages are cached in
 --cache-dir, so building again with the same options takes seconds and

@@ -360,14 +360,26 @@ func TestBaseTemplate(t *testing.T) {
 	if _, err := exec.LookPath("debootstrap"); err != nil {
 		t.Fatal("the base template needs debootstrap (apt-get install debootstrap)")
 	}
-	h := newHostWith(t, func(lib *template.Library) (*template.Template, error) {
+	base := func(lib *template.Library) (*template.Template, error) {
 		return lib.BuildBase(context.Background(), template.BaseOptions{Progress: io.Discard})
-	})
-	c := h.create(nil)
-	got := h.mustRun(c.GetSandbox().GetId(), c.GetEnvdAccessToken(), "user",
-		`exec bash -l -c 'whoami; pwd; python3 -c "print(6*7)"; python -c "print(7*7)"; git --version >/dev/null && curl --version >/dev/null && echo tools; pip --version >/dev/null && pip install --dry-run --no-index nothing-here 2>&1 | grep -c externally-managed; sudo true 2>/dev/null || echo no-sudo; getent hosts localhost >/dev/null && echo hosts'`)
-	if got.Stdout != "user\n/home/user\n42\n49\ntools\n0\nno-sudo\nhosts\n" || got.ExitCode != 0 {
-		t.Errorf("in the base template: %+v", got)
+	}
+	for _, rt := range []string{"native", "gvisor"} {
+		t.Run(rt, func(t *testing.T) {
+			var h *host
+			if rt == "gvisor" {
+				h = newHostWith(t, base, "--runtime", "gvisor", "--runsc", os.Getenv("SKIFF_RUNSC"))
+			} else {
+				h = newHostWith(t, base)
+			}
+			c := h.create(nil)
+			// user's sudo makes it root of the sandbox, without a password,
+			// and root there holds no more than before.
+			got := h.mustRun(c.GetSandbox().GetId(), c.GetEnvdAccessToken(), "user",
+				`exec bash -l -c 'whoami; pwd; python3 -c "print(6*7)"; python -c "print(7*7)"; git --version >/dev/null && curl --version >/dev/null && echo tools; pip --version >/dev/null && pip install --dry-run --no-index nothing-here 2>&1 | grep -c externally-managed; sudo -n whoami; sudo -n sh -c "echo ok > /etc/by-sudo" && cat /etc/by-sudo; getent hosts localhost >/dev/null && echo hosts'`)
+			if got.Stdout != "user\n/home/user\n42\n49\ntools\n0\nroot\nok\nhosts\n" || got.ExitCode != 0 {
+				t.Errorf("in the base template: %+v", got)
+			}
+		})
 	}
 }
 

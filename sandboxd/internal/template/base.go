@@ -31,14 +31,16 @@ const BaseName = "base"
 // baseRecipe versions what BuildBase does to a root filesystem besides
 // debootstrap's own work. Bump it when the post-processing changes so cached
 // root filesystems are built again.
-const baseRecipe = "2"
+const baseRecipe = "3"
 
 // BasePackages are the packages the base template adds to debootstrap's
 // minbase variant (which already has bash and coreutils; they are listed
 // because the template promises them): what e2b's base template offers
-// and the SDKs' examples use, python as well as python3, and pip. sudo is
-// deliberately absent: the sandbox's user has no way to become root.
-var BasePackages = []string{"bash", "coreutils", "python3", "python-is-python3", "python3-pip", "ca-certificates", "curl", "git", "procps"}
+// and the SDKs' examples use, python as well as python3, pip, and sudo,
+// which lets user become root without a password, as in e2b's template.
+// That is no more than the API gives (it runs commands as root): root in a
+// sandbox is root of its user namespace only.
+var BasePackages = []string{"bash", "coreutils", "python3", "python-is-python3", "python3-pip", "ca-certificates", "curl", "git", "procps", "sudo"}
 
 // The account the e2b SDKs run commands as.
 const (
@@ -102,7 +104,8 @@ func (l *Library) BuildBase(ctx context.Context, opts BaseOptions) (*Template, e
 
 // BuildBase prepares the base root filesystem with debootstrap: Debian
 // (minbase) with opts.Packages, an unprivileged account "user" (uid and gid
-// 1000, home /home/user, shell /bin/bash, no sudo), no apt lists or package
+// 1000, home /home/user, shell /bin/bash, passwordless sudo when the
+// packages have sudo), no apt lists or package
 // caches, a neutral /etc/hostname and an empty /etc/resolv.conf.
 //
 // The result is cached under opts.CacheDir, keyed by the suite, mirror,
@@ -224,9 +227,6 @@ func (o BaseOptions) withDefaults() (BaseOptions, error) {
 	for _, p := range o.Packages {
 		if !packageRE.MatchString(p) {
 			return o, fmt.Errorf("package %q is not a Debian package name", p)
-		}
-		if p == "sudo" {
-			return o, errors.New("the base template's user has no sudo: leave sudo out of the packages")
 		}
 	}
 	return o, nil
@@ -456,6 +456,9 @@ func finishBase(dir string) error {
 	if err := makeHome(root); err != nil {
 		return err
 	}
+	if err := allowSudo(root); err != nil {
+		return err
+	}
 	// sandboxd writes the sandbox's own resolv.conf and hostname at start;
 	// keep nothing of the build host's.
 	for name, content := range map[string]string{
@@ -491,6 +494,25 @@ func finishBase(dir string) error {
 		return err
 	}
 	return shrink(root)
+}
+
+// sudoersFile lets user run anything as anyone, without a password, as in
+// e2b's template; it is written when the packages brought sudo.
+const (
+	sudoersFile  = "etc/sudoers.d/" + baseUser
+	sudoersEntry = baseUser + " ALL=(ALL:ALL) NOPASSWD: ALL\n"
+)
+
+func allowSudo(root *os.Root) error {
+	if _, err := root.Stat("usr/bin/sudo"); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if err := root.MkdirAll("etc/sudoers.d", 0o755); err != nil {
+		return err
+	}
+	return replaceFile(root, sudoersFile, sudoersEntry, 0o440)
 }
 
 // replaceFile makes name a regular file holding content, replacing whatever

@@ -3,6 +3,7 @@ package template
 import (
 	"bytes"
 	"context"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,7 +136,7 @@ func TestBaseOptions(t *testing.T) {
 		t.Errorf("defaults = %+v", o)
 	}
 	key := baseCacheKey(o)
-	same, _ := BaseOptions{Mirror: "http://m.example/debian", Packages: []string{"procps", "python3-pip", "git", "curl", "ca-certificates", "python3", "python-is-python3", "coreutils", "bash", "git"}}.withDefaults()
+	same, _ := BaseOptions{Mirror: "http://m.example/debian", Packages: []string{"procps", "sudo", "python3-pip", "git", "curl", "ca-certificates", "python3", "python-is-python3", "coreutils", "bash", "git"}}.withDefaults()
 	if baseCacheKey(same) != key {
 		t.Error("the key depends on the packages' order or a mirror's trailing slash")
 	}
@@ -152,7 +153,7 @@ func TestBaseOptions(t *testing.T) {
 	}
 	for _, bad := range []BaseOptions{
 		{Suite: "../x"}, {Mirror: "ftp://m.example/debian"}, {Mirror: "http://"},
-		{Packages: []string{"bash", "--foo"}}, {Packages: []string{"bash", "sudo"}}, {Arch: "x y"},
+		{Packages: []string{"bash", "--foo"}}, {Arch: "x y"},
 	} {
 		if _, err := bad.withDefaults(); err == nil {
 			t.Errorf("%+v accepted", bad)
@@ -211,6 +212,7 @@ printf '# bashrc\n' > etc/skel/.bashrc
 printf 'x\n' > etc/skel/.config/x
 mkdir -p usr/lib/python3.11 && printf '[externally-managed]\n' > usr/lib/python3.11/EXTERNALLY-MANAGED
 printf '#!/bin/sh\n' > bin/bash
+mkdir -p usr/bin && printf '#!/bin/sh\n' > usr/bin/sudo && chmod 4755 usr/bin/sudo
 chmod 700 tmp
 ln -s /run/systemd/resolve/stub-resolv.conf etc/resolv.conf
 echo buildhost > etc/hostname
@@ -246,7 +248,7 @@ func TestBuildBaseFake(t *testing.T) {
 		t.Errorf("first build = %+v", r)
 	}
 	args, _ := os.ReadFile(runs)
-	for _, want := range []string{"--variant=minbase", "--cache-dir=" + cache + "/debs", "--include=bash,ca-certificates,coreutils,curl,git,procps,python-is-python3,python3,python3-pip", " bookworm ", " http://m.example/debian"} {
+	for _, want := range []string{"--variant=minbase", "--cache-dir=" + cache + "/debs", "--include=bash,ca-certificates,coreutils,curl,git,procps,python-is-python3,python3,python3-pip,sudo", " bookworm ", " http://m.example/debian"} {
 		if !strings.Contains(string(args), want) {
 			t.Errorf("debootstrap ran with %q, want %q in it", args, want)
 		}
@@ -263,6 +265,10 @@ func TestBuildBaseFake(t *testing.T) {
 	checkFile("etc/gshadow", "root:*::\nuser:!::\n")
 	checkFile("etc/resolv.conf", "")
 	checkFile("etc/hostname", "sandbox\n")
+	checkFile("etc/sudoers.d/user", "user ALL=(ALL:ALL) NOPASSWD: ALL\n")
+	if st, err := os.Stat(filepath.Join(r.Dir, "etc/sudoers.d/user")); err != nil || st.Mode().Perm() != 0o440 {
+		t.Errorf("etc/sudoers.d/user: %v, %v; sudo reads only a 0440 file", st, err)
+	}
 	if _, err := os.Stat(filepath.Join(r.Dir, "usr/lib/python3.11/EXTERNALLY-MANAGED")); !os.IsNotExist(err) {
 		t.Errorf("Debian's PEP 668 marker is left, so pip would refuse installs: %v", err)
 	}
@@ -420,10 +426,11 @@ func TestBuildBase(t *testing.T) {
 			t.Errorf("missing %s: %v", p, err)
 		}
 	}
-	for _, p := range []string{"usr/bin/sudo", "bin/sudo"} {
-		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
-			t.Errorf("%s exists; the user must have no sudo", p)
-		}
+	if st, err := os.Stat(filepath.Join(root, "usr/bin/sudo")); err != nil || st.Mode()&fs.ModeSetuid == 0 {
+		t.Errorf("usr/bin/sudo: %v, %v; want it setuid", st, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(root, "etc/sudoers.d/user")); err != nil || string(got) != "user ALL=(ALL:ALL) NOPASSWD: ALL\n" {
+		t.Errorf("etc/sudoers.d/user = %q, %v", got, err)
 	}
 	passwd, _ := os.ReadFile(filepath.Join(root, "etc/passwd"))
 	if !strings.Contains(string(passwd), "\nuser:x:1000:1000::/home/user:/bin/bash\n") {

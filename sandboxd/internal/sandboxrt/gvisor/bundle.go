@@ -60,7 +60,8 @@ func (r *Runtime) config(spec *sandboxrt.Spec, rootfs, envd, upperTar string) *s
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},
-			NoNewPrivileges: true,
+			// As under the native runtime: setuid programs (sudo) work.
+			NoNewPrivileges: false,
 		},
 		Root:     &specs.Root{Path: rootfs},
 		Hostname: spec.Hostname,

@@ -418,6 +418,8 @@ func (r *Runtime) prepare(spec *sandboxrt.Spec) (*meta, error) {
 		"--platform=" + r.opts.Platform,
 		"--network=sandbox",
 		"--overlay2=" + overlay,
+		// setuid programs (sudo) work, as under the native runtime.
+		"--allow-suid",
 	}
 	m.Flags = append(m.Flags, r.opts.RunscFlags...)
 	if len(spec.Layers) > 0 {

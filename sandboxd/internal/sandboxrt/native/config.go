@@ -56,10 +56,12 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd, usernsPath str
 			{Type: configs.NEWCGROUP},
 			{Type: configs.NEWNET, Path: spec.NetNS},
 		},
-		UIDMappings:     ids,
-		GIDMappings:     ids,
-		Capabilities:    caps,
-		NoNewPrivileges: true,
+		UIDMappings:  ids,
+		GIDMappings:  ids,
+		Capabilities: caps,
+		// Off, as in Docker: setuid programs of the template (sudo) work,
+		// and make their caller root of the sandbox's user namespace only.
+		NoNewPrivileges: false,
 		Seccomp:         sc,
 		OomScoreAdj:     &oomScoreAdj,
 		Cgroups: &cgroups.Cgroup{

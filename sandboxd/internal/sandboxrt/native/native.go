@@ -2,8 +2,9 @@
 // libcontainer, in process: user, pid, mount, uts, ipc and cgroup namespaces
 // of their own, the network namespace sandboxd prepared, cgroup limits for
 // CPU, memory and pids under sandboxd's own cgroup, Docker's default seccomp
-// profile, no_new_privs, and Docker's default capabilities — which, inside a
-// user namespace, are no capabilities on the host.
+// profile, and Docker's default capabilities — which, inside a user
+// namespace, are no capabilities on the host. As in Docker, no_new_privs is
+// off, so setuid programs (the base template's sudo) work inside.
 //
 // Each sandbox's root is an overlay: the template's read-only tree, idmapped
 // into the sandbox's uid range, under a private upper directory. Each
