@@ -210,3 +210,25 @@ func TestDoSwitchFails(t *testing.T) {
 	}
 	checkAllThreadsAreTheProcess(t, process, -1)
 }
+
+// TestDoWithoutFSIDs: where the kernel has no setfsuid and setfsgid
+// (gVisor's), the thread's effective ids stand in for them, with the same
+// results, and every thread but the one in Do keeps the process's identity.
+func TestDoWithoutFSIDs(t *testing.T) {
+	had := haveFSIDs
+	haveFSIDs = false
+	t.Cleanup(func() { haveFSIDs = had })
+	t.Run("identity", TestDoTakesTheUsersIdentityOnItsThreadOnly)
+	t.Run("concurrent", TestDoConcurrent)
+	t.Run("panic", TestDoPanic)
+	t.Run("switch fails", TestDoSwitchFails)
+	// Back from the user, the thread has root's effective capabilities
+	// again: it reads a 0600 file of another user.
+	tr := asusertest.New(t)
+	if err := Do(tr.User, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(tr.Secret); err != nil {
+		t.Errorf("after Do, the process cannot read root's file: %v", err)
+	}
+}
