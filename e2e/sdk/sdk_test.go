@@ -51,3 +51,37 @@ func TestSDK(t *testing.T) {
 		})
 	}
 }
+
+// TestSDKGvisor runs the suite's sandbox-state cases (snapshots, forks,
+// pauses, the base template) with the newest SDK against a system whose
+// sandboxd runs gVisor, where snapshots and forks keep memory and
+// processes.
+func TestSDKGvisor(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("node is needed: apt-get install nodejs npm")
+	}
+	if _, err := os.Stat("node_modules/e2b"); err != nil {
+		t.Fatal("the SDKs are not installed: run `npm ci` in e2e/sdk (make sdk-deps does)")
+	}
+	runsc := os.Getenv("SKIFF_RUNSC")
+	if _, err := os.Stat(runsc); err != nil {
+		t.Fatalf("SKIFF_RUNSC=%q: %v (make runsc builds it)", runsc, err)
+	}
+	sys := systemtest.StartWith(t, systemtest.Options{Runtime: "gvisor", RunscPath: runsc}, "team-a", "team-b")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1",
+		"--test-name-pattern=create, run as user|snapshot|fork|pause", "sdk.test.mjs")
+	cmd.Env = append(os.Environ(),
+		"E2B_PACKAGE=e2b", "SKIFF_RUNTIME=gvisor",
+		"E2B_API_URL="+sys.APIURL,
+		"E2B_SANDBOX_URL="+sys.SandboxURL,
+		"E2B_API_KEY="+sys.Keys["team-a"],
+		"SKIFF_API_KEY_B="+sys.Keys["team-b"],
+	)
+	out, err := cmd.CombinedOutput()
+	t.Logf("node --test (e2b on gVisor):\n%s", out)
+	if err != nil {
+		t.Fatalf("the SDK suite failed on gVisor: %v", err)
+	}
+}

@@ -29,6 +29,11 @@ func Start(tb testing.TB, teams ...string) *system.System {
 type Options struct {
 	// Env is added to the servers' environment (system.Config.Env).
 	Env []string
+	// Runtime and RunscPath are sandboxd's --runtime and --runsc (the
+	// native runtime when empty).
+	Runtime, RunscPath string
+	// Domain and DomainPort turn domain mode on (system.Config).
+	Domain, DomainPort string
 }
 
 // StartWith is Start with options.
@@ -71,7 +76,9 @@ func StartWith(tb testing.TB, o Options, teams ...string) *system.System {
 		NFTTable:            "skiff_sys_" + suffix, CgroupParent: "skiff-sys-" + suffix, IfacePrefix: "y" + suffix,
 		SandboxCIDR: fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4),
 		Env:         o.Env,
-		Progress:    testWriter{tb},
+		Runtime:     o.Runtime, RunscPath: o.RunscPath,
+		Domain: o.Domain, DomainPort: o.DomainPort,
+		Progress: testWriter{tb},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
