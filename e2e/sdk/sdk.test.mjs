@@ -7,6 +7,9 @@
 //   SKIFF_API_KEY_B                             a key of a second team
 //   E2B_PACKAGE                                 "e2b" (2.51.0), "e2b-2.50.0", "e2b-2.45.0" or "e2b-2.13.1"
 //   SKIFF_RUNTIME                               sandboxd's runtime: "native" (the default) or "gvisor"
+//
+// In domain mode (make up --domain) E2B_DOMAIN replaces E2B_API_URL and
+// E2B_SANDBOX_URL, and NODE_EXTRA_CA_CERTS names the local CA.
 import { test, afterEach } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
@@ -14,7 +17,9 @@ import http from 'node:http'
 
 const pkg = process.env.E2B_PACKAGE || 'e2b'
 const { Sandbox, CommandExitError } = await import(pkg)
-for (const v of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'SKIFF_API_KEY_B']) {
+// Domain mode: the SDK names everything under E2B_DOMAIN, over TLS.
+const domainMode = !process.env.E2B_SANDBOX_URL
+for (const v of domainMode ? ['E2B_DOMAIN', 'E2B_API_KEY', 'SKIFF_API_KEY_B'] : ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'SKIFF_API_KEY_B']) {
   if (!process.env[v]) throw new Error(`set ${v}`)
 }
 // 2.13.x is here for one thing: its /files calls carry no routing headers.
@@ -190,8 +195,12 @@ test(`${pkg}: a PTY session`, { skip: legacy && 'not what 2.13 is here for' }, a
 })
 
 // get sends a request for host through the proxy, as a browser would for
-// getHost(port) with wildcard DNS.
-function get(host, headers = {}) {
+// getHost(port) with wildcard DNS; in domain mode, to the name itself.
+async function get(host, headers = {}) {
+  if (domainMode) {
+    const res = await fetch(`https://${host}/`, { headers })
+    return { status: res.status, body: await res.text() }
+  }
   const proxy = new URL(process.env.E2B_SANDBOX_URL)
   return new Promise((resolve, reject) => {
     const req = http.request({ host: proxy.hostname, port: proxy.port, path: '/', headers: { Host: host, ...headers } }, (res) => {
@@ -224,6 +233,29 @@ test(`${pkg}: a user port reached through {port}-{id}.{domain}`, { skip: legacy 
   const res = await get(host)
   assert.equal(res.status, 200)
   assert.equal(res.body, 'served-8080\n')
+})
+
+test(`${pkg}: presigned uploadUrl and downloadUrl, without the SDK (domain mode)`, { skip: (legacy || !domainMode) && 'they name the sandbox by host: domain mode' }, async () => {
+  const sbx = await create({ secure: true })
+  const up = await sbx.uploadUrl('/home/user/up.txt')
+  assert.match(up, new RegExp(`^https://49983-${sbx.sandboxId}\\.`))
+  const form = new FormData()
+  form.append('file', new Blob(['uploaded without the SDK']), 'up.txt')
+  let res = await fetch(up, { method: 'POST', body: form })
+  assert.equal(res.status, 200, await res.text())
+  res = await fetch(await sbx.downloadUrl('/home/user/up.txt'))
+  assert.equal(res.status, 200)
+  assert.equal(await res.text(), 'uploaded without the SDK')
+  assert.equal((await sbx.commands.run('stat -c %U /home/user/up.txt')).stdout, 'user\n')
+  // A signature for another path, or past its expiry, opens nothing.
+  const other = new URL(await sbx.downloadUrl('/home/user/up.txt'))
+  other.searchParams.set('path', '/home/user/.bashrc')
+  assert.equal((await fetch(other)).status, 401)
+  const expiring = await sbx.downloadUrl('/home/user/up.txt', { useSignatureExpiration: 1 })
+  await new Promise((r) => setTimeout(r, 2100))
+  res = await fetch(expiring)
+  assert.equal(res.status, 401)
+  assert.deepEqual(await res.json(), { code: 401, message: 'signature is already expired' })
 })
 
 test(`${pkg}: private traffic needs the traffic access token`, { skip: legacy && 'not what 2.13 is here for' }, async () => {

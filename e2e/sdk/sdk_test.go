@@ -5,6 +5,7 @@ package sdk
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -49,6 +50,49 @@ func TestSDK(t *testing.T) {
 				t.Fatalf("the SDK suite failed with %s: %v", pkg, err)
 			}
 		})
+	}
+}
+
+// TestSDKDomain runs the suite with the newest SDK against the system in
+// domain mode, given E2B_DOMAIN and the local CA only: the API, envd and the
+// sandboxes' ports by name over TLS, presigned file URLs among them. The
+// domain carries a port, so that the test needs neither port 443 nor
+// leaves it to a `make up` on the machine.
+func TestSDKDomain(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("node is needed: apt-get install nodejs npm")
+	}
+	if _, err := os.Stat("node_modules/e2b"); err != nil {
+		t.Fatal("the SDKs are not installed: run `npm ci` in e2e/sdk (make sdk-deps does)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	_ = l.Close()
+	sys := systemtest.StartWith(t, systemtest.Options{Domain: "skiff.localhost", DomainPort: port}, "team-a", "team-b")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1",
+		"--test-name-pattern=create, run as user|files write|presigned|a user port|private traffic|autoResume wakes|a snapshot starts|fork gives", "sdk.test.mjs")
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "E2B_") {
+			env = append(env, e)
+		}
+	}
+	cmd.Env = append(env,
+		"E2B_PACKAGE=e2b",
+		"E2B_DOMAIN="+sys.E2BDomain,
+		"NODE_EXTRA_CA_CERTS="+sys.DomainFiles.CA,
+		"E2B_API_KEY="+sys.Keys["team-a"],
+		"SKIFF_API_KEY_B="+sys.Keys["team-b"],
+	)
+	out, err := cmd.CombinedOutput()
+	t.Logf("node --test (e2b, E2B_DOMAIN=%s):\n%s", sys.E2BDomain, out)
+	if err != nil {
+		t.Fatalf("the SDK suite failed in domain mode: %v", err)
 	}
 }
 

@@ -47,7 +47,22 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "skiff-up:", err)
 		return 1
 	}
-	fmt.Printf(`
+	if sys.E2BDomain != "" {
+		fmt.Printf(`
+Skiff is up: sandboxd, sandbox-apiserver and sandbox-envd-proxy on this machine (logs in %s),
+served as https://api.%s and https://*.%s with a certificate of a local CA.
+Point an unmodified e2b SDK at it (NODE_EXTRA_CA_CERTS for JS, SSL_CERT_FILE for Python):
+
+unset E2B_API_URL E2B_SANDBOX_URL
+export E2B_DOMAIN=%s
+export E2B_API_KEY=%s
+export NODE_EXTRA_CA_CERTS=%s
+export SSL_CERT_FILE=%s
+
+Ctrl-C kills the sandboxes and stops it all; a server that dies before is restarted.
+`, sys.LogDir(), sys.E2BDomain, sys.E2BDomain, sys.E2BDomain, sys.Keys["default"], sys.DomainFiles.CA, sys.DomainFiles.Bundle)
+	} else {
+		fmt.Printf(`
 Skiff is up: sandboxd, sandbox-apiserver and sandbox-envd-proxy on this machine (logs in %s).
 Point an unmodified e2b SDK at it:
 
@@ -56,7 +71,9 @@ export E2B_SANDBOX_URL=%s
 export E2B_API_KEY=%s
 
 Ctrl-C kills the sandboxes and stops it all; a server that dies before is restarted.
+(Presigned file URLs and getHost need names: make up UP_FLAGS=--domain=skiff.localhost.)
 `, sys.LogDir(), sys.APIURL, sys.SandboxURL, sys.Keys["default"])
+	}
 
 	code := 0
 	<-ctx.Done()

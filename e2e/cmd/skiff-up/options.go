@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -46,6 +48,10 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 		"(sandbox-apiserver --create-burst-per-team); 0 is passed as 1; not negative.")
 	fs.IntVar(&o.cfg.MaxSandboxesPerTeam, "max-sandboxes-per-team", system.DefaultMaxSandboxesPerTeam, "Most sandboxes, running and paused, one team may have "+
 		"(sandbox-apiserver --max-sandboxes-per-team); 0: no limit; not negative.")
+	fs.StringVar(&o.cfg.Domain, "domain", "", "Domain mode: also serve https://api.<domain> and https://<port>-<sandboxID>.<domain> on loopback, with a certificate of a local CA kept in "+
+		"<state-dir>/domain, and print E2B_DOMAIN instead of E2B_API_URL and E2B_SANDBOX_URL, so that presigned file URLs and getHost work (skiff.localhost: "+
+		"*.localhost must resolve to loopback, as with systemd-resolved or libnss-myhostname); empty: off.")
+	fs.StringVar(&o.cfg.DomainPort, "domain-port", "443", "With --domain: the loopback port it is served on; another than 443 is part of E2B_DOMAIN (skiff.localhost:8443).")
 	fs.StringSliceVar(&o.cfg.WarmPools, "warm-pool", nil, "Warm pools, as template=replicas (base=2), repeated or comma-separated "+
 		"(sandbox-apiserver --warm-pool): that many sandboxes are kept started, so that a create claims one in milliseconds; each holds its share of the host as a running one does.")
 }
@@ -77,6 +83,14 @@ func (o *options) Validate() error {
 	}
 	if c.Bin == "" || c.State == "" || c.RunDir == "" {
 		add("--bin, --state-dir and --run-dir must not be empty")
+	}
+	if c.Domain != "" {
+		if strings.ContainsAny(c.Domain, ":/ ") || strings.HasPrefix(c.Domain, ".") || strings.HasSuffix(c.Domain, ".") || !strings.Contains(c.Domain, ".") {
+			add("--domain %q: want a domain name such as skiff.localhost", c.Domain)
+		}
+		if p, err := strconv.Atoi(c.DomainPort); err != nil || p < 1 || p > 65535 {
+			add("--domain-port %q: want a port", c.DomainPort)
+		}
 	}
 	if c.CreateRatePerTeam < 0 || c.CreateBurstPerTeam < 0 || c.MaxSandboxesPerTeam < 0 {
 		add("--create-rate-per-team, --create-burst-per-team and --max-sandboxes-per-team must not be negative")

@@ -14,11 +14,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -81,6 +83,11 @@ type Config struct {
 	CreateBurstPerTeam, MaxSandboxesPerTeam int
 	// WarmPools are the apiserver's --warm-pool values (template=replicas).
 	WarmPools []string
+	// Domain, when set, turns domain mode on (domain.go): the system also
+	// answers https://api.<Domain> and https://<port>-<id>.<Domain> on
+	// loopback port DomainPort ("443" when empty), with a certificate of
+	// a local CA kept in State/domain.
+	Domain, DomainPort string
 	// Env is added to the servers' environment (sandboxd's, the
 	// apiserver's and the proxy's), which is otherwise this process's:
 	// e.g. OTEL_EXPORTER_OTLP_ENDPOINT, to export their traces.
@@ -92,11 +99,17 @@ type Config struct {
 // System is a running system.
 type System struct {
 	cfg Config
-	// APIURL is E2B_API_URL, SandboxURL E2B_SANDBOX_URL.
+	// APIURL is E2B_API_URL, SandboxURL E2B_SANDBOX_URL: the servers'
+	// own addresses, plain HTTP on loopback.
 	APIURL, SandboxURL string
+	// E2BDomain is E2B_DOMAIN in domain mode (the domain, with :port
+	// when that is not 443), and DomainFiles the CA its clients trust.
+	E2BDomain   string
+	DomainFiles DomainFiles
 	// Keys maps each team to its API key (E2B_API_KEY).
 	Keys map[string]string
 
+	front       *front        // domain mode's listener
 	procs       []*proc       // in start order
 	quit        chan struct{} // closed by Stop: no more restarts
 	supervisors sync.WaitGroup
@@ -139,8 +152,27 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	defer func() {
 		if err != nil {
 			s.stopProcesses()
+			if s.front != nil {
+				s.front.close()
+			}
 		}
 	}()
+	var cert *tls.Certificate
+	if cfg.Domain != "" {
+		if cfg.DomainPort == "" {
+			cfg.DomainPort = "443"
+		}
+		s.E2BDomain = cfg.Domain
+		if cfg.DomainPort != "443" {
+			s.E2BDomain = net.JoinHostPort(cfg.Domain, cfg.DomainPort)
+		}
+		if err := checkDomainResolves(ctx, cfg.Domain); err != nil {
+			return nil, err
+		}
+		if cert, s.DomainFiles, err = domainTLS(filepath.Join(cfg.State, "domain"), cfg.Domain); err != nil {
+			return nil, fmt.Errorf("domain mode: %w", err)
+		}
+	}
 
 	sandboxdBin := filepath.Join(cfg.Bin, "sandboxd")
 	sbState := filepath.Join(cfg.State, "sandboxd")
@@ -188,6 +220,9 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	for _, p := range cfg.WarmPools {
 		apiArgs = append(apiArgs, "--warm-pool", p)
 	}
+	if s.E2BDomain != "" {
+		apiArgs = append(apiArgs, "--sandbox-domain", s.E2BDomain)
+	}
 	if err := s.start("sandbox-apiserver", filepath.Join(cfg.Bin, "sandbox-apiserver"), apiArgs...); err != nil {
 		return nil, err
 	}
@@ -203,6 +238,13 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 	if err := s.waitTemplate(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}
+	if cert != nil {
+		errLog := log.New(&progressLines{s: s, prefix: "domain front: "}, "", 0)
+		if s.front, err = startFront(cfg.Domain, cfg.DomainPort, cert, cfg.APIListen, cfg.ProxyListen, errLog); err != nil {
+			return nil, err
+		}
+		s.progressf("serving https://api.%s and https://*.%s on loopback", s.E2BDomain, s.E2BDomain)
+	}
 	s.supervise()
 	return s, nil
 }
@@ -215,6 +257,9 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 // for the next start's sandboxd to re-adopt them.
 func (s *System) Stop(ctx context.Context) error {
 	s.stopSupervising()
+	if s.front != nil {
+		s.front.close()
+	}
 	var errs []error
 	if len(s.procs) > 0 { // sandboxd was started
 		if err := s.killSandboxes(ctx); err != nil {
