@@ -1,11 +1,13 @@
 package nodetoken_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -121,5 +123,28 @@ func TestOptions(t *testing.T) {
 				t.Fatalf("loaded the wrong tokens")
 			}
 		})
+	}
+}
+
+func TestPullTicket(t *testing.T) {
+	Derive, PullTicket, CheckPullTicket, ErrTicket := nodetoken.Derive, nodetoken.PullTicket, nodetoken.CheckPullTicket, nodetoken.ErrTicket
+	now := time.Unix(1_800_000_000, 0)
+	tok := Derive([]byte("0123456789abcdef0123456789abcdef"), "host-a")
+	ticket := PullTicket(tok, "snapaaaaaaaaaaaatag1", now.Add(time.Minute))
+	if err := CheckPullTicket(tok, "snapaaaaaaaaaaaatag1", ticket, now); err != nil {
+		t.Fatalf("a fresh ticket: %v", err)
+	}
+	other := Derive([]byte("0123456789abcdef0123456789abcdef"), "host-b")
+	for name, err := range map[string]error{
+		"another snapshot": CheckPullTicket(tok, "snapbbbbbbbbbbbbtag1", ticket, now),
+		"another host":     CheckPullTicket(other, "snapaaaaaaaaaaaatag1", ticket, now),
+		"expired":          CheckPullTicket(tok, "snapaaaaaaaaaaaatag1", ticket, now.Add(2*time.Minute)),
+		"a later expiry":   CheckPullTicket(tok, "snapaaaaaaaaaaaatag1", strings.Replace(ticket, "1800000060", "1900000060", 1), now),
+		"malformed":        CheckPullTicket(tok, "snapaaaaaaaaaaaatag1", "nonsense", now),
+		"no token":         CheckPullTicket("", "snapaaaaaaaaaaaatag1", ticket, now),
+	} {
+		if !errors.Is(err, ErrTicket) {
+			t.Errorf("%s: %v, want ErrTicket", name, err)
+		}
 	}
 }

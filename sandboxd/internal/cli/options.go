@@ -81,6 +81,9 @@ type Options struct {
 	TLSCert  string
 	TLSKey   string
 	ClientCA string
+	// PeerCA is the CA bundle other hosts' sandboxd certificates chain to,
+	// for snapshot pulls from a host that serves TLS.
+	PeerCA string
 	// InsecureNoAuth serves without any authentication, for development.
 	InsecureNoAuth bool
 	// Shutdown bounds the graceful stop of the listeners. Sandboxes keep
@@ -192,6 +195,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"as Skiff-Node-Token only, which is removed before the request reaches the sandbox. This, --client-ca or --insecure-no-auth is required.")
 	fs.StringVar(&o.TLSCert, "tls-cert", o.TLSCert, "Server certificate (PEM): --listen serves TLS 1.2+, HTTP/2 and HTTP/1.1 through ALPN. Needs --tls-key.")
 	fs.StringVar(&o.TLSKey, "tls-key", o.TLSKey, "Private key (PEM) of --tls-cert; the two go together.")
+	fs.StringVar(&o.PeerCA, "peer-ca", o.PeerCA, "CA bundle (PEM) that other hosts' sandboxd certificates chain to, for snapshot pulls (PullSnapshot) from hosts that serve TLS; "+
+		"empty: the system's roots. A pull is opened by a ticket the control plane makes for one snapshot, never by a token.")
 	fs.StringVar(&o.ClientCA, "client-ca", o.ClientCA, "CA bundle (PEM) that callers' certificates must chain to (mTLS); callers then need no token, unless --auth-token-file is set too. "+
 		"Needs --tls-cert and --tls-key.")
 	fs.BoolVar(&o.InsecureNoAuth, "insecure-no-auth", o.InsecureNoAuth, "Serve without authentication: anyone who reaches --listen controls every sandbox (development only). "+

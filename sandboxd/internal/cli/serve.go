@@ -2,11 +2,15 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -125,7 +129,12 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	peers, err := o.peerClient()
+	if err != nil {
+		return err
+	}
 	svc, err := service.New(o.ServiceConfig(), service.Deps{
+		Peers:     peers,
 		Runtime:   rt,
 		Network:   networkAdapter{nm},
 		Templates: lib,
@@ -143,6 +152,24 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// peerClient is the client snapshot pulls fetch from other hosts with:
+// their certificates chain to --peer-ca, or to the system's roots.
+func (o *Options) peerClient() (*http.Client, error) {
+	tr := &http.Transport{Proxy: nil, ForceAttemptHTTP2: true, ResponseHeaderTimeout: time.Minute, TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
+	if o.PeerCA != "" {
+		pem, err := os.ReadFile(o.PeerCA)
+		if err != nil {
+			return nil, fmt.Errorf("--peer-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--peer-ca %s: no certificate in it", o.PeerCA)
+		}
+		tr.TLSClientConfig.RootCAs = pool
+	}
+	return &http.Client{Transport: tr}, nil
 }
 
 // closingRuntime is a sandbox runtime that holds something of its own to release.

@@ -363,6 +363,12 @@ func untarEntry(root *os.Root, tr *tar.Reader, hdr *tar.Header, name, path strin
 		}
 		return nil // the first name has the owner, mode and times
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		// A layer holds no device but overlayfs's whiteout (a 0/0
+		// character device): a sandbox cannot make another, and one in a
+		// layer would be a way to the host's devices.
+		if hdr.Typeflag != tar.TypeFifo && (hdr.Typeflag != tar.TypeChar || hdr.Devmajor != 0 || hdr.Devminor != 0) {
+			return fmt.Errorf("a device node (%d:%d) other than a whiteout", hdr.Devmajor, hdr.Devminor)
+		}
 		kind := map[byte]uint32{tar.TypeChar: unix.S_IFCHR, tar.TypeBlock: unix.S_IFBLK, tar.TypeFifo: unix.S_IFIFO}[hdr.Typeflag]
 		if err := unix.Mknod(path, kind|mode, int(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))); err != nil {
 			return err

@@ -2,15 +2,18 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/service"
 	"github.com/skiff-dev/skiff/shared/daemon"
+	"github.com/skiff-dev/skiff/shared/nodetoken"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	"github.com/skiff-dev/skiff/shared/tracing"
 )
@@ -27,8 +30,28 @@ const (
 // check. With tracing on (tracing.Enabled) every request but a Watch is a
 // server span in the trace its caller sent: an RPC's named by the RPC
 // (sandboxdapi.SpanName), a relayed request's "relay".
+//
+// Other hosts fetch snapshots under service.ExportPrefix with a pull
+// ticket for each instead of the token (see checkTicket).
 func (s *Server) Handler() http.Handler {
-	return tracing.Handler(s.authenticate(s.svc.Handler(), service.Relayed), spanName, sandboxdapi.Traced)
+	api := tracing.Handler(s.authenticate(s.svc.Handler(), service.Relayed), spanName, sandboxdapi.Traced)
+	export := s.svc.ExportHandler(s.checkTicket)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, service.ExportPrefix) && !service.Relayed(r) {
+			export.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// checkTicket accepts a pull ticket made with this host's token
+// (nodetoken.PullTicket); a host without a token accepts none.
+func (s *Server) checkTicket(snapshot, ticket string) error {
+	if s.token == nil {
+		return errors.New("this sandboxd has no token (--auth-token-file) to check pull tickets with")
+	}
+	return nodetoken.CheckPullTicket(string(s.token), snapshot, ticket, time.Now())
 }
 
 // spanName is the name of a request's server span.

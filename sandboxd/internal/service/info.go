@@ -10,7 +10,7 @@ import (
 
 // Info describes the host for its NodeInventory: capacity (after
 // overcommit: what placement may hand out), what is allocated (including
-// creates in flight), templates, runtime and envd version.
+// creates in flight), templates, runtime, envd version and snapshots.
 func (s *Service) Info(_ context.Context, _ *connect.Request[pb.InfoRequest]) (*connect.Response[pb.InfoResponse], error) {
 	ts, err := s.templates.List()
 	if err != nil {
@@ -30,6 +30,11 @@ func (s *Service) Info(_ context.Context, _ *connect.Request[pb.InfoRequest]) (*
 	}
 	for _, t := range ts {
 		resp.Templates = append(resp.Templates, &pb.TemplateVersion{Name: t.Name, Version: t.Version})
+	}
+	if s.snapshots != nil {
+		for _, r := range s.snapshots.All() {
+			resp.Snapshots = append(resp.Snapshots, toSnapshot(r))
+		}
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -140,6 +141,9 @@ type Deps struct {
 	// EnvdVersion is the version the envd binary advertises; by default
 	// New asks the binary (envdclient.Version).
 	EnvdVersion string
+	// Peers is the client PullSnapshot fetches from other hosts with;
+	// by default one that trusts the system's roots.
+	Peers *http.Client
 }
 
 // Service is sandboxd's API. Build it with New; Recover it before serving
@@ -162,6 +166,8 @@ type Service struct {
 
 	deadlines *deadline.Scheduler
 	locks     keyedMutex
+	peers     *http.Client
+	pulls     pulls
 	samples   *stats.Sampler
 	metrics   *metrics
 
@@ -207,6 +213,10 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		watching: map[string]struct{}{},
 	}
 	s.exitCtx, s.stopExits = context.WithCancel(context.Background())
+	s.peers = deps.Peers
+	if s.peers == nil {
+		s.peers = &http.Client{Transport: &http.Transport{Proxy: nil, ForceAttemptHTTP2: true, ResponseHeaderTimeout: time.Minute}}
+	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}

@@ -100,6 +100,7 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 		s.gcLayers(ctx)
 		return nil, toConnect(err)
 	}
+	s.digestInBackground(rec)
 	if replaced != nil {
 		// The name moves to the new snapshot, as a new build of an e2b
 		// template takes its tag.
@@ -427,6 +428,7 @@ func (s *Service) gcLayers(ctx context.Context) {
 			inUse[l] = true
 		}
 	}
+	s.heldByPulls(inUse)
 	if n, err := s.snapshots.GC(inUse); err != nil {
 		s.log.ErrorContext(ctx, "remove unused snapshot layers", "error", err)
 	} else if n > 0 {
@@ -440,6 +442,7 @@ func toSnapshot(r *snapshot.Record) *pb.Snapshot {
 		SourceSandboxId: r.SourceSandbox, Template: r.Template, TemplateVersion: r.TemplateVersion,
 		CreatedAt: timestamppb.New(r.CreatedAt), SizeBytes: r.SizeBytes,
 		Resources: &pb.Resources{CpuMilli: r.CPUMilli, MemoryMib: r.MemoryMiB, DiskMib: r.DiskMiB},
+		Memory:    r.Image != "", ImageFormat: r.ImageFormat, PulledFrom: r.PulledFrom,
 	}
 }
 

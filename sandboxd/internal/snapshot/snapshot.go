@@ -6,6 +6,8 @@
 //	<dir>/images/<image>/        one state image (a runtime's memory and processes)
 //	<dir>/images/.tmp-<image>/   an image being written, or a fork's, never kept
 //	<dir>/records/<id>.json      one snapshot: team, name, template, layers, image
+//	<dir>/digests/<layer>        a layer's digest (layer.Digest), kept once computed
+//	<dir>/digests/image-<image>  an image's
 //
 // A snapshot is written layer first, then record: the layer is synced
 // (syncfs) and renamed into place, then the record is written to a
@@ -27,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -81,6 +84,9 @@ type Record struct {
 	// ImageEnvdToken is the access token the image's envd holds, which a
 	// restored sandbox's first /init presents.
 	ImageEnvdToken string `json:"imageEnvdToken,omitempty"`
+	// PulledFrom is the node this host fetched the snapshot from; empty
+	// on the host that took it.
+	PulledFrom string `json:"pulledFrom,omitempty"`
 }
 
 // Store is the host's snapshots. It is safe for concurrent use.
@@ -89,17 +95,21 @@ type Store struct {
 
 	mu   sync.Mutex
 	recs map[string]*Record
+	// digesting holds a mutex per digest being computed, so that one
+	// tree is read once however many ask.
+	digesting sync.Map
 }
 
 func (s *Store) layersDir() string  { return filepath.Join(s.dir, "layers") }
 func (s *Store) imagesDir() string  { return filepath.Join(s.dir, "images") }
+func (s *Store) digestsDir() string { return filepath.Join(s.dir, "digests") }
 func (s *Store) recordsDir() string { return filepath.Join(s.dir, "records") }
 
 // Open opens (creating) the store in dir, removes what a crash left half
 // written, and reads every record.
 func Open(dir string) (*Store, error) {
 	s := &Store{dir: dir, recs: map[string]*Record{}}
-	for _, d := range []string{s.layersDir(), s.imagesDir(), s.recordsDir()} {
+	for _, d := range []string{s.layersDir(), s.imagesDir(), s.recordsDir(), s.digestsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("snapshots: %w", err)
 		}
@@ -341,14 +351,18 @@ func (s *Store) List(f Filter) []*Record {
 }
 
 // GC removes every layer that no record names and inUse does not hold
-// (the layers of running sandboxes), and every image no record names, and
-// returns how many layers and images it removed.
+// (the layers of running sandboxes, and of pulls under way), and every
+// image no record names and inUse does not hold, and returns how many
+// layers and images it removed.
 func (s *Store) GC(inUse map[string]bool) (int, error) {
 	keep := map[string]bool{}
 	for id := range inUse {
 		keep[id] = true
 	}
 	images := map[string]bool{}
+	for id := range inUse {
+		images[id] = true // an image a pull is putting in place
+	}
 	s.mu.Lock()
 	for _, r := range s.recs {
 		for _, l := range r.Layers {
@@ -378,9 +392,150 @@ func (s *Store) GC(inUse map[string]bool) (int, error) {
 			n++
 		}
 	}
-	sweep(s.layersDir(), keep, layer.Remove)
-	sweep(s.imagesDir(), images, RemoveImage)
+	sweep(s.layersDir(), keep, func(path string) error {
+		_ = os.Remove(filepath.Join(s.digestsDir(), filepath.Base(path)))
+		return layer.Remove(path)
+	})
+	sweep(s.imagesDir(), images, func(path string) error {
+		_ = os.Remove(filepath.Join(s.digestsDir(), "image-"+filepath.Base(path)))
+		return RemoveImage(path)
+	})
 	return n, errors.Join(errs...)
+}
+
+// HasLayer reports whether layer id is in place.
+func (s *Store) HasLayer(id string) bool {
+	st, err := os.Stat(s.LayerPath(id))
+	return err == nil && st.IsDir()
+}
+
+// HasImage reports whether image id is in place.
+func (s *Store) HasImage(id string) bool {
+	st, err := os.Stat(s.ImagePath(id))
+	return err == nil && st.IsDir()
+}
+
+// LayerDigest is the digest of layer id (layer.Digest), computed the
+// first time and kept.
+func (s *Store) LayerDigest(id string) (string, error) {
+	return s.digest(id, s.LayerPath(id))
+}
+
+// ImageDigest is the digest of image id, as LayerDigest.
+func (s *Store) ImageDigest(id string) (string, error) {
+	return s.digest("image-"+id, s.ImagePath(id))
+}
+
+func (s *Store) digest(key, dir string) (string, error) {
+	if !validID(strings.TrimPrefix(key, "image-")) {
+		return "", fmt.Errorf("snapshots: no such layer or image %q", key)
+	}
+	mu, _ := s.digesting.LoadOrStore(key, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	path := filepath.Join(s.digestsDir(), key)
+	if b, err := os.ReadFile(path); err == nil && strings.HasPrefix(string(b), "sha256:") {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("snapshots: %w", err)
+	}
+	d, err := layer.Digest(dir)
+	if err != nil {
+		return "", fmt.Errorf("snapshots: digest of %s: %w", key, err)
+	}
+	if err := writeDurable(path, []byte(d+"\n")); err != nil {
+		return "", fmt.Errorf("snapshots: keep the digest of %s: %w", key, err)
+	}
+	return d, nil
+}
+
+// validID reports a layer or image ID as NewLayer and NewImage make them.
+func validID(id string) bool {
+	if len(id) != 24 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
+
+// ImportLayer puts layer id in place from r, a tar in layer.WriteTar's
+// form whose digest must be want: verified, synced, renamed into place,
+// its digest kept. A layer already in place is kept as it is (its bytes
+// are the same: its ID names one layer on every host).
+func (s *Store) ImportLayer(id, want string, r io.Reader) error {
+	if !validID(id) {
+		return fmt.Errorf("snapshots: invalid layer ID %q", id)
+	}
+	if s.HasLayer(id) {
+		return nil
+	}
+	tmp := filepath.Join(s.layersDir(), ".tmp-"+id)
+	_ = layer.Remove(tmp)
+	if err := layer.FromVerifiedTar(r, tmp, want); err != nil {
+		return fmt.Errorf("layer %s: %w", id, err)
+	}
+	if err := s.CommitLayer(id, tmp); err != nil {
+		_ = layer.Remove(tmp)
+		if s.HasLayer(id) { // another import of it won
+			return nil
+		}
+		return err
+	}
+	return writeDurable(filepath.Join(s.digestsDir(), id), []byte(want+"\n"))
+}
+
+// ImportImage puts image id in place from r, as ImportLayer does a layer.
+func (s *Store) ImportImage(id, want string, r io.Reader) error {
+	if !validID(id) {
+		return fmt.Errorf("snapshots: invalid image ID %q", id)
+	}
+	if s.HasImage(id) {
+		return nil
+	}
+	tmp := filepath.Join(s.imagesDir(), ".tmp-"+id)
+	_ = RemoveImage(tmp)
+	if err := layer.FromVerifiedTar(r, tmp, want); err != nil {
+		return fmt.Errorf("image %s: %w", id, err)
+	}
+	if _, err := s.CommitImage(id, tmp); err != nil {
+		_ = RemoveImage(tmp)
+		if s.HasImage(id) {
+			return nil
+		}
+		return err
+	}
+	return writeDurable(filepath.Join(s.digestsDir(), "image-"+id), []byte(want+"\n"))
+}
+
+// Get returns snapshot id, of any team.
+func (s *Store) Get(id string) (*Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	c := *r
+	return &c, nil
+}
+
+// All returns every snapshot, of every team, newest first.
+func (s *Store) All() []*Record {
+	s.mu.Lock()
+	out := make([]*Record, 0, len(s.recs))
+	for _, r := range s.recs {
+		c := *r
+		out = append(out, &c)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b *Record) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out
 }
 
 // nameRE is what e2b allows in a template alias, and so in a snapshot's

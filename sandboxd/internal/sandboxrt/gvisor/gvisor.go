@@ -448,9 +448,10 @@ func (r *Runtime) prepare(spec *sandboxrt.Spec) (*meta, error) {
 		if err := os.WriteFile(filepath.Join(dir, upperTarName), data, 0o600); err != nil {
 			return nil, err
 		}
-		// runsc puts the sandbox's ID in for %ID%: one path for every
-		// sandbox, which a restore must give as its image's was.
-		upperTar = filepath.Join(r.sandboxes, "%ID%", upperTarName)
+		// runsc puts the sandbox's ID in for %ID%, and runs in the
+		// sandboxes' directory (command): one path for every sandbox on
+		// every host, which a restore must give as its image's was.
+		upperTar = filepath.Join("%ID%", upperTarName)
 		m.Flags = append(m.Flags, "--allow-rootfs-tar-annotation")
 	}
 	if spec.NetNS != "" {
@@ -504,6 +505,9 @@ func notExist(err error) bool {
 func (r *Runtime) command(ctx context.Context, flags []string, args ...string) *exec.Cmd {
 	all := append(append([]string{"--root=" + r.root}, flags...), args...)
 	cmd := exec.CommandContext(ctx, r.opts.Runsc, all...)
+	// Relative paths runsc opens (the root's upper tar) are under the
+	// sandboxes' directory.
+	cmd.Dir = r.sandboxes
 	// runsc must not take signals meant for sandboxd's process group, and
 	// what it starts must not be in that group either.
 	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}

@@ -1577,8 +1577,11 @@ type InfoResponse struct {
 	Sandboxes    int32              `protobuf:"varint,6,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
 	Templates    []*TemplateVersion `protobuf:"bytes,7,rep,name=templates,proto3" json:"templates,omitempty"`
 	// native or gvisor.
-	Runtime       string `protobuf:"bytes,8,opt,name=runtime,proto3" json:"runtime,omitempty"`
-	EnvdVersion   string `protobuf:"bytes,9,opt,name=envd_version,json=envdVersion,proto3" json:"envd_version,omitempty"`
+	Runtime     string `protobuf:"bytes,8,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	EnvdVersion string `protobuf:"bytes,9,opt,name=envd_version,json=envdVersion,proto3" json:"envd_version,omitempty"`
+	// Every snapshot this host holds, of every team, newest first: those it
+	// took and those it pulled.
+	Snapshots     []*Snapshot `protobuf:"bytes,10,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1674,6 +1677,13 @@ func (x *InfoResponse) GetEnvdVersion() string {
 		return x.EnvdVersion
 	}
 	return ""
+}
+
+func (x *InfoResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
 }
 
 type MetricsRequest struct {
@@ -2165,7 +2175,13 @@ type Snapshot struct {
 	SizeBytes int64 `protobuf:"varint,9,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// The source sandbox's resources, the default of a sandbox started from
 	// it.
-	Resources     *Resources `protobuf:"bytes,10,opt,name=resources,proto3" json:"resources,omitempty"`
+	Resources *Resources `protobuf:"bytes,10,opt,name=resources,proto3" json:"resources,omitempty"`
+	// It keeps its source's memory and processes (a state image), which a
+	// host whose runtime is of image_format restores.
+	Memory      bool   `protobuf:"varint,11,opt,name=memory,proto3" json:"memory,omitempty"`
+	ImageFormat string `protobuf:"bytes,12,opt,name=image_format,json=imageFormat,proto3" json:"image_format,omitempty"`
+	// The node this host pulled it from; empty on the host that took it.
+	PulledFrom    string `protobuf:"bytes,13,opt,name=pulled_from,json=pulledFrom,proto3" json:"pulled_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2268,6 +2284,27 @@ func (x *Snapshot) GetResources() *Resources {
 		return x.Resources
 	}
 	return nil
+}
+
+func (x *Snapshot) GetMemory() bool {
+	if x != nil {
+		return x.Memory
+	}
+	return false
+}
+
+func (x *Snapshot) GetImageFormat() string {
+	if x != nil {
+		return x.ImageFormat
+	}
+	return ""
+}
+
+func (x *Snapshot) GetPulledFrom() string {
+	if x != nil {
+		return x.PulledFrom
+	}
+	return ""
 }
 
 type SnapshotRequest struct {
@@ -2689,6 +2726,140 @@ func (x *ForkResponse) GetForks() []*ForkResult {
 	return nil
 }
 
+type PullSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The snapshot's ID.
+	SnapshotId string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// Its team: another team's is not_found.
+	Team string `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	// The base URL (http:// or https://host:port) of the sandboxd that
+	// holds it, and its node name.
+	SourceUrl  string `protobuf:"bytes,3,opt,name=source_url,json=sourceUrl,proto3" json:"source_url,omitempty"`
+	SourceNode string `protobuf:"bytes,4,opt,name=source_node,json=sourceNode,proto3" json:"source_node,omitempty"`
+	// A pull ticket the holder accepts for this snapshot.
+	Ticket        string `protobuf:"bytes,5,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullSnapshotRequest) Reset() {
+	*x = PullSnapshotRequest{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullSnapshotRequest) ProtoMessage() {}
+
+func (x *PullSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*PullSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *PullSnapshotRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *PullSnapshotRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *PullSnapshotRequest) GetSourceUrl() string {
+	if x != nil {
+		return x.SourceUrl
+	}
+	return ""
+}
+
+func (x *PullSnapshotRequest) GetSourceNode() string {
+	if x != nil {
+		return x.SourceNode
+	}
+	return ""
+}
+
+func (x *PullSnapshotRequest) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+type PullSnapshotResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot *Snapshot              `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// The bytes fetched: 0 when this host had it, or all its layers.
+	FetchedBytes  int64 `protobuf:"varint,2,opt,name=fetched_bytes,json=fetchedBytes,proto3" json:"fetched_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullSnapshotResponse) Reset() {
+	*x = PullSnapshotResponse{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullSnapshotResponse) ProtoMessage() {}
+
+func (x *PullSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*PullSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *PullSnapshotResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *PullSnapshotResponse) GetFetchedBytes() int64 {
+	if x != nil {
+		return x.FetchedBytes
+	}
+	return 0
+}
+
 // ForkResult is one fork: a started sandbox, or why it did not start.
 type ForkResult struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -2703,7 +2874,7 @@ type ForkResult struct {
 
 func (x *ForkResult) Reset() {
 	*x = ForkResult{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +2886,7 @@ func (x *ForkResult) String() string {
 func (*ForkResult) ProtoMessage() {}
 
 func (x *ForkResult) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +2899,7 @@ func (x *ForkResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResult.ProtoReflect.Descriptor instead.
 func (*ForkResult) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ForkResult) GetCreated() *CreateResponse {
@@ -2761,7 +2932,7 @@ type WatchResponse_Snapshot struct {
 
 func (x *WatchResponse_Snapshot) Reset() {
 	*x = WatchResponse_Snapshot{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2944,7 @@ func (x *WatchResponse_Snapshot) String() string {
 func (*WatchResponse_Snapshot) ProtoMessage() {}
 
 func (x *WatchResponse_Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2982,7 @@ type WatchResponse_Change struct {
 
 func (x *WatchResponse_Change) Reset() {
 	*x = WatchResponse_Change{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +2994,7 @@ func (x *WatchResponse_Change) String() string {
 func (*WatchResponse_Change) ProtoMessage() {}
 
 func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3169,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vInfoRequest\"?\n" +
 	"\x0fTemplateVersion\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\xf5\x02\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\xb0\x03\n" +
 	"\fInfoResponse\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x128\n" +
@@ -3008,7 +3179,9 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tsandboxes\x18\x06 \x01(\x05R\tsandboxes\x12@\n" +
 	"\ttemplates\x18\a \x03(\v2\".skiff.sandboxd.v1.TemplateVersionR\ttemplates\x12\x18\n" +
 	"\aruntime\x18\b \x01(\tR\aruntime\x12!\n" +
-	"\fenvd_version\x18\t \x01(\tR\venvdVersion\"/\n" +
+	"\fenvd_version\x18\t \x01(\tR\venvdVersion\x129\n" +
+	"\tsnapshots\x18\n" +
+	" \x03(\v2\x1b.skiff.sandboxd.v1.SnapshotR\tsnapshots\"/\n" +
 	"\x0eMetricsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xfc\x01\n" +
@@ -3050,7 +3223,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x17CHANGE_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14CHANGE_TYPE_UPSERTED\x10\x01\x12\x17\n" +
 	"\x13CHANGE_TYPE_DELETED\x10\x02B\a\n" +
-	"\x05event\"\xdd\x02\n" +
+	"\x05event\"\xb9\x03\n" +
 	"\bSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04team\x18\x02 \x01(\tR\x04team\x12\x12\n" +
@@ -3064,7 +3237,11 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\n" +
 	"size_bytes\x18\t \x01(\x03R\tsizeBytes\x12:\n" +
 	"\tresources\x18\n" +
-	" \x01(\v2\x1c.skiff.sandboxd.v1.ResourcesR\tresources\"X\n" +
+	" \x01(\v2\x1c.skiff.sandboxd.v1.ResourcesR\tresources\x12\x16\n" +
+	"\x06memory\x18\v \x01(\bR\x06memory\x12!\n" +
+	"\fimage_format\x18\f \x01(\tR\vimageFormat\x12\x1f\n" +
+	"\vpulled_from\x18\r \x01(\tR\n" +
+	"pulledFrom\"X\n" +
 	"\x0fSnapshotRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -3090,7 +3267,19 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\x123\n" +
 	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"C\n" +
 	"\fForkResponse\x123\n" +
-	"\x05forks\x18\x01 \x03(\v2\x1d.skiff.sandboxd.v1.ForkResultR\x05forks\"\x8d\x01\n" +
+	"\x05forks\x18\x01 \x03(\v2\x1d.skiff.sandboxd.v1.ForkResultR\x05forks\"\xa2\x01\n" +
+	"\x13PullSnapshotRequest\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\x12\x12\n" +
+	"\x04team\x18\x02 \x01(\tR\x04team\x12\x1d\n" +
+	"\n" +
+	"source_url\x18\x03 \x01(\tR\tsourceUrl\x12\x1f\n" +
+	"\vsource_node\x18\x04 \x01(\tR\n" +
+	"sourceNode\x12\x16\n" +
+	"\x06ticket\x18\x05 \x01(\tR\x06ticket\"t\n" +
+	"\x14PullSnapshotResponse\x127\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1b.skiff.sandboxd.v1.SnapshotR\bsnapshot\x12#\n" +
+	"\rfetched_bytes\x18\x02 \x01(\x03R\ffetchedBytes\"\x8d\x01\n" +
 	"\n" +
 	"ForkResult\x12;\n" +
 	"\acreated\x18\x01 \x01(\v2!.skiff.sandboxd.v1.CreateResponseR\acreated\x12\x1d\n" +
@@ -3101,8 +3290,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x18\n" +
 	"\x14SANDBOX_STATE_PAUSED\x10\x02\x12\x16\n" +
-	"\x12SANDBOX_STATE_WARM\x10\x032\xde\n" +
-	"\n" +
+	"\x12SANDBOX_STATE_WARM\x10\x032\xbf\v\n" +
 	"\x0fSandboxdService\x12M\n" +
 	"\x06Create\x12 .skiff.sandboxd.v1.CreateRequest\x1a!.skiff.sandboxd.v1.CreateResponse\x12G\n" +
 	"\x04Warm\x12\x1e.skiff.sandboxd.v1.WarmRequest\x1a\x1f.skiff.sandboxd.v1.WarmResponse\x12J\n" +
@@ -3121,7 +3309,8 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\bSnapshot\x12\".skiff.sandboxd.v1.SnapshotRequest\x1a#.skiff.sandboxd.v1.SnapshotResponse\x12b\n" +
 	"\rListSnapshots\x12'.skiff.sandboxd.v1.ListSnapshotsRequest\x1a(.skiff.sandboxd.v1.ListSnapshotsResponse\x12e\n" +
 	"\x0eDeleteSnapshot\x12(.skiff.sandboxd.v1.DeleteSnapshotRequest\x1a).skiff.sandboxd.v1.DeleteSnapshotResponse\x12G\n" +
-	"\x04Fork\x12\x1e.skiff.sandboxd.v1.ForkRequest\x1a\x1f.skiff.sandboxd.v1.ForkResponseBPZNgithub.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1;sandboxdv1b\x06proto3"
+	"\x04Fork\x12\x1e.skiff.sandboxd.v1.ForkRequest\x1a\x1f.skiff.sandboxd.v1.ForkResponse\x12_\n" +
+	"\fPullSnapshot\x12&.skiff.sandboxd.v1.PullSnapshotRequest\x1a'.skiff.sandboxd.v1.PullSnapshotResponseBPZNgithub.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
 	file_skiff_sandboxd_v1_sandboxd_proto_rawDescOnce sync.Once
@@ -3136,7 +3325,7 @@ func file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skiff_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_skiff_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_skiff_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(SandboxState)(0),              // 0: skiff.sandboxd.v1.SandboxState
 	(WatchResponse_ChangeType)(0),  // 1: skiff.sandboxd.v1.WatchResponse.ChangeType
@@ -3180,101 +3369,107 @@ var file_skiff_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*DeleteSnapshotResponse)(nil), // 39: skiff.sandboxd.v1.DeleteSnapshotResponse
 	(*ForkRequest)(nil),            // 40: skiff.sandboxd.v1.ForkRequest
 	(*ForkResponse)(nil),           // 41: skiff.sandboxd.v1.ForkResponse
-	(*ForkResult)(nil),             // 42: skiff.sandboxd.v1.ForkResult
-	nil,                            // 43: skiff.sandboxd.v1.Sandbox.MetadataEntry
-	nil,                            // 44: skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
-	nil,                            // 45: skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	nil,                            // 46: skiff.sandboxd.v1.ClaimRequest.MetadataEntry
-	nil,                            // 47: skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	(*WatchResponse_Snapshot)(nil), // 48: skiff.sandboxd.v1.WatchResponse.Snapshot
-	(*WatchResponse_Change)(nil),   // 49: skiff.sandboxd.v1.WatchResponse.Change
-	(*timestamppb.Timestamp)(nil),  // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 51: google.protobuf.Duration
+	(*PullSnapshotRequest)(nil),    // 42: skiff.sandboxd.v1.PullSnapshotRequest
+	(*PullSnapshotResponse)(nil),   // 43: skiff.sandboxd.v1.PullSnapshotResponse
+	(*ForkResult)(nil),             // 44: skiff.sandboxd.v1.ForkResult
+	nil,                            // 45: skiff.sandboxd.v1.Sandbox.MetadataEntry
+	nil,                            // 46: skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
+	nil,                            // 47: skiff.sandboxd.v1.CreateRequest.MetadataEntry
+	nil,                            // 48: skiff.sandboxd.v1.ClaimRequest.MetadataEntry
+	nil,                            // 49: skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
+	(*WatchResponse_Snapshot)(nil), // 50: skiff.sandboxd.v1.WatchResponse.Snapshot
+	(*WatchResponse_Change)(nil),   // 51: skiff.sandboxd.v1.WatchResponse.Change
+	(*timestamppb.Timestamp)(nil),  // 52: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 53: google.protobuf.Duration
 }
 var file_skiff_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	0,  // 0: skiff.sandboxd.v1.Sandbox.state:type_name -> skiff.sandboxd.v1.SandboxState
-	43, // 1: skiff.sandboxd.v1.Sandbox.metadata:type_name -> skiff.sandboxd.v1.Sandbox.MetadataEntry
-	50, // 2: skiff.sandboxd.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	50, // 3: skiff.sandboxd.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	45, // 1: skiff.sandboxd.v1.Sandbox.metadata:type_name -> skiff.sandboxd.v1.Sandbox.MetadataEntry
+	52, // 2: skiff.sandboxd.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	52, // 3: skiff.sandboxd.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: skiff.sandboxd.v1.Sandbox.resources:type_name -> skiff.sandboxd.v1.Resources
 	2,  // 5: skiff.sandboxd.v1.CreateRequest.resources:type_name -> skiff.sandboxd.v1.Resources
-	44, // 6: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
-	45, // 7: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	51, // 8: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
+	46, // 6: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
+	47, // 7: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
+	53, // 8: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 9: skiff.sandboxd.v1.CreateResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	2,  // 10: skiff.sandboxd.v1.WarmRequest.resources:type_name -> skiff.sandboxd.v1.Resources
 	3,  // 11: skiff.sandboxd.v1.WarmResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	46, // 12: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
-	47, // 13: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	51, // 14: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
+	48, // 12: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
+	49, // 13: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
+	53, // 14: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 15: skiff.sandboxd.v1.ClaimResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	3,  // 16: skiff.sandboxd.v1.GetResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	0,  // 17: skiff.sandboxd.v1.ListRequest.states:type_name -> skiff.sandboxd.v1.SandboxState
 	3,  // 18: skiff.sandboxd.v1.ListResponse.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	51, // 19: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	53, // 19: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 20: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	3,  // 21: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	51, // 22: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
+	53, // 22: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 23: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	2,  // 24: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
 	2,  // 25: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
 	23, // 26: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
-	50, // 27: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
-	26, // 28: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
-	50, // 29: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
-	50, // 30: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
-	29, // 31: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
-	48, // 32: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
-	49, // 33: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
-	50, // 34: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 35: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
-	33, // 36: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	33, // 37: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	51, // 38: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
-	42, // 39: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
-	5,  // 40: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
-	3,  // 41: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	1,  // 42: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
-	3,  // 43: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	4,  // 44: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
-	6,  // 45: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
-	8,  // 46: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
-	10, // 47: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
-	12, // 48: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
-	14, // 49: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
-	16, // 50: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
-	18, // 51: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
-	20, // 52: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
-	22, // 53: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
-	25, // 54: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
-	28, // 55: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
-	31, // 56: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
-	34, // 57: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
-	36, // 58: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
-	38, // 59: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
-	40, // 60: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
-	5,  // 61: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
-	7,  // 62: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
-	9,  // 63: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
-	11, // 64: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
-	13, // 65: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
-	15, // 66: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
-	17, // 67: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
-	19, // 68: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
-	21, // 69: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
-	24, // 70: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
-	27, // 71: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
-	30, // 72: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
-	32, // 73: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
-	35, // 74: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
-	37, // 75: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
-	39, // 76: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
-	41, // 77: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
-	61, // [61:78] is the sub-list for method output_type
-	44, // [44:61] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	33, // 27: skiff.sandboxd.v1.InfoResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	52, // 28: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
+	26, // 29: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
+	52, // 30: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
+	52, // 31: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	29, // 32: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
+	50, // 33: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
+	51, // 34: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
+	52, // 35: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 36: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
+	33, // 37: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	33, // 38: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	53, // 39: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
+	44, // 40: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
+	33, // 41: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	5,  // 42: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
+	3,  // 43: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	1,  // 44: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
+	3,  // 45: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	4,  // 46: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
+	6,  // 47: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
+	8,  // 48: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
+	10, // 49: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
+	12, // 50: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
+	14, // 51: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
+	16, // 52: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
+	18, // 53: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
+	20, // 54: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
+	22, // 55: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
+	25, // 56: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
+	28, // 57: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
+	31, // 58: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
+	34, // 59: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
+	36, // 60: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
+	38, // 61: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
+	40, // 62: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
+	42, // 63: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
+	5,  // 64: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
+	7,  // 65: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
+	9,  // 66: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
+	11, // 67: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
+	13, // 68: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
+	15, // 69: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
+	17, // 70: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
+	19, // 71: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
+	21, // 72: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
+	24, // 73: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
+	27, // 74: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
+	30, // 75: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
+	32, // 76: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
+	35, // 77: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
+	37, // 78: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
+	39, // 79: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
+	41, // 80: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
+	43, // 81: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
+	64, // [64:82] is the sub-list for method output_type
+	46, // [46:64] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_skiff_sandboxd_v1_sandboxd_proto_init() }
@@ -3294,7 +3489,7 @@ func file_skiff_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_sandboxd_v1_sandboxd_proto_rawDesc), len(file_skiff_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   48,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -80,6 +80,9 @@ const (
 	SandboxdServiceDeleteSnapshotProcedure = "/skiff.sandboxd.v1.SandboxdService/DeleteSnapshot"
 	// SandboxdServiceForkProcedure is the fully-qualified name of the SandboxdService's Fork RPC.
 	SandboxdServiceForkProcedure = "/skiff.sandboxd.v1.SandboxdService/Fork"
+	// SandboxdServicePullSnapshotProcedure is the fully-qualified name of the SandboxdService's
+	// PullSnapshot RPC.
+	SandboxdServicePullSnapshotProcedure = "/skiff.sandboxd.v1.SandboxdService/PullSnapshot"
 )
 
 // SandboxdServiceClient is a client for the skiff.sandboxd.v1.SandboxdService service.
@@ -121,6 +124,14 @@ type SandboxdServiceClient interface {
 	// sandboxes of its team from it on this host; each succeeds or fails on
 	// its own.
 	Fork(context.Context, *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error)
+	// PullSnapshot fetches a snapshot from the sandboxd that holds it (its
+	// manifest, then each layer and, when this host's runtime restores it,
+	// its state image, every one checked against the digest the holder
+	// recorded) and keeps it here under the same ID, so that sandboxes start
+	// from it on this host. The holder accepts the request's ticket
+	// (nodetoken.PullTicket) for that snapshot only. A snapshot this host has
+	// already is answered at once.
+	PullSnapshot(context.Context, *connect.Request[v1.PullSnapshotRequest]) (*connect.Response[v1.PullSnapshotResponse], error)
 }
 
 // NewSandboxdServiceClient constructs a client for the skiff.sandboxd.v1.SandboxdService service.
@@ -236,6 +247,12 @@ func NewSandboxdServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(sandboxdServiceMethods.ByName("Fork")),
 			connect.WithClientOptions(opts...),
 		),
+		pullSnapshot: connect.NewClient[v1.PullSnapshotRequest, v1.PullSnapshotResponse](
+			httpClient,
+			baseURL+SandboxdServicePullSnapshotProcedure,
+			connect.WithSchema(sandboxdServiceMethods.ByName("PullSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -258,6 +275,7 @@ type sandboxdServiceClient struct {
 	listSnapshots  *connect.Client[v1.ListSnapshotsRequest, v1.ListSnapshotsResponse]
 	deleteSnapshot *connect.Client[v1.DeleteSnapshotRequest, v1.DeleteSnapshotResponse]
 	fork           *connect.Client[v1.ForkRequest, v1.ForkResponse]
+	pullSnapshot   *connect.Client[v1.PullSnapshotRequest, v1.PullSnapshotResponse]
 }
 
 // Create calls skiff.sandboxd.v1.SandboxdService.Create.
@@ -345,6 +363,11 @@ func (c *sandboxdServiceClient) Fork(ctx context.Context, req *connect.Request[v
 	return c.fork.CallUnary(ctx, req)
 }
 
+// PullSnapshot calls skiff.sandboxd.v1.SandboxdService.PullSnapshot.
+func (c *sandboxdServiceClient) PullSnapshot(ctx context.Context, req *connect.Request[v1.PullSnapshotRequest]) (*connect.Response[v1.PullSnapshotResponse], error) {
+	return c.pullSnapshot.CallUnary(ctx, req)
+}
+
 // SandboxdServiceHandler is an implementation of the skiff.sandboxd.v1.SandboxdService service.
 type SandboxdServiceHandler interface {
 	// Create starts a sandbox from a template and returns once its envd
@@ -384,6 +407,14 @@ type SandboxdServiceHandler interface {
 	// sandboxes of its team from it on this host; each succeeds or fails on
 	// its own.
 	Fork(context.Context, *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error)
+	// PullSnapshot fetches a snapshot from the sandboxd that holds it (its
+	// manifest, then each layer and, when this host's runtime restores it,
+	// its state image, every one checked against the digest the holder
+	// recorded) and keeps it here under the same ID, so that sandboxes start
+	// from it on this host. The holder accepts the request's ticket
+	// (nodetoken.PullTicket) for that snapshot only. A snapshot this host has
+	// already is answered at once.
+	PullSnapshot(context.Context, *connect.Request[v1.PullSnapshotRequest]) (*connect.Response[v1.PullSnapshotResponse], error)
 }
 
 // NewSandboxdServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -495,6 +526,12 @@ func NewSandboxdServiceHandler(svc SandboxdServiceHandler, opts ...connect.Handl
 		connect.WithSchema(sandboxdServiceMethods.ByName("Fork")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxdServicePullSnapshotHandler := connect.NewUnaryHandler(
+		SandboxdServicePullSnapshotProcedure,
+		svc.PullSnapshot,
+		connect.WithSchema(sandboxdServiceMethods.ByName("PullSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/skiff.sandboxd.v1.SandboxdService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxdServiceCreateProcedure:
@@ -531,6 +568,8 @@ func NewSandboxdServiceHandler(svc SandboxdServiceHandler, opts ...connect.Handl
 			sandboxdServiceDeleteSnapshotHandler.ServeHTTP(w, r)
 		case SandboxdServiceForkProcedure:
 			sandboxdServiceForkHandler.ServeHTTP(w, r)
+		case SandboxdServicePullSnapshotProcedure:
+			sandboxdServicePullSnapshotHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -606,4 +645,8 @@ func (UnimplementedSandboxdServiceHandler) DeleteSnapshot(context.Context, *conn
 
 func (UnimplementedSandboxdServiceHandler) Fork(context.Context, *connect.Request[v1.ForkRequest]) (*connect.Response[v1.ForkResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.Fork is not implemented"))
+}
+
+func (UnimplementedSandboxdServiceHandler) PullSnapshot(context.Context, *connect.Request[v1.PullSnapshotRequest]) (*connect.Response[v1.PullSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.PullSnapshot is not implemented"))
 }
