@@ -10,6 +10,7 @@ replace (
 )
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/skiff-dev/skiff/api v0.0.0
 	github.com/skiff-dev/skiff/apiserver v0.0.0
 	github.com/skiff-dev/skiff/shared v0.0.0
@@ -22,7 +23,6 @@ require (
 )
 
 require (
-	connectrpc.com/connect v1.21.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -94,6 +94,54 @@ type NodeInventorySpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=4096
 	Sandboxes []SandboxEntry `json:"sandboxes,omitempty"`
+
+	// Snapshots lists the snapshots this host holds, of every team: those
+	// it took and those it pulled from another host, so that a sandbox
+	// from one is placed where its files are. Atomic, as Sandboxes. A host
+	// with more than MaxInventorySnapshots lists its newest.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1024
+	Snapshots []SnapshotEntry `json:"snapshots,omitempty"`
+}
+
+// MaxInventorySnapshots is the most snapshots one inventory lists, so
+// that an inventory of 2,000 sandboxes and as many snapshots stays under
+// etcd's request limit.
+const MaxInventorySnapshots = 1024
+
+// SnapshotEntry is one snapshot a host holds.
+type SnapshotEntry struct {
+	// ID is the snapshot ID: 20 characters of [a-z0-9], carrying the tag of
+	// the host that took it. A pulled copy keeps it.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]{20}$`
+	ID string `json:"id"`
+
+	// Team is the namespace of the team that owns the snapshot.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Team string `json:"team"`
+
+	// Name and Tag are the name it was taken with, if any.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Tag string `json:"tag,omitempty"`
+
+	// Memory: this host's copy keeps the source's memory and processes,
+	// which it restores.
+	// +optional
+	Memory bool `json:"memory,omitempty"`
+
+	// PulledFrom is the node this host pulled it from; empty on the host
+	// that took it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PulledFrom string `json:"pulledFrom,omitempty"`
 }
 
 // NodeCapacity is an amount of host resources: what a host has, or what its

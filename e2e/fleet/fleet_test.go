@@ -193,6 +193,11 @@ func newFleet(t *testing.T, cfg config) *fleet {
 	for i, name := range []string{hostA, hostB} {
 		f.hosts[name] = f.newHost(name, subnet, i, token)
 	}
+	// The hosts reach each other, as a fleet's do: snapshots move between
+	// them, sandboxd to sandboxd.
+	for _, h := range f.hosts {
+		h.ns.Route(t, fmt.Sprintf("10.250.%d.0/24", subnet))
+	}
 
 	// The replicas' aggregated API listens on the hosts' gateway addresses
 	// (this machine's ends of their veths): an EndpointSlice cannot name

@@ -34,6 +34,7 @@ func TestLanes(t *testing.T) {
 	t.Run("D", l.laneD)
 	t.Run("SDK", l.sdk)
 	t.Run("lists-agree", l.listsAgree)
+	t.Run("snapshots", l.snapshots)
 }
 
 type lanes struct {

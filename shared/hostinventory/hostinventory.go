@@ -58,6 +58,8 @@ type Host struct {
 	synced    bool // a snapshot arrived on the current stream
 	lastErr   error
 	changed   chan struct{}
+	// infoNow asks the stream's Info loop to ask Info at once.
+	infoNow chan struct{}
 	// ended is why sandboxes that ended by themselves ended, as their
 	// Watch deletes said, the newest maxEnded of them.
 	ended      map[string]string
@@ -71,7 +73,7 @@ const maxEnded = 1024
 // fleet reaches at endpoint (the NodeInventory's spec.endpoint).
 func New(client sandboxdv1connect.SandboxdServiceClient, endpoint string, opts Options) *Host {
 	opts.defaults()
-	return &Host{client: client, endpoint: endpoint, opts: opts, changed: make(chan struct{}, 1)}
+	return &Host{client: client, endpoint: endpoint, opts: opts, changed: make(chan struct{}, 1), infoNow: make(chan struct{}, 1)}
 }
 
 // Changed receives after the mirror changed: a sandbox came, went or
@@ -150,11 +152,12 @@ func (h *Host) follow(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := h.refreshInfo(ctx); err != nil {
-					infoErr <- err
-					cancel() // ends Receive below
-					return
-				}
+			case <-h.infoNow: // the host said Info changed
+			}
+			if err := h.refreshInfo(ctx); err != nil {
+				infoErr <- err
+				cancel() // ends Receive below
+				return
 			}
 		}
 	}()
@@ -194,6 +197,13 @@ func (h *Host) apply(m *pb.WatchResponse) {
 			h.sandboxes[sb.GetId()] = sb
 		}
 		h.synced, h.lastErr = true, nil
+	case *pb.WatchResponse_HostChanged_:
+		h.mu.Unlock()
+		select {
+		case h.infoNow <- struct{}{}:
+		default:
+		}
+		return
 	case *pb.WatchResponse_Change_:
 		sb := ev.Change.GetSandbox()
 		if h.sandboxes == nil {
@@ -307,6 +317,14 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 		spec.Templates = append(spec.Templates, v1beta1.TemplateVersion{Name: t.GetName(), Version: t.GetVersion()})
 	}
 	slices.SortFunc(spec.Templates, func(a, b v1beta1.TemplateVersion) int { return cmp.Compare(a.Name, b.Name) })
+	// sandboxd lists them newest first: past the bound, the oldest go.
+	for _, sn := range info.GetSnapshots()[:min(len(info.GetSnapshots()), v1beta1.MaxInventorySnapshots)] {
+		spec.Snapshots = append(spec.Snapshots, v1beta1.SnapshotEntry{
+			ID: sn.GetId(), Team: sn.GetTeam(), Name: sn.GetName(), Tag: sn.GetTag(),
+			Memory: sn.GetMemory(), PulledFrom: sn.GetPulledFrom(),
+		})
+	}
+	slices.SortFunc(spec.Snapshots, func(a, b v1beta1.SnapshotEntry) int { return cmp.Compare(a.ID, b.ID) })
 	pools := map[string]*v1beta1.PoolSummary{}
 	for _, sb := range sandboxes {
 		e := Entry(sb)

@@ -82,13 +82,19 @@ func sandbox(id, state string) *pb.Sandbox {
 
 func start(t *testing.T, f *fakeSandboxd) *Host {
 	t.Helper()
+	return startWith(t, f, 50*time.Millisecond)
+}
+
+// startWith starts a mirror of f that asks Info every infoEvery.
+func startWith(t *testing.T, f *fakeSandboxd, infoEvery time.Duration) *Host {
+	t.Helper()
 	f.events, f.breaks = make(chan *pb.WatchResponse, 16), make(chan struct{}, 1)
 	mux := http.NewServeMux()
 	mux.Handle(sandboxdv1connect.NewSandboxdServiceHandler(f))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	h := New(sandboxdv1connect.NewSandboxdServiceClient(srv.Client(), srv.URL), "10.0.0.1:27777",
-		Options{InfoInterval: 50 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+		Options{InfoInterval: infoEvery, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
@@ -241,6 +247,22 @@ func TestInfoIsAskedAgain(t *testing.T) {
 	})
 }
 
+// A host that says its Info changed (a snapshot taken) is asked again at
+// once, not at the next InfoInterval.
+func TestHostChangedAsksInfoAtOnce(t *testing.T) {
+	f := &fakeSandboxd{info: &pb.InfoResponse{NodeName: "host-5"}}
+	h := startWith(t, f, time.Hour)
+	eventually(t, "the snapshot", func() bool { ok, _ := h.Synced(); return ok })
+	f.mu.Lock()
+	f.info = &pb.InfoResponse{NodeName: "host-5", Snapshots: []*pb.Snapshot{{Id: "snapaaaaaaaaaaaatag5", Team: "team-a"}}}
+	f.mu.Unlock()
+	f.events <- &pb.WatchResponse{Event: &pb.WatchResponse_HostChanged_{HostChanged: &pb.WatchResponse_HostChanged{}}}
+	eventually(t, "the snapshot in the inventory", func() bool {
+		inv, err := h.Inventory()
+		return err == nil && len(inv.Spec.Snapshots) == 1 && inv.Spec.Snapshots[0].ID == "snapaaaaaaaaaaaatag5"
+	})
+}
+
 func TestFeedAppliesAndRemoves(t *testing.T) {
 	f := &fakeSandboxd{info: &pb.InfoResponse{NodeName: "host-4"}, sandboxes: []*pb.Sandbox{sandbox("aaaaaaaaaaaaaaaatag4", "running")}}
 	h := start(t, f)
@@ -293,5 +315,24 @@ func TestSpecEnvdVersionAndDisk(t *testing.T) {
 	}
 	if e := spec.Sandboxes[1]; e.EnvdVersion != "0.6.3" || e.DiskMiB != 0 {
 		t.Errorf("an entry with an older envd: version %q, disk %d", e.EnvdVersion, e.DiskMiB)
+	}
+}
+
+// A host's snapshots are in its inventory, by ID, and past the bound the
+// newest are kept (sandboxd lists them newest first).
+func TestSpecSnapshots(t *testing.T) {
+	info := &pb.InfoResponse{}
+	for i := range v1beta1.MaxInventorySnapshots + 5 {
+		info.Snapshots = append(info.Snapshots, &pb.Snapshot{Id: fmt.Sprintf("s%019d", i), Team: "t", Name: "n", Tag: "default", Memory: i%2 == 0, PulledFrom: "host-a"})
+	}
+	spec := Spec("10.0.0.1:27777", info, nil)
+	if len(spec.Snapshots) != v1beta1.MaxInventorySnapshots {
+		t.Fatalf("%d snapshots listed, want %d", len(spec.Snapshots), v1beta1.MaxInventorySnapshots)
+	}
+	if got := spec.Snapshots[0]; got != (v1beta1.SnapshotEntry{ID: "s0000000000000000000", Team: "t", Name: "n", Tag: "default", Memory: true, PulledFrom: "host-a"}) {
+		t.Errorf("first entry %+v", got)
+	}
+	if last := spec.Snapshots[len(spec.Snapshots)-1].ID; last != fmt.Sprintf("s%019d", v1beta1.MaxInventorySnapshots-1) {
+		t.Errorf("the newest %d kept, but the last is %s", v1beta1.MaxInventorySnapshots, last)
 	}
 }

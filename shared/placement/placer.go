@@ -16,6 +16,11 @@ import (
 type Request struct {
 	// Template is the SandboxTemplate's name; only nodes listing it qualify.
 	Template string
+	// Version, if set, is the template's version: only nodes listing the
+	// template at that version qualify (a snapshot's layers stand on one).
+	Version string
+	// Exclude, if set, rules nodes out by name.
+	Exclude func(node string) bool
 	// CPUMilli is CPU in thousandths of a core.
 	CPUMilli int64
 	// MemoryMiB is memory in mebibytes.
@@ -172,7 +177,7 @@ func (p *Placer) reserve(nodes []v1beta1.NodeInventory, req Request, excluded []
 	eligible := 0
 	for i := range nodes {
 		n := &nodes[i]
-		if !hasTemplate(n, req.Template) || slices.Contains(excluded, n.Name) {
+		if !hasTemplate(n, req.Template, req.Version) || slices.Contains(excluded, n.Name) || req.Exclude != nil && req.Exclude(n.Name) {
 			continue
 		}
 		s, ok := p.scoreLocked(n, req)
@@ -262,10 +267,11 @@ func left(capacity, used int64) (float64, bool) {
 	return float64(capacity-used) / float64(capacity), true
 }
 
-// hasTemplate says whether the node lists the template.
-func hasTemplate(n *v1beta1.NodeInventory, template string) bool {
+// hasTemplate says whether the node lists the template (at version, if
+// that is set).
+func hasTemplate(n *v1beta1.NodeInventory, template, version string) bool {
 	for i := range n.Spec.Templates {
-		if n.Spec.Templates[i].Name == template {
+		if t := &n.Spec.Templates[i]; t.Name == template && (version == "" || t.Version == version) {
 			return true
 		}
 	}

@@ -91,6 +91,9 @@ func TestPlaceEligible(t *testing.T) {
 		{"py", placement.Request{Template: "py", CPUMilli: 1000, MemoryMiB: 1024}, []string{"other-template", "fits"}},
 		{"nothing asked", placement.Request{Template: "base"}, []string{"fits", "exact", "cpu-full", "mem-full"}},
 		{"unknown template", placement.Request{Template: "go"}, nil},
+		{"at its version", placement.Request{Template: "base", Version: "v1"}, []string{"fits", "exact", "cpu-full", "mem-full"}},
+		{"at another version", placement.Request{Template: "base", Version: "v2"}, nil},
+		{"excluded", placement.Request{Template: "base", Exclude: func(n string) bool { return n == "fits" || n == "cpu-full" }}, []string{"exact", "mem-full"}},
 		{"too big for all", placement.Request{Template: "base", CPUMilli: 4001}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

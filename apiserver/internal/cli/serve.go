@@ -208,6 +208,7 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		Source:  src,
 		Placer:  placement.New(src, o.placement),
 		Clients: clients,
+		Tokens:  tokens.For,
 		Catalog: catalog,
 		Logger:  log,
 		Metrics: m,

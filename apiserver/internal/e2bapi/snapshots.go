@@ -21,12 +21,20 @@ type Snapshot struct {
 	Name string
 	Tag  string
 	// SourceSandbox is the sandbox it was taken from.
-	SourceSandbox string
-	Template      string
-	CreatedAt     time.Time
-	SizeBytes     int64
-	// Node holds it.
+	SourceSandbox   string
+	Template        string
+	TemplateVersion string
+	CreatedAt       time.Time
+	SizeBytes       int64
+	// CPUMilli and MemoryMiB are its source's, a sandbox from it's.
+	CPUMilli, MemoryMiB int64
+	// Node holds it: the host that took it, when that host answers, else
+	// a host that pulled it.
 	Node string
+	// PulledFrom is the node Node pulled it from; empty when Node took it.
+	PulledFrom string
+	// Nodes are every host that holds it, Node first.
+	Nodes []string
 }
 
 // DefaultSnapshotTag is the tag of a snapshot name given without one.

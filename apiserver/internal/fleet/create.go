@@ -57,8 +57,8 @@ func (b *Backend) place(ctx context.Context, team string, p e2bapi.CreateParams)
 // placeOn is place; it also returns the node.
 func (b *Backend) placeOn(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, string, bool, error) {
 	if p.Snapshot != nil {
-		sb, err := b.createFromSnapshot(ctx, team, p)
-		return sb, p.Snapshot.Node, false, err
+		sb, node, err := b.createFromSnapshot(ctx, team, p)
+		return sb, node, false, err
 	}
 	var out *e2bapi.Sandbox
 	// A warm sandbox has the internet: one that must not is always cold.

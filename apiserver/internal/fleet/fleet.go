@@ -54,6 +54,10 @@ type Config struct {
 	// carries that node's token. Required: sandboxdapi.NewNodeClients
 	// builds one.
 	Clients func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient
+	// Tokens, if set, is each node's token (nodetoken.Tokens.For): with
+	// it, a create from a snapshot whose holders are all full or gone has
+	// another host pull it, with a ticket made with a holder's token.
+	Tokens func(node string) string
 	// Defaults are the sandbox resources; zero fields mean
 	// DefaultCPUMilli and DefaultMemoryMiB (and the host's disk default).
 	// A template's own resources (see Catalog) win over them.
@@ -83,6 +87,7 @@ type Backend struct {
 	catalog    Catalog
 	placer     *placement.Placer
 	clients    func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient
+	tokens     func(node string) string
 	defaults   Defaults
 	claimLimit int
 	ttl        time.Duration
@@ -115,6 +120,7 @@ func New(cfg Config) *Backend {
 		catalog:    cfg.Catalog,
 		placer:     cfg.Placer,
 		clients:    cfg.Clients,
+		tokens:     cfg.Tokens,
 		defaults:   cfg.Defaults,
 		claimLimit: cfg.ClaimLimit,
 		ttl:        cfg.RecentTTL,

@@ -9,21 +9,29 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	"github.com/skiff-dev/skiff/shared/nodetoken"
+	"github.com/skiff-dev/skiff/shared/placement"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/shared/tracing"
 )
 
 // A snapshot lives on the host that took it (its ID carries that host's
-// tag, like a sandbox ID), and a sandbox from it starts there. Lists and
-// lookups by name ask every fresh host (sandboxd's ListSnapshots): a
-// snapshot is visible on every replica the moment its host answers, with
-// no inventory lag; the cost is one call per host, fine for fleets of tens
-// of hosts.
+// tag, like a sandbox ID) and on every host that pulled it since, under the
+// same ID; each lists it in its NodeInventory. Lists and lookups by name ask
+// every fresh host (sandboxd's ListSnapshots) and fold the copies of one
+// snapshot into one entry: a snapshot is visible on every replica the
+// moment its host answers, with no inventory lag; the cost is one call per
+// host, fine for fleets of tens of hosts. A sandbox from a snapshot starts
+// on a host that holds it; when every such host is full or gone, a host
+// with room pulls it from one that answers (sandboxd to sandboxd, with a
+// ticket this replica makes for that snapshot) and starts it there.
 
 // Snapshot captures a sandbox of team on its host.
 func (b *Backend) Snapshot(ctx context.Context, team, id, name string) (*e2bapi.Snapshot, error) {
@@ -44,7 +52,37 @@ func (b *Backend) Snapshots(ctx context.Context, team string, f e2bapi.SnapshotF
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: list nodes: %w", err)
 	}
-	return b.snapshotsOn(ctx, nodes, &sandboxdv1.ListSnapshotsRequest{Team: team, SandboxId: f.SourceSandbox, Name: f.Name})
+	found, err := b.snapshotsOn(ctx, nodes, &sandboxdv1.ListSnapshotsRequest{Team: team, SandboxId: f.SourceSandbox, Name: f.Name})
+	if err != nil {
+		return nil, err
+	}
+	return mergeCopies(found), nil
+}
+
+// mergeCopies folds the copies of one snapshot that several hosts hold
+// into one entry, whose Nodes name them all, the host that took it first.
+func mergeCopies(found []e2bapi.Snapshot) []e2bapi.Snapshot {
+	byID := map[string]int{}
+	var out []e2bapi.Snapshot
+	for _, s := range found {
+		i, ok := byID[s.ID]
+		if !ok {
+			s.Nodes = []string{s.Node}
+			byID[s.ID] = len(out)
+			out = append(out, s)
+			continue
+		}
+		m := &out[i]
+		if m.PulledFrom != "" && s.PulledFrom == "" {
+			// The host that took it: its entry, and first.
+			nodes := m.Nodes
+			*m = s
+			m.Nodes = append([]string{s.Node}, nodes...)
+			continue
+		}
+		m.Nodes = append(m.Nodes, s.Node)
+	}
+	return out
 }
 
 // snapshotsOn asks each of nodes for the snapshots req selects, at once.
@@ -85,8 +123,9 @@ func (b *Backend) snapshotsOn(ctx context.Context, nodes []v1beta1.NodeInventory
 	return out, nil
 }
 
-// findSnapshot returns the team's snapshot ref names: by ID on the host
-// its tag names, by name on every fresh host (the newest, if several
+// findSnapshot returns the team's snapshot ref names, with every fresh
+// host that holds it: by ID on the host its tag names and those whose
+// inventories list it, by name on every fresh host (the newest, if several
 // hosts have one).
 func (b *Backend) findSnapshot(ctx context.Context, team string, ref e2bapi.SnapshotRef) (*e2bapi.Snapshot, error) {
 	nodes, err := b.src.ListNodes(ctx)
@@ -98,20 +137,21 @@ func (b *Backend) findSnapshot(ctx context.Context, team string, ref e2bapi.Snap
 		if err != nil {
 			return nil, fmt.Errorf("snapshot %q: %w", ref.ID, e2bapi.ErrNotFound)
 		}
-		nodes = slices.DeleteFunc(nodes, func(n v1beta1.NodeInventory) bool { return sandboxid.NodeTag(n.Name) != tag })
+		nodes = slices.DeleteFunc(nodes, func(n v1beta1.NodeInventory) bool {
+			return sandboxid.NodeTag(n.Name) != tag && !listsSnapshot(&n, ref.ID)
+		})
 	}
 	found, err := b.snapshotsOn(ctx, nodes, &sandboxdv1.ListSnapshotsRequest{Team: team, Name: ref.String()})
 	if err != nil {
 		return nil, err
 	}
 	var best *e2bapi.Snapshot
-	for i := range found {
-		s := &found[i]
+	for _, s := range mergeCopies(found) {
 		if ref.ID != "" && s.ID != ref.ID || ref.ID == "" && (s.Name != ref.Name || s.Tag != ref.Tag) {
 			continue
 		}
 		if best == nil || s.CreatedAt.After(best.CreatedAt) {
-			best = s
+			best = &s
 		}
 	}
 	if best == nil {
@@ -120,18 +160,39 @@ func (b *Backend) findSnapshot(ctx context.Context, team string, ref e2bapi.Snap
 	return best, nil
 }
 
-// DeleteSnapshot deletes the team's snapshot ref names, on its host.
+// listsSnapshot says whether node's inventory lists snapshot id.
+func listsSnapshot(n *v1beta1.NodeInventory, id string) bool {
+	return slices.ContainsFunc(n.Spec.Snapshots, func(e v1beta1.SnapshotEntry) bool { return e.ID == id })
+}
+
+// DeleteSnapshot deletes the team's snapshot ref names on every host that
+// holds it. A holder that does not answer keeps its copy, which it lists
+// again when it is back (the docs say so); the delete succeeds when one
+// holder deleted it.
 func (b *Backend) DeleteSnapshot(ctx context.Context, team string, ref e2bapi.SnapshotRef) error {
 	s, err := b.findSnapshot(ctx, team, ref)
 	if err != nil {
 		return err
 	}
-	client, err := b.nodeClient(ctx, s.Node)
-	if err != nil {
-		return err
+	var errs []error
+	deleted := 0
+	for _, node := range s.Nodes {
+		client, err := b.nodeClient(ctx, node)
+		if err == nil {
+			_, err = client.DeleteSnapshot(ctx, connect.NewRequest(&sandboxdv1.DeleteSnapshotRequest{Snapshot: s.ID, Team: team}))
+		}
+		switch {
+		case err == nil:
+			deleted++
+		case connect.CodeOf(err) == connect.CodeNotFound:
+			// deleted there meanwhile
+		default:
+			b.log.WarnContext(ctx, "delete a snapshot's copy", "snapshot", s.ID, "node", node, "error", err)
+			errs = append(errs, snapshotError("delete snapshot", s.ID, err))
+		}
 	}
-	if _, err := client.DeleteSnapshot(ctx, connect.NewRequest(&sandboxdv1.DeleteSnapshotRequest{Snapshot: s.ID, Team: team})); err != nil {
-		return snapshotError("delete snapshot", s.ID, err)
+	if deleted == 0 && len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	return nil
 }
@@ -146,11 +207,99 @@ func (b *Backend) nodeClient(ctx context.Context, node string) (sandboxdv1connec
 	return b.clients(inv.Name, inv.Spec.Endpoint), nil
 }
 
-// createFromSnapshot starts a sandbox of team from snapshot s, on the host
-// that holds it.
-func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, error) {
+// createFromSnapshot starts a sandbox of team from snapshot p.Snapshot on
+// a host that holds it, trying each until one has room; when none has, or
+// none answers, a host with room and the snapshot's template version pulls
+// it from a holder that answers, and starts it. It returns the sandbox's
+// node.
+func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, string, error) {
 	s := p.Snapshot
-	client, err := b.nodeClient(ctx, s.Node)
+	var last error
+	for _, node := range s.Nodes {
+		sb, err := b.createFromSnapshotOn(ctx, team, p, node)
+		if err == nil {
+			return sb, node, nil
+		}
+		if !errors.Is(err, e2bapi.ErrCapacity) && !errors.Is(err, e2bapi.ErrUnavailable) {
+			return nil, "", err
+		}
+		last = err
+	}
+	if b.tokens == nil {
+		return nil, "", last
+	}
+	var out *e2bapi.Sandbox
+	res := Defaults{CPUMilli: s.CPUMilli, MemoryMiB: s.MemoryMiB}
+	req := placement.Request{Template: s.Template, Version: s.TemplateVersion, CPUMilli: res.CPUMilli, MemoryMiB: res.MemoryMiB,
+		Exclude: func(node string) bool { return slices.Contains(s.Nodes, node) }}
+	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) error {
+		if err := b.pullTo(ctx, team, s, n); err != nil {
+			return err
+		}
+		sb, err := b.createFromSnapshotOn(ctx, team, p, n.Name)
+		switch {
+		case errors.Is(err, e2bapi.ErrCapacity):
+			return fmt.Errorf("%w: %w", placement.ErrNodeFull, err)
+		case errors.Is(err, e2bapi.ErrUnavailable):
+			return fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, err)
+		}
+		out = sb
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, placement.ErrNoCapacity) && last != nil {
+			return nil, "", fmt.Errorf("%w (and no other host could take it: %w)", last, err)
+		}
+		return nil, "", createError(ctx, err)
+	}
+	return out, node, nil
+}
+
+// pullTicketTTL is how long a pull ticket opens its snapshot: each
+// request of a pull starts within it.
+const pullTicketTTL = 30 * time.Minute
+
+// pullTo makes node n pull snapshot s from one of its holders that
+// answers.
+func (b *Backend) pullTo(ctx context.Context, team string, s *e2bapi.Snapshot, n *v1beta1.NodeInventory) (err error) {
+	ctx, span := tracer.Start(ctx, "placement.pull_snapshot", trace.WithAttributes(tracing.NodeKey.String(n.Name)))
+	defer tracing.End(span, &err)
+	target := b.clients(n.Name, n.Spec.Endpoint)
+	var errs []error
+	for _, holder := range s.Nodes {
+		inv, err := b.src.NodeInventory(ctx, holder)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("holder %s: %w", holder, err))
+			continue
+		}
+		began := time.Now()
+		resp, err := target.PullSnapshot(ctx, connect.NewRequest(&sandboxdv1.PullSnapshotRequest{
+			SnapshotId: s.ID, Team: team, SourceUrl: "http://" + inv.Spec.Endpoint, SourceNode: holder,
+			Ticket: nodetoken.PullTicket(b.tokens(holder), s.ID, b.now().Add(pullTicketTTL)),
+		}))
+		if err == nil {
+			b.log.InfoContext(ctx, "snapshot pulled to another host", "snapshot", s.ID, "from", holder, "to", n.Name,
+				"fetched_bytes", resp.Msg.GetFetchedBytes(), "duration", time.Since(began))
+			return nil
+		}
+		switch code := connect.CodeOf(err); {
+		case isTransport(err):
+			return fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, err)
+		case code == connect.CodeFailedPrecondition, code == connect.CodeResourceExhausted, code == connect.CodeUnimplemented:
+			// This host cannot keep it (another template version, a full
+			// disk, no snapshot store): another one may.
+			return fmt.Errorf("%w: %w", placement.ErrNodeFull, err)
+		}
+		errs = append(errs, fmt.Errorf("pull from %s: %w", holder, err))
+	}
+	return fmt.Errorf("%w: %w: no holder of snapshot %s could be pulled from: %w", placement.ErrNodeUnavailable, e2bapi.ErrUnavailable, s.ID, errors.Join(errs...))
+}
+
+// createFromSnapshotOn starts a sandbox of team from snapshot p.Snapshot
+// on node, which holds it.
+func (b *Backend) createFromSnapshotOn(ctx context.Context, team string, p e2bapi.CreateParams, node string) (*e2bapi.Sandbox, error) {
+	s := p.Snapshot
+	client, err := b.nodeClient(ctx, node)
 	if err != nil {
 		return nil, err
 	}
@@ -164,11 +313,11 @@ func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.
 		return nil, snapshotError("create from snapshot", s.ID, err)
 	}
 	tok := tokens{envd: resp.Msg.GetEnvdAccessToken(), traffic: resp.Msg.GetTrafficAccessToken()}
-	sb, err := b.created(ctx, client, s.Node, p, resp.Msg.GetSandbox(), tok)
+	sb, err := b.created(ctx, client, node, p, resp.Msg.GetSandbox(), tok)
 	if err != nil {
 		return nil, err
 	}
-	b.remember(sb.ID, team, s.Node, sb)
+	b.remember(sb.ID, team, node, sb)
 	return sb, nil
 }
 
@@ -242,6 +391,7 @@ func toSnapshot(node string, s *sandboxdv1.Snapshot) *e2bapi.Snapshot {
 	return &e2bapi.Snapshot{
 		ID: s.GetId(), Team: s.GetTeam(), Name: s.GetName(), Tag: s.GetTag(),
 		SourceSandbox: s.GetSourceSandboxId(), Template: s.GetTemplate(),
-		CreatedAt: s.GetCreatedAt().AsTime(), SizeBytes: s.GetSizeBytes(), Node: node,
+		TemplateVersion: s.GetTemplateVersion(), CreatedAt: s.GetCreatedAt().AsTime(), SizeBytes: s.GetSizeBytes(), Node: node,
+		PulledFrom: s.GetPulledFrom(), CPUMilli: s.GetResources().GetCpuMilli(), MemoryMiB: s.GetResources().GetMemoryMib(),
 	}
 }

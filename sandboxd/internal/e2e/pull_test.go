@@ -10,8 +10,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/nodetoken"
+	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
 // Snapshots move sandboxd to sandboxd: host b pulls a's snapshot with a

@@ -216,6 +216,7 @@ func (s *Service) PullSnapshot(ctx context.Context, req *connect.Request[pb.Pull
 		s.gcLayers(context.WithoutCancel(ctx))
 		return nil, toConnect(err)
 	}
+	s.hostChanged.notify()
 	s.log.InfoContext(ctx, "snapshot pulled", "snapshot", rec.ID, "team", rec.Team, "from", m.GetSourceNode(),
 		"layers", len(rec.Layers), "memory", rec.Image != "", "fetched_bytes", fetched, "duration", time.Since(began))
 	return connect.NewResponse(&pb.PullSnapshotResponse{Snapshot: toSnapshot(rec), FetchedBytes: fetched}), nil

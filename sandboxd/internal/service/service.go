@@ -168,8 +168,10 @@ type Service struct {
 	locks     keyedMutex
 	peers     *http.Client
 	pulls     pulls
-	samples   *stats.Sampler
-	metrics   *metrics
+	// hostChanged wakes the Watch streams when what Info says changes.
+	hostChanged broadcast
+	samples     *stats.Sampler
+	metrics     *metrics
 
 	// watchSource is the registry's Watch; tests replace it.
 	watchSource func() ([]*store.Record, <-chan registry.Event, func())

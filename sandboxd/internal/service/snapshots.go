@@ -101,6 +101,7 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 		return nil, toConnect(err)
 	}
 	s.digestInBackground(rec)
+	defer s.hostChanged.notify()
 	if replaced != nil {
 		// The name moves to the new snapshot, as a new build of an e2b
 		// template takes its tag.
@@ -282,6 +283,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, req *connect.Request[pb.De
 	if err := s.snapshots.Delete(rec.ID); err != nil {
 		return nil, toConnect(err)
 	}
+	s.hostChanged.notify()
 	s.gcLayers(ctx)
 	s.log.InfoContext(ctx, "snapshot deleted", "snapshot", rec.ID, "team", rec.Team, "name", rec.Name)
 	return connect.NewResponse(&pb.DeleteSnapshotResponse{}), nil

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"sync"
 
 	"connectrpc.com/connect"
 
@@ -10,7 +11,9 @@ import (
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
-// Watch streams the host's sandboxes: a snapshot, then every change. A
+// Watch streams the host's sandboxes: a snapshot, then every change, and a
+// HostChanged whenever what Info says of the host changes (a snapshot
+// taken, pulled or deleted). A
 // watcher that falls too far behind is dropped by the registry; the stream
 // then starts over with a fresh snapshot, as an informer relists. It ends
 // when the client goes away or the service stops its watches
@@ -43,12 +46,18 @@ func (s *Service) watchOnce(ctx context.Context, send func(*pb.WatchResponse) er
 	if err := send(&pb.WatchResponse{Event: &pb.WatchResponse_Snapshot_{Snapshot: snap}}); err != nil {
 		return err
 	}
+	hostChanged := s.hostChanged.wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.stopping:
 			return nil
+		case <-hostChanged:
+			hostChanged = s.hostChanged.wait()
+			if err := send(&pb.WatchResponse{Event: &pb.WatchResponse_HostChanged_{HostChanged: &pb.WatchResponse_HostChanged{}}}); err != nil {
+				return err
+			}
 		case ev, ok := <-events:
 			if !ok {
 				return nil
@@ -62,6 +71,31 @@ func (s *Service) watchOnce(ctx context.Context, send func(*pb.WatchResponse) er
 				return err
 			}
 		}
+	}
+}
+
+// broadcast wakes every waiter at once, each time it is notified.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// wait returns a channel closed at the next notify.
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
 	}
 }
 

@@ -65,6 +65,14 @@ func NewNetns(t testing.TB, name string, subnet, index int) *Netns {
 	return n
 }
 
+// Route sends the namespace's traffic for prefix (e.g. the other test
+// hosts' 10.250.N.0/24) through this machine, which forwards it: hosts of
+// one subnet then reach each other, as a fleet's hosts do.
+func (n *Netns) Route(t testing.TB, prefix string) {
+	t.Helper()
+	run(t, "ip", "-n", n.Name, "route", "add", prefix, "via", n.Gateway)
+}
+
 func run(t testing.TB, name string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {

@@ -2076,6 +2076,7 @@ type WatchResponse struct {
 	//
 	//	*WatchResponse_Snapshot_
 	//	*WatchResponse_Change_
+	//	*WatchResponse_HostChanged_
 	Event         isWatchResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2136,6 +2137,15 @@ func (x *WatchResponse) GetChange() *WatchResponse_Change {
 	return nil
 }
 
+func (x *WatchResponse) GetHostChanged() *WatchResponse_HostChanged {
+	if x != nil {
+		if x, ok := x.Event.(*WatchResponse_HostChanged_); ok {
+			return x.HostChanged
+		}
+	}
+	return nil
+}
+
 type isWatchResponse_Event interface {
 	isWatchResponse_Event()
 }
@@ -2150,9 +2160,16 @@ type WatchResponse_Change_ struct {
 	Change *WatchResponse_Change `protobuf:"bytes,2,opt,name=change,proto3,oneof"`
 }
 
+type WatchResponse_HostChanged_ struct {
+	// What Info tells of the host changed (its snapshots): ask again.
+	HostChanged *WatchResponse_HostChanged `protobuf:"bytes,3,opt,name=host_changed,json=hostChanged,proto3,oneof"`
+}
+
 func (*WatchResponse_Snapshot_) isWatchResponse_Event() {}
 
 func (*WatchResponse_Change_) isWatchResponse_Event() {}
+
+func (*WatchResponse_HostChanged_) isWatchResponse_Event() {}
 
 // Snapshot is a team's snapshot: a sandbox's files at one instant, on top
 // of the template the sandbox was started from.
@@ -2967,6 +2984,42 @@ func (x *WatchResponse_Snapshot) GetSandboxes() []*Sandbox {
 	return nil
 }
 
+type WatchResponse_HostChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse_HostChanged) Reset() {
+	*x = WatchResponse_HostChanged{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse_HostChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse_HostChanged) ProtoMessage() {}
+
+func (x *WatchResponse_HostChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse_HostChanged.ProtoReflect.Descriptor instead.
+func (*WatchResponse_HostChanged) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30, 1}
+}
+
 type WatchResponse_Change struct {
 	state   protoimpl.MessageState   `protogen:"open.v1"`
 	Type    WatchResponse_ChangeType `protobuf:"varint,1,opt,name=type,proto3,enum=skiff.sandboxd.v1.WatchResponse_ChangeType" json:"type,omitempty"`
@@ -2982,7 +3035,7 @@ type WatchResponse_Change struct {
 
 func (x *WatchResponse_Change) Reset() {
 	*x = WatchResponse_Change{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3047,7 @@ func (x *WatchResponse_Change) String() string {
 func (*WatchResponse_Change) ProtoMessage() {}
 
 func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3060,7 @@ func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Change.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Change) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30, 1}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30, 2}
 }
 
 func (x *WatchResponse_Change) GetType() WatchResponse_ChangeType {
@@ -3208,12 +3261,14 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06source\x18\x03 \x01(\tR\x06source\"?\n" +
 	"\fLogsResponse\x12/\n" +
 	"\x04logs\x18\x01 \x03(\v2\x1b.skiff.sandboxd.v1.LogEntryR\x04logs\"\x0e\n" +
-	"\fWatchRequest\"\xe0\x03\n" +
+	"\fWatchRequest\"\xc2\x04\n" +
 	"\rWatchResponse\x12G\n" +
 	"\bsnapshot\x18\x01 \x01(\v2).skiff.sandboxd.v1.WatchResponse.SnapshotH\x00R\bsnapshot\x12A\n" +
-	"\x06change\x18\x02 \x01(\v2'.skiff.sandboxd.v1.WatchResponse.ChangeH\x00R\x06change\x1aD\n" +
+	"\x06change\x18\x02 \x01(\v2'.skiff.sandboxd.v1.WatchResponse.ChangeH\x00R\x06change\x12Q\n" +
+	"\fhost_changed\x18\x03 \x01(\v2,.skiff.sandboxd.v1.WatchResponse.HostChangedH\x00R\vhostChanged\x1aD\n" +
 	"\bSnapshot\x128\n" +
-	"\tsandboxes\x18\x01 \x03(\v2\x1a.skiff.sandboxd.v1.SandboxR\tsandboxes\x1a\x95\x01\n" +
+	"\tsandboxes\x18\x01 \x03(\v2\x1a.skiff.sandboxd.v1.SandboxR\tsandboxes\x1a\r\n" +
+	"\vHostChanged\x1a\x95\x01\n" +
 	"\x06Change\x12?\n" +
 	"\x04type\x18\x01 \x01(\x0e2+.skiff.sandboxd.v1.WatchResponse.ChangeTypeR\x04type\x124\n" +
 	"\asandbox\x18\x02 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\x12\x14\n" +
@@ -3325,151 +3380,153 @@ func file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skiff_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_skiff_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_skiff_sandboxd_v1_sandboxd_proto_goTypes = []any{
-	(SandboxState)(0),              // 0: skiff.sandboxd.v1.SandboxState
-	(WatchResponse_ChangeType)(0),  // 1: skiff.sandboxd.v1.WatchResponse.ChangeType
-	(*Resources)(nil),              // 2: skiff.sandboxd.v1.Resources
-	(*Sandbox)(nil),                // 3: skiff.sandboxd.v1.Sandbox
-	(*CreateRequest)(nil),          // 4: skiff.sandboxd.v1.CreateRequest
-	(*CreateResponse)(nil),         // 5: skiff.sandboxd.v1.CreateResponse
-	(*WarmRequest)(nil),            // 6: skiff.sandboxd.v1.WarmRequest
-	(*WarmResponse)(nil),           // 7: skiff.sandboxd.v1.WarmResponse
-	(*ClaimRequest)(nil),           // 8: skiff.sandboxd.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 9: skiff.sandboxd.v1.ClaimResponse
-	(*GetRequest)(nil),             // 10: skiff.sandboxd.v1.GetRequest
-	(*GetResponse)(nil),            // 11: skiff.sandboxd.v1.GetResponse
-	(*ListRequest)(nil),            // 12: skiff.sandboxd.v1.ListRequest
-	(*ListResponse)(nil),           // 13: skiff.sandboxd.v1.ListResponse
-	(*KillRequest)(nil),            // 14: skiff.sandboxd.v1.KillRequest
-	(*KillResponse)(nil),           // 15: skiff.sandboxd.v1.KillResponse
-	(*SetTimeoutRequest)(nil),      // 16: skiff.sandboxd.v1.SetTimeoutRequest
-	(*SetTimeoutResponse)(nil),     // 17: skiff.sandboxd.v1.SetTimeoutResponse
-	(*PauseRequest)(nil),           // 18: skiff.sandboxd.v1.PauseRequest
-	(*PauseResponse)(nil),          // 19: skiff.sandboxd.v1.PauseResponse
-	(*ResumeRequest)(nil),          // 20: skiff.sandboxd.v1.ResumeRequest
-	(*ResumeResponse)(nil),         // 21: skiff.sandboxd.v1.ResumeResponse
-	(*InfoRequest)(nil),            // 22: skiff.sandboxd.v1.InfoRequest
-	(*TemplateVersion)(nil),        // 23: skiff.sandboxd.v1.TemplateVersion
-	(*InfoResponse)(nil),           // 24: skiff.sandboxd.v1.InfoResponse
-	(*MetricsRequest)(nil),         // 25: skiff.sandboxd.v1.MetricsRequest
-	(*SandboxMetric)(nil),          // 26: skiff.sandboxd.v1.SandboxMetric
-	(*MetricsResponse)(nil),        // 27: skiff.sandboxd.v1.MetricsResponse
-	(*LogsRequest)(nil),            // 28: skiff.sandboxd.v1.LogsRequest
-	(*LogEntry)(nil),               // 29: skiff.sandboxd.v1.LogEntry
-	(*LogsResponse)(nil),           // 30: skiff.sandboxd.v1.LogsResponse
-	(*WatchRequest)(nil),           // 31: skiff.sandboxd.v1.WatchRequest
-	(*WatchResponse)(nil),          // 32: skiff.sandboxd.v1.WatchResponse
-	(*Snapshot)(nil),               // 33: skiff.sandboxd.v1.Snapshot
-	(*SnapshotRequest)(nil),        // 34: skiff.sandboxd.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),       // 35: skiff.sandboxd.v1.SnapshotResponse
-	(*ListSnapshotsRequest)(nil),   // 36: skiff.sandboxd.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),  // 37: skiff.sandboxd.v1.ListSnapshotsResponse
-	(*DeleteSnapshotRequest)(nil),  // 38: skiff.sandboxd.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil), // 39: skiff.sandboxd.v1.DeleteSnapshotResponse
-	(*ForkRequest)(nil),            // 40: skiff.sandboxd.v1.ForkRequest
-	(*ForkResponse)(nil),           // 41: skiff.sandboxd.v1.ForkResponse
-	(*PullSnapshotRequest)(nil),    // 42: skiff.sandboxd.v1.PullSnapshotRequest
-	(*PullSnapshotResponse)(nil),   // 43: skiff.sandboxd.v1.PullSnapshotResponse
-	(*ForkResult)(nil),             // 44: skiff.sandboxd.v1.ForkResult
-	nil,                            // 45: skiff.sandboxd.v1.Sandbox.MetadataEntry
-	nil,                            // 46: skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
-	nil,                            // 47: skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	nil,                            // 48: skiff.sandboxd.v1.ClaimRequest.MetadataEntry
-	nil,                            // 49: skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	(*WatchResponse_Snapshot)(nil), // 50: skiff.sandboxd.v1.WatchResponse.Snapshot
-	(*WatchResponse_Change)(nil),   // 51: skiff.sandboxd.v1.WatchResponse.Change
-	(*timestamppb.Timestamp)(nil),  // 52: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 53: google.protobuf.Duration
+	(SandboxState)(0),                 // 0: skiff.sandboxd.v1.SandboxState
+	(WatchResponse_ChangeType)(0),     // 1: skiff.sandboxd.v1.WatchResponse.ChangeType
+	(*Resources)(nil),                 // 2: skiff.sandboxd.v1.Resources
+	(*Sandbox)(nil),                   // 3: skiff.sandboxd.v1.Sandbox
+	(*CreateRequest)(nil),             // 4: skiff.sandboxd.v1.CreateRequest
+	(*CreateResponse)(nil),            // 5: skiff.sandboxd.v1.CreateResponse
+	(*WarmRequest)(nil),               // 6: skiff.sandboxd.v1.WarmRequest
+	(*WarmResponse)(nil),              // 7: skiff.sandboxd.v1.WarmResponse
+	(*ClaimRequest)(nil),              // 8: skiff.sandboxd.v1.ClaimRequest
+	(*ClaimResponse)(nil),             // 9: skiff.sandboxd.v1.ClaimResponse
+	(*GetRequest)(nil),                // 10: skiff.sandboxd.v1.GetRequest
+	(*GetResponse)(nil),               // 11: skiff.sandboxd.v1.GetResponse
+	(*ListRequest)(nil),               // 12: skiff.sandboxd.v1.ListRequest
+	(*ListResponse)(nil),              // 13: skiff.sandboxd.v1.ListResponse
+	(*KillRequest)(nil),               // 14: skiff.sandboxd.v1.KillRequest
+	(*KillResponse)(nil),              // 15: skiff.sandboxd.v1.KillResponse
+	(*SetTimeoutRequest)(nil),         // 16: skiff.sandboxd.v1.SetTimeoutRequest
+	(*SetTimeoutResponse)(nil),        // 17: skiff.sandboxd.v1.SetTimeoutResponse
+	(*PauseRequest)(nil),              // 18: skiff.sandboxd.v1.PauseRequest
+	(*PauseResponse)(nil),             // 19: skiff.sandboxd.v1.PauseResponse
+	(*ResumeRequest)(nil),             // 20: skiff.sandboxd.v1.ResumeRequest
+	(*ResumeResponse)(nil),            // 21: skiff.sandboxd.v1.ResumeResponse
+	(*InfoRequest)(nil),               // 22: skiff.sandboxd.v1.InfoRequest
+	(*TemplateVersion)(nil),           // 23: skiff.sandboxd.v1.TemplateVersion
+	(*InfoResponse)(nil),              // 24: skiff.sandboxd.v1.InfoResponse
+	(*MetricsRequest)(nil),            // 25: skiff.sandboxd.v1.MetricsRequest
+	(*SandboxMetric)(nil),             // 26: skiff.sandboxd.v1.SandboxMetric
+	(*MetricsResponse)(nil),           // 27: skiff.sandboxd.v1.MetricsResponse
+	(*LogsRequest)(nil),               // 28: skiff.sandboxd.v1.LogsRequest
+	(*LogEntry)(nil),                  // 29: skiff.sandboxd.v1.LogEntry
+	(*LogsResponse)(nil),              // 30: skiff.sandboxd.v1.LogsResponse
+	(*WatchRequest)(nil),              // 31: skiff.sandboxd.v1.WatchRequest
+	(*WatchResponse)(nil),             // 32: skiff.sandboxd.v1.WatchResponse
+	(*Snapshot)(nil),                  // 33: skiff.sandboxd.v1.Snapshot
+	(*SnapshotRequest)(nil),           // 34: skiff.sandboxd.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),          // 35: skiff.sandboxd.v1.SnapshotResponse
+	(*ListSnapshotsRequest)(nil),      // 36: skiff.sandboxd.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),     // 37: skiff.sandboxd.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),     // 38: skiff.sandboxd.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),    // 39: skiff.sandboxd.v1.DeleteSnapshotResponse
+	(*ForkRequest)(nil),               // 40: skiff.sandboxd.v1.ForkRequest
+	(*ForkResponse)(nil),              // 41: skiff.sandboxd.v1.ForkResponse
+	(*PullSnapshotRequest)(nil),       // 42: skiff.sandboxd.v1.PullSnapshotRequest
+	(*PullSnapshotResponse)(nil),      // 43: skiff.sandboxd.v1.PullSnapshotResponse
+	(*ForkResult)(nil),                // 44: skiff.sandboxd.v1.ForkResult
+	nil,                               // 45: skiff.sandboxd.v1.Sandbox.MetadataEntry
+	nil,                               // 46: skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
+	nil,                               // 47: skiff.sandboxd.v1.CreateRequest.MetadataEntry
+	nil,                               // 48: skiff.sandboxd.v1.ClaimRequest.MetadataEntry
+	nil,                               // 49: skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
+	(*WatchResponse_Snapshot)(nil),    // 50: skiff.sandboxd.v1.WatchResponse.Snapshot
+	(*WatchResponse_HostChanged)(nil), // 51: skiff.sandboxd.v1.WatchResponse.HostChanged
+	(*WatchResponse_Change)(nil),      // 52: skiff.sandboxd.v1.WatchResponse.Change
+	(*timestamppb.Timestamp)(nil),     // 53: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 54: google.protobuf.Duration
 }
 var file_skiff_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	0,  // 0: skiff.sandboxd.v1.Sandbox.state:type_name -> skiff.sandboxd.v1.SandboxState
 	45, // 1: skiff.sandboxd.v1.Sandbox.metadata:type_name -> skiff.sandboxd.v1.Sandbox.MetadataEntry
-	52, // 2: skiff.sandboxd.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	52, // 3: skiff.sandboxd.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	53, // 2: skiff.sandboxd.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	53, // 3: skiff.sandboxd.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: skiff.sandboxd.v1.Sandbox.resources:type_name -> skiff.sandboxd.v1.Resources
 	2,  // 5: skiff.sandboxd.v1.CreateRequest.resources:type_name -> skiff.sandboxd.v1.Resources
 	46, // 6: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
 	47, // 7: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	53, // 8: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
+	54, // 8: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 9: skiff.sandboxd.v1.CreateResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	2,  // 10: skiff.sandboxd.v1.WarmRequest.resources:type_name -> skiff.sandboxd.v1.Resources
 	3,  // 11: skiff.sandboxd.v1.WarmResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	48, // 12: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
 	49, // 13: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	53, // 14: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
+	54, // 14: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 15: skiff.sandboxd.v1.ClaimResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	3,  // 16: skiff.sandboxd.v1.GetResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	0,  // 17: skiff.sandboxd.v1.ListRequest.states:type_name -> skiff.sandboxd.v1.SandboxState
 	3,  // 18: skiff.sandboxd.v1.ListResponse.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	53, // 19: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	54, // 19: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 20: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	3,  // 21: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	53, // 22: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
+	54, // 22: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
 	3,  // 23: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
 	2,  // 24: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
 	2,  // 25: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
 	23, // 26: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
 	33, // 27: skiff.sandboxd.v1.InfoResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	52, // 28: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
+	53, // 28: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
 	26, // 29: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
-	52, // 30: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
-	52, // 31: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	53, // 30: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
+	53, // 31: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
 	29, // 32: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
 	50, // 33: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
-	51, // 34: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
-	52, // 35: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 36: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
-	33, // 37: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	33, // 38: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	53, // 39: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
-	44, // 40: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
-	33, // 41: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	5,  // 42: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
-	3,  // 43: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	1,  // 44: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
-	3,  // 45: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	4,  // 46: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
-	6,  // 47: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
-	8,  // 48: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
-	10, // 49: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
-	12, // 50: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
-	14, // 51: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
-	16, // 52: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
-	18, // 53: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
-	20, // 54: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
-	22, // 55: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
-	25, // 56: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
-	28, // 57: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
-	31, // 58: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
-	34, // 59: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
-	36, // 60: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
-	38, // 61: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
-	40, // 62: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
-	42, // 63: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
-	5,  // 64: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
-	7,  // 65: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
-	9,  // 66: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
-	11, // 67: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
-	13, // 68: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
-	15, // 69: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
-	17, // 70: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
-	19, // 71: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
-	21, // 72: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
-	24, // 73: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
-	27, // 74: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
-	30, // 75: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
-	32, // 76: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
-	35, // 77: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
-	37, // 78: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
-	39, // 79: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
-	41, // 80: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
-	43, // 81: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
-	64, // [64:82] is the sub-list for method output_type
-	46, // [46:64] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	52, // 34: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
+	51, // 35: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
+	53, // 36: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 37: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
+	33, // 38: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	33, // 39: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	54, // 40: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
+	44, // 41: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
+	33, // 42: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	5,  // 43: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
+	3,  // 44: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	1,  // 45: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
+	3,  // 46: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	4,  // 47: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
+	6,  // 48: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
+	8,  // 49: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
+	10, // 50: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
+	12, // 51: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
+	14, // 52: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
+	16, // 53: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
+	18, // 54: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
+	20, // 55: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
+	22, // 56: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
+	25, // 57: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
+	28, // 58: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
+	31, // 59: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
+	34, // 60: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
+	36, // 61: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
+	38, // 62: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
+	40, // 63: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
+	42, // 64: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
+	5,  // 65: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
+	7,  // 66: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
+	9,  // 67: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
+	11, // 68: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
+	13, // 69: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
+	15, // 70: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
+	17, // 71: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
+	19, // 72: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
+	21, // 73: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
+	24, // 74: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
+	27, // 75: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
+	30, // 76: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
+	32, // 77: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
+	35, // 78: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
+	37, // 79: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
+	39, // 80: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
+	41, // 81: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
+	43, // 82: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
+	65, // [65:83] is the sub-list for method output_type
+	47, // [47:65] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_skiff_sandboxd_v1_sandboxd_proto_init() }
@@ -3482,6 +3539,7 @@ func file_skiff_sandboxd_v1_sandboxd_proto_init() {
 	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30].OneofWrappers = []any{
 		(*WatchResponse_Snapshot_)(nil),
 		(*WatchResponse_Change_)(nil),
+		(*WatchResponse_HostChanged_)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3489,7 +3547,7 @@ func file_skiff_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_sandboxd_v1_sandboxd_proto_rawDesc), len(file_skiff_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
