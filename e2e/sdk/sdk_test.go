@@ -76,13 +76,12 @@ func TestSDKDomain(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1",
 		"--test-name-pattern=create, run as user|files write|presigned|a user port|private traffic|autoResume wakes|a snapshot starts|fork gives", "sdk.test.mjs")
-	var env []string
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "E2B_") {
-			env = append(env, e)
+			cmd.Env = append(cmd.Env, e)
 		}
 	}
-	cmd.Env = append(env,
+	cmd.Env = append(cmd.Env,
 		"E2B_PACKAGE=e2b",
 		"E2B_DOMAIN="+sys.E2BDomain,
 		"NODE_EXTRA_CA_CERTS="+sys.DomainFiles.CA,
