@@ -208,23 +208,42 @@ func CopySparse(src, dst string) (err error) {
 }
 
 func copyXattrs(src, dst string) error {
-	names, err := listXattrs(src)
+	xattrs, err := keptXattrs(src)
 	if err != nil {
 		return err
 	}
+	for _, x := range xattrs {
+		if err := unix.Lsetxattr(dst, x.name, x.value, 0); err != nil {
+			return fmt.Errorf("set xattr %s on %s: %w", x.name, dst, err)
+		}
+	}
+	return nil
+}
+
+type xattr struct {
+	name  string
+	value []byte
+}
+
+// keptXattrs are the extended attributes of path a layer keeps
+// (keptXattr), in the order the filesystem lists them.
+func keptXattrs(path string) ([]xattr, error) {
+	names, err := listXattrs(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []xattr
 	for _, name := range names {
 		if !keptXattr(name) {
 			continue
 		}
-		val, err := getXattr(src, name)
+		v, err := getXattr(path, name)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := unix.Lsetxattr(dst, name, val, 0); err != nil {
-			return fmt.Errorf("set xattr %s on %s: %w", name, dst, err)
-		}
+		out = append(out, xattr{name, v})
 	}
-	return nil
+	return out, nil
 }
 
 func listXattrs(path string) ([]string, error) {

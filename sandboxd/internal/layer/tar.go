@@ -88,22 +88,15 @@ func writeEntry(tw *tar.Writer, path, rel string, links map[fileKey]string) erro
 	default:
 		return nil
 	}
-	names, err := listXattrs(path)
+	xattrs, err := keptXattrs(path)
 	if err != nil {
 		return err
 	}
-	for _, x := range names {
-		if !keptXattr(x) {
-			continue
-		}
-		v, err := getXattr(path, x)
-		if err != nil {
-			return err
-		}
+	for _, x := range xattrs {
 		if hdr.PAXRecords == nil {
 			hdr.PAXRecords = map[string]string{}
 		}
-		hdr.PAXRecords["SCHILY.xattr."+x] = string(v)
+		hdr.PAXRecords["SCHILY.xattr."+x.name] = string(x.value)
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return err
