@@ -2,10 +2,16 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -123,4 +129,111 @@ func testPauseFilesOnly(t *testing.T, h *host, runtime string) {
 	if n := h.layers(t); n != 0 {
 		t.Errorf("%d layers left after the kill", n)
 	}
+}
+
+// A paused sandbox across a host reboot: kill -9 of sandboxd, then what a
+// reboot takes (every sandbox process, every mount under the state and run
+// directories, the network namespaces, cgroups and nftables table) before
+// sandboxd starts again. Under the native runtime a pause that kept memory
+// keeps the files (the processes died with the host) and resumes as a
+// boot; under gVisor the checkpoint on disk restores memory and processes.
+func TestPausedAcrossHostReboot(t *testing.T) {
+	t.Run("native", func(t *testing.T) { testPausedAcrossHostReboot(t, newHost(t), false) })
+	t.Run("gvisor", func(t *testing.T) { testPausedAcrossHostReboot(t, gvisorHost(t), true) })
+}
+
+func testPausedAcrossHostReboot(t *testing.T, h *host, keepsMemory bool) {
+	ctx := context.Background()
+	c := h.create(nil)
+	id, tok := c.GetSandbox().GetId(), c.GetEnvdAccessToken()
+	h.mustRun(id, tok, "root", "mkdir -p /data && echo kept > /data/f")
+	word := h.startTicker(id, tok)
+	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	h.simulateReboot(t)
+	got, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: id}))
+	if err != nil {
+		t.Fatalf("after the reboot: %v\n%s", err, h.logTail())
+	}
+	if sb := got.Msg.GetSandbox(); sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED || sb.GetFilesOnly() == keepsMemory {
+		t.Fatalf("after the reboot: state %v, files only %v", sb.GetState(), sb.GetFilesOnly())
+	}
+	if _, err := h.api.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id})); err != nil {
+		t.Fatalf("resume after the reboot: %v\n%s", err, h.logTail())
+	}
+	if out := h.mustRun(id, tok, "root", "cat /data/f").Stdout; out != "kept\n" {
+		t.Errorf("its file after the reboot: %q", out)
+	}
+	if keepsMemory {
+		h.ticking(t, id, tok, word)
+	} else if out := h.mustRun(id, tok, "root", "cat /tmp/tick >/dev/null 2>&1; a=$(cat /tmp/tick); sleep 0.5; b=$(cat /tmp/tick); test \"$a\" = \"$b\" && echo still").Stdout; out != "still\n" {
+		t.Errorf("a process survived the reboot of a native sandbox: %q", out)
+	}
+}
+
+// simulateReboot kills sandboxd and takes away what a reboot of the host
+// would: every process of the sandboxes (thawed first), every mount under
+// the state and run directories (deepest first: the roots, disks, layers,
+// the network namespaces), the run directory's files, the sandboxes'
+// cgroups and the nftables table. Then sandboxd starts again.
+func (h *host) simulateReboot(t *testing.T) {
+	t.Helper()
+	h.kill9()
+	base := filepath.Join("/sys/fs/cgroup", "freezer", ownCgroup(t, "freezer"), h.cgroupParent)
+	kids, _ := os.ReadDir(base)
+	for _, k := range kids {
+		if k.IsDir() {
+			_ = os.WriteFile(filepath.Join(base, k.Name(), "freezer.state"), []byte("THAWED"), 0o644)
+		}
+	}
+	pidsDir := filepath.Join("/sys/fs/cgroup", "pids", ownCgroup(t, "pids"), h.cgroupParent)
+	waitFor(t, 20*time.Second, "the sandboxes' processes to die", func() bool {
+		left := 0
+		_ = filepath.WalkDir(pidsDir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			data, _ := os.ReadFile(path)
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					left++
+				}
+			}
+			return nil
+		})
+		return left == 0
+	})
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mounts []string
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) > 4 && (strings.HasPrefix(f[4], h.state+"/") || strings.HasPrefix(f[4], h.netOpts.RunDir+"/")) {
+			mounts = append(mounts, f[4])
+		}
+	}
+	slices.SortFunc(mounts, func(a, b string) int { return len(b) - len(a) })
+	for _, m := range mounts {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("unmount %s: %v", m, err)
+		}
+	}
+	if err := os.RemoveAll(h.netOpts.RunDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, ctrl := range []string{"freezer", "pids", "memory", "cpu,cpuacct", "devices", "blkio", "cpuset", "systemd"} {
+		dir := filepath.Join("/sys/fs/cgroup", ctrl, ownCgroup(t, strings.Split(ctrl, ",")[0]), h.cgroupParent)
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if e.IsDir() {
+				_ = os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	_ = exec.Command("nft", "delete", "table", "inet", h.netOpts.Table).Run()
+	h.start()
 }

@@ -153,6 +153,15 @@ type Snapshotter interface {
 	CaptureLayer(ctx context.Context, id, dir string) error
 }
 
+// Salvager is a runtime that keeps a sandbox's writable layer on disk when
+// its processes are gone (a host reboot), and can copy it then.
+type Salvager interface {
+	// SalvageLayer writes the writable layer of sandbox id, whose
+	// processes are gone (Status Stopped), into dir, which must not
+	// exist, as CaptureLayer would have.
+	SalvageLayer(ctx context.Context, id, dir string) error
+}
+
 // StateCapturer is a Snapshotter that can also save a running sandbox's
 // memory and processes, for sandboxes restored from them (Spec.Image).
 type StateCapturer interface {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
@@ -67,6 +68,17 @@ func (s *Service) recoverOne(ctx context.Context, rec *store.Record) (bool, erro
 		s.adopt(ctx, rec)
 		return true, fmt.Errorf("status of sandbox %s: %w", rec.ID, err)
 	}
+	if st == sandboxrt.Stopped && rec.State == registry.StatePaused {
+		// A pause that kept memory whose processes are gone (the host
+		// rebooted): its files can still be kept.
+		if salvaged, err := s.salvageLocked(ctx, rec); err == nil {
+			log.WarnContext(ctx, "a paused sandbox's processes are gone (a host reboot?); kept its files, and its next resume boots it afresh",
+				"team", rec.Team, "layers", len(salvaged.Layers))
+			return true, nil
+		} else if !errors.Is(err, errCannotSalvage) {
+			log.ErrorContext(ctx, "keep the files of a paused sandbox whose processes are gone", "error", err)
+		}
+	}
 	if st == sandboxrt.Stopped {
 		log.WarnContext(ctx, "sandbox is gone; removing its record", "state", rec.State, "team", rec.Team)
 		if err := s.rt.Stop(ctx, rec.ID); err != nil {
@@ -83,7 +95,72 @@ func (s *Service) recoverOne(ctx context.Context, rec *store.Record) (bool, erro
 		log.ErrorContext(ctx, "bring sandbox to its recorded state", "state", rec.State, "runtime", st.String(), "error", err)
 	}
 	s.adopt(ctx, rec)
+	if st == sandboxrt.Paused {
+		s.restoreNetworkOf(ctx, rec)
+	}
 	return true, nil
+}
+
+// errCannotSalvage is a sandbox whose files cannot be kept: the runtime
+// keeps nothing of a stopped sandbox, or the host keeps no snapshots.
+var errCannotSalvage = errors.New("the sandbox's files cannot be kept")
+
+// salvageLocked turns rec, paused with its memory but whose processes are
+// gone, into a sandbox paused with its files only (see reboot.go): its
+// writable layer, still on disk, becomes a layer of the snapshot store.
+func (s *Service) salvageLocked(ctx context.Context, rec *store.Record) (*store.Record, error) {
+	sv, ok := s.rt.(sandboxrt.Salvager)
+	if !ok || s.snapshots == nil {
+		return nil, errCannotSalvage
+	}
+	layerID, tmp, err := s.snapshots.NewLayer()
+	if err != nil {
+		return nil, err
+	}
+	if err := sv.SalvageLayer(ctx, rec.ID, tmp); err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, err
+	}
+	if err := s.snapshots.CommitLayer(layerID, tmp); err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, err
+	}
+	updated, err := s.reg.Update(rec.ID, func(r *store.Record) error {
+		r.FilesOnly = true
+		r.Layers = append([]string{layerID}, r.Layers...)
+		if r.RootfsPath == "" {
+			r.RootfsPath = s.rootfsOf(r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("record the salvaged files of %s: %w", rec.ID, err)
+	}
+	s.stopForFiles(ctx, updated)
+	if _, err := s.blockOf(updated); err != nil {
+		s.log.ErrorContext(ctx, "claim sandbox address", "sandbox", rec.ID, "error", err)
+	}
+	return updated, nil
+}
+
+// restoreNetworkOf makes the network namespace of rec, paused to disk,
+// again when it is gone (a host reboot empties --run-dir), so that its
+// resume finds it as it was.
+func (s *Service) restoreNetworkOf(ctx context.Context, rec *store.Record) {
+	ids, err := s.net.List()
+	if err != nil || slices.Contains(ids, rec.ID) {
+		return
+	}
+	b, err := s.blockOf(rec)
+	if err != nil {
+		s.log.ErrorContext(ctx, "find sandbox address", "sandbox", rec.ID, "error", err)
+		return
+	}
+	if _, err := s.net.Setup(ctx, rec.ID, b, rec.AllowInternetAccess); err != nil {
+		s.log.ErrorContext(ctx, "set up the network of a paused sandbox again", "sandbox", rec.ID, "error", err)
+		return
+	}
+	s.log.WarnContext(ctx, "a paused sandbox's network was gone (a host reboot?); made it again", "sandbox", rec.ID)
 }
 
 // reconcile makes the runtime match the record, which is what callers were

@@ -617,6 +617,42 @@ func (r *Runtime) CaptureLayer(ctx context.Context, id, dir string) error {
 	return layer.CopyUpper(filepath.Join(layers, "upper"), dir, m.UIDBase)
 }
 
+var _ sandboxrt.Salvager = (*Runtime)(nil)
+
+// SalvageLayer implements sandboxrt.Salvager: the upper directory of a
+// sandbox whose processes are gone stays in its directory (on its disk
+// image, mounted for the copy when a reboot unmounted it).
+func (r *Runtime) SalvageLayer(ctx context.Context, id, dir string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m, err := r.readMeta(id)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if c, err := r.load(id); err == nil {
+		if st, err := c.Status(); err != nil || st != libcontainer.Stopped {
+			return fmt.Errorf("sandbox %s: salvage its layer: it has processes (%v)", id, st)
+		}
+	}
+	root := r.dir(id)
+	if m.DiskLimit > 0 {
+		mnt := filepath.Join(root, diskMount)
+		if !sandboxrt.IsMountPoint(mnt) {
+			if err := mountLoop(filepath.Join(root, diskImage), mnt); err != nil {
+				return fmt.Errorf("sandbox %s: mount its disk: %w", id, err)
+			}
+			defer func() {
+				if err := detachDisk(root); err != nil {
+					r.opts.Logger.Warn("unmount a salvaged sandbox's disk", "sandbox", id, "error", err)
+				}
+			}()
+		}
+		root = mnt
+	}
+	return layer.CopyUpper(filepath.Join(root, "upper"), dir, m.UIDBase)
+}
+
 // Stats implements sandboxrt.Runtime.
 func (r *Runtime) Stats(_ context.Context, id string) (sandboxrt.Stats, error) {
 	c, err := r.load(id)
