@@ -98,7 +98,7 @@ type NodeInventorySpec struct {
 	// Snapshots lists the snapshots this host holds, of every team: those
 	// it took and those it pulled from another host, so that a sandbox
 	// from one is placed where its files are. Atomic, as Sandboxes. A host
-	// with more than MaxInventorySnapshots lists its newest.
+	// with more than 1,024 lists its newest 1,024.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=1024

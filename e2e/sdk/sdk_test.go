@@ -96,7 +96,7 @@ func TestSDKDomain(t *testing.T) {
 }
 
 // TestSDKGvisor runs the suite's sandbox-state cases (snapshots, forks,
-// pauses, the base template) with the newest SDK against a system whose
+// pauses with and without memory, the base template) with the newest SDK against a system whose
 // sandboxd runs gVisor, where snapshots and forks keep memory and
 // processes.
 func TestSDKGvisor(t *testing.T) {
@@ -114,7 +114,7 @@ func TestSDKGvisor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1",
-		"--test-name-pattern=create, run as user|snapshot|fork|pause", "sdk.test.mjs")
+		"--test-name-pattern=create, run as user|snapshot|fork|keepMemory", "sdk.test.mjs")
 	cmd.Env = append(os.Environ(),
 		"E2B_PACKAGE=e2b", "SKIFF_RUNTIME=gvisor",
 		"E2B_API_URL="+sys.APIURL,
