@@ -40,7 +40,7 @@ type proc struct {
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
 	end  *pb.ProcessEvent // set once the process has exited and its output is read
-	done chan struct{}    // closed after end is set
+	done chan struct{}    // closed once end is set, before it is delivered
 }
 
 // subscriber is one attached stream.
@@ -89,21 +89,22 @@ func (p *proc) publish(ev *pb.ProcessEvent) {
 	}
 }
 
-// finish records the end event, delivers it to every attached stream, and
-// marks the process done.
+// finish records the end event, marks the process done, and delivers the
+// event to every attached stream: a client that has the end event finds
+// the process ended (SendInput and the like answer not_found).
 func (p *proc) finish(ev *pb.ProcessEvent) {
 	p.mu.Lock()
 	p.end = ev
 	subs := p.subs
 	p.subs = nil
 	p.mu.Unlock()
+	close(p.done)
 	for s := range subs {
 		select {
 		case s.events <- ev:
 		case <-s.gone:
 		}
 	}
-	close(p.done)
 }
 
 // ended reports whether the process has exited.
