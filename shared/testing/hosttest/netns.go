@@ -89,30 +89,45 @@ func (n *Netns) Command(bin string, args ...string) (string, []string) {
 // Listen opens a TCP listener inside the namespace, on addr (host:port).
 // The listener is used from any goroutine like any other.
 func (n *Netns) Listen(addr string) (net.Listener, error) {
-	var (
-		l   net.Listener
-		err error
-	)
-	done := make(chan struct{})
+	var l net.Listener
+	err := n.in(func() (err error) {
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	return l, err
+}
+
+// ListenPacket opens a UDP socket inside the namespace, on addr.
+func (n *Netns) ListenPacket(addr string) (net.PacketConn, error) {
+	var pc net.PacketConn
+	err := n.in(func() (err error) {
+		pc, err = net.ListenPacket("udp", addr)
+		return err
+	})
+	return pc, err
+}
+
+// in runs fn on a thread inside the namespace (to open sockets there,
+// which stay there), never reused after.
+func (n *Netns) in(fn func() error) error {
+	done := make(chan error, 1)
 	go func() {
-		defer close(done)
 		// The thread enters the namespace for the socket call and is
 		// never reused: it ends with the goroutine, locked.
 		runtime.LockOSThread()
-		f, ferr := os.Open(n.Path)
-		if ferr != nil {
-			err = ferr
+		f, err := os.Open(n.Path)
+		if err != nil {
+			done <- err
 			return
 		}
 		defer f.Close()
-		if err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			err = fmt.Errorf("enter %s: %w", n.Name, err)
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("enter %s: %w", n.Name, err)
 			return
 		}
-		l, err = net.Listen("tcp", addr)
+		done <- fn()
 	}()
-	<-done
-	return l, err
+	return <-done
 }
 
 // Forwarder accepts TCP connections on a listener and relays each to a

@@ -130,7 +130,7 @@ func (x WatchResponse_ChangeType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchResponse_ChangeType.Descriptor instead.
 func (WatchResponse_ChangeType) EnumDescriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30, 0}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31, 0}
 }
 
 type Resources struct {
@@ -227,9 +227,13 @@ type Sandbox struct {
 	// the snapshot's template.
 	Snapshot string `protobuf:"bytes,17,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	// Paused with its files only: a Resume boots it afresh.
-	FilesOnly     bool `protobuf:"varint,18,opt,name=files_only,json=filesOnly,proto3" json:"files_only,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FilesOnly bool `protobuf:"varint,18,opt,name=files_only,json=filesOnly,proto3" json:"files_only,omitempty"`
+	// Its outbound rules; unset when it was created without any and never
+	// updated.
+	Egress          *Egress `protobuf:"bytes,19,opt,name=egress,proto3" json:"egress,omitempty"`
+	MaskRequestHost string  `protobuf:"bytes,20,opt,name=mask_request_host,json=maskRequestHost,proto3" json:"mask_request_host,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
@@ -388,6 +392,20 @@ func (x *Sandbox) GetFilesOnly() bool {
 	return false
 }
 
+func (x *Sandbox) GetEgress() *Egress {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+func (x *Sandbox) GetMaskRequestHost() string {
+	if x != nil {
+		return x.MaskRequestHost
+	}
+	return ""
+}
+
 type CreateRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Template  string                 `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
@@ -413,8 +431,15 @@ type CreateRequest struct {
 	// With auto_pause: the deadline's pause keeps the files only (see
 	// PauseRequest.files_only).
 	AutoPauseFilesOnly bool `protobuf:"varint,12,opt,name=auto_pause_files_only,json=autoPauseFilesOnly,proto3" json:"auto_pause_files_only,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The sandbox's outbound rules (e2b's network.allowOut and denyOut), as
+	// shared/egress validates them; unset: none.
+	Egress *Egress `protobuf:"bytes,13,opt,name=egress,proto3" json:"egress,omitempty"`
+	// e2b's network.maskRequestHost: relayed requests to the sandbox's ports
+	// (but envd's) carry it as their Host, each "${PORT}" in it replaced by
+	// the port, and the original Host in X-Forwarded-Host.
+	MaskRequestHost string `protobuf:"bytes,14,opt,name=mask_request_host,json=maskRequestHost,proto3" json:"mask_request_host,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
@@ -531,6 +556,74 @@ func (x *CreateRequest) GetAutoPauseFilesOnly() bool {
 	return false
 }
 
+func (x *CreateRequest) GetEgress() *Egress {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+func (x *CreateRequest) GetMaskRequestHost() string {
+	if x != nil {
+		return x.MaskRequestHost
+	}
+	return ""
+}
+
+// Egress is a sandbox's outbound rules: e2b's network.allowOut (addresses,
+// blocks, domain names) and denyOut (addresses, blocks), kept as given.
+type Egress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AllowOut      []string               `protobuf:"bytes,1,rep,name=allow_out,json=allowOut,proto3" json:"allow_out,omitempty"`
+	DenyOut       []string               `protobuf:"bytes,2,rep,name=deny_out,json=denyOut,proto3" json:"deny_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Egress) Reset() {
+	*x = Egress{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Egress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Egress) ProtoMessage() {}
+
+func (x *Egress) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Egress.ProtoReflect.Descriptor instead.
+func (*Egress) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Egress) GetAllowOut() []string {
+	if x != nil {
+		return x.AllowOut
+	}
+	return nil
+}
+
+func (x *Egress) GetDenyOut() []string {
+	if x != nil {
+		return x.DenyOut
+	}
+	return nil
+}
+
 type CreateResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
@@ -545,7 +638,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[3]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +650,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[3]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +663,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{3}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateResponse) GetSandbox() *Sandbox {
@@ -605,7 +698,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[4]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +710,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[4]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +723,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{4}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WarmRequest) GetTemplate() string {
@@ -663,7 +756,7 @@ type WarmResponse struct {
 
 func (x *WarmResponse) Reset() {
 	*x = WarmResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[5]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +768,7 @@ func (x *WarmResponse) String() string {
 func (*WarmResponse) ProtoMessage() {}
 
 func (x *WarmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[5]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +781,7 @@ func (x *WarmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmResponse.ProtoReflect.Descriptor instead.
 func (*WarmResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{5}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WarmResponse) GetSandbox() *Sandbox {
@@ -722,7 +815,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[6]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +827,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[6]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +840,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{6}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClaimRequest) GetSandboxId() string {
@@ -840,7 +933,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[7]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +945,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[7]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +958,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{7}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClaimResponse) GetSandbox() *Sandbox {
@@ -898,7 +991,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[8]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1003,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[8]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1016,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{8}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRequest) GetSandboxId() string {
@@ -948,7 +1041,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1053,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1066,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetResponse) GetSandbox() *Sandbox {
@@ -1009,7 +1102,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1114,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1127,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListRequest) GetTeam() string {
@@ -1060,7 +1153,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1165,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1178,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListResponse) GetSandboxes() []*Sandbox {
@@ -1104,7 +1197,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1209,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1222,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KillRequest) GetSandboxId() string {
@@ -1147,7 +1240,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1252,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1265,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
 }
 
 type SetTimeoutRequest struct {
@@ -1185,7 +1278,7 @@ type SetTimeoutRequest struct {
 
 func (x *SetTimeoutRequest) Reset() {
 	*x = SetTimeoutRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1290,7 @@ func (x *SetTimeoutRequest) String() string {
 func (*SetTimeoutRequest) ProtoMessage() {}
 
 func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1303,7 @@ func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetTimeoutRequest) GetSandboxId() string {
@@ -1236,7 +1329,7 @@ type SetTimeoutResponse struct {
 
 func (x *SetTimeoutResponse) Reset() {
 	*x = SetTimeoutResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1341,7 @@ func (x *SetTimeoutResponse) String() string {
 func (*SetTimeoutResponse) ProtoMessage() {}
 
 func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1354,7 @@ func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetTimeoutResponse) GetSandbox() *Sandbox {
@@ -1285,7 +1378,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1390,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1403,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PauseRequest) GetSandboxId() string {
@@ -1336,7 +1429,7 @@ type PauseResponse struct {
 
 func (x *PauseResponse) Reset() {
 	*x = PauseResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1441,7 @@ func (x *PauseResponse) String() string {
 func (*PauseResponse) ProtoMessage() {}
 
 func (x *PauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1454,7 @@ func (x *PauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResponse.ProtoReflect.Descriptor instead.
 func (*PauseResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PauseResponse) GetSandbox() *Sandbox {
@@ -1385,7 +1478,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1490,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1503,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResumeRequest) GetSandboxId() string {
@@ -1443,7 +1536,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1548,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1561,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResumeResponse) GetSandbox() *Sandbox {
@@ -1486,7 +1579,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1591,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1604,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
 }
 
 type TemplateVersion struct {
@@ -1524,7 +1617,7 @@ type TemplateVersion struct {
 
 func (x *TemplateVersion) Reset() {
 	*x = TemplateVersion{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1629,7 @@ func (x *TemplateVersion) String() string {
 func (*TemplateVersion) ProtoMessage() {}
 
 func (x *TemplateVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1642,7 @@ func (x *TemplateVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateVersion.ProtoReflect.Descriptor instead.
 func (*TemplateVersion) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TemplateVersion) GetName() string {
@@ -1588,7 +1681,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[22]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1693,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[22]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1706,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InfoResponse) GetNodeName() string {
@@ -1695,7 +1788,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1800,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1813,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MetricsRequest) GetSandboxId() string {
@@ -1746,7 +1839,7 @@ type SandboxMetric struct {
 
 func (x *SandboxMetric) Reset() {
 	*x = SandboxMetric{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[24]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1851,7 @@ func (x *SandboxMetric) String() string {
 func (*SandboxMetric) ProtoMessage() {}
 
 func (x *SandboxMetric) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[24]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1864,7 @@ func (x *SandboxMetric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxMetric.ProtoReflect.Descriptor instead.
 func (*SandboxMetric) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SandboxMetric) GetTimestamp() *timestamppb.Timestamp {
@@ -1832,7 +1925,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1937,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1950,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MetricsResponse) GetMetrics() []*SandboxMetric {
@@ -1880,7 +1973,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +1985,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +1998,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LogsRequest) GetSandboxId() string {
@@ -1941,7 +2034,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2046,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2059,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogEntry) GetTimestamp() *timestamppb.Timestamp {
@@ -1999,7 +2092,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2104,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2117,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LogsResponse) GetLogs() []*LogEntry {
@@ -2042,7 +2135,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2147,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2160,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
 }
 
 type WatchResponse struct {
@@ -2084,7 +2177,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2189,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2202,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchResponse) GetEvent() isWatchResponse_Event {
@@ -2205,7 +2298,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2310,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2323,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Snapshot) GetId() string {
@@ -2338,7 +2431,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2443,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2456,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotRequest) GetSandboxId() string {
@@ -2396,7 +2489,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2408,7 +2501,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2421,7 +2514,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SnapshotResponse) GetSnapshot() *Snapshot {
@@ -2446,7 +2539,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2458,7 +2551,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2471,7 +2564,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSnapshotsRequest) GetTeam() string {
@@ -2504,7 +2597,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2609,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2622,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -2551,7 +2644,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2656,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2669,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteSnapshotRequest) GetSnapshot() string {
@@ -2601,7 +2694,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2706,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2719,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
 }
 
 type ForkRequest struct {
@@ -2643,7 +2736,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2748,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2761,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ForkRequest) GetSandboxId() string {
@@ -2708,7 +2801,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2813,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2826,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ForkResponse) GetForks() []*ForkResult {
@@ -2761,7 +2854,7 @@ type PullSnapshotRequest struct {
 
 func (x *PullSnapshotRequest) Reset() {
 	*x = PullSnapshotRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2866,7 @@ func (x *PullSnapshotRequest) String() string {
 func (*PullSnapshotRequest) ProtoMessage() {}
 
 func (x *PullSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +2879,7 @@ func (x *PullSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*PullSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PullSnapshotRequest) GetSnapshotId() string {
@@ -2835,7 +2928,7 @@ type PullSnapshotResponse struct {
 
 func (x *PullSnapshotResponse) Reset() {
 	*x = PullSnapshotResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +2940,7 @@ func (x *PullSnapshotResponse) String() string {
 func (*PullSnapshotResponse) ProtoMessage() {}
 
 func (x *PullSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2860,7 +2953,7 @@ func (x *PullSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*PullSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PullSnapshotResponse) GetSnapshot() *Snapshot {
@@ -2891,7 +2984,7 @@ type ForkResult struct {
 
 func (x *ForkResult) Reset() {
 	*x = ForkResult{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +2996,7 @@ func (x *ForkResult) String() string {
 func (*ForkResult) ProtoMessage() {}
 
 func (x *ForkResult) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3009,7 @@ func (x *ForkResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResult.ProtoReflect.Descriptor instead.
 func (*ForkResult) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ForkResult) GetCreated() *CreateResponse {
@@ -2940,6 +3033,120 @@ func (x *ForkResult) GetErrorMessage() string {
 	return ""
 }
 
+type UpdateNetworkRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// The team that owns it: another team's is not_found.
+	Team string `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	// The new rules, whole: unset clears them.
+	Egress              *Egress `protobuf:"bytes,3,opt,name=egress,proto3" json:"egress,omitempty"`
+	AllowInternetAccess *bool   `protobuf:"varint,4,opt,name=allow_internet_access,json=allowInternetAccess,proto3,oneof" json:"allow_internet_access,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *UpdateNetworkRequest) Reset() {
+	*x = UpdateNetworkRequest{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNetworkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNetworkRequest) ProtoMessage() {}
+
+func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNetworkRequest.ProtoReflect.Descriptor instead.
+func (*UpdateNetworkRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *UpdateNetworkRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *UpdateNetworkRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *UpdateNetworkRequest) GetEgress() *Egress {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+func (x *UpdateNetworkRequest) GetAllowInternetAccess() bool {
+	if x != nil && x.AllowInternetAccess != nil {
+		return *x.AllowInternetAccess
+	}
+	return false
+}
+
+type UpdateNetworkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateNetworkResponse) Reset() {
+	*x = UpdateNetworkResponse{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNetworkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNetworkResponse) ProtoMessage() {}
+
+func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNetworkResponse.ProtoReflect.Descriptor instead.
+func (*UpdateNetworkResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *UpdateNetworkResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
 type WatchResponse_Snapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sandboxes     []*Sandbox             `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
@@ -2949,7 +3156,7 @@ type WatchResponse_Snapshot struct {
 
 func (x *WatchResponse_Snapshot) Reset() {
 	*x = WatchResponse_Snapshot{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3168,7 @@ func (x *WatchResponse_Snapshot) String() string {
 func (*WatchResponse_Snapshot) ProtoMessage() {}
 
 func (x *WatchResponse_Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3181,7 @@ func (x *WatchResponse_Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Snapshot.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Snapshot) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30, 0}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31, 0}
 }
 
 func (x *WatchResponse_Snapshot) GetSandboxes() []*Sandbox {
@@ -2992,7 +3199,7 @@ type WatchResponse_HostChanged struct {
 
 func (x *WatchResponse_HostChanged) Reset() {
 	*x = WatchResponse_HostChanged{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3211,7 @@ func (x *WatchResponse_HostChanged) String() string {
 func (*WatchResponse_HostChanged) ProtoMessage() {}
 
 func (x *WatchResponse_HostChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3224,7 @@ func (x *WatchResponse_HostChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_HostChanged.ProtoReflect.Descriptor instead.
 func (*WatchResponse_HostChanged) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30, 1}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31, 1}
 }
 
 type WatchResponse_Change struct {
@@ -3035,7 +3242,7 @@ type WatchResponse_Change struct {
 
 func (x *WatchResponse_Change) Reset() {
 	*x = WatchResponse_Change{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3254,7 @@ func (x *WatchResponse_Change) String() string {
 func (*WatchResponse_Change) ProtoMessage() {}
 
 func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3267,7 @@ func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Change.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Change) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30, 2}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31, 2}
 }
 
 func (x *WatchResponse_Change) GetType() WatchResponse_ChangeType {
@@ -3093,7 +3300,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tcpu_milli\x18\x01 \x01(\x03R\bcpuMilli\x12\x1d\n" +
 	"\n" +
 	"memory_mib\x18\x02 \x01(\x03R\tmemoryMib\x12\x19\n" +
-	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\x8a\x06\n" +
+	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xe9\x06\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12)\n" +
@@ -3117,10 +3324,12 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\aaddress\x18\x10 \x01(\tR\aaddress\x12\x1a\n" +
 	"\bsnapshot\x18\x11 \x01(\tR\bsnapshot\x12\x1d\n" +
 	"\n" +
-	"files_only\x18\x12 \x01(\bR\tfilesOnly\x1a;\n" +
+	"files_only\x18\x12 \x01(\bR\tfilesOnly\x121\n" +
+	"\x06egress\x18\x13 \x01(\v2\x19.skiff.sandboxd.v1.EgressR\x06egress\x12*\n" +
+	"\x11mask_request_host\x18\x14 \x01(\tR\x0fmaskRequestHost\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf1\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd0\x06\n" +
 	"\rCreateRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12:\n" +
 	"\tresources\x18\x02 \x01(\v2\x1c.skiff.sandboxd.v1.ResourcesR\tresources\x12H\n" +
@@ -3136,7 +3345,9 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x14allow_public_traffic\x18\n" +
 	" \x01(\bH\x01R\x12allowPublicTraffic\x88\x01\x01\x12\x1a\n" +
 	"\bsnapshot\x18\v \x01(\tR\bsnapshot\x121\n" +
-	"\x15auto_pause_files_only\x18\f \x01(\bR\x12autoPauseFilesOnly\x1a:\n" +
+	"\x15auto_pause_files_only\x18\f \x01(\bR\x12autoPauseFilesOnly\x121\n" +
+	"\x06egress\x18\r \x01(\v2\x19.skiff.sandboxd.v1.EgressR\x06egress\x12*\n" +
+	"\x11mask_request_host\x18\x0e \x01(\tR\x0fmaskRequestHost\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -3144,7 +3355,10 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x18\n" +
 	"\x16_allow_internet_accessB\x17\n" +
-	"\x15_allow_public_traffic\"\xa4\x01\n" +
+	"\x15_allow_public_traffic\"@\n" +
+	"\x06Egress\x12\x1b\n" +
+	"\tallow_out\x18\x01 \x03(\tR\ballowOut\x12\x19\n" +
+	"\bdeny_out\x18\x02 \x03(\tR\adenyOut\"\xa4\x01\n" +
 	"\x0eCreateResponse\x124\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\x12*\n" +
 	"\x11envd_access_token\x18\x02 \x01(\tR\x0fenvdAccessToken\x120\n" +
@@ -3340,12 +3554,21 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\acreated\x18\x01 \x01(\v2!.skiff.sandboxd.v1.CreateResponseR\acreated\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x02 \x01(\tR\terrorCode\x12#\n" +
-	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage*z\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\"\xcf\x01\n" +
+	"\x14UpdateNetworkRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04team\x18\x02 \x01(\tR\x04team\x121\n" +
+	"\x06egress\x18\x03 \x01(\v2\x19.skiff.sandboxd.v1.EgressR\x06egress\x127\n" +
+	"\x15allow_internet_access\x18\x04 \x01(\bH\x00R\x13allowInternetAccess\x88\x01\x01B\x18\n" +
+	"\x16_allow_internet_access\"M\n" +
+	"\x15UpdateNetworkResponse\x124\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox*z\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x18\n" +
 	"\x14SANDBOX_STATE_PAUSED\x10\x02\x12\x16\n" +
-	"\x12SANDBOX_STATE_WARM\x10\x032\xbf\v\n" +
+	"\x12SANDBOX_STATE_WARM\x10\x032\xa3\f\n" +
 	"\x0fSandboxdService\x12M\n" +
 	"\x06Create\x12 .skiff.sandboxd.v1.CreateRequest\x1a!.skiff.sandboxd.v1.CreateResponse\x12G\n" +
 	"\x04Warm\x12\x1e.skiff.sandboxd.v1.WarmRequest\x1a\x1f.skiff.sandboxd.v1.WarmResponse\x12J\n" +
@@ -3365,7 +3588,8 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\rListSnapshots\x12'.skiff.sandboxd.v1.ListSnapshotsRequest\x1a(.skiff.sandboxd.v1.ListSnapshotsResponse\x12e\n" +
 	"\x0eDeleteSnapshot\x12(.skiff.sandboxd.v1.DeleteSnapshotRequest\x1a).skiff.sandboxd.v1.DeleteSnapshotResponse\x12G\n" +
 	"\x04Fork\x12\x1e.skiff.sandboxd.v1.ForkRequest\x1a\x1f.skiff.sandboxd.v1.ForkResponse\x12_\n" +
-	"\fPullSnapshot\x12&.skiff.sandboxd.v1.PullSnapshotRequest\x1a'.skiff.sandboxd.v1.PullSnapshotResponseBPZNgithub.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1;sandboxdv1b\x06proto3"
+	"\fPullSnapshot\x12&.skiff.sandboxd.v1.PullSnapshotRequest\x1a'.skiff.sandboxd.v1.PullSnapshotResponse\x12b\n" +
+	"\rUpdateNetwork\x12'.skiff.sandboxd.v1.UpdateNetworkRequest\x1a(.skiff.sandboxd.v1.UpdateNetworkResponseBPZNgithub.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
 	file_skiff_sandboxd_v1_sandboxd_proto_rawDescOnce sync.Once
@@ -3380,153 +3604,162 @@ func file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skiff_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_skiff_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_skiff_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(SandboxState)(0),                 // 0: skiff.sandboxd.v1.SandboxState
 	(WatchResponse_ChangeType)(0),     // 1: skiff.sandboxd.v1.WatchResponse.ChangeType
 	(*Resources)(nil),                 // 2: skiff.sandboxd.v1.Resources
 	(*Sandbox)(nil),                   // 3: skiff.sandboxd.v1.Sandbox
 	(*CreateRequest)(nil),             // 4: skiff.sandboxd.v1.CreateRequest
-	(*CreateResponse)(nil),            // 5: skiff.sandboxd.v1.CreateResponse
-	(*WarmRequest)(nil),               // 6: skiff.sandboxd.v1.WarmRequest
-	(*WarmResponse)(nil),              // 7: skiff.sandboxd.v1.WarmResponse
-	(*ClaimRequest)(nil),              // 8: skiff.sandboxd.v1.ClaimRequest
-	(*ClaimResponse)(nil),             // 9: skiff.sandboxd.v1.ClaimResponse
-	(*GetRequest)(nil),                // 10: skiff.sandboxd.v1.GetRequest
-	(*GetResponse)(nil),               // 11: skiff.sandboxd.v1.GetResponse
-	(*ListRequest)(nil),               // 12: skiff.sandboxd.v1.ListRequest
-	(*ListResponse)(nil),              // 13: skiff.sandboxd.v1.ListResponse
-	(*KillRequest)(nil),               // 14: skiff.sandboxd.v1.KillRequest
-	(*KillResponse)(nil),              // 15: skiff.sandboxd.v1.KillResponse
-	(*SetTimeoutRequest)(nil),         // 16: skiff.sandboxd.v1.SetTimeoutRequest
-	(*SetTimeoutResponse)(nil),        // 17: skiff.sandboxd.v1.SetTimeoutResponse
-	(*PauseRequest)(nil),              // 18: skiff.sandboxd.v1.PauseRequest
-	(*PauseResponse)(nil),             // 19: skiff.sandboxd.v1.PauseResponse
-	(*ResumeRequest)(nil),             // 20: skiff.sandboxd.v1.ResumeRequest
-	(*ResumeResponse)(nil),            // 21: skiff.sandboxd.v1.ResumeResponse
-	(*InfoRequest)(nil),               // 22: skiff.sandboxd.v1.InfoRequest
-	(*TemplateVersion)(nil),           // 23: skiff.sandboxd.v1.TemplateVersion
-	(*InfoResponse)(nil),              // 24: skiff.sandboxd.v1.InfoResponse
-	(*MetricsRequest)(nil),            // 25: skiff.sandboxd.v1.MetricsRequest
-	(*SandboxMetric)(nil),             // 26: skiff.sandboxd.v1.SandboxMetric
-	(*MetricsResponse)(nil),           // 27: skiff.sandboxd.v1.MetricsResponse
-	(*LogsRequest)(nil),               // 28: skiff.sandboxd.v1.LogsRequest
-	(*LogEntry)(nil),                  // 29: skiff.sandboxd.v1.LogEntry
-	(*LogsResponse)(nil),              // 30: skiff.sandboxd.v1.LogsResponse
-	(*WatchRequest)(nil),              // 31: skiff.sandboxd.v1.WatchRequest
-	(*WatchResponse)(nil),             // 32: skiff.sandboxd.v1.WatchResponse
-	(*Snapshot)(nil),                  // 33: skiff.sandboxd.v1.Snapshot
-	(*SnapshotRequest)(nil),           // 34: skiff.sandboxd.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),          // 35: skiff.sandboxd.v1.SnapshotResponse
-	(*ListSnapshotsRequest)(nil),      // 36: skiff.sandboxd.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),     // 37: skiff.sandboxd.v1.ListSnapshotsResponse
-	(*DeleteSnapshotRequest)(nil),     // 38: skiff.sandboxd.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),    // 39: skiff.sandboxd.v1.DeleteSnapshotResponse
-	(*ForkRequest)(nil),               // 40: skiff.sandboxd.v1.ForkRequest
-	(*ForkResponse)(nil),              // 41: skiff.sandboxd.v1.ForkResponse
-	(*PullSnapshotRequest)(nil),       // 42: skiff.sandboxd.v1.PullSnapshotRequest
-	(*PullSnapshotResponse)(nil),      // 43: skiff.sandboxd.v1.PullSnapshotResponse
-	(*ForkResult)(nil),                // 44: skiff.sandboxd.v1.ForkResult
-	nil,                               // 45: skiff.sandboxd.v1.Sandbox.MetadataEntry
-	nil,                               // 46: skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
-	nil,                               // 47: skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	nil,                               // 48: skiff.sandboxd.v1.ClaimRequest.MetadataEntry
-	nil,                               // 49: skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	(*WatchResponse_Snapshot)(nil),    // 50: skiff.sandboxd.v1.WatchResponse.Snapshot
-	(*WatchResponse_HostChanged)(nil), // 51: skiff.sandboxd.v1.WatchResponse.HostChanged
-	(*WatchResponse_Change)(nil),      // 52: skiff.sandboxd.v1.WatchResponse.Change
-	(*timestamppb.Timestamp)(nil),     // 53: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 54: google.protobuf.Duration
+	(*Egress)(nil),                    // 5: skiff.sandboxd.v1.Egress
+	(*CreateResponse)(nil),            // 6: skiff.sandboxd.v1.CreateResponse
+	(*WarmRequest)(nil),               // 7: skiff.sandboxd.v1.WarmRequest
+	(*WarmResponse)(nil),              // 8: skiff.sandboxd.v1.WarmResponse
+	(*ClaimRequest)(nil),              // 9: skiff.sandboxd.v1.ClaimRequest
+	(*ClaimResponse)(nil),             // 10: skiff.sandboxd.v1.ClaimResponse
+	(*GetRequest)(nil),                // 11: skiff.sandboxd.v1.GetRequest
+	(*GetResponse)(nil),               // 12: skiff.sandboxd.v1.GetResponse
+	(*ListRequest)(nil),               // 13: skiff.sandboxd.v1.ListRequest
+	(*ListResponse)(nil),              // 14: skiff.sandboxd.v1.ListResponse
+	(*KillRequest)(nil),               // 15: skiff.sandboxd.v1.KillRequest
+	(*KillResponse)(nil),              // 16: skiff.sandboxd.v1.KillResponse
+	(*SetTimeoutRequest)(nil),         // 17: skiff.sandboxd.v1.SetTimeoutRequest
+	(*SetTimeoutResponse)(nil),        // 18: skiff.sandboxd.v1.SetTimeoutResponse
+	(*PauseRequest)(nil),              // 19: skiff.sandboxd.v1.PauseRequest
+	(*PauseResponse)(nil),             // 20: skiff.sandboxd.v1.PauseResponse
+	(*ResumeRequest)(nil),             // 21: skiff.sandboxd.v1.ResumeRequest
+	(*ResumeResponse)(nil),            // 22: skiff.sandboxd.v1.ResumeResponse
+	(*InfoRequest)(nil),               // 23: skiff.sandboxd.v1.InfoRequest
+	(*TemplateVersion)(nil),           // 24: skiff.sandboxd.v1.TemplateVersion
+	(*InfoResponse)(nil),              // 25: skiff.sandboxd.v1.InfoResponse
+	(*MetricsRequest)(nil),            // 26: skiff.sandboxd.v1.MetricsRequest
+	(*SandboxMetric)(nil),             // 27: skiff.sandboxd.v1.SandboxMetric
+	(*MetricsResponse)(nil),           // 28: skiff.sandboxd.v1.MetricsResponse
+	(*LogsRequest)(nil),               // 29: skiff.sandboxd.v1.LogsRequest
+	(*LogEntry)(nil),                  // 30: skiff.sandboxd.v1.LogEntry
+	(*LogsResponse)(nil),              // 31: skiff.sandboxd.v1.LogsResponse
+	(*WatchRequest)(nil),              // 32: skiff.sandboxd.v1.WatchRequest
+	(*WatchResponse)(nil),             // 33: skiff.sandboxd.v1.WatchResponse
+	(*Snapshot)(nil),                  // 34: skiff.sandboxd.v1.Snapshot
+	(*SnapshotRequest)(nil),           // 35: skiff.sandboxd.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),          // 36: skiff.sandboxd.v1.SnapshotResponse
+	(*ListSnapshotsRequest)(nil),      // 37: skiff.sandboxd.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),     // 38: skiff.sandboxd.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),     // 39: skiff.sandboxd.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),    // 40: skiff.sandboxd.v1.DeleteSnapshotResponse
+	(*ForkRequest)(nil),               // 41: skiff.sandboxd.v1.ForkRequest
+	(*ForkResponse)(nil),              // 42: skiff.sandboxd.v1.ForkResponse
+	(*PullSnapshotRequest)(nil),       // 43: skiff.sandboxd.v1.PullSnapshotRequest
+	(*PullSnapshotResponse)(nil),      // 44: skiff.sandboxd.v1.PullSnapshotResponse
+	(*ForkResult)(nil),                // 45: skiff.sandboxd.v1.ForkResult
+	(*UpdateNetworkRequest)(nil),      // 46: skiff.sandboxd.v1.UpdateNetworkRequest
+	(*UpdateNetworkResponse)(nil),     // 47: skiff.sandboxd.v1.UpdateNetworkResponse
+	nil,                               // 48: skiff.sandboxd.v1.Sandbox.MetadataEntry
+	nil,                               // 49: skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
+	nil,                               // 50: skiff.sandboxd.v1.CreateRequest.MetadataEntry
+	nil,                               // 51: skiff.sandboxd.v1.ClaimRequest.MetadataEntry
+	nil,                               // 52: skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
+	(*WatchResponse_Snapshot)(nil),    // 53: skiff.sandboxd.v1.WatchResponse.Snapshot
+	(*WatchResponse_HostChanged)(nil), // 54: skiff.sandboxd.v1.WatchResponse.HostChanged
+	(*WatchResponse_Change)(nil),      // 55: skiff.sandboxd.v1.WatchResponse.Change
+	(*timestamppb.Timestamp)(nil),     // 56: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 57: google.protobuf.Duration
 }
 var file_skiff_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	0,  // 0: skiff.sandboxd.v1.Sandbox.state:type_name -> skiff.sandboxd.v1.SandboxState
-	45, // 1: skiff.sandboxd.v1.Sandbox.metadata:type_name -> skiff.sandboxd.v1.Sandbox.MetadataEntry
-	53, // 2: skiff.sandboxd.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	53, // 3: skiff.sandboxd.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	48, // 1: skiff.sandboxd.v1.Sandbox.metadata:type_name -> skiff.sandboxd.v1.Sandbox.MetadataEntry
+	56, // 2: skiff.sandboxd.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	56, // 3: skiff.sandboxd.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: skiff.sandboxd.v1.Sandbox.resources:type_name -> skiff.sandboxd.v1.Resources
-	2,  // 5: skiff.sandboxd.v1.CreateRequest.resources:type_name -> skiff.sandboxd.v1.Resources
-	46, // 6: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
-	47, // 7: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	54, // 8: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 9: skiff.sandboxd.v1.CreateResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	2,  // 10: skiff.sandboxd.v1.WarmRequest.resources:type_name -> skiff.sandboxd.v1.Resources
-	3,  // 11: skiff.sandboxd.v1.WarmResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	48, // 12: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
-	49, // 13: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	54, // 14: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 15: skiff.sandboxd.v1.ClaimResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	3,  // 16: skiff.sandboxd.v1.GetResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	0,  // 17: skiff.sandboxd.v1.ListRequest.states:type_name -> skiff.sandboxd.v1.SandboxState
-	3,  // 18: skiff.sandboxd.v1.ListResponse.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	54, // 19: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 20: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	3,  // 21: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	54, // 22: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 23: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	2,  // 24: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
-	2,  // 25: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
-	23, // 26: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
-	33, // 27: skiff.sandboxd.v1.InfoResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	53, // 28: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
-	26, // 29: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
-	53, // 30: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
-	53, // 31: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
-	29, // 32: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
-	50, // 33: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
-	52, // 34: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
-	51, // 35: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
-	53, // 36: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 37: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
-	33, // 38: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	33, // 39: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	54, // 40: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
-	44, // 41: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
-	33, // 42: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	5,  // 43: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
-	3,  // 44: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	1,  // 45: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
-	3,  // 46: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	4,  // 47: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
-	6,  // 48: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
-	8,  // 49: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
-	10, // 50: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
-	12, // 51: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
-	14, // 52: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
-	16, // 53: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
-	18, // 54: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
-	20, // 55: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
-	22, // 56: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
-	25, // 57: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
-	28, // 58: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
-	31, // 59: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
-	34, // 60: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
-	36, // 61: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
-	38, // 62: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
-	40, // 63: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
-	42, // 64: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
-	5,  // 65: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
-	7,  // 66: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
-	9,  // 67: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
-	11, // 68: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
-	13, // 69: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
-	15, // 70: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
-	17, // 71: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
-	19, // 72: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
-	21, // 73: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
-	24, // 74: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
-	27, // 75: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
-	30, // 76: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
-	32, // 77: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
-	35, // 78: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
-	37, // 79: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
-	39, // 80: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
-	41, // 81: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
-	43, // 82: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
-	65, // [65:83] is the sub-list for method output_type
-	47, // [47:65] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	5,  // 5: skiff.sandboxd.v1.Sandbox.egress:type_name -> skiff.sandboxd.v1.Egress
+	2,  // 6: skiff.sandboxd.v1.CreateRequest.resources:type_name -> skiff.sandboxd.v1.Resources
+	49, // 7: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
+	50, // 8: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
+	57, // 9: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
+	5,  // 10: skiff.sandboxd.v1.CreateRequest.egress:type_name -> skiff.sandboxd.v1.Egress
+	3,  // 11: skiff.sandboxd.v1.CreateResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	2,  // 12: skiff.sandboxd.v1.WarmRequest.resources:type_name -> skiff.sandboxd.v1.Resources
+	3,  // 13: skiff.sandboxd.v1.WarmResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	51, // 14: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
+	52, // 15: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
+	57, // 16: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 17: skiff.sandboxd.v1.ClaimResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	3,  // 18: skiff.sandboxd.v1.GetResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	0,  // 19: skiff.sandboxd.v1.ListRequest.states:type_name -> skiff.sandboxd.v1.SandboxState
+	3,  // 20: skiff.sandboxd.v1.ListResponse.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	57, // 21: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 22: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	3,  // 23: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	57, // 24: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 25: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	2,  // 26: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
+	2,  // 27: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
+	24, // 28: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
+	34, // 29: skiff.sandboxd.v1.InfoResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	56, // 30: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
+	27, // 31: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
+	56, // 32: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
+	56, // 33: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	30, // 34: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
+	53, // 35: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
+	55, // 36: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
+	54, // 37: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
+	56, // 38: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 39: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
+	34, // 40: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	34, // 41: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	57, // 42: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
+	45, // 43: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
+	34, // 44: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	6,  // 45: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
+	5,  // 46: skiff.sandboxd.v1.UpdateNetworkRequest.egress:type_name -> skiff.sandboxd.v1.Egress
+	3,  // 47: skiff.sandboxd.v1.UpdateNetworkResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	3,  // 48: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	1,  // 49: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
+	3,  // 50: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	4,  // 51: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
+	7,  // 52: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
+	9,  // 53: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
+	11, // 54: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
+	13, // 55: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
+	15, // 56: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
+	17, // 57: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
+	19, // 58: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
+	21, // 59: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
+	23, // 60: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
+	26, // 61: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
+	29, // 62: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
+	32, // 63: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
+	35, // 64: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
+	37, // 65: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
+	39, // 66: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
+	41, // 67: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
+	43, // 68: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
+	46, // 69: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:input_type -> skiff.sandboxd.v1.UpdateNetworkRequest
+	6,  // 70: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
+	8,  // 71: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
+	10, // 72: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
+	12, // 73: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
+	14, // 74: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
+	16, // 75: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
+	18, // 76: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
+	20, // 77: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
+	22, // 78: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
+	25, // 79: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
+	28, // 80: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
+	31, // 81: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
+	33, // 82: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
+	36, // 83: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
+	38, // 84: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
+	40, // 85: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
+	42, // 86: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
+	44, // 87: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
+	47, // 88: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:output_type -> skiff.sandboxd.v1.UpdateNetworkResponse
+	70, // [70:89] is the sub-list for method output_type
+	51, // [51:70] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_skiff_sandboxd_v1_sandboxd_proto_init() }
@@ -3535,19 +3768,20 @@ func file_skiff_sandboxd_v1_sandboxd_proto_init() {
 		return
 	}
 	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[2].OneofWrappers = []any{}
-	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[6].OneofWrappers = []any{}
-	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30].OneofWrappers = []any{
+	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[7].OneofWrappers = []any{}
+	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31].OneofWrappers = []any{
 		(*WatchResponse_Snapshot_)(nil),
 		(*WatchResponse_Change_)(nil),
 		(*WatchResponse_HostChanged_)(nil),
 	}
+	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[44].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_sandboxd_v1_sandboxd_proto_rawDesc), len(file_skiff_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -83,6 +83,9 @@ const (
 	// SandboxdServicePullSnapshotProcedure is the fully-qualified name of the SandboxdService's
 	// PullSnapshot RPC.
 	SandboxdServicePullSnapshotProcedure = "/skiff.sandboxd.v1.SandboxdService/PullSnapshot"
+	// SandboxdServiceUpdateNetworkProcedure is the fully-qualified name of the SandboxdService's
+	// UpdateNetwork RPC.
+	SandboxdServiceUpdateNetworkProcedure = "/skiff.sandboxd.v1.SandboxdService/UpdateNetwork"
 )
 
 // SandboxdServiceClient is a client for the skiff.sandboxd.v1.SandboxdService service.
@@ -132,6 +135,12 @@ type SandboxdServiceClient interface {
 	// (nodetoken.PullTicket) for that snapshot only. A snapshot this host has
 	// already is answered at once.
 	PullSnapshot(context.Context, *connect.Request[v1.PullSnapshotRequest]) (*connect.Response[v1.PullSnapshotResponse], error)
+	// UpdateNetwork replaces a running sandbox's outbound rules (e2b's PUT
+	// /sandboxes/{id}/network): new connections follow them at once, the
+	// sandbox's open connections go on. allow_internet_access changes only
+	// when set. not_found for an unknown or paused sandbox, or another
+	// team's.
+	UpdateNetwork(context.Context, *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error)
 }
 
 // NewSandboxdServiceClient constructs a client for the skiff.sandboxd.v1.SandboxdService service.
@@ -253,6 +262,12 @@ func NewSandboxdServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(sandboxdServiceMethods.ByName("PullSnapshot")),
 			connect.WithClientOptions(opts...),
 		),
+		updateNetwork: connect.NewClient[v1.UpdateNetworkRequest, v1.UpdateNetworkResponse](
+			httpClient,
+			baseURL+SandboxdServiceUpdateNetworkProcedure,
+			connect.WithSchema(sandboxdServiceMethods.ByName("UpdateNetwork")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -276,6 +291,7 @@ type sandboxdServiceClient struct {
 	deleteSnapshot *connect.Client[v1.DeleteSnapshotRequest, v1.DeleteSnapshotResponse]
 	fork           *connect.Client[v1.ForkRequest, v1.ForkResponse]
 	pullSnapshot   *connect.Client[v1.PullSnapshotRequest, v1.PullSnapshotResponse]
+	updateNetwork  *connect.Client[v1.UpdateNetworkRequest, v1.UpdateNetworkResponse]
 }
 
 // Create calls skiff.sandboxd.v1.SandboxdService.Create.
@@ -368,6 +384,11 @@ func (c *sandboxdServiceClient) PullSnapshot(ctx context.Context, req *connect.R
 	return c.pullSnapshot.CallUnary(ctx, req)
 }
 
+// UpdateNetwork calls skiff.sandboxd.v1.SandboxdService.UpdateNetwork.
+func (c *sandboxdServiceClient) UpdateNetwork(ctx context.Context, req *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error) {
+	return c.updateNetwork.CallUnary(ctx, req)
+}
+
 // SandboxdServiceHandler is an implementation of the skiff.sandboxd.v1.SandboxdService service.
 type SandboxdServiceHandler interface {
 	// Create starts a sandbox from a template and returns once its envd
@@ -415,6 +436,12 @@ type SandboxdServiceHandler interface {
 	// (nodetoken.PullTicket) for that snapshot only. A snapshot this host has
 	// already is answered at once.
 	PullSnapshot(context.Context, *connect.Request[v1.PullSnapshotRequest]) (*connect.Response[v1.PullSnapshotResponse], error)
+	// UpdateNetwork replaces a running sandbox's outbound rules (e2b's PUT
+	// /sandboxes/{id}/network): new connections follow them at once, the
+	// sandbox's open connections go on. allow_internet_access changes only
+	// when set. not_found for an unknown or paused sandbox, or another
+	// team's.
+	UpdateNetwork(context.Context, *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error)
 }
 
 // NewSandboxdServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -532,6 +559,12 @@ func NewSandboxdServiceHandler(svc SandboxdServiceHandler, opts ...connect.Handl
 		connect.WithSchema(sandboxdServiceMethods.ByName("PullSnapshot")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxdServiceUpdateNetworkHandler := connect.NewUnaryHandler(
+		SandboxdServiceUpdateNetworkProcedure,
+		svc.UpdateNetwork,
+		connect.WithSchema(sandboxdServiceMethods.ByName("UpdateNetwork")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/skiff.sandboxd.v1.SandboxdService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxdServiceCreateProcedure:
@@ -570,6 +603,8 @@ func NewSandboxdServiceHandler(svc SandboxdServiceHandler, opts ...connect.Handl
 			sandboxdServiceForkHandler.ServeHTTP(w, r)
 		case SandboxdServicePullSnapshotProcedure:
 			sandboxdServicePullSnapshotHandler.ServeHTTP(w, r)
+		case SandboxdServiceUpdateNetworkProcedure:
+			sandboxdServiceUpdateNetworkHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -649,4 +684,8 @@ func (UnimplementedSandboxdServiceHandler) Fork(context.Context, *connect.Reques
 
 func (UnimplementedSandboxdServiceHandler) PullSnapshot(context.Context, *connect.Request[v1.PullSnapshotRequest]) (*connect.Response[v1.PullSnapshotResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.PullSnapshot is not implemented"))
+}
+
+func (UnimplementedSandboxdServiceHandler) UpdateNetwork(context.Context, *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.UpdateNetwork is not implemented"))
 }
