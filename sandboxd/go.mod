@@ -73,7 +73,7 @@ require (
 	github.com/seccomp/libseccomp-golang v0.12.0 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
 	github.com/skiff-dev/skiff/wire v0.0.0
-	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/net v0.59.0
 )
 
 replace (

@@ -142,6 +142,11 @@ type Options struct {
 	NFTTable    string
 	DenyCIDRs   []string
 	AllowCIDRs  []string
+	// ResolvConf is the resolv.conf whose nameservers sandboxes use.
+	ResolvConf string
+	// EgressProxyPort and DNSFilterPort are where the egress proxy and
+	// the DNS filter listen on the host; 0 picks a free port.
+	EgressProxyPort, DNSFilterPort uint16
 }
 
 // NewOptions returns the defaults. Those that come from the host (the node's
@@ -244,6 +249,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.DenyCIDRs, "deny-cidr", o.DenyCIDRs, "IPv4 prefixes no sandbox reaches, beside the private, shared (CGNAT), link-local and cloud metadata ranges always denied "+
 		"(repeat or comma-separate).")
 	fs.StringSliceVar(&o.AllowCIDRs, "allow-cidr", o.AllowCIDRs, "IPv4 prefixes sandboxes with internet access reach even in a denied range, such as an internal service (repeat or comma-separate).")
+	fs.StringVar(&o.ResolvConf, "resolv-conf", o.ResolvConf, "A resolv.conf whose IPv4 nameservers the sandboxes use (and the egress filters ask); empty: the host's /etc/resolv.conf, "+
+		"or systemd-resolved's upstream servers when that names only a local stub.")
+	fs.Uint16Var(&o.EgressProxyPort, "egress-proxy-port", o.EgressProxyPort, "Port on 127.0.0.1 of the egress proxy, "+
+		"which decides the connections to ports 80 and 443 of sandboxes whose rules allow domain names (by their TLS SNI or HTTP Host); 0: a free port.")
+	fs.Uint16Var(&o.DNSFilterPort, "dns-filter-port", o.DNSFilterPort, "Port (UDP and TCP, as --egress-proxy-port) of the DNS filter, "+
+		"which answers the DNS of sandboxes whose rules deny all traffic for their allowed names only; 0: a free port.")
 }
 
 // Complete fills what derives from the flags and the host: the node's
@@ -444,7 +455,7 @@ func (o *Options) NetworkOptions() network.Options {
 	pool, _ := netip.ParsePrefix(o.SandboxCIDR) // validated
 	deny, _ := prefixes(o.DenyCIDRs)
 	allow, _ := prefixes(o.AllowCIDRs)
-	return network.Options{RunDir: o.RunDir, Table: o.NFTTable, IfacePrefix: o.IfacePrefix, Pool: pool, Deny: deny, Allow: allow}
+	return network.Options{RunDir: o.RunDir, Table: o.NFTTable, IfacePrefix: o.IfacePrefix, Pool: pool, Deny: deny, Allow: allow, ResolvConf: o.ResolvConf}
 }
 
 // prefixes parses IPv4 prefixes.

@@ -161,7 +161,7 @@ func TestServeFlags(t *testing.T) {
 		"max-sandboxes", "cpu-capacity", "memory-capacity", "overcommit", "sandbox-cidr", "envd", "envd-ready-timeout", "prepared-sandboxes",
 		"max-timeout", "default-cpu", "default-memory", "default-disk", "metrics-interval", "metrics-samples", "runtime", "runsc", "runsc-platform",
 		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr", "enable-pprof",
-		"log-level", "log-format", "snapshot-memory", "peer-ca",
+		"log-level", "log-format", "snapshot-memory", "peer-ca", "egress-proxy-port", "dns-filter-port", "resolv-conf",
 	} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
@@ -170,8 +170,8 @@ func TestServeFlags(t *testing.T) {
 	if serve.InheritedFlags().Lookup("state-dir") == nil {
 		t.Error("serve does not inherit --state-dir")
 	}
-	if n != 40 {
-		t.Errorf("serve has %d flags of its own, want 40: a new flag goes into this test and the docs", n)
+	if n != 43 {
+		t.Errorf("serve has %d flags of its own, want 43: a new flag goes into this test and the docs", n)
 	}
 }
 

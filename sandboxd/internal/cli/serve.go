@@ -5,8 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/egressproxy"
 	"github.com/skiff-dev/skiff/sandboxd/internal/hostlimits"
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/network"
@@ -111,7 +115,14 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	nm, err := network.New(o.NetworkOptions())
+	fl, err := listenEgress(o.EgressProxyPort, o.DNSFilterPort)
+	if err != nil {
+		return err
+	}
+	defer fl.close()
+	netOpts := o.NetworkOptions()
+	netOpts.EgressProxyPort, netOpts.DNSFilterPort = fl.proxyPort(), fl.dnsPort()
+	nm, err := network.New(netOpts)
 	if err != nil {
 		return err
 	}
@@ -133,8 +144,11 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	egressSandboxes := egressproxy.NewSandboxes()
+	fl.serve(ctx, egressproxy.Options{Sandboxes: egressSandboxes, Permitted: nm.Permitted, Resolvers: nm.Resolvers, Logger: log})
 	svc, err := service.New(o.ServiceConfig(), service.Deps{
 		Peers:     peers,
+		Egress:    egressSandboxes,
 		Runtime:   rt,
 		Network:   networkAdapter{nm},
 		Templates: lib,
@@ -152,6 +166,72 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// filterListeners are the egress proxy's and DNS filter's sockets.
+type filterListeners struct {
+	proxy  net.Listener
+	dnsUDP net.PacketConn
+	dnsTCP net.Listener
+}
+
+// listenEgress opens the egress filters' sockets on the host's loopback
+// (network.FilterAddr, where the sandboxes' redirected traffic goes), each
+// port 0 being a free one.
+func listenEgress(proxyPort, dnsPort uint16) (*filterListeners, error) {
+	fl := &filterListeners{}
+	at := func(port uint16) string { return netip.AddrPortFrom(network.FilterAddr, port).String() }
+	var err error
+	if fl.proxy, err = net.Listen("tcp4", at(proxyPort)); err != nil {
+		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
+	// The DNS filter takes UDP and TCP on one port: a free UDP one may be
+	// taken for TCP, so try a few.
+	for attempt := 0; ; attempt++ {
+		if fl.dnsUDP, err = net.ListenPacket("udp4", at(dnsPort)); err != nil {
+			fl.close()
+			return nil, fmt.Errorf("DNS filter: %w", err)
+		}
+		port := uint16(fl.dnsUDP.LocalAddr().(*net.UDPAddr).Port) //nolint:gosec // a port
+		if fl.dnsTCP, err = net.Listen("tcp4", at(port)); err == nil {
+			return fl, nil
+		}
+		_ = fl.dnsUDP.Close()
+		fl.dnsUDP = nil
+		if dnsPort != 0 || attempt == 20 {
+			fl.close()
+			return nil, fmt.Errorf("DNS filter: %w", err)
+		}
+	}
+}
+
+func (fl *filterListeners) proxyPort() uint16 { return uint16(fl.proxy.Addr().(*net.TCPAddr).Port) } //nolint:gosec // a port
+func (fl *filterListeners) dnsPort() uint16 {
+	return uint16(fl.dnsUDP.LocalAddr().(*net.UDPAddr).Port) //nolint:gosec // a port
+}
+
+// serve runs the egress proxy and the DNS filter until ctx ends.
+func (fl *filterListeners) serve(ctx context.Context, o egressproxy.Options) {
+	proxy, dns := egressproxy.NewProxy(o), egressproxy.NewDNS(o)
+	for name, run := range map[string]func() error{
+		"egress proxy":     func() error { return proxy.Serve(ctx, fl.proxy) },
+		"DNS filter (UDP)": func() error { return dns.ServeUDP(ctx, fl.dnsUDP) },
+		"DNS filter (TCP)": func() error { return dns.ServeTCP(ctx, fl.dnsTCP) },
+	} {
+		go func() {
+			if err := run(); err != nil {
+				o.Logger.Error("egress filter stopped", "server", name, "error", err)
+			}
+		}()
+	}
+}
+
+func (fl *filterListeners) close() {
+	for _, c := range []io.Closer{fl.proxy, fl.dnsUDP, fl.dnsTCP} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
 }
 
 // peerClient is the client snapshot pulls fetch from other hosts with:

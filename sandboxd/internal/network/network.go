@@ -4,9 +4,10 @@
 // add` does, and linked to the host by a veth pair. The host end is named
 // IfacePrefix plus a hash of the sandbox ID, holds the Host address of the
 // sandbox's /30 block (ipam.Block) and is its gateway; the sandbox end is
-// eth0 with the block's Sandbox address. A sandbox allowed internet access
-// has a default route through its gateway; any other has no route beyond its
-// /30.
+// eth0 with the block's Sandbox address, and a default route through its
+// gateway. Where its packets may go is the host's nftables' decision alone,
+// so that it can change while the sandbox runs (gVisor's netstack takes the
+// namespace's routes once, when it starts).
 //
 // One nftables table (family inet) isolates the sandboxes, which it knows by
 // the name prefix of their host interfaces:
@@ -17,8 +18,12 @@
 //     IPv4, goes to a denied destination (DefaultDeny: the private, shared
 //     and link-local ranges and the clouds' metadata addresses, and
 //     Options.Deny) that is neither one of the sandboxes' resolvers on port
-//     53 nor in Options.Allow, or comes from an address not in the egress
-//     set; the rest is accepted.
+//     53 nor in Options.Allow, or is refused by the sandbox's own rules
+//     (SetPolicy, policy.go); a sandbox without rules has its packets
+//     refused (ICMP network unreachable, which it sees at once as
+//     ENETUNREACH) when its address is not in the egress set: no internet
+//     access. The rest is accepted, and so are packets of connections
+//     already open when the rules change.
 //     A packet to a sandbox passes only as a reply (established or related),
 //     so nothing outside opens connections to a sandbox.
 //   - input: packets from sandboxes to the host itself pass only as replies.
@@ -101,6 +106,15 @@ type Options struct {
 	// (an operator's internal service). The resolvers sandboxes are given
 	// (ResolvConf) are reached on port 53 whatever the lists say.
 	Deny, Allow []netip.Prefix
+	// ResolvConf, if set, is the resolv.conf whose IPv4 nameservers the
+	// sandboxes use (ResolvConf, Resolvers); else the host's
+	// /etc/resolv.conf, or systemd-resolved's upstream list.
+	ResolvConf string
+	// EgressProxyPort and DNSFilterPort are where sandboxd's egress proxy
+	// and DNS filter listen on the host (package egressproxy), which the
+	// rules of sandboxes that allow domain names or deny all redirect to
+	// (see SetPolicy); 0: such rules are refused, and nothing redirects.
+	EgressProxyPort, DNSFilterPort uint16
 }
 
 // DefaultDeny are the destinations no sandbox reaches unless allowed:
@@ -135,6 +149,8 @@ type Manager struct {
 	table  *nftables.Table
 	deny   []netip.Prefix
 	allow  []netip.Prefix
+	// proxyPort and dnsPort are Options.EgressProxyPort and DNSFilterPort.
+	proxyPort, dnsPort uint16
 	// resolvConf are the files ResolvConf reads, in order.
 	resolvConf []string
 
@@ -188,7 +204,12 @@ func New(opts Options) (*Manager, error) {
 		mtu:        opts.MTU,
 		table:      &nftables.Table{Name: opts.Table, Family: nftables.TableFamilyINet},
 		allow:      masked(opts.Allow),
+		proxyPort:  opts.EgressProxyPort,
+		dnsPort:    opts.DNSFilterPort,
 		resolvConf: []string{"/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"},
+	}
+	if opts.ResolvConf != "" {
+		m.resolvConf = []string{opts.ResolvConf}
 	}
 	m.deny = masked(slices.Concat(DefaultDeny, opts.Deny))
 	return m, nil
@@ -209,7 +230,9 @@ func masked(ps []netip.Prefix) []netip.Prefix {
 // copies other mount namespaces took of it), enables IPv4 forwarding, and
 // replaces the nftables table with the current rules in one transaction.
 // The egress set survives the replacement, so running sandboxes keep their
-// internet access across a restart of sandboxd.
+// internet access across a restart of sandboxd; so do the other sets of
+// keptSets. A sandbox's own rules (SetPolicy) do not: until they are set
+// again, what it sends beyond its resolvers is refused.
 func (m *Manager) Init(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -224,11 +247,15 @@ func (m *Manager) Init(ctx context.Context) error {
 		return err
 	}
 	err := m.nftBatch(func(cc *nftables.Conn) error {
-		keep, err := m.egressElements(cc)
-		if err != nil {
-			return fmt.Errorf("read egress set: %w", err)
+		kept := make(map[string][]nftables.SetElement)
+		for _, set := range m.keptSets() {
+			elems, err := m.keptMembers(cc, set.Name)
+			if err != nil {
+				return fmt.Errorf("read set %s: %w", set.Name, err)
+			}
+			kept[set.Name] = elems
 		}
-		return m.writeRules(cc, keep)
+		return m.writeRules(cc, kept)
 	})
 	if err != nil {
 		return fmt.Errorf("install nftables table %s: %w", m.table.Name, err)
@@ -275,7 +302,8 @@ func (m *Manager) Close() error {
 }
 
 // Setup creates sandbox id's network namespace and veth pair with the
-// addresses of block b, and gives it internet access if allowInternet. Init
+// addresses of block b and its default route, and gives it internet access
+// if allowInternet. Init
 // must have run, in this process or an earlier one. Setup fails, changing
 // nothing, if the sandbox already has a namespace; on any other error it
 // undoes what it did.
@@ -312,9 +340,16 @@ func (m *Manager) Setup(ctx context.Context, id string, b ipam.Block, allowInter
 	defer host.Close()
 	err = onNSThread(
 		func() error { return unix.Unshare(unix.CLONE_NEWNET) },
-		func(hostNS netns.NsHandle) error { return m.configure(sb, hostNS, host, allowInternet, &linked) },
+		func(hostNS netns.NsHandle) error { return m.configure(sb, hostNS, host, &linked) },
 	)
 	if err != nil {
+		return nil, fmt.Errorf("set up network of sandbox %s: %w", id, err)
+	}
+	// The egress filters listen on the host's loopback, where its rules
+	// send some of the sandbox's traffic (policy.go): a packet from the
+	// host end to 127.0.0.1 is routed only with route_localnet. Packets the
+	// sandbox itself sends to 127.0.0.1 are dropped (the input chain).
+	if err := writeSysctl("net/ipv4/conf/"+sb.HostIface+"/route_localnet", "1"); err != nil {
 		return nil, fmt.Errorf("set up network of sandbox %s: %w", id, err)
 	}
 	// Removing the address as well when internet access is off overwrites
@@ -329,7 +364,7 @@ func (m *Manager) Setup(ctx context.Context, id string, b ipam.Block, allowInter
 // namespace to its file, sets its sysctls, brings up lo, creates the veth
 // pair with its host end in hostNS, and addresses and brings up both ends,
 // the host end through host, a netlink handle in hostNS.
-func (m *Manager) configure(sb *Sandbox, hostNS netns.NsHandle, host *netlink.Handle, allowInternet bool, linked *bool) error {
+func (m *Manager) configure(sb *Sandbox, hostNS netns.NsHandle, host *netlink.Handle, linked *bool) error {
 	if err := unix.Mount("/proc/thread-self/ns/net", sb.NetNS, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind-mount namespace: %w", err)
 	}
@@ -369,10 +404,8 @@ func (m *Manager) configure(sb *Sandbox, hostNS netns.NsHandle, host *netlink.Ha
 	if err := in.AddrAdd(eth0, addr(sb.Block.Sandbox)); err != nil {
 		return fmt.Errorf("address %s: %w", sandboxIface, err)
 	}
-	if allowInternet {
-		if err := in.RouteAdd(defaultRoute(eth0.Index, sb.Block.Host)); err != nil {
-			return fmt.Errorf("add default route: %w", err)
-		}
+	if err := in.RouteAdd(defaultRoute(eth0.Index, sb.Block.Host)); err != nil {
+		return fmt.Errorf("add default route: %w", err)
 	}
 
 	hostEnd, err := host.LinkByName(sb.HostIface)
@@ -396,7 +429,7 @@ func (m *Manager) configure(sb *Sandbox, hostNS netns.NsHandle, host *netlink.Ha
 }
 
 // Teardown removes sandbox id's network: its address from the egress set,
-// its veth pair, and its namespace's bind mount and file. The namespace
+// its rules (SetPolicy), its veth pair, and its namespace's bind mount and file. The namespace
 // itself goes when the last process in it exits. Teardown of a sandbox with
 // nothing left succeeds. If b is the zero Block (not known), the egress set
 // is left alone; the next Setup of its address overwrites the entry.
@@ -412,6 +445,9 @@ func (m *Manager) Teardown(ctx context.Context, id string, b ipam.Block) error {
 		if err := m.setEgress(b.Sandbox, false); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("remove egress of sandbox %s: %w", id, err))
 		}
+		if err := m.clearRules(id, b); err != nil {
+			errs = append(errs, fmt.Errorf("remove rules of sandbox %s: %w", id, err))
+		}
 	}
 	if err := deleteLink(m.hostIface(id)); err != nil {
 		errs = append(errs, fmt.Errorf("delete veth pair of sandbox %s: %w", id, err))
@@ -422,39 +458,15 @@ func (m *Manager) Teardown(ctx context.Context, id string, b ipam.Block) error {
 	return errors.Join(errs...)
 }
 
-// SetEgress turns sandbox id's internet access on or off: its default route
-// and its entry in the egress set. Connections already open are cut when
-// access is turned off.
+// SetEgress turns sandbox id's internet access on or off: its entry in the
+// egress set. New connections follow at once; connections already open go
+// on (as when its rules change, SetPolicy).
 func (m *Manager) SetEgress(id string, b ipam.Block, allow bool) error {
 	if err := m.check(id, b); err != nil {
 		return fmt.Errorf("set egress of sandbox %s: %w", id, err)
 	}
-	if !allow {
-		if err := m.setEgress(b.Sandbox, false); err != nil {
-			return fmt.Errorf("remove egress of sandbox %s: %w", id, err)
-		}
-	}
-	err := onNSThread(enterPath(m.nsPath(id)), func(netns.NsHandle) error {
-		link, err := netlink.LinkByName(sandboxIface)
-		if err != nil {
-			return err
-		}
-		r := defaultRoute(link.Attrs().Index, b.Host)
-		if allow {
-			return netlink.RouteReplace(r)
-		}
-		if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("set default route of sandbox %s: %w", id, err)
-	}
-	if allow {
-		if err := m.setEgress(b.Sandbox, true); err != nil {
-			return fmt.Errorf("add egress of sandbox %s: %w", id, err)
-		}
+	if err := m.setEgress(b.Sandbox, allow); err != nil {
+		return fmt.Errorf("set egress of sandbox %s: %w", id, err)
 	}
 	return nil
 }

@@ -71,46 +71,21 @@ func (m *Manager) nftBatch(queue func(*nftables.Conn) error) error {
 	return err
 }
 
-// egressElements returns the addresses of the pool in the egress set of the
-// current table, if there is one.
-func (m *Manager) egressElements(cc *nftables.Conn) ([]nftables.SetElement, error) {
-	tables, err := cc.ListTablesOfFamily(m.table.Family)
-	if err != nil {
-		return nil, err
-	}
-	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == m.table.Name }) {
-		return nil, nil
-	}
-	sets, err := cc.GetSets(m.table)
-	if err != nil {
-		return nil, err
-	}
-	i := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == egressSetName })
-	if i < 0 {
-		return nil, nil
-	}
-	elems, err := cc.GetSetElements(sets[i])
-	if err != nil {
-		return nil, err
-	}
-	var keep []nftables.SetElement
-	for _, e := range elems {
-		if a, ok := netip.AddrFromSlice(e.Key); ok && a.Is4() && m.pool.Contains(a) {
-			keep = append(keep, nftables.SetElement{Key: e.Key})
-		}
-	}
-	return keep, nil
-}
-
-// writeRules queues the replacement of the table, its egress set holding
-// egress. See the package doc for what the rules do.
-func (m *Manager) writeRules(cc *nftables.Conn, egress []nftables.SetElement) error {
+// writeRules queues the replacement of the table, its sets holding the
+// members in kept (by set name). See the package doc and policy.go for
+// what the rules do.
+func (m *Manager) writeRules(cc *nftables.Conn, kept map[string][]nftables.SetElement) error {
 	t := m.table
 	cc.AddTable(t) // adding first makes the deletion succeed when the table is new
 	cc.DelTable(t)
 	cc.AddTable(t)
 	set := m.egressSet()
-	if err := cc.AddSet(set, egress); err != nil {
+	for _, s := range m.keptSets() {
+		if err := cc.AddSet(s, kept[s.Name]); err != nil {
+			return err
+		}
+	}
+	if err := cc.AddSet(m.rulesMap(), nil); err != nil {
 		return err
 	}
 	forward := cc.AddChain(&nftables.Chain{
@@ -118,6 +93,7 @@ func (m *Manager) writeRules(cc *nftables.Conn, egress []nftables.SetElement) er
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
 	})
 	fromSandbox := cc.AddChain(&nftables.Chain{Name: fromSandboxChain, Table: t})
+	userRules := cc.AddChain(&nftables.Chain{Name: userRulesChain, Table: t})
 	egressOK := cc.AddChain(&nftables.Chain{Name: egressChain, Table: t})
 	input := cc.AddChain(&nftables.Chain{
 		Name: "input", Table: t, Type: nftables.ChainTypeFilter,
@@ -138,6 +114,8 @@ func (m *Manager) writeRules(cc *nftables.Conn, egress []nftables.SetElement) er
 	add(forward, toSandboxIf, verdict(expr.VerdictDrop, ""))
 
 	drop, toEgress := verdict(expr.VerdictDrop, ""), verdict(expr.VerdictGoto, egressChain)
+	ruled := m.ruledSet()
+	toUserRules := verdict(expr.VerdictGoto, userRulesChain)
 	add(fromSandbox, toSandboxIf, drop)
 	add(fromSandbox, []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
@@ -150,33 +128,75 @@ func (m *Manager) writeRules(cc *nftables.Conn, egress []nftables.SetElement) er
 	add(fromSandbox, ipIn(ipDstOffset, m.pool), drop)
 	// The resolvers on port 53, then what the operator allows, then what
 	// is denied; the rest is the internet.
+	// A sandbox with rules of its own reaches them whatever its rules
+	// say (its names resolve), unless they deny all, in which case its
+	// DNS goes to the DNS filter before it gets here.
 	for _, r := range m.Resolvers() {
 		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-			add(fromSandbox, ipIn(ipDstOffset, netip.PrefixFrom(r, 32)), dport(proto, 53), toEgress)
+			to53 := slices.Concat(ipIn(ipDstOffset, netip.PrefixFrom(r, 32)), dport(proto, 53))
+			add(fromSandbox, to53, inSet(ipSrcOffset, ruled), verdict(expr.VerdictAccept, ""))
+			add(fromSandbox, to53, toEgress)
 		}
 	}
+	// A connection the rules let open goes on when they change (as in
+	// e2b): only new ones follow the new rules.
+	add(fromSandbox, ctReply(), verdict(expr.VerdictAccept, ""))
 	for _, p := range m.allow {
-		add(fromSandbox, ipIn(ipDstOffset, p), toEgress)
+		add(fromSandbox, ipIn(ipDstOffset, p), toUserRules)
 	}
 	for _, p := range m.deny {
 		add(fromSandbox, ipIn(ipDstOffset, p), drop)
 	}
-	add(fromSandbox, toEgress)
+	add(fromSandbox, toUserRules)
 
-	add(egressOK, []expr.Any{
+	// A sandbox with rules of its own goes to its chain (policy.go),
+	// every other one to the egress set. One whose chain is not there
+	// (sandboxd has restarted and not set its rules again yet) is refused.
+	rules := m.rulesMap()
+	add(userRules, []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: ipSrcOffset, Len: 4},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
-	}, verdict(expr.VerdictAccept, ""))
-	add(egressOK, drop)
+		&expr.Lookup{SourceRegister: 1, SetName: rules.Name, SetID: rules.ID, DestRegister: 0, IsDestRegSet: true},
+	})
+	add(userRules, inSet(ipSrcOffset, ruled), refuse())
+	add(userRules, toEgress)
 
+	add(egressOK, inSet(ipSrcOffset, set), verdict(expr.VerdictAccept, ""))
+	add(egressOK, refuse())
+
+	// The egress proxy and the DNS filter take what the redirects send
+	// them, from sandboxes only.
+	for _, l := range m.listeners() {
+		add(input, fromSandboxIf, ctDNAT(), dport(l.proto, l.port), verdict(expr.VerdictAccept, ""))
+	}
 	add(input, fromSandboxIf, ctReply(), verdict(expr.VerdictAccept, ""))
 	add(input, fromSandboxIf, drop)
+	m.redirects(cc, add)
 
 	add(postrouting, []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 	}, ipIn(ipSrcOffset, m.pool), ipNotIn(ipDstOffset, m.pool), []expr.Any{&expr.Masq{}})
 	return nil
+}
+
+type listener struct {
+	proto byte
+	port  uint16
+}
+
+// listeners are the host ports the egress proxy and DNS filter take
+// redirected connections on.
+func (m *Manager) listeners() []listener {
+	var out []listener
+	if m.proxyPort > 0 {
+		out = append(out, listener{unix.IPPROTO_TCP, m.proxyPort})
+	}
+	if m.dnsPort > 0 {
+		out = append(out, listener{unix.IPPROTO_UDP, m.dnsPort}, listener{unix.IPPROTO_TCP, m.dnsPort})
+	}
+	return out
 }
 
 // ifname matches interface names starting with prefix (a comparison
@@ -213,6 +233,13 @@ func ipPrefix(offset uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: net.CIDRMask(p.Bits(), 32), Xor: make([]byte, 4)},
 		&expr.Cmp{Op: op, Register: 1, Data: p.Masked().Addr().AsSlice()},
 	}
+}
+
+// refuse rejects a packet with an ICMP network unreachable, which the
+// sandbox's connect or send sees at once as ENETUNREACH (as when it had no
+// route) rather than waiting out a timeout. Only IPv4 reaches it.
+func refuse() []expr.Any {
+	return []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 0 /* ICMP_NET_UNREACH */}}
 }
 
 func verdict(kind expr.VerdictKind, chain string) []expr.Any {

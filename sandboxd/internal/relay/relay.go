@@ -66,7 +66,15 @@ type Sandbox struct {
 	// are never reused, since the address is the same and the processes
 	// are not.
 	Boot int
+	// MaskRequestHost, when set, is the Host a request for a port other
+	// than envd's reaches the sandbox with (e2b's maskRequestHost): each
+	// "${PORT}" in it is the port, and the request's own Host goes in
+	// X-Forwarded-Host.
+	MaskRequestHost string
 }
+
+// MaskPortPlaceholder is replaced by the port in a MaskRequestHost.
+const MaskPortPlaceholder = "${PORT}"
 
 // Resolver looks a sandbox up.
 type Resolver interface {
@@ -223,7 +231,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	upstream := &url.URL{Scheme: "http", Host: net.JoinHostPort(poolHost, port)}
 	addr := net.JoinHostPort(sb.Address, port)
-	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, relayed{t, upstream, addr})))
+	rt := relayed{target: t, upstream: upstream, addr: addr}
+	if !t.IsEnvd() && sb.MaskRequestHost != "" {
+		rt.host = strings.ReplaceAll(sb.MaskRequestHost, MaskPortPlaceholder, port)
+	}
+	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, rt)))
 }
 
 // resumeFailed answers a failed auto-resume with 502: e2b's "not found"
@@ -292,6 +304,7 @@ type relayed struct {
 	target   routing.Target
 	upstream *url.URL // http://<sandbox ID>[.boot<n>]:<port>
 	addr     string   // the sandbox's address and port, which dial dials
+	host     string   // the masked Host, if any
 }
 
 // rewrite points the outgoing request at the sandbox's port. The routing
@@ -304,6 +317,10 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Host = pr.In.Host
 	pr.Out.Header.Del(TrafficTokenHeader)
 	pr.SetXForwarded()
+	if rt.host != "" {
+		pr.Out.Header.Set("X-Forwarded-Host", pr.In.Host)
+		pr.Out.Host = rt.host
+	}
 }
 
 // proxyError answers a failure to reach the sandbox's port: the sandbox is

@@ -540,3 +540,35 @@ func TestClosedPortWithABody(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox created with e2b's maskRequestHost gets requests for its ports
+// with that Host, "${PORT}" replaced by the port, and the public one in
+// X-Forwarded-Host.
+func TestMaskRequestHost(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "host=%s forwarded=%s", r.Host, r.Header.Get("X-Forwarded-Host"))
+	}))
+	defer upstream.Close()
+	relay, res := startRelay(t)
+	port := portOf(t, upstream.URL)
+	public := port + "-" + sandboxID + ".sandbox.example.com"
+	get := func() string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, relay.URL+"/", nil)
+		req.Host = public
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	if got, want := get(), "host="+public+" forwarded="+public; got != want {
+		t.Errorf("unmasked: %q, want %q", got, want)
+	}
+	res.set(sandboxID, Sandbox{Address: "127.0.0.1", MaskRequestHost: "custom-host.example.com:${PORT}"})
+	if got, want := get(), "host=custom-host.example.com:"+port+" forwarded="+public; got != want {
+		t.Errorf("masked: %q, want %q", got, want)
+	}
+}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"maps"
+	"slices"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -44,6 +45,10 @@ func (s *Service) toSandbox(rec *store.Record) *pb.Sandbox {
 		Address:             rec.Address,
 		Snapshot:            rec.Snapshot,
 		FilesOnly:           rec.FilesOnly,
+		MaskRequestHost:     rec.MaskRequestHost,
+	}
+	if rec.Egress != nil {
+		sb.Egress = &pb.Egress{AllowOut: slices.Clone(rec.Egress.AllowOut), DenyOut: slices.Clone(rec.Egress.DenyOut)}
 	}
 	if !rec.EndAt.IsZero() {
 		sb.EndAt = timestamppb.New(rec.EndAt)

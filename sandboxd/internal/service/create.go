@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +65,7 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 	checkMetadata(&f, m.GetMetadata())
 	checkEnvVars(&f, m.GetEnvVars())
 	checkTeam(&f, m.GetTeam())
+	checkEgress(&f, m.GetEgress(), m.GetMaskRequestHost())
 	if err := f.err(); err != nil {
 		return nil, s.countCreate(kindCreate, err)
 	}
@@ -77,6 +79,10 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 		AutoPauseFilesOnly:  m.GetAutoPauseFilesOnly(),
 		EnvVars:             maps.Clone(m.GetEnvVars()),
 		TrafficAccessToken:  trafficToken(m.AllowPublicTraffic),
+		MaskRequestHost:     m.GetMaskRequestHost(),
+	}
+	if e := m.GetEgress(); e != nil {
+		l.rec.Egress = &store.Egress{AllowOut: slices.Clone(e.GetAllowOut()), DenyOut: slices.Clone(e.GetDenyOut())}
 	}
 	if snap != nil {
 		s.fromSnapshot(l, snap)
@@ -195,7 +201,7 @@ func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token
 	netns := ps.NetNS
 	if netns == "" {
 		sctx, span := tracer.Start(ctx, "sandbox.network_setup")
-		netns, err = s.net.Setup(sctx, id, block, l.rec.AllowInternetAccess)
+		netns, err = s.setupNetwork(sctx, id, &l.rec, block)
 		tracing.Fail(span, err)
 		span.End()
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	"github.com/skiff-dev/skiff/shared/egress"
 )
 
 // A pause that keeps the files only (e2b's pause with memory: false) copies
@@ -66,6 +67,7 @@ func (s *Service) stopForFiles(ctx context.Context, rec *store.Record) {
 		s.log.ErrorContext(ctx, "find sandbox address", "sandbox", rec.ID, "error", err)
 		return
 	}
+	s.trackEgress(b, egress.Rules{}, false)
 	if err := s.net.Teardown(ctx, rec.ID, b); err != nil {
 		s.log.ErrorContext(ctx, "tear down the network of a sandbox paused with its files only", "sandbox", rec.ID, "error", err)
 	}
@@ -102,7 +104,7 @@ func (s *Service) bootLocked(ctx context.Context, rec *store.Record, lifetime ti
 			s.stopForFiles(cctx, rec)
 		}
 	}()
-	netns, err := s.net.Setup(ctx, id, block, rec.AllowInternetAccess)
+	netns, err := s.setupNetwork(ctx, id, rec, block)
 	if err != nil {
 		return nil, fmt.Errorf("boot sandbox %s: set up network: %w", id, err)
 	}

@@ -98,7 +98,26 @@ func (s *Service) recoverOne(ctx context.Context, rec *store.Record) (bool, erro
 	if st == sandboxrt.Paused {
 		s.restoreNetworkOf(ctx, rec)
 	}
+	s.reapplyRules(ctx, rec)
 	return true, nil
+}
+
+// reapplyRules sets rec's outbound rules again: the nftables table was
+// rebuilt when this sandboxd started, without any sandbox's own chain.
+func (s *Service) reapplyRules(ctx context.Context, rec *store.Record) {
+	if _, restricted := policyOf(rec); !restricted {
+		return
+	}
+	b, err := s.blockOf(rec)
+	if err != nil {
+		return
+	}
+	if ids, err := s.net.List(); err != nil || !slices.Contains(ids, rec.ID) {
+		return // no network to apply them to (restoreNetworkOf's work)
+	}
+	if err := s.applyRules(rec.ID, rec, b); err != nil {
+		s.log.ErrorContext(ctx, "re-apply a sandbox's outbound rules; until they are, it reaches its resolvers only", "sandbox", rec.ID, "error", err)
+	}
 }
 
 // errCannotSalvage is a sandbox whose files cannot be kept: the runtime
@@ -156,7 +175,7 @@ func (s *Service) restoreNetworkOf(ctx context.Context, rec *store.Record) {
 		s.log.ErrorContext(ctx, "find sandbox address", "sandbox", rec.ID, "error", err)
 		return
 	}
-	if _, err := s.net.Setup(ctx, rec.ID, b, rec.AllowInternetAccess); err != nil {
+	if _, err := s.setupNetwork(ctx, rec.ID, rec, b); err != nil {
 		s.log.ErrorContext(ctx, "set up the network of a paused sandbox again", "sandbox", rec.ID, "error", err)
 		return
 	}

@@ -82,5 +82,6 @@ func toRelay(rec *store.Record) relay.Sandbox {
 		Paused:             rec.State != registry.StateRunning,
 		AutoResume:         rec.AutoResume,
 		Boot:               rec.Boots,
+		MaskRequestHost:    rec.MaskRequestHost,
 	}
 }

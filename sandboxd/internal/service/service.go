@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/deadline"
+	"github.com/skiff-dev/skiff/sandboxd/internal/egressproxy"
 	"github.com/skiff-dev/skiff/sandboxd/internal/envdclient"
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/prepared"
@@ -37,6 +38,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/stats"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	"github.com/skiff-dev/skiff/shared/egress"
 	"github.com/skiff-dev/skiff/shared/routing"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
@@ -91,6 +93,9 @@ type Network interface {
 	List() ([]string, error)
 	// ResolvConf is the /etc/resolv.conf every sandbox gets.
 	ResolvConf() []byte
+	// SetPolicy applies a set-up sandbox's outbound rules (internet is its
+	// access when the rules refuse nothing).
+	SetPolicy(id string, b ipam.Block, internet bool, r egress.Rules) error
 }
 
 // Envd reaches the envd in each sandbox, at addr (host:port).
@@ -144,6 +149,9 @@ type Deps struct {
 	// Peers is the client PullSnapshot fetches from other hosts with;
 	// by default one that trusts the system's roots.
 	Peers *http.Client
+	// Egress tells the egress filters each restricted sandbox's rules;
+	// nil when the host runs none (then only rules of addresses work).
+	Egress *egressproxy.Sandboxes
 }
 
 // Service is sandboxd's API. Build it with New; Recover it before serving
@@ -168,6 +176,7 @@ type Service struct {
 	locks     keyedMutex
 	peers     *http.Client
 	pulls     pulls
+	egress    *egressproxy.Sandboxes
 	// hostChanged wakes the Watch streams when what Info says changes.
 	hostChanged broadcast
 	samples     *stats.Sampler
@@ -215,7 +224,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		watching: map[string]struct{}{},
 	}
 	s.exitCtx, s.stopExits = context.WithCancel(context.Background())
-	s.peers = deps.Peers
+	s.peers, s.egress = deps.Peers, deps.Egress
 	if s.peers == nil {
 		s.peers = &http.Client{Transport: &http.Transport{Proxy: nil, ForceAttemptHTTP2: true, ResponseHeaderTimeout: time.Minute}}
 	}

@@ -347,6 +347,10 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]
 			AutoPause:           src.AutoPause,
 			AllowInternetAccess: src.AllowInternetAccess,
 			AutoResume:          src.AutoResume,
+			MaskRequestHost:     src.MaskRequestHost,
+		}
+		if src.Egress != nil {
+			l.rec.Egress = &store.Egress{AllowOut: slices.Clone(src.Egress.AllowOut), DenyOut: slices.Clone(src.Egress.DenyOut)}
 		}
 		if src.TrafficAccessToken != "" {
 			l.rec.TrafficAccessToken = newToken()

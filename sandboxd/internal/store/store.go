@@ -54,6 +54,12 @@ func schemaOf(r *Record) int {
 // ErrNotFound is returned for a record that does not exist.
 var ErrNotFound = errors.New("sandbox record not found")
 
+// Egress is a sandbox's outbound rules as given (shared/egress).
+type Egress struct {
+	AllowOut []string `json:"allowOut,omitempty"`
+	DenyOut  []string `json:"denyOut,omitempty"`
+}
+
 // Record is what sandboxd must remember about a sandbox to re-adopt it.
 type Record struct {
 	Schema              int               `json:"schema"`
@@ -72,6 +78,11 @@ type Record struct {
 	EnvdAccessToken     string            `json:"envdAccessToken"`
 	AutoPause           bool              `json:"autoPause,omitempty"`
 	AllowInternetAccess bool              `json:"allowInternetAccess"`
+	// Egress is its outbound rules as given (e2b's allowOut and denyOut);
+	// nil when it never had any.
+	Egress *Egress `json:"egress,omitempty"`
+	// MaskRequestHost is e2b's maskRequestHost (see relay.Sandbox).
+	MaskRequestHost string `json:"maskRequestHost,omitempty"`
 	// AutoResume: a relayed request for the paused sandbox resumes it.
 	AutoResume bool `json:"autoResume,omitempty"`
 	// TrafficAccessToken, when set, is what a relayed request to a port

@@ -29,6 +29,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	"github.com/skiff-dev/skiff/shared/egress"
 	"github.com/skiff-dev/skiff/wire"
 )
 
@@ -148,6 +149,7 @@ func (e *Envd) RejectInit() {
 type Network struct {
 	mu       sync.Mutex
 	blocks   map[string]ipam.Block
+	policies map[string]egress.Rules
 	setupErr error
 }
 
@@ -182,6 +184,25 @@ func (n *Network) List() ([]string, error) {
 
 // ResolvConf names a documentation address.
 func (n *Network) ResolvConf() []byte { return []byte("nameserver 192.0.2.53\n") }
+
+// SetPolicy records a sandbox's rules, which Policy returns.
+func (n *Network) SetPolicy(id string, _ ipam.Block, _ bool, r egress.Rules) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.policies == nil {
+		n.policies = map[string]egress.Rules{}
+	}
+	n.policies[id] = r
+	return nil
+}
+
+// Policy returns the rules SetPolicy last gave sandbox id.
+func (n *Network) Policy(id string) (egress.Rules, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, ok := n.policies[id]
+	return r, ok
+}
 
 // FailSetup makes every later Setup fail with err.
 func (n *Network) FailSetup(err error) {

@@ -1,0 +1,167 @@
+// Package egressproxy is sandboxd's per-host egress filter for the
+// sandboxes whose rules name domains or deny all (shared/egress, and
+// network.SetPolicy for the redirects that lead here):
+//
+//   - Proxy takes their TCP connections to ports 443 and 80, redirected to
+//     it, reads the name they are for (the TLS ClientHello's SNI, the HTTP
+//     request's Host; no TLS is intercepted) and decides as e2b does: an
+//     allowed name is dialled by name, resolved by the host's resolver (not
+//     by whatever address the sandbox found, so /etc/hosts in a sandbox
+//     cannot lead an allowed name elsewhere); otherwise the original
+//     address is dialled if the rules allow it. What is refused is closed.
+//     Either way the address must be one the operator lets sandboxes reach.
+//   - DNS takes all their DNS (UDP and TCP, to any server) and answers only
+//     for allowed names, by asking the host's resolver; every other name is
+//     REFUSED without a query leaving the host, so DNS cannot carry what
+//     the rules refuse.
+//
+// Both know a sandbox by the source address of what it sends.
+package egressproxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/skiff-dev/skiff/shared/egress"
+)
+
+// Sandboxes tells the filters each sandbox's rules by its address. It is
+// safe for concurrent use.
+type Sandboxes struct {
+	mu    sync.RWMutex
+	rules map[netip.Addr]egress.Rules
+}
+
+// NewSandboxes returns an empty table.
+func NewSandboxes() *Sandboxes { return &Sandboxes{rules: map[netip.Addr]egress.Rules{}} }
+
+// Set gives the sandbox at addr rules.
+func (s *Sandboxes) Set(addr netip.Addr, r egress.Rules) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rules[addr] = r
+}
+
+// Delete forgets the sandbox at addr.
+func (s *Sandboxes) Delete(addr netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.rules, addr)
+}
+
+// Get returns the rules of the sandbox at addr.
+func (s *Sandboxes) Get(addr netip.Addr) (egress.Rules, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.rules[addr.Unmap()]
+	return r, ok
+}
+
+// Options configure the filters.
+type Options struct {
+	Sandboxes *Sandboxes
+	// Permitted says whether the operator lets sandboxes reach an address
+	// (network.Manager.Permitted).
+	Permitted func(netip.Addr) bool
+	// Resolvers are the host's DNS servers (network.Manager.Resolvers),
+	// asked for allowed names.
+	Resolvers func() []netip.Addr
+	// ResolverPort is the resolvers' port; 53 by default.
+	ResolverPort uint16
+	// DialTimeout bounds a dial out; 10 s by default.
+	DialTimeout time.Duration
+	// PeekTimeout bounds the wait for a connection's first bytes (the
+	// ClientHello or request head); 10 s by default.
+	PeekTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	if o.PeekTimeout <= 0 {
+		o.PeekTimeout = 10 * time.Second
+	}
+	if o.ResolverPort == 0 {
+		o.ResolverPort = 53
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// resolver asks the host's resolvers (not the host's /etc/resolv.conf,
+// which a test or a systemd host may point at a stub on loopback).
+func resolver(o *Options) *net.Resolver {
+	return &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			rs := o.Resolvers()
+			if len(rs) == 0 {
+				return nil, errors.New("no resolver")
+			}
+			var d net.Dialer
+			var err error
+			for _, r := range rs {
+				var c net.Conn
+				if c, err = d.DialContext(ctx, network, netip.AddrPortFrom(r, o.ResolverPort).String()); err == nil {
+					return c, nil
+				}
+			}
+			return nil, err
+		},
+	}
+}
+
+// serveConns has handle serve each connection ln takes, at most "most" at
+// once (one more is closed at once), until ctx ends; then it closes ln and
+// the connections and waits for handle to return. Errors accepting are
+// retried after a pause (running out of file descriptors passes).
+func serveConns(ctx context.Context, ln net.Listener, most int, log *slog.Logger, what string, handle func(net.Conn)) error {
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, most)
+	var pause time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			log.Warn("accept failed; retrying", "server", what, "error", err, "in", pause)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(pause):
+			}
+			continue
+		}
+		pause = 0
+		select {
+		case slots <- struct{}{}:
+		default:
+			log.Warn("too many connections; closing one", "server", what, "from", c.RemoteAddr(), "max", most)
+			_ = c.Close()
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			defer c.Close()
+			closeOnEnd := context.AfterFunc(ctx, func() { _ = c.Close() })
+			defer closeOnEnd()
+			handle(c)
+		})
+	}
+}
