@@ -7,6 +7,10 @@
 //   SKIFF_API_KEY_B                             a key of a second team
 //   E2B_PACKAGE                                 "e2b" (2.51.0), "e2b-2.50.0", "e2b-2.45.0" or "e2b-2.13.1"
 //   SKIFF_RUNTIME                               sandboxd's runtime: "native" (the default) or "gvisor"
+//   SKIFF_WEB1, SKIFF_WEB2                      two web servers sandboxes may reach (shared/testing/egresstest:
+//                                               HTTP on 80, TLS on 443, allowed.test and *.wild.test resolving
+//                                               to the first, other.test to the second); without them the
+//                                               outbound-rules cases are skipped
 //
 // In domain mode (make up --domain) E2B_DOMAIN replaces E2B_API_URL and
 // E2B_SANDBOX_URL, and NODE_EXTRA_CA_CERTS names the local CA.
@@ -16,7 +20,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import http from 'node:http'
 
 const pkg = process.env.E2B_PACKAGE || 'e2b'
-const { Sandbox, CommandExitError } = await import(pkg)
+const { Sandbox, CommandExitError, ALL_TRAFFIC = '0.0.0.0/0' } = await import(pkg)
 // Domain mode: the SDK names everything under E2B_DOMAIN, over TLS.
 const domainMode = !process.env.E2B_SANDBOX_URL
 for (const v of domainMode ? ['E2B_DOMAIN', 'E2B_API_KEY', 'SKIFF_API_KEY_B'] : ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'SKIFF_API_KEY_B']) {
@@ -467,4 +471,98 @@ test(`${pkg}: pause with keepMemory false keeps the files and boots afresh; onRe
   assert.equal(await timed.isRunning(), false)
   await timed.connect()
   assert.equal(await timed.files.read('/home/user/t.txt'), 'timed')
+})
+
+// Outbound rules, as e2b's own tests (packages/js-sdk/tests/sandbox/
+// network.test.ts) use them, with two web servers of the test for 1.1.1.1
+// and 8.8.8.8: nothing leaves the machine.
+const web1 = process.env.SKIFF_WEB1
+const web2 = process.env.SKIFF_WEB2
+const noWorld = (legacy && 'network rules came after 2.13') || (!web1 && 'no SKIFF_WEB1: no servers to reach')
+
+// reach runs curl in the sandbox: its answer, or a CommandExitError.
+async function reach(sbx, url) {
+  const res = await sbx.commands.run(`curl -sk --connect-timeout 3 --max-time 5 ${url}`)
+  return res.stdout
+}
+const refused = (err) => err instanceof CommandExitError
+
+test(`${pkg}: allowOut and denyOut decide what a sandbox reaches`, { skip: noWorld }, async () => {
+  // Only web1 among all denied; allow wins over deny.
+  let sbx = await create({ network: { denyOut: [ALL_TRAFFIC], allowOut: [web1] } })
+  assert.match(await reach(sbx, `http://${web1}/`), /^web1 /)
+  await assert.rejects(reach(sbx, `http://${web2}/`), refused)
+  // One address denied, the rest reached.
+  sbx = await create({ network: { denyOut: [web2] } })
+  await assert.rejects(reach(sbx, `https://${web2}/`), refused)
+  assert.match(await reach(sbx, `https://${web1}/`), /^web1 /)
+  // All denied.
+  sbx = await create({ network: { denyOut: [ALL_TRAFFIC] } })
+  await assert.rejects(reach(sbx, `http://${web1}/`), refused)
+  await assert.rejects(reach(sbx, `http://${web2}/`), refused)
+  // Names: by the TLS server name and the HTTP Host.
+  sbx = await create({ network: { denyOut: [ALL_TRAFFIC], allowOut: ['allowed.test', '*.wild.test'] } })
+  assert.match(await reach(sbx, 'https://allowed.test/'), /^web1 host=allowed.test sni=allowed.test/)
+  assert.match(await reach(sbx, 'http://a.wild.test/'), /^web1 host=a.wild.test/)
+  await assert.rejects(reach(sbx, 'https://other.test/'), refused)
+  await assert.rejects(reach(sbx, `https://${web1}/`), refused)
+  const info = await Sandbox.getInfo(sbx.sandboxId)
+  assert.deepEqual(info.network?.allowOut, ['allowed.test', '*.wild.test'])
+  assert.deepEqual(info.network?.denyOut, [ALL_TRAFFIC])
+  // e2b's checks, with e2b's words.
+  await assert.rejects(create({ network: { allowOut: ['allowed.test'] } }), /must include 'ALL_TRAFFIC' in deny out/)
+  await assert.rejects(create({ network: { denyOut: ['example.com'] } }), /invalid denied CIDR example.com/)
+  // allowInternetAccess false denies all but what allowOut allows.
+  sbx = await create({ allowInternetAccess: false, network: { allowOut: [web1] } })
+  assert.match(await reach(sbx, `http://${web1}/`), /^web1 /)
+  await assert.rejects(reach(sbx, `http://${web2}/`), refused)
+})
+
+test(`${pkg}: updateNetwork replaces the rules, and {} clears them`, { skip: noWorld }, async () => {
+  const sbx = await create()
+  assert.match(await reach(sbx, `http://${web2}/`), /^web2 /)
+  await sbx.updateNetwork({ denyOut: [web2] })
+  await assert.rejects(reach(sbx, `http://${web2}/`), refused)
+  assert.match(await reach(sbx, `http://${web1}/`), /^web1 /)
+  await Sandbox.updateNetwork(sbx.sandboxId, { denyOut: [ALL_TRAFFIC], allowOut: [web2] })
+  await assert.rejects(reach(sbx, `http://${web1}/`), refused)
+  assert.match(await reach(sbx, `http://${web2}/`), /^web2 /)
+  await sbx.updateNetwork({})
+  assert.match(await reach(sbx, `http://${web1}/`), /^web1 /)
+  assert.match(await reach(sbx, `http://${web2}/`), /^web2 /)
+  // Rules survive a pause.
+  await sbx.updateNetwork({ denyOut: [web1] })
+  await sbx.pause()
+  await sbx.connect()
+  await assert.rejects(reach(sbx, `http://${web1}/`), refused)
+  assert.match(await reach(sbx, `http://${web2}/`), /^web2 /)
+  await assert.rejects(sbx.updateNetwork({ denyOut: ['not-a-cidr'] }), /invalid denied CIDR not-a-cidr/)
+  await assert.rejects(Sandbox.updateNetwork('aaaaaaaaaaaaaaaaaaaa', {}), (err) => err.name === 'SandboxNotFoundError')
+})
+
+test(`${pkg}: maskRequestHost is the Host a sandbox's port gets`, { skip: legacy && 'network came after 2.13' }, async () => {
+  const sbx = await create({ network: { maskRequestHost: 'custom-host.example.com:${PORT}' } })
+  // A server that writes the headers it gets to a file.
+  await sbx.files.write('/tmp/headers.py', `import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        open('/tmp/headers.txt', 'w').write(str(self.headers))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'ok')
+http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()
+`)
+  await sbx.commands.run('python3 /tmp/headers.py', { background: true })
+  const host = sbx.getHost(8080)
+  let res
+  for (let i = 0; i < 100; i++) {
+    res = await get(host)
+    if (res.status === 200) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  assert.equal(res.status, 200)
+  const headers = await sbx.files.read('/tmp/headers.txt')
+  assert.match(headers, /^Host: custom-host\.example\.com:8080$/m)
+  assert.match(headers, new RegExp(`^X-Forwarded-Host: ${host.replace(/\./g, '\\.')}`, 'm'))
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).network?.maskRequestHost, 'custom-host.example.com:${PORT}')
 })

@@ -13,7 +13,17 @@ import (
 	"time"
 
 	"github.com/skiff-dev/skiff/e2e/internal/systemtest"
+	"github.com/skiff-dev/skiff/shared/testing/egresstest"
 )
+
+// world starts the web servers and DNS server the outbound-rules cases
+// reach (never an outside address) and returns sandboxd's flags that let
+// sandboxes reach them and the suite's environment that names them.
+func world(t *testing.T) (sandboxdArgs, env []string) {
+	w := egresstest.NewWorld(t)
+	return []string{"--allow-cidr", w.Subnet.String(), "--resolv-conf", w.ResolvConf},
+		[]string{"SKIFF_WEB1=" + w.Web1.Addr, "SKIFF_WEB2=" + w.Web2.Addr}
+}
 
 // packages are the SDK versions under test (package.json's names); E2E_SDKS
 // (space-separated) narrows them.
@@ -26,7 +36,8 @@ func TestSDK(t *testing.T) {
 	if _, err := os.Stat("node_modules/e2b"); err != nil {
 		t.Fatal("the SDKs are not installed: run `npm ci` in e2e/sdk (make sdk-deps does)")
 	}
-	sys := systemtest.Start(t, "team-a", "team-b")
+	args, env := world(t)
+	sys := systemtest.StartWith(t, systemtest.Options{SandboxdArgs: args}, "team-a", "team-b")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 
@@ -37,7 +48,7 @@ func TestSDK(t *testing.T) {
 	for _, pkg := range want {
 		t.Run(pkg, func(t *testing.T) {
 			cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "sdk.test.mjs")
-			cmd.Env = append(os.Environ(),
+			cmd.Env = append(append(os.Environ(), env...),
 				"E2B_PACKAGE="+pkg,
 				"E2B_API_URL="+sys.APIURL,
 				"E2B_SANDBOX_URL="+sys.SandboxURL,
@@ -96,7 +107,8 @@ func TestSDKDomain(t *testing.T) {
 }
 
 // TestSDKGvisor runs the suite's sandbox-state cases (snapshots, forks,
-// pauses with and without memory, the base template) with the newest SDK against a system whose
+// pauses with and without memory, the base template) and its outbound
+// rules with the newest SDK against a system whose
 // sandboxd runs gVisor, where snapshots and forks keep memory and
 // processes.
 func TestSDKGvisor(t *testing.T) {
@@ -110,12 +122,13 @@ func TestSDKGvisor(t *testing.T) {
 	if _, err := os.Stat(runsc); err != nil {
 		t.Fatalf("SKIFF_RUNSC=%q: %v (make runsc builds it)", runsc, err)
 	}
-	sys := systemtest.StartWith(t, systemtest.Options{Runtime: "gvisor", RunscPath: runsc}, "team-a", "team-b")
+	args, env := world(t)
+	sys := systemtest.StartWith(t, systemtest.Options{Runtime: "gvisor", RunscPath: runsc, SandboxdArgs: args}, "team-a", "team-b")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1",
-		"--test-name-pattern=create, run as user|snapshot|fork|keepMemory", "sdk.test.mjs")
-	cmd.Env = append(os.Environ(),
+		"--test-name-pattern=create, run as user|snapshot|fork|keepMemory|allowOut|updateNetwork", "sdk.test.mjs")
+	cmd.Env = append(append(os.Environ(), env...),
 		"E2B_PACKAGE=e2b", "SKIFF_RUNTIME=gvisor",
 		"E2B_API_URL="+sys.APIURL,
 		"E2B_SANDBOX_URL="+sys.SandboxURL,

@@ -63,6 +63,19 @@ type Backend interface {
 	// each with timeout; each succeeds or fails on its own (an error for
 	// the whole call is one before any fork: the sandbox not found).
 	Fork(ctx context.Context, team, id string, count int, timeout time.Duration) ([]ForkResult, error)
+	// UpdateNetwork replaces a running sandbox's outbound rules (validated);
+	// new connections follow them when it returns. A paused sandbox is
+	// ErrNotFound, as in e2b.
+	UpdateNetwork(ctx context.Context, team, id string, u NetworkUpdate) error
+}
+
+// NetworkUpdate is a sandbox's new outbound rules (e2b's PUT
+// /sandboxes/{id}/network).
+type NetworkUpdate struct {
+	// AllowOut and DenyOut replace the sandbox's; nil clears.
+	AllowOut, DenyOut []string
+	// AllowInternetAccess, when set, replaces the sandbox's.
+	AllowInternetAccess *bool
 }
 
 // HealthChecker is an optional capability of a Backend: when implemented,
@@ -115,6 +128,11 @@ type Sandbox struct {
 	// AllowPublicTraffic is e2b's network.allowPublicTraffic; nil when the
 	// backend does not know (GET /sandboxes/{id} then has no network).
 	AllowPublicTraffic *bool
+	// AllowOut and DenyOut are the sandbox's outbound rules as given (e2b's
+	// network.allowOut and denyOut); nil when it has none.
+	AllowOut, DenyOut []string
+	// MaskRequestHost is e2b's network.maskRequestHost, or empty.
+	MaskRequestHost string
 }
 
 // CreateParams is a validated create request.
@@ -140,8 +158,15 @@ type CreateParams struct {
 	// caller did not say (public). False: the sandbox's ports but envd's
 	// need its TrafficAccessToken.
 	AllowPublicTraffic *bool
-	Metadata           map[string]string
-	EnvVars            map[string]string
+	// AllowOut and DenyOut are e2b's network.allowOut and denyOut
+	// (validated: shared/egress); nil when not given.
+	AllowOut, DenyOut []string
+	// MaskRequestHost is e2b's network.maskRequestHost: the Host requests
+	// for the sandbox's ports but envd's reach it with ("${PORT}" is the
+	// port).
+	MaskRequestHost string
+	Metadata        map[string]string
+	EnvVars         map[string]string
 	// Snapshot, when set, is the snapshot to start from (TemplateID is then
 	// its ID).
 	Snapshot *Snapshot
@@ -225,9 +250,15 @@ type InvalidError struct {
 	Reason string
 }
 
-func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return e.Field + ": " + e.Reason
+}
 
-// Invalid returns an *InvalidError for field.
+// Invalid returns an *InvalidError for field; with no field, the reason is
+// the whole message (e2b's own words, where they are matched).
 func Invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }

@@ -163,6 +163,7 @@ func (f *fakeBackend) Create(_ context.Context, team string, p CreateParams) (*S
 		StartedAt: f.now, EndAt: f.now.Add(p.Timeout), CPUMilli: 2000, MemoryMB: 512, DiskMB: 1024,
 		Metadata: p.Metadata, AutoPause: p.AutoPause, AllowInternetAccess: p.AllowInternetAccess,
 		AutoResume: p.AutoResume, AllowPublicTraffic: new(p.AllowPublicTraffic == nil || *p.AllowPublicTraffic),
+		AllowOut: p.AllowOut, DenyOut: p.DenyOut, MaskRequestHost: p.MaskRequestHost,
 	}
 	if p.Secure {
 		sb.EnvdAccessToken = "tok-" + id
@@ -388,6 +389,25 @@ func (f *fakeBackend) Fork(_ context.Context, team, id string, count int, timeou
 		}
 	}
 	return out, nil
+}
+
+// UpdateNetwork replaces a running sandbox's rules; a paused one is not
+// found.
+func (f *fakeBackend) UpdateNetwork(_ context.Context, team, id string, u NetworkUpdate) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, err := f.lookup("UpdateNetwork", team, id)
+	if err != nil {
+		return err
+	}
+	if s.sb.State != StateRunning {
+		return fmt.Errorf("update network of sandbox %s: %w", id, ErrNotFound)
+	}
+	s.sb.AllowOut, s.sb.DenyOut = u.AllowOut, u.DenyOut
+	if u.AllowInternetAccess != nil {
+		s.sb.AllowInternetAccess = new(*u.AllowInternetAccess)
+	}
+	return nil
 }
 
 // testTeam authenticates the test server's two keys.

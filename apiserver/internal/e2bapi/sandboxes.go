@@ -76,8 +76,7 @@ func (s *server) createParams(b *newSandboxBody, v2 bool) (CreateParams, string,
 	if err := validateEnvVars(b.EnvVars); err != nil {
 		return p, "", err
 	}
-	internet, err := b.Network.internet()
-	if err != nil {
+	if err := b.Network.check(); err != nil {
 		return p, "", err
 	}
 	switch {
@@ -86,20 +85,22 @@ func (s *server) createParams(b *newSandboxBody, v2 bool) (CreateParams, string,
 	case len(b.MCP) > 0:
 		return p, "", unsupported("mcp (the MCP gateway)")
 	}
-	if b.AllowInternetAccess != nil {
-		allow := *b.AllowInternetAccess && (internet == nil || *internet)
-		internet = &allow
-	}
 	p = CreateParams{
 		Timeout:             timeout,
 		Secure:              v2 || (b.Secure != nil && *b.Secure),
-		AllowInternetAccess: internet,
+		AllowInternetAccess: b.AllowInternetAccess,
 		AutoPause:           b.AutoPause != nil && *b.AutoPause,
 		AutoPauseMemory:     b.AutoPauseMemory == nil || *b.AutoPauseMemory,
 		AutoResume:          b.AutoResume != nil && b.AutoResume.Enabled != nil && *b.AutoResume.Enabled,
 		AllowPublicTraffic:  b.Network.publicTraffic(),
 		Metadata:            b.Metadata,
 		EnvVars:             b.EnvVars,
+	}
+	if n := b.Network; n != nil {
+		p.AllowOut, p.DenyOut = n.AllowOut, n.DenyOut
+		if n.MaskRequestHost != nil {
+			p.MaskRequestHost = *n.MaskRequestHost
+		}
 	}
 	return p, name, nil
 }
@@ -316,3 +317,36 @@ func (s *server) pause(w http.ResponseWriter, r *http.Request, team, id string) 
 
 // validID reports whether id is a well-formed sandbox ID.
 func validID(id string) bool { return sandboxid.Valid(id) }
+
+// networkUpdateBody is e2b's SandboxNetworkUpdateConfig: the outbound
+// rules, replaced whole (an omitted list clears), and internet access
+// (changed only when sent).
+type networkUpdateBody struct {
+	AllowOut            []string                   `json:"allowOut"`
+	DenyOut             []string                   `json:"denyOut"`
+	EgressProxy         map[string]json.RawMessage `json:"egressProxy"`
+	Rules               map[string]json.RawMessage `json:"rules"`
+	AllowInternetAccess *bool                      `json:"allow_internet_access"`
+}
+
+// updateNetwork serves PUT /sandboxes/{id}/network: 204 once new
+// connections follow the new rules (open ones go on); the body is checked
+// before the sandbox is looked up, as e2b does; a paused sandbox is 404.
+func (s *server) updateNetwork(w http.ResponseWriter, r *http.Request, team, id string) {
+	var body networkUpdateBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	if err := checkEgress(body.AllowOut, body.DenyOut, body.EgressProxy, body.Rules); err != nil {
+		s.writeBackendError(w, r, err, sandboxSubject(id))
+		return
+	}
+	err := s.backend.UpdateNetwork(r.Context(), team, id, NetworkUpdate{
+		AllowOut: body.AllowOut, DenyOut: body.DenyOut, AllowInternetAccess: body.AllowInternetAccess,
+	})
+	if err != nil {
+		s.writeBackendError(w, r, err, sandboxSubject(id))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -68,15 +69,16 @@ func TestCreateFields(t *testing.T) {
 		t.Errorf("metadata %v envVars %v", p.Metadata, p.EnvVars)
 	}
 
-	// denyOut of all traffic is "no internet"; without a network or the
-	// flag, internet access is left to the backend (nil).
-	wantSandbox(t, do(t, h, http.MethodPost, "/v2/sandboxes", `{"templateID":"base","network":{"denyOut":["0.0.0.0/0"]}}`, keyA), http.StatusCreated)
-	if p := f.lastCreate.AllowInternetAccess; p == nil || *p {
-		t.Errorf("denyOut all: allowInternetAccess = %v", p)
+	// Outbound rules and maskRequestHost pass as given; internet access is
+	// the flag alone (nil when not said).
+	wantSandbox(t, do(t, h, http.MethodPost, "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":["1.1.1.1","*.example.com"],"denyOut":["0.0.0.0/0"],"maskRequestHost":"custom.example.com:${PORT}"}}`, keyA), http.StatusCreated)
+	if p := f.lastCreate; strings.Join(p.AllowOut, ",") != "1.1.1.1,*.example.com" || strings.Join(p.DenyOut, ",") != "0.0.0.0/0" ||
+		p.MaskRequestHost != "custom.example.com:${PORT}" || p.AllowInternetAccess != nil {
+		t.Errorf("network: params %+v", p)
 	}
 	wantSandbox(t, do(t, h, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`, keyA), http.StatusCreated)
-	if p := f.lastCreate.AllowInternetAccess; p != nil {
-		t.Errorf("nothing said: allowInternetAccess = %v", *p)
+	if p := f.lastCreate; p.AllowInternetAccess != nil || p.AllowOut != nil || p.DenyOut != nil || p.MaskRequestHost != "" {
+		t.Errorf("nothing said: %+v", p)
 	}
 }
 
@@ -136,10 +138,17 @@ func TestCreateInvalid(t *testing.T) {
 
 		{"volumes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`, 501, "volumeMounts"},
 		{"mcp", `{"templateID":"base","mcp":{"exa":{}}}`, 501, "mcp"},
-		{"allowOut", `{"templateID":"base","network":{"allowOut":["1.1.1.1"],"denyOut":["0.0.0.0/0"]}}`, 501, "network.allowOut"},
-		{"denyOut single", `{"templateID":"base","network":{"denyOut":["10.0.0.0/8"]}}`, 501, "network.denyOut"},
+		// e2b's checks and words (infra's validateNetworkConfig).
+		{"a domain in denyOut", `{"templateID":"base","network":{"denyOut":["example.com"]}}`, 400, "invalid denied CIDR example.com"},
+		{"ALL_TRAFFIC as a word", `{"templateID":"base","network":{"denyOut":["ALL_TRAFFIC"]}}`, 400, "invalid denied CIDR ALL_TRAFFIC"},
+		{"an unspecified address", `{"templateID":"base","network":{"allowOut":["0.0.0.0"]}}`, 400, "invalid allowed address 0.0.0.0"},
+		{"0.0.0.0/8 denied", `{"templateID":"base","network":{"denyOut":["0.0.0.0/8"]}}`, 400, "invalid denied CIDR 0.0.0.0/8"},
+		{"a domain without a deny of all", `{"templateID":"base","network":{"allowOut":["example.com"],"denyOut":["10.0.0.0/8"]}}`, 400, "must include 'ALL_TRAFFIC' in deny out"},
+		{"internet off does not stand for ALL_TRAFFIC", `{"templateID":"base","allow_internet_access":false,"network":{"allowOut":["example.com"]}}`, 400, "must include 'ALL_TRAFFIC'"},
+		{"mask host not a host", `{"templateID":"base","network":{"maskRequestHost":"a:b:c"}}`, 400, "mask request host is not valid: a:b:c"},
+		{"mask host not ASCII", `{"templateID":"base","network":{"maskRequestHost":"bücher.example:${PORT}"}}`, 400, "mask request host 'bücher.example' is not ASCII"},
+		{"mask host long", `{"templateID":"base","network":{"maskRequestHost":"` + strings.Repeat("a", 256) + `"}}`, 400, "mask request host is not valid"},
 		{"egress proxy", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`, 501, "egressProxy"},
-		{"mask host", `{"templateID":"base","network":{"maskRequestHost":"x"}}`, 501, "maskRequestHost"},
 		{"rules", `{"templateID":"base","network":{"rules":{"a.com":[]}}}`, 501, "network.rules"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -210,6 +219,7 @@ var sandboxRoutes = []struct{ method, path, body string }{
 	{http.MethodGet, "/sandboxes/%s/metrics", ""},
 	{http.MethodGet, "/sandboxes/%s/logs", ""},
 	{http.MethodGet, "/v2/sandboxes/%s/logs", ""},
+	{http.MethodPut, "/sandboxes/%s/network", `{}`},
 }
 
 // Another team's sandbox answers exactly like a missing one, on every
@@ -412,3 +422,54 @@ func TestPanicIsJSON500(t *testing.T) {
 type panicBackend struct{ *fakeBackend }
 
 func (panicBackend) List(context.Context, string, []State) ([]Sandbox, error) { panic("boom") }
+
+// PUT /sandboxes/{id}/network: e2b's checks on the body before the sandbox
+// is looked up, 204 with the rules replaced whole, internet access changed
+// only when sent, 404 for a paused sandbox (as in e2b), 501 for what Skiff
+// does not do.
+func TestUpdateNetwork(t *testing.T) {
+	f, h := newTestServer(t)
+	id := f.add(teamA, StateRunning, t0, nil)
+	put := func(id, body string) *httptest.ResponseRecorder {
+		return do(t, h, http.MethodPut, "/sandboxes/"+id+"/network", body, keyA)
+	}
+	wantStatus(t, put(id, `{"allowOut":["1.1.1.1","*.example.com"],"denyOut":["0.0.0.0/0"]}`), http.StatusNoContent)
+	rec := do(t, h, http.MethodGet, "/sandboxes/"+id, "", keyA)
+	var got sandboxDetailJSON
+	strictDecode(t, rec.Body.Bytes(), &got)
+	if got.Network == nil || strings.Join(got.Network.AllowOut, ",") != "1.1.1.1,*.example.com" || strings.Join(got.Network.DenyOut, ",") != "0.0.0.0/0" {
+		t.Errorf("after the update, network = %+v", got.Network)
+	}
+	wantStatus(t, put(id, `{"allow_internet_access":false}`), http.StatusNoContent)
+	rec = do(t, h, http.MethodGet, "/sandboxes/"+id, "", keyA)
+	got = sandboxDetailJSON{}
+	strictDecode(t, rec.Body.Bytes(), &got)
+	if got.Network != nil && (got.Network.AllowOut != nil || got.Network.DenyOut != nil) || got.AllowInternetAccess == nil || *got.AllowInternetAccess {
+		t.Errorf("after {allow_internet_access:false}: network %+v, allowInternetAccess %v", got.Network, got.AllowInternetAccess)
+	}
+	wantStatus(t, put(id, `{}`), http.StatusNoContent)
+	if sb := f.sandboxes[id].sb; sb.AllowInternetAccess == nil || *sb.AllowInternetAccess {
+		t.Error("{} changed internet access")
+	}
+
+	calls := f.count("UpdateNetwork")
+	for _, tc := range []struct{ body, want string }{
+		{`{"denyOut":["example.com"]}`, "invalid denied CIDR example.com"},
+		{`{"allowOut":["example.com"]}`, "must include 'ALL_TRAFFIC' in deny out"},
+		{`{"allowOut":"1.1.1.1"}`, "allowOut"},
+	} {
+		// Checked before the lookup: a missing sandbox answers the same.
+		for _, target := range []string{id, "zzzzzzzzzzzzzzzzzzzz"} {
+			wantError(t, put(target, tc.body), http.StatusBadRequest, tc.want)
+		}
+	}
+	wantError(t, put(id, `{"egressProxy":{"address":"proxy.example.com:1080"}}`), http.StatusNotImplemented, "egressProxy")
+	wantError(t, put(id, `{"rules":{"a.example.com":[{"transform":{"headers":{"X":"y"}}}]}}`), http.StatusNotImplemented, "rules")
+	if n := f.count("UpdateNetwork"); n != calls {
+		t.Errorf("refused bodies reached the backend %d times", n-calls)
+	}
+	wantStatus(t, put(id, `{"rules":{}}`), http.StatusNoContent)
+
+	paused := f.add(teamA, StatePaused, t0, nil)
+	wantError(t, put(paused, `{}`), http.StatusNotFound, paused)
+}

@@ -70,9 +70,12 @@ type lifecycleJSON struct {
 }
 
 // networkJSON is the part of e2b's SandboxNetworkConfig that Skiff keeps
-// per sandbox.
+// per sandbox; the rules as they were given, each only when set.
 type networkJSON struct {
-	AllowPublicTraffic bool `json:"allowPublicTraffic"`
+	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
+	AllowOut           []string `json:"allowOut,omitempty"`
+	DenyOut            []string `json:"denyOut,omitempty"`
+	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
 }
 
 type volumeMountJSON struct {
@@ -237,8 +240,9 @@ func (s *server) detailJSON(sb *Sandbox) sandboxDetailJSON {
 		Lifecycle:           lifecycleJSON{AutoResume: sb.AutoResume, OnTimeout: onTimeout},
 		VolumeMounts:        []volumeMountJSON{},
 	}
-	if sb.AllowPublicTraffic != nil {
-		out.Network = &networkJSON{AllowPublicTraffic: *sb.AllowPublicTraffic}
+	if sb.AllowPublicTraffic != nil || sb.AllowOut != nil || sb.DenyOut != nil || sb.MaskRequestHost != "" {
+		out.Network = &networkJSON{AllowPublicTraffic: sb.AllowPublicTraffic == nil || *sb.AllowPublicTraffic,
+			AllowOut: sb.AllowOut, DenyOut: sb.DenyOut, MaskRequestHost: sb.MaskRequestHost}
 	}
 	return out
 }

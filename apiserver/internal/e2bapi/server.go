@@ -125,6 +125,7 @@ func (s *server) routes() {
 	m.HandleFunc("GET /v2/sandboxes/{id}/logs", s.authed(s.sandboxRoute(s.logsV2)))
 	m.HandleFunc("POST /sandboxes/{id}/snapshots", s.authed(s.sandboxRoute(s.createSnapshot)))
 	m.HandleFunc("POST /sandboxes/{id}/fork", s.authed(s.sandboxRoute(s.fork)))
+	m.HandleFunc("PUT /sandboxes/{id}/network", s.authed(s.sandboxRoute(s.updateNetwork)))
 	m.HandleFunc("GET /snapshots", s.authed(s.listSnapshots))
 	m.HandleFunc("DELETE /templates/{templateID}", s.authed(s.deleteTemplate))
 

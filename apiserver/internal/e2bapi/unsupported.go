@@ -13,8 +13,6 @@ type unsupportedRoute struct {
 // docs/e2b-compat.md lists them; TestUnsupportedRoutes keeps the two in
 // step.
 var unsupportedRoutes = []unsupportedRoute{
-	{"PUT /sandboxes/{id}/network", "updating a sandbox's network"},
-
 	{"POST /templates", "template builds"},
 	{"POST /v2/templates", "template builds"},
 	{"POST /v3/templates", "template builds"},

@@ -3,9 +3,13 @@ package e2bapi
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 
+	"golang.org/x/net/idna"
+
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/egress"
 )
 
 // Metadata bounds: a sandbox's metadata is stored in its node's
@@ -60,10 +64,10 @@ func unsupported(feature string) error {
 	return fmt.Errorf("%s is %w", feature, ErrUnsupported)
 }
 
-// networkBody is e2b's SandboxNetworkConfig. Skiff enforces "no internet"
-// (allow_internet_access=false, or denyOut of all traffic and no allowOut)
-// and private traffic (allowPublicTraffic=false); anything else is refused
-// with 501 rather than ignored.
+// networkBody is e2b's SandboxNetworkConfig. Skiff enforces the outbound
+// rules (allowOut, denyOut), private traffic (allowPublicTraffic=false) and
+// maskRequestHost; e2b's egressProxy and transform rules are refused with
+// 501 rather than ignored.
 type networkBody struct {
 	AllowPublicTraffic *bool                      `json:"allowPublicTraffic"`
 	AllowOut           []string                   `json:"allowOut"`
@@ -73,37 +77,61 @@ type networkBody struct {
 	Rules              map[string]json.RawMessage `json:"rules"`
 }
 
-// allTraffic is what e2b's SDKs put in denyOut to cut all egress.
-func allTraffic(s string) bool {
-	return s == "0.0.0.0/0" || s == "ALL_TRAFFIC"
-}
-
-// internet reduces a network config to the one switch Skiff has: nil
-// when it says nothing about internet access, else whether it is allowed.
-func (n *networkBody) internet() (*bool, error) {
+// check validates a create's network in e2b's order (maskRequestHost, the
+// outbound rules) with e2b's messages (400), then refuses what Skiff does
+// not do (501).
+func (n *networkBody) check() error {
 	if n == nil {
-		return nil, nil
+		return nil
 	}
-	switch {
-	case len(n.AllowOut) > 0:
-		return nil, unsupported("network.allowOut")
-	case n.MaskRequestHost != nil && *n.MaskRequestHost != "":
-		return nil, unsupported("network.maskRequestHost")
-	case len(n.EgressProxy) > 0:
-		return nil, unsupported("network.egressProxy")
-	case len(n.Rules) > 0:
-		return nil, unsupported("network.rules")
-	}
-	if len(n.DenyOut) == 0 {
-		return nil, nil
-	}
-	for _, d := range n.DenyOut {
-		if !allTraffic(d) {
-			return nil, unsupported("network.denyOut of single destinations")
+	if n.MaskRequestHost != nil {
+		if err := validateMaskRequestHost(*n.MaskRequestHost); err != nil {
+			return err
 		}
 	}
-	off := false
-	return &off, nil
+	return checkEgress(n.AllowOut, n.DenyOut, n.EgressProxy, n.Rules)
+}
+
+// checkEgress validates outbound rules as e2b's API does (create and
+// PUT /sandboxes/{id}/network), then refuses an egress proxy or transform
+// rules with 501. An empty rules object is nothing.
+func checkEgress(allowOut, denyOut []string, proxy, rules map[string]json.RawMessage) error {
+	if err := egress.Validate(allowOut, denyOut); err != nil {
+		return Invalid("", "%v", err)
+	}
+	switch {
+	case proxy != nil:
+		return unsupported("network.egressProxy (a SOCKS5 proxy of the user's)")
+	case len(rules) > 0:
+		return unsupported("network.rules (header transforms)")
+	}
+	return nil
+}
+
+// maxMaskRequestHost bounds maskRequestHost, a Host header.
+const maxMaskRequestHost = 255
+
+// validateMaskRequestHost is e2b's check: a host with an optional port (the
+// port is not checked, so "${PORT}" passes), in ASCII.
+func validateMaskRequestHost(v string) error {
+	if len(v) > maxMaskRequestHost {
+		return Invalid("", "mask request host is not valid: %s (longer than %d bytes)", echo(v), maxMaskRequestHost)
+	}
+	host, _, err := net.SplitHostPort(v)
+	if err != nil {
+		if !strings.Contains(err.Error(), "missing port") {
+			return Invalid("", "mask request host is not valid: %s", v)
+		}
+		host = v
+	}
+	ascii, err := idna.Display.ToASCII(host)
+	if err != nil {
+		return Invalid("", "mask request host is not valid: %s", v)
+	}
+	if !strings.EqualFold(ascii, host) {
+		return Invalid("", "mask request host '%s' is not ASCII. Please use ASCII characters only.", host)
+	}
+	return nil
 }
 
 // publicTraffic is network.allowPublicTraffic: nil when not said.

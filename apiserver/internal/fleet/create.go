@@ -61,8 +61,9 @@ func (b *Backend) placeOn(ctx context.Context, team string, p e2bapi.CreateParam
 		return sb, node, false, err
 	}
 	var out *e2bapi.Sandbox
-	// A warm sandbox has the internet: one that must not is always cold.
-	if p.AllowInternetAccess == nil || *p.AllowInternetAccess {
+	// A warm sandbox has the internet and no rules: one that must not is
+	// always cold.
+	if !restricted(p) {
 		cand, err := b.placer.Claim(ctx, p.TemplateID, b.claimCandidates(), func(ctx context.Context, c inventory.Candidate) error {
 			sb, err := b.claim(ctx, team, p, c)
 			out = sb
@@ -188,12 +189,14 @@ func createRequest(team string, p e2bapi.CreateParams) *sandboxdv1.CreateRequest
 		AutoPauseFilesOnly:  p.AutoPause && !p.AutoPauseMemory,
 		AutoResume:          p.AutoResume,
 		AllowPublicTraffic:  p.AllowPublicTraffic,
+		Egress:              egressOf(p),
+		MaskRequestHost:     p.MaskRequestHost,
 	}
 }
 
 // created converts a host's answer to a create or claim. A sandbox started
-// without what p asked for (by a host too old to know private traffic or
-// auto-resume) is killed, and the answer is errNotHonoured: handing it out
+// without what p asked for (by a host too old to know private traffic,
+// auto-resume, outbound rules or maskRequestHost) is killed, and the answer is errNotHonoured: handing it out
 // would leave its ports public, or its pause final.
 func (b *Backend) created(ctx context.Context, client sandboxdv1connect.SandboxdServiceClient, node string, p e2bapi.CreateParams,
 	sb *sandboxdv1.Sandbox, tok tokens) (*e2bapi.Sandbox, error) {
@@ -201,9 +204,10 @@ func (b *Backend) created(ctx context.Context, client sandboxdv1connect.Sandboxd
 		return nil, fmt.Errorf("node %s answered without a sandbox", node)
 	}
 	private := p.AllowPublicTraffic != nil && !*p.AllowPublicTraffic
-	if (private && tok.traffic == "") || (p.AutoResume && !sb.GetAutoResume()) {
-		b.log.WarnContext(ctx, "sandbox host ignored private traffic or auto-resume (sandboxd too old); killing the sandbox",
-			"node", node, "sandbox", sb.GetId(), "private_traffic", private, "auto_resume", p.AutoResume)
+	rules := egressOf(p) != nil && sb.GetEgress() == nil
+	if (private && tok.traffic == "") || (p.AutoResume && !sb.GetAutoResume()) || rules || p.MaskRequestHost != sb.GetMaskRequestHost() {
+		b.log.WarnContext(ctx, "sandbox host ignored private traffic, auto-resume, outbound rules or maskRequestHost (sandboxd too old); killing the sandbox",
+			"node", node, "sandbox", sb.GetId(), "private_traffic", private, "auto_resume", p.AutoResume, "rules", rules)
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 		defer cancel()
 		if _, err := client.Kill(kctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: sb.GetId()})); err != nil {

@@ -108,6 +108,9 @@ func (n *fakeNode) Create(_ context.Context, req *connect.Request[sandboxdv1.Cre
 	n.sandboxes[id] = sb
 	n.tokens[id] = "token-" + id
 	n.setTraffic(sb, m.GetAutoResume(), m.AllowPublicTraffic)
+	if !n.old {
+		sb.Egress, sb.MaskRequestHost = m.GetEgress(), m.GetMaskRequestHost()
+	}
 	return connect.NewResponse(&sandboxdv1.CreateResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[id], TrafficAccessToken: n.traffic[id]}), nil
 }
 
@@ -147,6 +150,25 @@ func (n *fakeNode) setTraffic(sb *sandboxdv1.Sandbox, autoResume bool, public *b
 	if !sb.GetAllowPublicTraffic() {
 		n.traffic[sb.GetId()] = "traffic-" + sb.GetId()
 	}
+}
+
+// UpdateNetwork replaces a running sandbox's rules, as sandboxd does.
+func (n *fakeNode) UpdateNetwork(_ context.Context, req *connect.Request[sandboxdv1.UpdateNetworkRequest]) (*connect.Response[sandboxdv1.UpdateNetworkResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("UpdateNetwork"); err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	sb, ok := n.sandboxes[m.GetSandboxId()]
+	if !ok || sb.GetTeam() != m.GetTeam() || sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING {
+		return nil, n.notFound(m.GetSandboxId())
+	}
+	sb.Egress = m.GetEgress()
+	if m.AllowInternetAccess != nil {
+		sb.AllowInternetAccess = m.GetAllowInternetAccess()
+	}
+	return connect.NewResponse(&sandboxdv1.UpdateNetworkResponse{Sandbox: proto.CloneOf(sb)}), nil
 }
 
 // ListSnapshots answers as a host without snapshots.

@@ -296,6 +296,10 @@ func toSandbox(node string, sb *sandboxdv1.Sandbox, tok tokens) *e2bapi.Sandbox 
 	}
 	allow, public := sb.GetAllowInternetAccess(), sb.GetAllowPublicTraffic()
 	out.AllowInternetAccess, out.AllowPublicTraffic = &allow, &public
+	if e := sb.GetEgress(); e != nil {
+		out.AllowOut, out.DenyOut = e.GetAllowOut(), e.GetDenyOut()
+	}
+	out.MaskRequestHost = sb.GetMaskRequestHost()
 	return out
 }
 

@@ -96,3 +96,47 @@ func TestCreatePrivateOnOldHost(t *testing.T) {
 		t.Fatal("the warm sandbox the old host claimed without private traffic is alive")
 	}
 }
+
+// Outbound rules and maskRequestHost: a create with them is always cold
+// (warm sandboxes have neither) and reaches the host with them; Get says
+// them; UpdateNetwork replaces them on the sandbox's host, not for another
+// team or a paused sandbox; a host too old to know them has its sandbox
+// killed.
+func TestOutboundRules(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	a.addWarm(t, "base")
+	h := newHarness(t, a)
+	p := params("base")
+	p.AllowOut, p.DenyOut, p.MaskRequestHost = []string{"1.1.1.1"}, []string{"0.0.0.0/0"}, "custom.example.com:${PORT}"
+	sb, err := h.b.Create(t.Context(), "team1", p)
+	if err != nil || slices.Contains(a.calls, "Claim") {
+		t.Fatalf("Create = %+v, %v after %v; want a cold sandbox", sb, err, a.calls)
+	}
+	got, err := h.b.Get(t.Context(), "team1", sb.ID)
+	if err != nil || !slices.Equal(got.AllowOut, p.AllowOut) || !slices.Equal(got.DenyOut, p.DenyOut) || got.MaskRequestHost != p.MaskRequestHost {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	off := false
+	if err := h.b.UpdateNetwork(t.Context(), "team1", sb.ID, e2bapi.NetworkUpdate{DenyOut: []string{"8.8.8.8"}, AllowInternetAccess: &off}); err != nil {
+		t.Fatal(err)
+	}
+	if e := a.sandboxes[sb.ID].GetEgress(); e.GetAllowOut() != nil || !slices.Equal(e.GetDenyOut(), []string{"8.8.8.8"}) || a.sandboxes[sb.ID].GetAllowInternetAccess() {
+		t.Errorf("the host's sandbox after the update: %v", a.sandboxes[sb.ID])
+	}
+	if err := h.b.UpdateNetwork(t.Context(), "team2", sb.ID, e2bapi.NetworkUpdate{}); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Errorf("another team's update: %v", err)
+	}
+	if err := h.b.Pause(t.Context(), "team1", sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.b.UpdateNetwork(t.Context(), "team1", sb.ID, e2bapi.NetworkUpdate{}); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Errorf("a paused sandbox's update: %v", err)
+	}
+
+	old := newFakeNode("node-b", "base")
+	old.old = true
+	h = newHarness(t, old)
+	if _, err := h.b.Create(t.Context(), "team1", p); !errors.Is(err, e2bapi.ErrCapacity) || !slices.Contains(old.calls, "Kill") {
+		t.Fatalf("Create with rules on an old host = %v after %v; want its sandbox killed", err, old.calls)
+	}
+}

@@ -71,6 +71,9 @@ type Config struct {
 	// Runtime is sandboxd's --runtime (native or gvisor); RunscPath its
 	// --runsc for gvisor.
 	Runtime, RunscPath string
+	// SandboxdArgs are more flags for sandboxd serve (a test's
+	// --allow-cidr, say).
+	SandboxdArgs []string
 	// NodeName names the one host.
 	NodeName string
 	// NFTTable, CgroupParent, IfacePrefix and SandboxCIDR are sandboxd's
@@ -205,6 +208,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 			args = append(args, flag, v)
 		}
 	}
+	args = append(args, cfg.SandboxdArgs...)
 	if err := s.start("sandboxd", sandboxdBin, args...); err != nil {
 		return nil, err
 	}

@@ -34,6 +34,8 @@ type Options struct {
 	Runtime, RunscPath string
 	// Domain and DomainPort turn domain mode on (system.Config).
 	Domain, DomainPort string
+	// SandboxdArgs are more flags for sandboxd (system.Config).
+	SandboxdArgs []string
 }
 
 // StartWith is Start with options.
@@ -76,7 +78,7 @@ func StartWith(tb testing.TB, o Options, teams ...string) *system.System {
 		NFTTable:            "skiff_sys_" + suffix, CgroupParent: "skiff-sys-" + suffix, IfacePrefix: "y" + suffix,
 		SandboxCIDR: fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4),
 		Env:         o.Env,
-		Runtime:     o.Runtime, RunscPath: o.RunscPath,
+		Runtime:     o.Runtime, RunscPath: o.RunscPath, SandboxdArgs: o.SandboxdArgs,
 		Domain: o.Domain, DomainPort: o.DomainPort,
 		Progress: testWriter{tb},
 	}

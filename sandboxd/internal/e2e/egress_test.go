@@ -2,214 +2,19 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"fmt"
 	"io"
-	"math/big"
-	"net"
-	"net/http"
-	"net/netip"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/net/dns/dnsmessage"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
-	"github.com/skiff-dev/skiff/shared/testing/hosttest"
+	"github.com/skiff-dev/skiff/shared/testing/egresstest"
 )
-
-// world is what sandboxes reach in the egress tests, all in network
-// namespaces of the test: two web servers (HTTP on 80, TLS for any name on
-// 443, each answering with its own name, the Host and the SNI), a DNS
-// server in the first (whose log says which names reached it), and a web
-// server at a private address the operator does not allow.
-type world struct {
-	web1, web2, far *hosttest.Netns
-	// subnet is the web servers' /24, which the operator allows.
-	subnet     netip.Prefix
-	resolvConf string
-
-	mu      sync.Mutex
-	queries []string
-}
-
-func newWorld(t *testing.T) *world {
-	t.Helper()
-	s := hosttest.Subnet()
-	w := &world{
-		web1: hosttest.NewNetns(t, "ewa", s, 0), web2: hosttest.NewNetns(t, "ewb", s, 1),
-		far:    hosttest.NewNetns(t, "ewf", (s+1)%256, 0),
-		subnet: netip.MustParsePrefix(fmt.Sprintf("10.250.%d.0/24", s)),
-	}
-	cert := selfSigned(t)
-	for name, ns := range map[string]*hosttest.Netns{"web1": w.web1, "web2": w.web2, "far": w.far} {
-		w.serveWeb(t, ns, name, cert)
-	}
-	names := map[string]string{
-		"allowed.test": w.web1.Addr, "other.test": w.web2.Addr, "a.wild.test": w.web1.Addr, "b.c.wild.test": w.web1.Addr, "wild.test": w.web2.Addr,
-	}
-	w.serveDNS(t, w.web1, names)
-	w.resolvConf = filepath.Join(t.TempDir(), "resolv.conf")
-	if err := os.WriteFile(w.resolvConf, []byte("nameserver "+w.web1.Addr+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
-// asked reports whether a query for name reached the DNS server.
-func (w *world) asked(name string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Contains(w.queries, name)
-}
-
-func selfSigned(t *testing.T) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test"}, DNSNames: []string{"*"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
-// serveWeb serves HTTP on :80 and TLS on :443 in ns: "/" answers
-// "<name> host=<Host> sni=<SNI>", "/stream" a line every 100 ms until the
-// client goes.
-func (w *world) serveWeb(t *testing.T, ns *hosttest.Netns, name string, cert tls.Certificate) {
-	t.Helper()
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
-		sni := ""
-		if r.TLS != nil {
-			sni = r.TLS.ServerName
-		}
-		fmt.Fprintf(rw, "%s host=%s sni=%s\n", name, r.Host, sni)
-	})
-	mux.HandleFunc("/stream", func(rw http.ResponseWriter, r *http.Request) {
-		for i := 0; ; i++ {
-			if _, err := fmt.Fprintf(rw, "%s %d\n", name, i); err != nil {
-				return
-			}
-			rw.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	})
-	for _, port := range []string{"80", "443"} {
-		ln, err := ns.Listen(net.JoinHostPort(ns.Addr, port))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if port == "443" {
-			ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
-		}
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		t.Cleanup(func() { _ = srv.Close() })
-	}
-}
-
-// serveDNS answers A queries for names (name → address) in ns, on UDP and
-// TCP port 53, logging every name asked.
-func (w *world) serveDNS(t *testing.T, ns *hosttest.Netns, names map[string]string) {
-	t.Helper()
-	answer := func(q []byte) []byte {
-		var p dnsmessage.Parser
-		h, err := p.Start(q)
-		if err != nil {
-			return nil
-		}
-		qs, err := p.AllQuestions()
-		if err != nil || len(qs) != 1 {
-			return nil
-		}
-		name := strings.TrimSuffix(strings.ToLower(qs[0].Name.String()), ".")
-		w.mu.Lock()
-		w.queries = append(w.queries, name)
-		w.mu.Unlock()
-		rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
-		addr, ok := names[name]
-		if !ok {
-			rh.RCode = dnsmessage.RCodeNameError
-		}
-		b := dnsmessage.NewBuilder(nil, rh)
-		_ = b.StartQuestions()
-		_ = b.Question(qs[0])
-		if ok && qs[0].Type == dnsmessage.TypeA {
-			_ = b.StartAnswers()
-			_ = b.AResource(dnsmessage.ResourceHeader{Name: qs[0].Name, Class: dnsmessage.ClassINET, TTL: 5},
-				dnsmessage.AResource{A: netip.MustParseAddr(addr).As4()})
-		}
-		out, _ := b.Finish()
-		return out
-	}
-	pc, err := ns.ListenPacket(net.JoinHostPort(ns.Addr, "53"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pc.Close() })
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if a := answer(buf[:n]); a != nil {
-				_, _ = pc.WriteTo(a, from)
-			}
-		}
-	}()
-	ln, err := ns.Listen(net.JoinHostPort(ns.Addr, "53"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				var n [2]byte
-				if _, err := io.ReadFull(c, n[:]); err != nil {
-					return
-				}
-				q := make([]byte, int(n[0])<<8|int(n[1]))
-				if _, err := io.ReadFull(c, q); err != nil {
-					return
-				}
-				if a := answer(q); a != nil {
-					_, _ = c.Write(append([]byte{byte(len(a) >> 8), byte(len(a))}, a...))
-				}
-			}()
-		}
-	}()
-}
 
 // curl runs curl in sandbox id and returns its output, or "FAILED <exit>".
 func (h *host) curl(t *testing.T, id, token, args string) string {
@@ -243,8 +48,8 @@ func TestEgressRules(t *testing.T) {
 	}
 	for _, rt := range []string{"native", "gvisor"} {
 		t.Run(rt, func(t *testing.T) {
-			w := newWorld(t)
-			args := []string{"--allow-cidr", w.subnet.String(), "--resolv-conf", w.resolvConf}
+			w := egresstest.NewWorld(t)
+			args := []string{"--allow-cidr", w.Subnet.String(), "--resolv-conf", w.ResolvConf}
 			if rt == "gvisor" {
 				args = append(args, "--runtime", "gvisor", "--runsc", os.Getenv("SKIFF_RUNSC"))
 			}
@@ -253,9 +58,9 @@ func TestEgressRules(t *testing.T) {
 	}
 }
 
-func testEgressRules(t *testing.T, h *host, w *world) {
+func testEgressRules(t *testing.T, h *host, w *egresstest.World) {
 	ctx := context.Background()
-	web1, web2, far := w.web1.Addr, w.web2.Addr, w.far.Addr
+	web1, web2, far := w.Web1.Addr, w.Web2.Addr, w.Far.Addr
 	withRules := func(allow, deny []string) (string, string) {
 		c := h.create(func(r *sandboxdv1.CreateRequest) { r.Egress = &sandboxdv1.Egress{AllowOut: allow, DenyOut: deny} })
 		return c.GetSandbox().GetId(), c.GetEnvdAccessToken()
@@ -292,10 +97,10 @@ func testEgressRules(t *testing.T, h *host, w *world) {
 	expect(id, tok, "wildcard, deeper", "https://b.c.wild.test/", "web1")
 	expect(id, tok, "the wildcard's apex", "https://wild.test/", "FAILED")
 	expect(id, tok, "a refused name", "https://other.test/", "FAILED")
-	if w.asked("other.test") || w.asked("wild.test") {
+	if w.Asked("other.test") || w.Asked("wild.test") {
 		t.Error("a refused name reached the DNS server: DNS could carry what the rules refuse")
 	}
-	if !w.asked("allowed.test") {
+	if !w.Asked("allowed.test") {
 		t.Error("the allowed name was never asked of the host's resolver")
 	}
 	// The sandbox's own idea of a name's address does not lead it
