@@ -36,6 +36,9 @@ type env struct {
 	m    *Manager
 	ipam *ipam.Pool
 	tag  string // random letters that make names unique to the test
+	// outsides counts the outside namespaces made, whose addresses are in
+	// 198.18.<outsideBase+outsides>.0/24.
+	outsides, outsideBase int
 }
 
 func newEnv(tb testing.TB, edit ...func(*Options, *Manager)) *env {
@@ -129,12 +132,16 @@ type outside struct {
 
 func (e *env) outside() *outside {
 	e.tb.Helper()
-	n := byte(rand.IntN(256))
+	if e.outsides == 0 {
+		e.outsideBase = rand.IntN(256)
+	}
+	e.outsides++
+	n := byte(e.outsideBase + e.outsides) // apart from the env's other outsides
 	o := &outside{
-		ns:   filepath.Join(e.opts.RunDir, "outside"),
+		ns:   filepath.Join(e.opts.RunDir, fmt.Sprintf("outside%d", e.outsides)),
 		host: netip.AddrFrom4([4]byte{198, 18, n, 1}), addr: netip.AddrFrom4([4]byte{198, 18, n, 2}),
 	}
-	hostIface := "nx" + e.tag // not of the sandboxes' prefix
+	hostIface := fmt.Sprintf("nx%s%d", e.tag, e.outsides) // not of the sandboxes' prefix
 	e.tb.Cleanup(func() {
 		if err := errors.Join(deleteLink(hostIface), removeNS(o.ns)); err != nil {
 			e.tb.Error(err)
@@ -734,12 +741,12 @@ func inNS(t *testing.T, path string, fn func() error) {
 
 // listenIn listens on a at a free TCP port in the namespace at path (the
 // socket stays in it), until the test ends.
-func listenIn(t *testing.T, path string, a netip.Addr) *net.TCPListener {
+func listenIn(t testing.TB, path string, a netip.Addr) *net.TCPListener {
 	t.Helper()
 	return listenInAt(t, path, netip.AddrPortFrom(a, 0))
 }
 
-func listenInAt(t *testing.T, path string, ap netip.AddrPort) *net.TCPListener {
+func listenInAt(t testing.TB, path string, ap netip.AddrPort) *net.TCPListener {
 	t.Helper()
 	var l *net.TCPListener
 	err := onNSThread(enterPath(path), func(netns.NsHandle) error {

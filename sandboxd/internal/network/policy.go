@@ -3,7 +3,7 @@ package network
 // Per-sandbox outbound rules (e2b's allowOut and denyOut, package
 // shared/egress). A sandbox whose rules can refuse something has a chain
 // of its own, r_<id>: its allowed blocks accepted, its denied blocks
-// dropped, the rest accepted; the verdict map "rules" sends its packets
+// refused (ICMP network unreachable), the rest accepted; the verdict map "rules" sends its packets
 // there by their source address, after the operator's lists (so that no
 // rule opens what the operator denies). Its TCP to ports 80 and 443 goes
 // to the egress proxy when it allows domain names (the "proxied" set: the
@@ -98,7 +98,7 @@ func (m *Manager) SetPolicy(id string, b ipam.Block, internet bool, r egress.Rul
 			add(ipIn(ipDstOffset, p), verdict(expr.VerdictAccept, ""))
 		}
 		for _, p := range r.DenyCIDRs {
-			add(ipIn(ipDstOffset, p), verdict(expr.VerdictDrop, ""))
+			add(ipIn(ipDstOffset, p), refuse())
 		}
 		add(verdict(expr.VerdictAccept, ""))
 		elem := []nftables.SetElement{{Key: key, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}}
