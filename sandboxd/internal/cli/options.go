@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/diskimage"
 	"github.com/skiff-dev/skiff/sandboxd/internal/hostlimits"
 	"github.com/skiff-dev/skiff/sandboxd/internal/network"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
@@ -117,6 +118,13 @@ type Options struct {
 	DefaultCPUMilli  int64
 	DefaultMemoryMiB int64
 	DefaultDiskMiB   int64
+	// VolumeDir is the volume store (package volume); empty: <state-dir>/volumes.
+	VolumeDir string
+	// VolumeShared says VolumeDir is a filesystem every host mounts.
+	VolumeShared bool
+	// VolumeSizeMiB is each new volume's size (an ext4 image); 0: plain
+	// directories, unlimited.
+	VolumeSizeMiB int64
 	// MetricsInterval is how often every running sandbox's resource use is
 	// sampled; MetricsSamples how many samples each keeps.
 	MetricsInterval time.Duration
@@ -169,6 +177,7 @@ func NewOptions() *Options {
 		DefaultCPUMilli:   2000,
 		DefaultMemoryMiB:  512,
 		DefaultDiskMiB:    10240,
+		VolumeSizeMiB:     10240,
 		MetricsInterval:   5 * time.Second,
 		MetricsSamples:    120,
 		Runtime:           native.Name,
@@ -228,6 +237,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.DefaultMemoryMiB, "default-memory", o.DefaultMemoryMiB, fmt.Sprintf("A sandbox's memory, in MiB, when the request gives none (e2b's default); at least %d.", service.MinMemoryMiB))
 	fs.Int64Var(&o.DefaultDiskMiB, "default-disk", o.DefaultDiskMiB, fmt.Sprintf("A sandbox's writable disk, in MiB, when the request gives none; at most %d. "+
 		"0: no disk of its own, its writes go unbounded to the state directory's filesystem. Above 0 the native runtime needs loop devices and mkfs.ext4, checked at start.", service.MaxDiskMiB))
+	fs.StringVar(&o.VolumeDir, "volume-dir", o.VolumeDir, "Where the host's volumes (e2b's volumes) are kept; empty: <state-dir>/volumes. "+
+		"With --volume-shared, a filesystem every host mounts at this path (NFS, CephFS, a CSI volume), so that any host serves any volume.")
+	fs.BoolVar(&o.VolumeShared, "volume-shared", o.VolumeShared, "--volume-dir is shared by hosts: volumes are plain directories there (their size is the shared filesystem's to bound), "+
+		"and sandboxes that mount one are placed on any host of the store rather than on the volume's one host. Needs --volume-size 0.")
+	fs.Int64Var(&o.VolumeSizeMiB, "volume-size", o.VolumeSizeMiB, "Each new volume's size, in MiB: an ext4 image of that size, loop-mounted, where writes past it fail with ENOSPC (needs loop devices and mkfs.ext4, checked at start); "+
+		"0: plain directories on --volume-dir's filesystem, unlimited.")
 	fs.DurationVar(&o.MetricsInterval, "metrics-interval", o.MetricsInterval, "How often each running sandbox's CPU, memory and disk use is sampled for the Metrics RPC; greater than 0.")
 	fs.IntVar(&o.MetricsSamples, "metrics-samples", o.MetricsSamples, "How many samples of each sandbox are kept for the Metrics RPC (--metrics-interval apart); at least 2.")
 
@@ -387,6 +402,15 @@ func (o *Options) validateSandboxes() []error {
 	}
 	if o.DefaultMemoryMiB < service.MinMemoryMiB {
 		add("--default-memory must be at least %d MiB, got %d", service.MinMemoryMiB, o.DefaultMemoryMiB)
+	}
+	if o.VolumeSizeMiB < 0 || (o.VolumeSizeMiB > 0 && o.VolumeSizeMiB < diskimage.MinMiB) {
+		add("--volume-size must be 0 or at least %d MiB, got %d", diskimage.MinMiB, o.VolumeSizeMiB)
+	}
+	if o.VolumeShared && o.VolumeSizeMiB != 0 {
+		add("--volume-shared needs --volume-size 0: an image must not be mounted by two hosts, so shared volumes are directories whose size the shared filesystem bounds")
+	}
+	if o.VolumeShared && o.VolumeDir == "" {
+		add("--volume-shared needs --volume-dir: the shared filesystem's mount point")
 	}
 	if o.DefaultDiskMiB < 0 || o.DefaultDiskMiB > service.MaxDiskMiB {
 		add("--default-disk must be between 0 and %d MiB, got %d", service.MaxDiskMiB, o.DefaultDiskMiB)

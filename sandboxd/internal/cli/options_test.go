@@ -61,6 +61,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"tiny default cpu", func(o *Options) { o.DefaultCPUMilli = 1 }, "--default-cpu"},
 		{"tiny default memory", func(o *Options) { o.DefaultMemoryMiB = 1 }, "--default-memory"},
 		{"negative default disk", func(o *Options) { o.DefaultDiskMiB = -1 }, "--default-disk"},
+		{"volume size below ext4's", func(o *Options) { o.VolumeSizeMiB = 8 }, "--volume-size"},
+		{"shared volumes with a size", func(o *Options) { o.VolumeShared, o.VolumeDir = true, "/mnt/shared" }, "--volume-shared needs --volume-size 0"},
+		{"shared volumes without a dir", func(o *Options) { o.VolumeShared, o.VolumeSizeMiB = true, 0 }, "--volume-shared needs --volume-dir"},
 		{"no metrics interval", func(o *Options) { o.MetricsInterval = 0 }, "--metrics-interval"},
 		{"one sample", func(o *Options) { o.MetricsSamples = 1 }, "--metrics-samples"},
 		{"unknown runtime", func(o *Options) { o.Runtime = "kata" }, "--runtime"},
@@ -162,6 +165,7 @@ func TestServeFlags(t *testing.T) {
 		"max-timeout", "default-cpu", "default-memory", "default-disk", "metrics-interval", "metrics-samples", "runtime", "runsc", "runsc-platform",
 		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr", "enable-pprof",
 		"log-level", "log-format", "snapshot-memory", "peer-ca", "egress-proxy-port", "dns-filter-port", "resolv-conf",
+		"volume-dir", "volume-shared", "volume-size",
 	} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
@@ -170,8 +174,8 @@ func TestServeFlags(t *testing.T) {
 	if serve.InheritedFlags().Lookup("state-dir") == nil {
 		t.Error("serve does not inherit --state-dir")
 	}
-	if n != 43 {
-		t.Errorf("serve has %d flags of its own, want 43: a new flag goes into this test and the docs", n)
+	if n != 46 {
+		t.Errorf("serve has %d flags of its own, want 46: a new flag goes into this test and the docs", n)
 	}
 }
 

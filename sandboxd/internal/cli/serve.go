@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/diskimage"
 	"github.com/skiff-dev/skiff/sandboxd/internal/egressproxy"
 	"github.com/skiff-dev/skiff/sandboxd/internal/hostlimits"
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
@@ -30,6 +31,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/snapshot"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	"github.com/skiff-dev/skiff/sandboxd/internal/volume"
 	"github.com/skiff-dev/skiff/shared/daemon"
 )
 
@@ -140,6 +142,10 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	vols, err := o.openVolumes(stateDir)
+	if err != nil {
+		return err
+	}
 	peers, err := o.peerClient()
 	if err != nil {
 		return err
@@ -153,6 +159,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Network:   networkAdapter{nm},
 		Templates: lib,
 		Snapshots: snaps,
+		Volumes:   vols,
 		Registry:  reg,
 		IPAM:      pool,
 		LogDir:    filepath.Join(stateDir, "logs"),
@@ -232,6 +239,28 @@ func (fl *filterListeners) close() {
 			_ = c.Close()
 		}
 	}
+}
+
+// openVolumes opens the volume store (--volume-dir, --volume-shared,
+// --volume-size).
+func (o *Options) openVolumes(stateDir string) (*volume.Store, error) {
+	dir := o.VolumeDir
+	if dir == "" {
+		dir = filepath.Join(stateDir, "volumes")
+	}
+	if o.VolumeSizeMiB > 0 {
+		if err := diskimage.Check("volumes"); err != nil {
+			return nil, fmt.Errorf("%w; or give --volume-size 0 to keep volumes as directories, unlimited", err)
+		}
+	}
+	vs, err := volume.Open(volume.Options{
+		Dir: dir, MountDir: filepath.Join(o.RunDir, "volumes"), Node: o.NodeName,
+		SizeMiB: o.VolumeSizeMiB, Shared: o.VolumeShared,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--volume-dir %s: %w", dir, err)
+	}
+	return vs, nil
 }
 
 // peerClient is the client snapshot pulls fetch from other hosts with:

@@ -260,6 +260,12 @@ func (h *host) cleanup() {
 		h.killAll()
 	}
 	h.stop()
+	// Volumes' images stay mounted for the host's next sandboxd, as on a
+	// host: here there is none.
+	mounts, _ := filepath.Glob(filepath.Join(h.netOpts.RunDir, "volumes", "*"))
+	for _, m := range mounts {
+		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nm, err := network.New(h.netOpts)

@@ -61,6 +61,11 @@ type Spec struct {
 	// file elsewhere (on the sandbox's own disk) and make Log a link to
 	// it.
 	Log string
+	// Volumes are host directories mounted read-write in the sandbox, each
+	// at its Path; a file's owner inside is its owner on the host (native:
+	// an idmapped mount into the sandbox's uid range), so that every
+	// sandbox that mounts one sees the same owners.
+	Volumes []Volume
 	// Image, when set, is a state image (StateCapturer.CaptureState) the
 	// sandbox is restored from instead of booting: it starts with the
 	// memory, processes and private layer of the sandbox the image was
@@ -68,6 +73,12 @@ type Spec struct {
 	// Files are ignored (the image holds its files). The image is only
 	// read, so many sandboxes may be restored from one at once.
 	Image string
+}
+
+// Volume is a host directory mounted in a sandbox.
+type Volume struct {
+	// Source is the directory on the host; Path the absolute path inside.
+	Source, Path string
 }
 
 // Status is what a runtime knows of a sandbox.

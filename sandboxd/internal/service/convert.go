@@ -46,6 +46,7 @@ func (s *Service) toSandbox(rec *store.Record) *pb.Sandbox {
 		Snapshot:            rec.Snapshot,
 		FilesOnly:           rec.FilesOnly,
 		MaskRequestHost:     rec.MaskRequestHost,
+		VolumeMounts:        toVolumeMounts(rec.VolumeMounts),
 	}
 	if rec.Egress != nil {
 		sb.Egress = &pb.Egress{AllowOut: slices.Clone(rec.Egress.AllowOut), DenyOut: slices.Clone(rec.Egress.DenyOut)}

@@ -66,7 +66,12 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 	checkEnvVars(&f, m.GetEnvVars())
 	checkTeam(&f, m.GetTeam())
 	checkEgress(&f, m.GetEgress(), m.GetMaskRequestHost())
+	checkVolumeMounts(&f, m.GetVolumeMounts())
 	if err := f.err(); err != nil {
+		return nil, s.countCreate(kindCreate, err)
+	}
+	mounts, err := s.resolveVolumeMounts(m.GetTeam(), m.GetVolumeMounts())
+	if err != nil {
 		return nil, s.countCreate(kindCreate, err)
 	}
 	l.rec = store.Record{
@@ -80,6 +85,7 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 		EnvVars:             maps.Clone(m.GetEnvVars()),
 		TrafficAccessToken:  trafficToken(m.AllowPublicTraffic),
 		MaskRequestHost:     m.GetMaskRequestHost(),
+		VolumeMounts:        mounts,
 	}
 	if e := m.GetEgress(); e != nil {
 		l.rec.Egress = &store.Egress{AllowOut: slices.Clone(e.GetAllowOut()), DenyOut: slices.Clone(e.GetDenyOut())}
@@ -134,7 +140,9 @@ type launch struct {
 	// image, when set, is the state image the sandbox is restored from
 	// (sandboxrt.Spec.Image), whose envd holds imageToken.
 	image, imageToken string
-	undo              []func(context.Context)
+	// volumes are rec.VolumeMounts for the runtime (holdVolumes).
+	volumes []sandboxrt.Volume
+	undo    []func(context.Context)
 }
 
 // tracer makes sandboxd's own spans: a launch and its steps.
@@ -210,6 +218,12 @@ func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token
 	}
 	tookNet, step := time.Since(step), time.Now()
 
+	if len(l.rec.VolumeMounts) > 0 {
+		if l.volumes, err = s.holdVolumes(id, l.rec.Team, l.rec.VolumeMounts); err != nil {
+			return nil, "", fmt.Errorf("mount volumes: %w", err)
+		}
+		l.undo = append(l.undo, func(ctx context.Context) { s.releaseVolumes(ctx, id, l.rec.VolumeMounts) })
+	}
 	logPath := s.logPath(id)
 	l.undo = append(l.undo, func(ctx context.Context) {
 		if err := s.rt.Stop(ctx, id); err != nil {
@@ -341,6 +355,7 @@ func (s *Service) spec(id string, l *launch, block ipam.Block, netns, logPath st
 		Files:     s.networkFiles(block),
 		Log:       logPath,
 		Image:     l.image,
+		Volumes:   l.volumes,
 	}
 }
 

@@ -27,6 +27,7 @@ func (s *Service) Handler() http.Handler {
 		// more than the rest of a Get or a Claim together. Only messages
 		// big enough to gain from it (a long List) are compressed.
 		connect.WithCompressMinBytes(compressMinBytes)))
+	mux.HandleFunc(VolumeContentPrefix+"{id}/content/{kind}", s.serveVolumeContent)
 	rel := relay.New(s)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if Relayed(r) {

@@ -36,5 +36,15 @@ func (s *Service) Info(_ context.Context, _ *connect.Request[pb.InfoRequest]) (*
 			resp.Snapshots = append(resp.Snapshots, toSnapshot(r))
 		}
 	}
+	if s.volumes != nil {
+		vs, err := s.volumes.List("")
+		if err != nil {
+			return nil, volumeError(err)
+		}
+		for _, v := range vs {
+			resp.Volumes = append(resp.Volumes, toVolume(v, -1))
+		}
+		resp.SharedVolumeStore = s.volumes.SharedID()
+	}
 	return connect.NewResponse(resp), nil
 }

@@ -96,6 +96,7 @@ func (s *Service) endLocked(ctx context.Context, rec *store.Record, reason, why 
 	if err := s.reg.RemoveEnded(rec.ID, why); err != nil {
 		return fmt.Errorf("remove record of %s: %w", rec.ID, err)
 	}
+	s.releaseVolumes(ctx, rec.ID, rec.VolumeMounts)
 	s.deadlines.Cancel(rec.ID)
 	s.samples.Forget(rec.ID)
 	if err := os.Remove(s.logPath(rec.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -245,6 +246,11 @@ func (s *Service) resumeLocked(ctx context.Context, rec *store.Record, lifetime 
 	id := rec.ID
 	if rec.FilesOnly {
 		return s.bootLocked(ctx, rec, lifetime, remember)
+	}
+	// A checkpoint restores its mounts: their volumes must be mounted on
+	// the host (again, after a reboot).
+	if _, err := s.holdVolumes(id, rec.Team, rec.VolumeMounts); err != nil {
+		return nil, fmt.Errorf("resume sandbox %s: mount volumes: %w", id, err)
 	}
 	if err := s.rt.Resume(ctx, id); err != nil {
 		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)

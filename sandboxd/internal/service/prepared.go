@@ -18,7 +18,7 @@ import (
 // prepared sandbox has, internet access included, and its disk, of the
 // default size.
 func (s *Service) preparable(l *launch) bool {
-	return s.prepared != nil && l.kind == kindCreate && l.rec.AllowInternetAccess && l.disk == s.cfg.DefaultDiskMiB && len(l.layers) == 0 && l.image == "" && l.rec.Egress == nil
+	return s.prepared != nil && l.kind == kindCreate && l.rec.AllowInternetAccess && l.disk == s.cfg.DefaultDiskMiB && len(l.layers) == 0 && l.image == "" && l.rec.Egress == nil && len(l.rec.VolumeMounts) == 0
 }
 
 // preparer is the prepared pool's prepared.Maker: sandboxes made through

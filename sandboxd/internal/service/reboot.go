@@ -97,6 +97,9 @@ func (s *Service) bootLocked(ctx context.Context, rec *store.Record, lifetime ti
 	if err := checkRootfs(l.tmpl.Rootfs); err != nil {
 		return nil, fmt.Errorf("boot sandbox %s: %w", id, err)
 	}
+	if l.volumes, err = s.holdVolumes(id, rec.Team, rec.VolumeMounts); err != nil {
+		return nil, fmt.Errorf("boot sandbox %s: mount volumes: %w", id, err)
+	}
 	defer func() {
 		if err != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)

@@ -29,6 +29,9 @@ import (
 func (s *Service) Recover(ctx context.Context) error {
 	var errs []error
 	adopted, gone := 0, 0
+	// Leases first: their volumes are mounted (again, after a reboot)
+	// before a sandbox is resumed on them.
+	s.reconcileLeases(ctx)
 	for _, rec := range s.reg.List() {
 		ok, err := s.recoverOne(ctx, rec)
 		if err != nil {
@@ -45,6 +48,7 @@ func (s *Service) Recover(ctx context.Context) error {
 	// Layers of snapshots deleted while their last sandbox ran, or whose
 	// capture a crash cut short.
 	s.gcLayers(ctx)
+	s.reconcileLeases(ctx) // of the sandboxes found gone
 	s.recovered.Store(true)
 	s.log.InfoContext(ctx, "recovered sandboxes", "adopted", adopted, "gone", gone, "orphans", orphans)
 	return errors.Join(errs...)

@@ -38,6 +38,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/stats"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
+	"github.com/skiff-dev/skiff/sandboxd/internal/volume"
 	"github.com/skiff-dev/skiff/shared/egress"
 	"github.com/skiff-dev/skiff/shared/routing"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
@@ -152,6 +153,9 @@ type Deps struct {
 	// Egress tells the egress filters each restricted sandbox's rules;
 	// nil when the host runs none (then only rules of addresses work).
 	Egress *egressproxy.Sandboxes
+	// Volumes keeps the host's volumes; nil: the volume calls answer
+	// unimplemented and creates with volume mounts are refused.
+	Volumes *volume.Store
 }
 
 // Service is sandboxd's API. Build it with New; Recover it before serving
@@ -177,6 +181,7 @@ type Service struct {
 	peers     *http.Client
 	pulls     pulls
 	egress    *egressproxy.Sandboxes
+	volumes   *volume.Store
 	// hostChanged wakes the Watch streams when what Info says changes.
 	hostChanged broadcast
 	samples     *stats.Sampler
@@ -224,7 +229,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		watching: map[string]struct{}{},
 	}
 	s.exitCtx, s.stopExits = context.WithCancel(context.Background())
-	s.peers, s.egress = deps.Peers, deps.Egress
+	s.peers, s.egress, s.volumes = deps.Peers, deps.Egress, deps.Volumes
 	if s.peers == nil {
 		s.peers = &http.Client{Transport: &http.Transport{Proxy: nil, ForceAttemptHTTP2: true, ResponseHeaderTimeout: time.Minute}}
 	}

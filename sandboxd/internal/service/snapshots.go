@@ -348,6 +348,7 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]
 			AllowInternetAccess: src.AllowInternetAccess,
 			AutoResume:          src.AutoResume,
 			MaskRequestHost:     src.MaskRequestHost,
+			VolumeMounts:        slices.Clone(src.VolumeMounts),
 		}
 		if src.Egress != nil {
 			l.rec.Egress = &store.Egress{AllowOut: slices.Clone(src.Egress.AllowOut), DenyOut: slices.Clone(src.Egress.DenyOut)}

@@ -54,6 +54,13 @@ func schemaOf(r *Record) int {
 // ErrNotFound is returned for a record that does not exist.
 var ErrNotFound = errors.New("sandbox record not found")
 
+// VolumeMount is a volume (package volume) mounted at Path.
+type VolumeMount struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
 // Egress is a sandbox's outbound rules as given (shared/egress).
 type Egress struct {
 	AllowOut []string `json:"allowOut,omitempty"`
@@ -83,6 +90,8 @@ type Record struct {
 	Egress *Egress `json:"egress,omitempty"`
 	// MaskRequestHost is e2b's maskRequestHost (see relay.Sandbox).
 	MaskRequestHost string `json:"maskRequestHost,omitempty"`
+	// VolumeMounts are the team's volumes it mounts.
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 	// AutoResume: a relayed request for the paused sandbox resumes it.
 	AutoResume bool `json:"autoResume,omitempty"`
 	// TrafficAccessToken, when set, is what a relayed request to a port

@@ -79,6 +79,11 @@ func (r *Runtime) config(spec *sandboxrt.Spec, rootfs, envd, upperTar string) *s
 			CgroupsPath: filepath.Join(r.opts.CgroupParent, spec.ID),
 		},
 	}
+	// A volume's files are written by the sandbox's own uids: runsc runs
+	// as root on the host and keeps them.
+	for _, v := range spec.Volumes {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: v.Path, Type: "bind", Source: v.Source, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
 	if upperTar != "" {
 		s.Annotations = map[string]string{upperTarAnnotation: upperTar}
 	}

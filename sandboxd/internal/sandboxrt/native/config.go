@@ -41,6 +41,23 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd, usernsPath str
 	// When the host runs out of memory, sandboxes go before sandboxd.
 	oomScoreAdj := 500
 	caps := &configs.Capabilities{Bounding: sandboxrt.DefaultCapabilities, Effective: sandboxrt.DefaultCapabilities, Permitted: sandboxrt.DefaultCapabilities}
+	mounts := []*configs.Mount{
+		{Source: "proc", Destination: "/proc", Device: "proc", Flags: nodev},
+		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"},
+		{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620,gid=5"},
+		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: nodev, Data: "mode=1777,size=65536k"},
+		{Source: "mqueue", Destination: "/dev/mqueue", Device: "mqueue", Flags: nodev},
+		{Source: envd, Destination: envdPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV},
+	}
+	// A volume's files keep the owners they have on the host as seen from
+	// inside (uid 1000 on the host is the sandbox's 1000): idmapped
+	// through the sandbox's user namespace.
+	for _, v := range spec.Volumes {
+		mounts = append(mounts, &configs.Mount{
+			Source: v.Source, Destination: v.Path, Device: "bind", Flags: unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV,
+			IDMapping: &configs.MountIDMapping{UserNSPath: usernsPath},
+		})
+	}
 	return &configs.Config{
 		Rootfs:          filepath.Join(r.dir(spec.ID), "rootfs"),
 		RootPropagation: unix.MS_SLAVE | unix.MS_REC,
@@ -69,14 +86,7 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd, usernsPath str
 			Resources: res,
 		},
 		Devices: specconv.AllowedDevices,
-		Mounts: []*configs.Mount{
-			{Source: "proc", Destination: "/proc", Device: "proc", Flags: nodev},
-			{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"},
-			{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620,gid=5"},
-			{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: nodev, Data: "mode=1777,size=65536k"},
-			{Source: "mqueue", Destination: "/dev/mqueue", Device: "mqueue", Flags: nodev},
-			{Source: envd, Destination: envdPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV},
-		},
+		Mounts:  mounts,
 		MaskPaths: []string{
 			"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/diskimage"
 	"github.com/skiff-dev/skiff/sandboxd/internal/layer"
 )
 
@@ -17,8 +18,8 @@ func BenchmarkAttachDisk(b *testing.B) {
 		b.Skip("needs root")
 	}
 	dir := b.TempDir()
-	r := &Runtime{golden: goldenImages{dir: filepath.Join(dir, "disks")}}
-	if _, err := r.golden.get(10240); err != nil {
+	r := &Runtime{golden: &diskimage.Golden{Dir: filepath.Join(dir, "disks"), Format: diskFormat}}
+	if _, err := r.golden.Get(10240); err != nil {
 		b.Fatal(err)
 	}
 	var copyT, mountT time.Duration
@@ -27,7 +28,7 @@ func BenchmarkAttachDisk(b *testing.B) {
 		if err := os.MkdirAll(sb, 0o700); err != nil {
 			b.Fatal(err)
 		}
-		golden, _ := r.golden.get(10240)
+		golden, _ := r.golden.Get(10240)
 		t0 := time.Now()
 		if err := layer.CopySparse(golden, filepath.Join(sb, diskImage)); err != nil {
 			b.Fatal(err)
@@ -36,7 +37,7 @@ func BenchmarkAttachDisk(b *testing.B) {
 		if err := os.Mkdir(filepath.Join(sb, diskMount), 0o700); err != nil {
 			b.Fatal(err)
 		}
-		if err := mountLoop(filepath.Join(sb, diskImage), filepath.Join(sb, diskMount)); err != nil {
+		if err := diskimage.Mount(filepath.Join(sb, diskImage), filepath.Join(sb, diskMount), diskFormat.MountData); err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()

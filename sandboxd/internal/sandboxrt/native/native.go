@@ -42,6 +42,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/exeseal"
 	"golang.org/x/sys/unix"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/diskimage"
 	"github.com/skiff-dev/skiff/sandboxd/internal/layer"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/selfexe"
@@ -102,7 +103,7 @@ type Runtime struct {
 	containers string // libcontainer's root
 	sandboxes  string // <Dir>/sandboxes/<id>/{rootfs,disk.img,disk/{upper,work},meta.json}
 	envd       sandboxrt.EnvdCopies
-	golden     goldenImages // empty disk images, one per size (disk.go)
+	golden     *diskimage.Golden // empty disk images, one per size (disk.go)
 
 	mu       sync.Mutex
 	slots    map[int]string                     // slot → sandbox ID
@@ -144,7 +145,7 @@ func New(opts Options) (*Runtime, error) {
 		prepared:   map[string]*libcontainer.Container{},
 		reaped:     map[string]chan *os.ProcessState{},
 		envd:       sandboxrt.EnvdCopies{Dir: filepath.Join(opts.Dir, "bin"), Perm: 0o711},
-		golden:     goldenImages{dir: filepath.Join(opts.Dir, "disks")},
+		golden:     &diskimage.Golden{Dir: filepath.Join(opts.Dir, "disks"), Format: diskFormat},
 	}
 	// A sandbox's root reaches its root filesystem and envd through these
 	// directories before it pivots: they must be searchable, not readable.
@@ -639,7 +640,7 @@ func (r *Runtime) SalvageLayer(ctx context.Context, id, dir string) error {
 	if m.DiskLimit > 0 {
 		mnt := filepath.Join(root, diskMount)
 		if !sandboxrt.IsMountPoint(mnt) {
-			if err := mountLoop(filepath.Join(root, diskImage), mnt); err != nil {
+			if err := diskimage.Mount(filepath.Join(root, diskImage), mnt, diskFormat.MountData); err != nil {
 				return fmt.Errorf("sandbox %s: mount its disk: %w", id, err)
 			}
 			defer func() {
@@ -692,7 +693,7 @@ func diskLimit(mib int64) int64 {
 	if mib <= 0 {
 		return 0
 	}
-	return max(mib, minDiskMiB) << 20
+	return max(mib, diskimage.MinMiB) << 20
 }
 
 // Stop implements sandboxrt.Runtime.

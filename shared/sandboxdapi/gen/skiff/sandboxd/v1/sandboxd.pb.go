@@ -130,7 +130,7 @@ func (x WatchResponse_ChangeType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchResponse_ChangeType.Descriptor instead.
 func (WatchResponse_ChangeType) EnumDescriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31, 0}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32, 0}
 }
 
 type Resources struct {
@@ -230,8 +230,9 @@ type Sandbox struct {
 	FilesOnly bool `protobuf:"varint,18,opt,name=files_only,json=filesOnly,proto3" json:"files_only,omitempty"`
 	// Its outbound rules; unset when it was created without any and never
 	// updated.
-	Egress          *Egress `protobuf:"bytes,19,opt,name=egress,proto3" json:"egress,omitempty"`
-	MaskRequestHost string  `protobuf:"bytes,20,opt,name=mask_request_host,json=maskRequestHost,proto3" json:"mask_request_host,omitempty"`
+	Egress          *Egress        `protobuf:"bytes,19,opt,name=egress,proto3" json:"egress,omitempty"`
+	MaskRequestHost string         `protobuf:"bytes,20,opt,name=mask_request_host,json=maskRequestHost,proto3" json:"mask_request_host,omitempty"`
+	VolumeMounts    []*VolumeMount `protobuf:"bytes,21,rep,name=volume_mounts,json=volumeMounts,proto3" json:"volume_mounts,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -406,6 +407,13 @@ func (x *Sandbox) GetMaskRequestHost() string {
 	return ""
 }
 
+func (x *Sandbox) GetVolumeMounts() []*VolumeMount {
+	if x != nil {
+		return x.VolumeMounts
+	}
+	return nil
+}
+
 type CreateRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Template  string                 `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
@@ -438,8 +446,11 @@ type CreateRequest struct {
 	// (but envd's) carry it as their Host, each "${PORT}" in it replaced by
 	// the port, and the original Host in X-Forwarded-Host.
 	MaskRequestHost string `protobuf:"bytes,14,opt,name=mask_request_host,json=maskRequestHost,proto3" json:"mask_request_host,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Volumes of the team to mount (e2b's volumeMounts), each by name; the
+	// host must hold them (ListVolumes).
+	VolumeMounts  []*VolumeMount `protobuf:"bytes,15,rep,name=volume_mounts,json=volumeMounts,proto3" json:"volume_mounts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateRequest) Reset() {
@@ -570,6 +581,76 @@ func (x *CreateRequest) GetMaskRequestHost() string {
 	return ""
 }
 
+func (x *CreateRequest) GetVolumeMounts() []*VolumeMount {
+	if x != nil {
+		return x.VolumeMounts
+	}
+	return nil
+}
+
+// VolumeMount is a volume mounted read-write in a sandbox at an absolute
+// path.
+type VolumeMount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The volume's name (CreateRequest); Sandbox answers with the ID too.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	VolumeId      string `protobuf:"bytes,3,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeMount) Reset() {
+	*x = VolumeMount{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeMount) ProtoMessage() {}
+
+func (x *VolumeMount) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
+func (*VolumeMount) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *VolumeMount) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
 // Egress is a sandbox's outbound rules: e2b's network.allowOut (addresses,
 // blocks, domain names) and denyOut (addresses, blocks), kept as given.
 type Egress struct {
@@ -582,7 +663,7 @@ type Egress struct {
 
 func (x *Egress) Reset() {
 	*x = Egress{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[3]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +675,7 @@ func (x *Egress) String() string {
 func (*Egress) ProtoMessage() {}
 
 func (x *Egress) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[3]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +688,7 @@ func (x *Egress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Egress.ProtoReflect.Descriptor instead.
 func (*Egress) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{3}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Egress) GetAllowOut() []string {
@@ -638,7 +719,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[4]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +731,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[4]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +744,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{4}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateResponse) GetSandbox() *Sandbox {
@@ -698,7 +779,7 @@ type WarmRequest struct {
 
 func (x *WarmRequest) Reset() {
 	*x = WarmRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[5]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +791,7 @@ func (x *WarmRequest) String() string {
 func (*WarmRequest) ProtoMessage() {}
 
 func (x *WarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[5]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +804,7 @@ func (x *WarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmRequest.ProtoReflect.Descriptor instead.
 func (*WarmRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{5}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WarmRequest) GetTemplate() string {
@@ -756,7 +837,7 @@ type WarmResponse struct {
 
 func (x *WarmResponse) Reset() {
 	*x = WarmResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[6]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +849,7 @@ func (x *WarmResponse) String() string {
 func (*WarmResponse) ProtoMessage() {}
 
 func (x *WarmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[6]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +862,7 @@ func (x *WarmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmResponse.ProtoReflect.Descriptor instead.
 func (*WarmResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{6}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WarmResponse) GetSandbox() *Sandbox {
@@ -815,7 +896,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[7]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +908,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[7]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +921,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{7}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClaimRequest) GetSandboxId() string {
@@ -933,7 +1014,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[8]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1026,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[8]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1039,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{8}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClaimResponse) GetSandbox() *Sandbox {
@@ -991,7 +1072,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1084,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1097,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetRequest) GetSandboxId() string {
@@ -1041,7 +1122,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1134,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1147,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetResponse) GetSandbox() *Sandbox {
@@ -1102,7 +1183,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1195,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1208,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListRequest) GetTeam() string {
@@ -1153,7 +1234,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1246,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1259,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListResponse) GetSandboxes() []*Sandbox {
@@ -1197,7 +1278,7 @@ type KillRequest struct {
 
 func (x *KillRequest) Reset() {
 	*x = KillRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1290,7 @@ func (x *KillRequest) String() string {
 func (*KillRequest) ProtoMessage() {}
 
 func (x *KillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1303,7 @@ func (x *KillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillRequest.ProtoReflect.Descriptor instead.
 func (*KillRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KillRequest) GetSandboxId() string {
@@ -1240,7 +1321,7 @@ type KillResponse struct {
 
 func (x *KillResponse) Reset() {
 	*x = KillResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1333,7 @@ func (x *KillResponse) String() string {
 func (*KillResponse) ProtoMessage() {}
 
 func (x *KillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1346,7 @@ func (x *KillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillResponse.ProtoReflect.Descriptor instead.
 func (*KillResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
 }
 
 type SetTimeoutRequest struct {
@@ -1278,7 +1359,7 @@ type SetTimeoutRequest struct {
 
 func (x *SetTimeoutRequest) Reset() {
 	*x = SetTimeoutRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1371,7 @@ func (x *SetTimeoutRequest) String() string {
 func (*SetTimeoutRequest) ProtoMessage() {}
 
 func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1384,7 @@ func (x *SetTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetTimeoutRequest) GetSandboxId() string {
@@ -1329,7 +1410,7 @@ type SetTimeoutResponse struct {
 
 func (x *SetTimeoutResponse) Reset() {
 	*x = SetTimeoutResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1422,7 @@ func (x *SetTimeoutResponse) String() string {
 func (*SetTimeoutResponse) ProtoMessage() {}
 
 func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1435,7 @@ func (x *SetTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetTimeoutResponse) GetSandbox() *Sandbox {
@@ -1378,7 +1459,7 @@ type PauseRequest struct {
 
 func (x *PauseRequest) Reset() {
 	*x = PauseRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1471,7 @@ func (x *PauseRequest) String() string {
 func (*PauseRequest) ProtoMessage() {}
 
 func (x *PauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1484,7 @@ func (x *PauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
 func (*PauseRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PauseRequest) GetSandboxId() string {
@@ -1429,7 +1510,7 @@ type PauseResponse struct {
 
 func (x *PauseResponse) Reset() {
 	*x = PauseResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1522,7 @@ func (x *PauseResponse) String() string {
 func (*PauseResponse) ProtoMessage() {}
 
 func (x *PauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1535,7 @@ func (x *PauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResponse.ProtoReflect.Descriptor instead.
 func (*PauseResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PauseResponse) GetSandbox() *Sandbox {
@@ -1478,7 +1559,7 @@ type ResumeRequest struct {
 
 func (x *ResumeRequest) Reset() {
 	*x = ResumeRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1571,7 @@ func (x *ResumeRequest) String() string {
 func (*ResumeRequest) ProtoMessage() {}
 
 func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1584,7 @@ func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResumeRequest) GetSandboxId() string {
@@ -1536,7 +1617,7 @@ type ResumeResponse struct {
 
 func (x *ResumeResponse) Reset() {
 	*x = ResumeResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1629,7 @@ func (x *ResumeResponse) String() string {
 func (*ResumeResponse) ProtoMessage() {}
 
 func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1642,7 @@ func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
 func (*ResumeResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResumeResponse) GetSandbox() *Sandbox {
@@ -1579,7 +1660,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1672,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1685,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
 }
 
 type TemplateVersion struct {
@@ -1617,7 +1698,7 @@ type TemplateVersion struct {
 
 func (x *TemplateVersion) Reset() {
 	*x = TemplateVersion{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[22]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1710,7 @@ func (x *TemplateVersion) String() string {
 func (*TemplateVersion) ProtoMessage() {}
 
 func (x *TemplateVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[22]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1723,7 @@ func (x *TemplateVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateVersion.ProtoReflect.Descriptor instead.
 func (*TemplateVersion) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TemplateVersion) GetName() string {
@@ -1674,14 +1755,21 @@ type InfoResponse struct {
 	EnvdVersion string `protobuf:"bytes,9,opt,name=envd_version,json=envdVersion,proto3" json:"envd_version,omitempty"`
 	// Every snapshot this host holds, of every team, newest first: those it
 	// took and those it pulled.
-	Snapshots     []*Snapshot `protobuf:"bytes,10,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Snapshots []*Snapshot `protobuf:"bytes,10,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	// Every volume in this host's store, of every team, by ID (without
+	// what they use).
+	Volumes []*Volume `protobuf:"bytes,11,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// Set when the store is shared by hosts (a filesystem mounted on each):
+	// its ID, the same on every host that shares it. Such a host serves
+	// every volume of the store.
+	SharedVolumeStore string `protobuf:"bytes,12,opt,name=shared_volume_store,json=sharedVolumeStore,proto3" json:"shared_volume_store,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1781,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1794,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *InfoResponse) GetNodeName() string {
@@ -1779,6 +1867,20 @@ func (x *InfoResponse) GetSnapshots() []*Snapshot {
 	return nil
 }
 
+func (x *InfoResponse) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+func (x *InfoResponse) GetSharedVolumeStore() string {
+	if x != nil {
+		return x.SharedVolumeStore
+	}
+	return ""
+}
+
 type MetricsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
@@ -1788,7 +1890,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[24]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1902,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[24]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1915,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MetricsRequest) GetSandboxId() string {
@@ -1839,7 +1941,7 @@ type SandboxMetric struct {
 
 func (x *SandboxMetric) Reset() {
 	*x = SandboxMetric{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1953,7 @@ func (x *SandboxMetric) String() string {
 func (*SandboxMetric) ProtoMessage() {}
 
 func (x *SandboxMetric) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +1966,7 @@ func (x *SandboxMetric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxMetric.ProtoReflect.Descriptor instead.
 func (*SandboxMetric) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SandboxMetric) GetTimestamp() *timestamppb.Timestamp {
@@ -1925,7 +2027,7 @@ type MetricsResponse struct {
 
 func (x *MetricsResponse) Reset() {
 	*x = MetricsResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2039,7 @@ func (x *MetricsResponse) String() string {
 func (*MetricsResponse) ProtoMessage() {}
 
 func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2052,7 @@ func (x *MetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsResponse.ProtoReflect.Descriptor instead.
 func (*MetricsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MetricsResponse) GetMetrics() []*SandboxMetric {
@@ -1973,7 +2075,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2087,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2100,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogsRequest) GetSandboxId() string {
@@ -2034,7 +2136,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2148,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2161,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LogEntry) GetTimestamp() *timestamppb.Timestamp {
@@ -2092,7 +2194,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2206,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2219,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LogsResponse) GetLogs() []*LogEntry {
@@ -2135,7 +2237,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2249,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2262,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
 }
 
 type WatchResponse struct {
@@ -2177,7 +2279,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2291,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2304,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchResponse) GetEvent() isWatchResponse_Event {
@@ -2298,7 +2400,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2412,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2425,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Snapshot) GetId() string {
@@ -2431,7 +2533,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2545,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2558,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SnapshotRequest) GetSandboxId() string {
@@ -2489,7 +2591,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2603,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2616,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SnapshotResponse) GetSnapshot() *Snapshot {
@@ -2539,7 +2641,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2653,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2666,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSnapshotsRequest) GetTeam() string {
@@ -2597,7 +2699,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2711,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2724,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -2644,7 +2746,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2758,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2771,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteSnapshotRequest) GetSnapshot() string {
@@ -2694,7 +2796,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +2808,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +2821,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
 }
 
 type ForkRequest struct {
@@ -2736,7 +2838,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2850,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2863,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ForkRequest) GetSandboxId() string {
@@ -2801,7 +2903,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +2915,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +2928,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ForkResponse) GetForks() []*ForkResult {
@@ -2854,7 +2956,7 @@ type PullSnapshotRequest struct {
 
 func (x *PullSnapshotRequest) Reset() {
 	*x = PullSnapshotRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +2968,7 @@ func (x *PullSnapshotRequest) String() string {
 func (*PullSnapshotRequest) ProtoMessage() {}
 
 func (x *PullSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +2981,7 @@ func (x *PullSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*PullSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PullSnapshotRequest) GetSnapshotId() string {
@@ -2928,7 +3030,7 @@ type PullSnapshotResponse struct {
 
 func (x *PullSnapshotResponse) Reset() {
 	*x = PullSnapshotResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3042,7 @@ func (x *PullSnapshotResponse) String() string {
 func (*PullSnapshotResponse) ProtoMessage() {}
 
 func (x *PullSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3055,7 @@ func (x *PullSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*PullSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PullSnapshotResponse) GetSnapshot() *Snapshot {
@@ -2984,7 +3086,7 @@ type ForkResult struct {
 
 func (x *ForkResult) Reset() {
 	*x = ForkResult{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3098,7 @@ func (x *ForkResult) String() string {
 func (*ForkResult) ProtoMessage() {}
 
 func (x *ForkResult) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3111,7 @@ func (x *ForkResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResult.ProtoReflect.Descriptor instead.
 func (*ForkResult) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ForkResult) GetCreated() *CreateResponse {
@@ -3047,7 +3149,7 @@ type UpdateNetworkRequest struct {
 
 func (x *UpdateNetworkRequest) Reset() {
 	*x = UpdateNetworkRequest{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3161,7 @@ func (x *UpdateNetworkRequest) String() string {
 func (*UpdateNetworkRequest) ProtoMessage() {}
 
 func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3174,7 @@ func (x *UpdateNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UpdateNetworkRequest) GetSandboxId() string {
@@ -3112,7 +3214,7 @@ type UpdateNetworkResponse struct {
 
 func (x *UpdateNetworkResponse) Reset() {
 	*x = UpdateNetworkResponse{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3226,7 @@ func (x *UpdateNetworkResponse) String() string {
 func (*UpdateNetworkResponse) ProtoMessage() {}
 
 func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3239,7 @@ func (x *UpdateNetworkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkResponse) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UpdateNetworkResponse) GetSandbox() *Sandbox {
@@ -3145,6 +3247,492 @@ func (x *UpdateNetworkResponse) GetSandbox() *Sandbox {
 		return x.Sandbox
 	}
 	return nil
+}
+
+// Volume is a team's volume: files that outlive sandboxes, mounted by
+// them.
+type Volume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A UUID, as e2b's volumeID.
+	Id   string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Team string `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	// Letters, digits, '_' and '-', unique in the team.
+	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// What it may hold; 0: unlimited (the store's filesystem bounds it).
+	SizeBytes int64 `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// What it holds, from GetVolume; -1 when not measured.
+	UsedBytes     int64 `protobuf:"varint,6,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Volume) Reset() {
+	*x = Volume{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Volume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Volume) ProtoMessage() {}
+
+func (x *Volume) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Volume.ProtoReflect.Descriptor instead.
+func (*Volume) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *Volume) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Volume) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *Volume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Volume) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Volume) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Volume) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+type CreateVolumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Team          string                 `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumeRequest) Reset() {
+	*x = CreateVolumeRequest{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumeRequest) ProtoMessage() {}
+
+func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
+func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *CreateVolumeRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *CreateVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CreateVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumeResponse) Reset() {
+	*x = CreateVolumeResponse{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumeResponse) ProtoMessage() {}
+
+func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
+func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *CreateVolumeResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+type GetVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Team  string                 `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
+	// The volume's ID or, when empty, its name.
+	VolumeId      string `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVolumeRequest) Reset() {
+	*x = GetVolumeRequest{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVolumeRequest) ProtoMessage() {}
+
+func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
+func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *GetVolumeRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *GetVolumeRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *GetVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        *Volume                `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVolumeResponse) Reset() {
+	*x = GetVolumeResponse{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVolumeResponse) ProtoMessage() {}
+
+func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
+func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *GetVolumeResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+type ListVolumesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Team          string                 `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumesRequest) Reset() {
+	*x = ListVolumesRequest{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumesRequest) ProtoMessage() {}
+
+func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
+func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ListVolumesRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+type ListVolumesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volumes       []*Volume              `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumesResponse) Reset() {
+	*x = ListVolumesResponse{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumesResponse) ProtoMessage() {}
+
+func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
+func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ListVolumesResponse) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+type DeleteVolumeRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Team     string                 `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
+	VolumeId string                 `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	// The nodes the caller sees alive, when the store is shared: a sandbox
+	// of another node mounts the volume only while its node is among them.
+	// Unset: every node's sandboxes count.
+	LiveNodes      []string `protobuf:"bytes,3,rep,name=live_nodes,json=liveNodes,proto3" json:"live_nodes,omitempty"`
+	LiveNodesKnown bool     `protobuf:"varint,4,opt,name=live_nodes_known,json=liveNodesKnown,proto3" json:"live_nodes_known,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeRequest) Reset() {
+	*x = DeleteVolumeRequest{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeRequest) ProtoMessage() {}
+
+func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *DeleteVolumeRequest) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *DeleteVolumeRequest) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
+func (x *DeleteVolumeRequest) GetLiveNodes() []string {
+	if x != nil {
+		return x.LiveNodes
+	}
+	return nil
+}
+
+func (x *DeleteVolumeRequest) GetLiveNodesKnown() bool {
+	if x != nil {
+		return x.LiveNodesKnown
+	}
+	return false
+}
+
+type DeleteVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeResponse) Reset() {
+	*x = DeleteVolumeResponse{}
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeResponse) ProtoMessage() {}
+
+func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
 }
 
 type WatchResponse_Snapshot struct {
@@ -3156,7 +3744,7 @@ type WatchResponse_Snapshot struct {
 
 func (x *WatchResponse_Snapshot) Reset() {
 	*x = WatchResponse_Snapshot{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3168,7 +3756,7 @@ func (x *WatchResponse_Snapshot) String() string {
 func (*WatchResponse_Snapshot) ProtoMessage() {}
 
 func (x *WatchResponse_Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3181,7 +3769,7 @@ func (x *WatchResponse_Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Snapshot.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Snapshot) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31, 0}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32, 0}
 }
 
 func (x *WatchResponse_Snapshot) GetSandboxes() []*Sandbox {
@@ -3199,7 +3787,7 @@ type WatchResponse_HostChanged struct {
 
 func (x *WatchResponse_HostChanged) Reset() {
 	*x = WatchResponse_HostChanged{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3211,7 +3799,7 @@ func (x *WatchResponse_HostChanged) String() string {
 func (*WatchResponse_HostChanged) ProtoMessage() {}
 
 func (x *WatchResponse_HostChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3224,7 +3812,7 @@ func (x *WatchResponse_HostChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_HostChanged.ProtoReflect.Descriptor instead.
 func (*WatchResponse_HostChanged) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31, 1}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32, 1}
 }
 
 type WatchResponse_Change struct {
@@ -3242,7 +3830,7 @@ type WatchResponse_Change struct {
 
 func (x *WatchResponse_Change) Reset() {
 	*x = WatchResponse_Change{}
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3842,7 @@ func (x *WatchResponse_Change) String() string {
 func (*WatchResponse_Change) ProtoMessage() {}
 
 func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
-	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3855,7 @@ func (x *WatchResponse_Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse_Change.ProtoReflect.Descriptor instead.
 func (*WatchResponse_Change) Descriptor() ([]byte, []int) {
-	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31, 2}
+	return file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32, 2}
 }
 
 func (x *WatchResponse_Change) GetType() WatchResponse_ChangeType {
@@ -3300,7 +3888,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tcpu_milli\x18\x01 \x01(\x03R\bcpuMilli\x12\x1d\n" +
 	"\n" +
 	"memory_mib\x18\x02 \x01(\x03R\tmemoryMib\x12\x19\n" +
-	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xe9\x06\n" +
+	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xae\a\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12)\n" +
@@ -3326,10 +3914,11 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\n" +
 	"files_only\x18\x12 \x01(\bR\tfilesOnly\x121\n" +
 	"\x06egress\x18\x13 \x01(\v2\x19.skiff.sandboxd.v1.EgressR\x06egress\x12*\n" +
-	"\x11mask_request_host\x18\x14 \x01(\tR\x0fmaskRequestHost\x1a;\n" +
+	"\x11mask_request_host\x18\x14 \x01(\tR\x0fmaskRequestHost\x12C\n" +
+	"\rvolume_mounts\x18\x15 \x03(\v2\x1e.skiff.sandboxd.v1.VolumeMountR\fvolumeMounts\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd0\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\a\n" +
 	"\rCreateRequest\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12:\n" +
 	"\tresources\x18\x02 \x01(\v2\x1c.skiff.sandboxd.v1.ResourcesR\tresources\x12H\n" +
@@ -3347,7 +3936,8 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\bsnapshot\x18\v \x01(\tR\bsnapshot\x121\n" +
 	"\x15auto_pause_files_only\x18\f \x01(\bR\x12autoPauseFilesOnly\x121\n" +
 	"\x06egress\x18\r \x01(\v2\x19.skiff.sandboxd.v1.EgressR\x06egress\x12*\n" +
-	"\x11mask_request_host\x18\x0e \x01(\tR\x0fmaskRequestHost\x1a:\n" +
+	"\x11mask_request_host\x18\x0e \x01(\tR\x0fmaskRequestHost\x12C\n" +
+	"\rvolume_mounts\x18\x0f \x03(\v2\x1e.skiff.sandboxd.v1.VolumeMountR\fvolumeMounts\x1a:\n" +
 	"\fEnvVarsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -3355,7 +3945,11 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x18\n" +
 	"\x16_allow_internet_accessB\x17\n" +
-	"\x15_allow_public_traffic\"@\n" +
+	"\x15_allow_public_traffic\"R\n" +
+	"\vVolumeMount\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
+	"\tvolume_id\x18\x03 \x01(\tR\bvolumeId\"@\n" +
 	"\x06Egress\x12\x1b\n" +
 	"\tallow_out\x18\x01 \x03(\tR\ballowOut\x12\x19\n" +
 	"\bdeny_out\x18\x02 \x03(\tR\adenyOut\"\xa4\x01\n" +
@@ -3436,7 +4030,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vInfoRequest\"?\n" +
 	"\x0fTemplateVersion\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\xb0\x03\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\x95\x04\n" +
 	"\fInfoResponse\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x128\n" +
@@ -3448,7 +4042,9 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\aruntime\x18\b \x01(\tR\aruntime\x12!\n" +
 	"\fenvd_version\x18\t \x01(\tR\venvdVersion\x129\n" +
 	"\tsnapshots\x18\n" +
-	" \x03(\v2\x1b.skiff.sandboxd.v1.SnapshotR\tsnapshots\"/\n" +
+	" \x03(\v2\x1b.skiff.sandboxd.v1.SnapshotR\tsnapshots\x123\n" +
+	"\avolumes\x18\v \x03(\v2\x19.skiff.sandboxd.v1.VolumeR\avolumes\x12.\n" +
+	"\x13shared_volume_store\x18\f \x01(\tR\x11sharedVolumeStore\"/\n" +
 	"\x0eMetricsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xfc\x01\n" +
@@ -3563,12 +4159,44 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x15allow_internet_access\x18\x04 \x01(\bH\x00R\x13allowInternetAccess\x88\x01\x01B\x18\n" +
 	"\x16_allow_internet_access\"M\n" +
 	"\x15UpdateNetworkResponse\x124\n" +
-	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox*z\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"\xb9\x01\n" +
+	"\x06Volume\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04team\x18\x02 \x01(\tR\x04team\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x06 \x01(\x03R\tusedBytes\"=\n" +
+	"\x13CreateVolumeRequest\x12\x12\n" +
+	"\x04team\x18\x01 \x01(\tR\x04team\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"I\n" +
+	"\x14CreateVolumeResponse\x121\n" +
+	"\x06volume\x18\x01 \x01(\v2\x19.skiff.sandboxd.v1.VolumeR\x06volume\"W\n" +
+	"\x10GetVolumeRequest\x12\x12\n" +
+	"\x04team\x18\x01 \x01(\tR\x04team\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"F\n" +
+	"\x11GetVolumeResponse\x121\n" +
+	"\x06volume\x18\x01 \x01(\v2\x19.skiff.sandboxd.v1.VolumeR\x06volume\"(\n" +
+	"\x12ListVolumesRequest\x12\x12\n" +
+	"\x04team\x18\x01 \x01(\tR\x04team\"J\n" +
+	"\x13ListVolumesResponse\x123\n" +
+	"\avolumes\x18\x01 \x03(\v2\x19.skiff.sandboxd.v1.VolumeR\avolumes\"\x8f\x01\n" +
+	"\x13DeleteVolumeRequest\x12\x12\n" +
+	"\x04team\x18\x01 \x01(\tR\x04team\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x1d\n" +
+	"\n" +
+	"live_nodes\x18\x03 \x03(\tR\tliveNodes\x12(\n" +
+	"\x10live_nodes_known\x18\x04 \x01(\bR\x0eliveNodesKnown\"\x16\n" +
+	"\x14DeleteVolumeResponse*z\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x18\n" +
 	"\x14SANDBOX_STATE_PAUSED\x10\x02\x12\x16\n" +
-	"\x12SANDBOX_STATE_WARM\x10\x032\xa3\f\n" +
+	"\x12SANDBOX_STATE_WARM\x10\x032\x9b\x0f\n" +
 	"\x0fSandboxdService\x12M\n" +
 	"\x06Create\x12 .skiff.sandboxd.v1.CreateRequest\x1a!.skiff.sandboxd.v1.CreateResponse\x12G\n" +
 	"\x04Warm\x12\x1e.skiff.sandboxd.v1.WarmRequest\x1a\x1f.skiff.sandboxd.v1.WarmResponse\x12J\n" +
@@ -3589,7 +4217,11 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0eDeleteSnapshot\x12(.skiff.sandboxd.v1.DeleteSnapshotRequest\x1a).skiff.sandboxd.v1.DeleteSnapshotResponse\x12G\n" +
 	"\x04Fork\x12\x1e.skiff.sandboxd.v1.ForkRequest\x1a\x1f.skiff.sandboxd.v1.ForkResponse\x12_\n" +
 	"\fPullSnapshot\x12&.skiff.sandboxd.v1.PullSnapshotRequest\x1a'.skiff.sandboxd.v1.PullSnapshotResponse\x12b\n" +
-	"\rUpdateNetwork\x12'.skiff.sandboxd.v1.UpdateNetworkRequest\x1a(.skiff.sandboxd.v1.UpdateNetworkResponseBPZNgithub.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1;sandboxdv1b\x06proto3"
+	"\rUpdateNetwork\x12'.skiff.sandboxd.v1.UpdateNetworkRequest\x1a(.skiff.sandboxd.v1.UpdateNetworkResponse\x12_\n" +
+	"\fCreateVolume\x12&.skiff.sandboxd.v1.CreateVolumeRequest\x1a'.skiff.sandboxd.v1.CreateVolumeResponse\x12V\n" +
+	"\tGetVolume\x12#.skiff.sandboxd.v1.GetVolumeRequest\x1a$.skiff.sandboxd.v1.GetVolumeResponse\x12\\\n" +
+	"\vListVolumes\x12%.skiff.sandboxd.v1.ListVolumesRequest\x1a&.skiff.sandboxd.v1.ListVolumesResponse\x12_\n" +
+	"\fDeleteVolume\x12&.skiff.sandboxd.v1.DeleteVolumeRequest\x1a'.skiff.sandboxd.v1.DeleteVolumeResponseBPZNgithub.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
 	file_skiff_sandboxd_v1_sandboxd_proto_rawDescOnce sync.Once
@@ -3604,162 +4236,187 @@ func file_skiff_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_skiff_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skiff_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_skiff_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_skiff_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(SandboxState)(0),                 // 0: skiff.sandboxd.v1.SandboxState
 	(WatchResponse_ChangeType)(0),     // 1: skiff.sandboxd.v1.WatchResponse.ChangeType
 	(*Resources)(nil),                 // 2: skiff.sandboxd.v1.Resources
 	(*Sandbox)(nil),                   // 3: skiff.sandboxd.v1.Sandbox
 	(*CreateRequest)(nil),             // 4: skiff.sandboxd.v1.CreateRequest
-	(*Egress)(nil),                    // 5: skiff.sandboxd.v1.Egress
-	(*CreateResponse)(nil),            // 6: skiff.sandboxd.v1.CreateResponse
-	(*WarmRequest)(nil),               // 7: skiff.sandboxd.v1.WarmRequest
-	(*WarmResponse)(nil),              // 8: skiff.sandboxd.v1.WarmResponse
-	(*ClaimRequest)(nil),              // 9: skiff.sandboxd.v1.ClaimRequest
-	(*ClaimResponse)(nil),             // 10: skiff.sandboxd.v1.ClaimResponse
-	(*GetRequest)(nil),                // 11: skiff.sandboxd.v1.GetRequest
-	(*GetResponse)(nil),               // 12: skiff.sandboxd.v1.GetResponse
-	(*ListRequest)(nil),               // 13: skiff.sandboxd.v1.ListRequest
-	(*ListResponse)(nil),              // 14: skiff.sandboxd.v1.ListResponse
-	(*KillRequest)(nil),               // 15: skiff.sandboxd.v1.KillRequest
-	(*KillResponse)(nil),              // 16: skiff.sandboxd.v1.KillResponse
-	(*SetTimeoutRequest)(nil),         // 17: skiff.sandboxd.v1.SetTimeoutRequest
-	(*SetTimeoutResponse)(nil),        // 18: skiff.sandboxd.v1.SetTimeoutResponse
-	(*PauseRequest)(nil),              // 19: skiff.sandboxd.v1.PauseRequest
-	(*PauseResponse)(nil),             // 20: skiff.sandboxd.v1.PauseResponse
-	(*ResumeRequest)(nil),             // 21: skiff.sandboxd.v1.ResumeRequest
-	(*ResumeResponse)(nil),            // 22: skiff.sandboxd.v1.ResumeResponse
-	(*InfoRequest)(nil),               // 23: skiff.sandboxd.v1.InfoRequest
-	(*TemplateVersion)(nil),           // 24: skiff.sandboxd.v1.TemplateVersion
-	(*InfoResponse)(nil),              // 25: skiff.sandboxd.v1.InfoResponse
-	(*MetricsRequest)(nil),            // 26: skiff.sandboxd.v1.MetricsRequest
-	(*SandboxMetric)(nil),             // 27: skiff.sandboxd.v1.SandboxMetric
-	(*MetricsResponse)(nil),           // 28: skiff.sandboxd.v1.MetricsResponse
-	(*LogsRequest)(nil),               // 29: skiff.sandboxd.v1.LogsRequest
-	(*LogEntry)(nil),                  // 30: skiff.sandboxd.v1.LogEntry
-	(*LogsResponse)(nil),              // 31: skiff.sandboxd.v1.LogsResponse
-	(*WatchRequest)(nil),              // 32: skiff.sandboxd.v1.WatchRequest
-	(*WatchResponse)(nil),             // 33: skiff.sandboxd.v1.WatchResponse
-	(*Snapshot)(nil),                  // 34: skiff.sandboxd.v1.Snapshot
-	(*SnapshotRequest)(nil),           // 35: skiff.sandboxd.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),          // 36: skiff.sandboxd.v1.SnapshotResponse
-	(*ListSnapshotsRequest)(nil),      // 37: skiff.sandboxd.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),     // 38: skiff.sandboxd.v1.ListSnapshotsResponse
-	(*DeleteSnapshotRequest)(nil),     // 39: skiff.sandboxd.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),    // 40: skiff.sandboxd.v1.DeleteSnapshotResponse
-	(*ForkRequest)(nil),               // 41: skiff.sandboxd.v1.ForkRequest
-	(*ForkResponse)(nil),              // 42: skiff.sandboxd.v1.ForkResponse
-	(*PullSnapshotRequest)(nil),       // 43: skiff.sandboxd.v1.PullSnapshotRequest
-	(*PullSnapshotResponse)(nil),      // 44: skiff.sandboxd.v1.PullSnapshotResponse
-	(*ForkResult)(nil),                // 45: skiff.sandboxd.v1.ForkResult
-	(*UpdateNetworkRequest)(nil),      // 46: skiff.sandboxd.v1.UpdateNetworkRequest
-	(*UpdateNetworkResponse)(nil),     // 47: skiff.sandboxd.v1.UpdateNetworkResponse
-	nil,                               // 48: skiff.sandboxd.v1.Sandbox.MetadataEntry
-	nil,                               // 49: skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
-	nil,                               // 50: skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	nil,                               // 51: skiff.sandboxd.v1.ClaimRequest.MetadataEntry
-	nil,                               // 52: skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	(*WatchResponse_Snapshot)(nil),    // 53: skiff.sandboxd.v1.WatchResponse.Snapshot
-	(*WatchResponse_HostChanged)(nil), // 54: skiff.sandboxd.v1.WatchResponse.HostChanged
-	(*WatchResponse_Change)(nil),      // 55: skiff.sandboxd.v1.WatchResponse.Change
-	(*timestamppb.Timestamp)(nil),     // 56: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 57: google.protobuf.Duration
+	(*VolumeMount)(nil),               // 5: skiff.sandboxd.v1.VolumeMount
+	(*Egress)(nil),                    // 6: skiff.sandboxd.v1.Egress
+	(*CreateResponse)(nil),            // 7: skiff.sandboxd.v1.CreateResponse
+	(*WarmRequest)(nil),               // 8: skiff.sandboxd.v1.WarmRequest
+	(*WarmResponse)(nil),              // 9: skiff.sandboxd.v1.WarmResponse
+	(*ClaimRequest)(nil),              // 10: skiff.sandboxd.v1.ClaimRequest
+	(*ClaimResponse)(nil),             // 11: skiff.sandboxd.v1.ClaimResponse
+	(*GetRequest)(nil),                // 12: skiff.sandboxd.v1.GetRequest
+	(*GetResponse)(nil),               // 13: skiff.sandboxd.v1.GetResponse
+	(*ListRequest)(nil),               // 14: skiff.sandboxd.v1.ListRequest
+	(*ListResponse)(nil),              // 15: skiff.sandboxd.v1.ListResponse
+	(*KillRequest)(nil),               // 16: skiff.sandboxd.v1.KillRequest
+	(*KillResponse)(nil),              // 17: skiff.sandboxd.v1.KillResponse
+	(*SetTimeoutRequest)(nil),         // 18: skiff.sandboxd.v1.SetTimeoutRequest
+	(*SetTimeoutResponse)(nil),        // 19: skiff.sandboxd.v1.SetTimeoutResponse
+	(*PauseRequest)(nil),              // 20: skiff.sandboxd.v1.PauseRequest
+	(*PauseResponse)(nil),             // 21: skiff.sandboxd.v1.PauseResponse
+	(*ResumeRequest)(nil),             // 22: skiff.sandboxd.v1.ResumeRequest
+	(*ResumeResponse)(nil),            // 23: skiff.sandboxd.v1.ResumeResponse
+	(*InfoRequest)(nil),               // 24: skiff.sandboxd.v1.InfoRequest
+	(*TemplateVersion)(nil),           // 25: skiff.sandboxd.v1.TemplateVersion
+	(*InfoResponse)(nil),              // 26: skiff.sandboxd.v1.InfoResponse
+	(*MetricsRequest)(nil),            // 27: skiff.sandboxd.v1.MetricsRequest
+	(*SandboxMetric)(nil),             // 28: skiff.sandboxd.v1.SandboxMetric
+	(*MetricsResponse)(nil),           // 29: skiff.sandboxd.v1.MetricsResponse
+	(*LogsRequest)(nil),               // 30: skiff.sandboxd.v1.LogsRequest
+	(*LogEntry)(nil),                  // 31: skiff.sandboxd.v1.LogEntry
+	(*LogsResponse)(nil),              // 32: skiff.sandboxd.v1.LogsResponse
+	(*WatchRequest)(nil),              // 33: skiff.sandboxd.v1.WatchRequest
+	(*WatchResponse)(nil),             // 34: skiff.sandboxd.v1.WatchResponse
+	(*Snapshot)(nil),                  // 35: skiff.sandboxd.v1.Snapshot
+	(*SnapshotRequest)(nil),           // 36: skiff.sandboxd.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),          // 37: skiff.sandboxd.v1.SnapshotResponse
+	(*ListSnapshotsRequest)(nil),      // 38: skiff.sandboxd.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),     // 39: skiff.sandboxd.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),     // 40: skiff.sandboxd.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),    // 41: skiff.sandboxd.v1.DeleteSnapshotResponse
+	(*ForkRequest)(nil),               // 42: skiff.sandboxd.v1.ForkRequest
+	(*ForkResponse)(nil),              // 43: skiff.sandboxd.v1.ForkResponse
+	(*PullSnapshotRequest)(nil),       // 44: skiff.sandboxd.v1.PullSnapshotRequest
+	(*PullSnapshotResponse)(nil),      // 45: skiff.sandboxd.v1.PullSnapshotResponse
+	(*ForkResult)(nil),                // 46: skiff.sandboxd.v1.ForkResult
+	(*UpdateNetworkRequest)(nil),      // 47: skiff.sandboxd.v1.UpdateNetworkRequest
+	(*UpdateNetworkResponse)(nil),     // 48: skiff.sandboxd.v1.UpdateNetworkResponse
+	(*Volume)(nil),                    // 49: skiff.sandboxd.v1.Volume
+	(*CreateVolumeRequest)(nil),       // 50: skiff.sandboxd.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),      // 51: skiff.sandboxd.v1.CreateVolumeResponse
+	(*GetVolumeRequest)(nil),          // 52: skiff.sandboxd.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),         // 53: skiff.sandboxd.v1.GetVolumeResponse
+	(*ListVolumesRequest)(nil),        // 54: skiff.sandboxd.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),       // 55: skiff.sandboxd.v1.ListVolumesResponse
+	(*DeleteVolumeRequest)(nil),       // 56: skiff.sandboxd.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),      // 57: skiff.sandboxd.v1.DeleteVolumeResponse
+	nil,                               // 58: skiff.sandboxd.v1.Sandbox.MetadataEntry
+	nil,                               // 59: skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
+	nil,                               // 60: skiff.sandboxd.v1.CreateRequest.MetadataEntry
+	nil,                               // 61: skiff.sandboxd.v1.ClaimRequest.MetadataEntry
+	nil,                               // 62: skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
+	(*WatchResponse_Snapshot)(nil),    // 63: skiff.sandboxd.v1.WatchResponse.Snapshot
+	(*WatchResponse_HostChanged)(nil), // 64: skiff.sandboxd.v1.WatchResponse.HostChanged
+	(*WatchResponse_Change)(nil),      // 65: skiff.sandboxd.v1.WatchResponse.Change
+	(*timestamppb.Timestamp)(nil),     // 66: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 67: google.protobuf.Duration
 }
 var file_skiff_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	0,  // 0: skiff.sandboxd.v1.Sandbox.state:type_name -> skiff.sandboxd.v1.SandboxState
-	48, // 1: skiff.sandboxd.v1.Sandbox.metadata:type_name -> skiff.sandboxd.v1.Sandbox.MetadataEntry
-	56, // 2: skiff.sandboxd.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
-	56, // 3: skiff.sandboxd.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
+	58, // 1: skiff.sandboxd.v1.Sandbox.metadata:type_name -> skiff.sandboxd.v1.Sandbox.MetadataEntry
+	66, // 2: skiff.sandboxd.v1.Sandbox.started_at:type_name -> google.protobuf.Timestamp
+	66, // 3: skiff.sandboxd.v1.Sandbox.end_at:type_name -> google.protobuf.Timestamp
 	2,  // 4: skiff.sandboxd.v1.Sandbox.resources:type_name -> skiff.sandboxd.v1.Resources
-	5,  // 5: skiff.sandboxd.v1.Sandbox.egress:type_name -> skiff.sandboxd.v1.Egress
-	2,  // 6: skiff.sandboxd.v1.CreateRequest.resources:type_name -> skiff.sandboxd.v1.Resources
-	49, // 7: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
-	50, // 8: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	57, // 9: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
-	5,  // 10: skiff.sandboxd.v1.CreateRequest.egress:type_name -> skiff.sandboxd.v1.Egress
-	3,  // 11: skiff.sandboxd.v1.CreateResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	2,  // 12: skiff.sandboxd.v1.WarmRequest.resources:type_name -> skiff.sandboxd.v1.Resources
-	3,  // 13: skiff.sandboxd.v1.WarmResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	51, // 14: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
-	52, // 15: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	57, // 16: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 17: skiff.sandboxd.v1.ClaimResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	3,  // 18: skiff.sandboxd.v1.GetResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	0,  // 19: skiff.sandboxd.v1.ListRequest.states:type_name -> skiff.sandboxd.v1.SandboxState
-	3,  // 20: skiff.sandboxd.v1.ListResponse.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	57, // 21: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 22: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	3,  // 23: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	57, // 24: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 25: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	2,  // 26: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
-	2,  // 27: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
-	24, // 28: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
-	34, // 29: skiff.sandboxd.v1.InfoResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	56, // 30: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
-	27, // 31: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
-	56, // 32: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
-	56, // 33: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
-	30, // 34: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
-	53, // 35: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
-	55, // 36: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
-	54, // 37: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
-	56, // 38: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 39: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
-	34, // 40: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	34, // 41: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	57, // 42: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
-	45, // 43: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
-	34, // 44: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	6,  // 45: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
-	5,  // 46: skiff.sandboxd.v1.UpdateNetworkRequest.egress:type_name -> skiff.sandboxd.v1.Egress
-	3,  // 47: skiff.sandboxd.v1.UpdateNetworkResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	3,  // 48: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	1,  // 49: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
-	3,  // 50: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	4,  // 51: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
-	7,  // 52: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
-	9,  // 53: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
-	11, // 54: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
-	13, // 55: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
-	15, // 56: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
-	17, // 57: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
-	19, // 58: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
-	21, // 59: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
-	23, // 60: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
-	26, // 61: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
-	29, // 62: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
-	32, // 63: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
-	35, // 64: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
-	37, // 65: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
-	39, // 66: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
-	41, // 67: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
-	43, // 68: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
-	46, // 69: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:input_type -> skiff.sandboxd.v1.UpdateNetworkRequest
-	6,  // 70: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
-	8,  // 71: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
-	10, // 72: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
-	12, // 73: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
-	14, // 74: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
-	16, // 75: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
-	18, // 76: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
-	20, // 77: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
-	22, // 78: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
-	25, // 79: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
-	28, // 80: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
-	31, // 81: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
-	33, // 82: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
-	36, // 83: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
-	38, // 84: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
-	40, // 85: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
-	42, // 86: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
-	44, // 87: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
-	47, // 88: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:output_type -> skiff.sandboxd.v1.UpdateNetworkResponse
-	70, // [70:89] is the sub-list for method output_type
-	51, // [51:70] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	6,  // 5: skiff.sandboxd.v1.Sandbox.egress:type_name -> skiff.sandboxd.v1.Egress
+	5,  // 6: skiff.sandboxd.v1.Sandbox.volume_mounts:type_name -> skiff.sandboxd.v1.VolumeMount
+	2,  // 7: skiff.sandboxd.v1.CreateRequest.resources:type_name -> skiff.sandboxd.v1.Resources
+	59, // 8: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
+	60, // 9: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
+	67, // 10: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
+	6,  // 11: skiff.sandboxd.v1.CreateRequest.egress:type_name -> skiff.sandboxd.v1.Egress
+	5,  // 12: skiff.sandboxd.v1.CreateRequest.volume_mounts:type_name -> skiff.sandboxd.v1.VolumeMount
+	3,  // 13: skiff.sandboxd.v1.CreateResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	2,  // 14: skiff.sandboxd.v1.WarmRequest.resources:type_name -> skiff.sandboxd.v1.Resources
+	3,  // 15: skiff.sandboxd.v1.WarmResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	61, // 16: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
+	62, // 17: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
+	67, // 18: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 19: skiff.sandboxd.v1.ClaimResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	3,  // 20: skiff.sandboxd.v1.GetResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	0,  // 21: skiff.sandboxd.v1.ListRequest.states:type_name -> skiff.sandboxd.v1.SandboxState
+	3,  // 22: skiff.sandboxd.v1.ListResponse.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	67, // 23: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 24: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	3,  // 25: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	67, // 26: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 27: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	2,  // 28: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
+	2,  // 29: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
+	25, // 30: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
+	35, // 31: skiff.sandboxd.v1.InfoResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	49, // 32: skiff.sandboxd.v1.InfoResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
+	66, // 33: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
+	28, // 34: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
+	66, // 35: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
+	66, // 36: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	31, // 37: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
+	63, // 38: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
+	65, // 39: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
+	64, // 40: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
+	66, // 41: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 42: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
+	35, // 43: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	35, // 44: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	67, // 45: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
+	46, // 46: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
+	35, // 47: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	7,  // 48: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
+	6,  // 49: skiff.sandboxd.v1.UpdateNetworkRequest.egress:type_name -> skiff.sandboxd.v1.Egress
+	3,  // 50: skiff.sandboxd.v1.UpdateNetworkResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	66, // 51: skiff.sandboxd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	49, // 52: skiff.sandboxd.v1.CreateVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
+	49, // 53: skiff.sandboxd.v1.GetVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
+	49, // 54: skiff.sandboxd.v1.ListVolumesResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
+	3,  // 55: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	1,  // 56: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
+	3,  // 57: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	4,  // 58: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
+	8,  // 59: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
+	10, // 60: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
+	12, // 61: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
+	14, // 62: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
+	16, // 63: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
+	18, // 64: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
+	20, // 65: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
+	22, // 66: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
+	24, // 67: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
+	27, // 68: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
+	30, // 69: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
+	33, // 70: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
+	36, // 71: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
+	38, // 72: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
+	40, // 73: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
+	42, // 74: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
+	44, // 75: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
+	47, // 76: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:input_type -> skiff.sandboxd.v1.UpdateNetworkRequest
+	50, // 77: skiff.sandboxd.v1.SandboxdService.CreateVolume:input_type -> skiff.sandboxd.v1.CreateVolumeRequest
+	52, // 78: skiff.sandboxd.v1.SandboxdService.GetVolume:input_type -> skiff.sandboxd.v1.GetVolumeRequest
+	54, // 79: skiff.sandboxd.v1.SandboxdService.ListVolumes:input_type -> skiff.sandboxd.v1.ListVolumesRequest
+	56, // 80: skiff.sandboxd.v1.SandboxdService.DeleteVolume:input_type -> skiff.sandboxd.v1.DeleteVolumeRequest
+	7,  // 81: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
+	9,  // 82: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
+	11, // 83: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
+	13, // 84: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
+	15, // 85: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
+	17, // 86: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
+	19, // 87: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
+	21, // 88: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
+	23, // 89: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
+	26, // 90: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
+	29, // 91: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
+	32, // 92: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
+	34, // 93: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
+	37, // 94: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
+	39, // 95: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
+	41, // 96: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
+	43, // 97: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
+	45, // 98: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
+	48, // 99: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:output_type -> skiff.sandboxd.v1.UpdateNetworkResponse
+	51, // 100: skiff.sandboxd.v1.SandboxdService.CreateVolume:output_type -> skiff.sandboxd.v1.CreateVolumeResponse
+	53, // 101: skiff.sandboxd.v1.SandboxdService.GetVolume:output_type -> skiff.sandboxd.v1.GetVolumeResponse
+	55, // 102: skiff.sandboxd.v1.SandboxdService.ListVolumes:output_type -> skiff.sandboxd.v1.ListVolumesResponse
+	57, // 103: skiff.sandboxd.v1.SandboxdService.DeleteVolume:output_type -> skiff.sandboxd.v1.DeleteVolumeResponse
+	81, // [81:104] is the sub-list for method output_type
+	58, // [58:81] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_skiff_sandboxd_v1_sandboxd_proto_init() }
@@ -3768,20 +4425,20 @@ func file_skiff_sandboxd_v1_sandboxd_proto_init() {
 		return
 	}
 	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[2].OneofWrappers = []any{}
-	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[7].OneofWrappers = []any{}
-	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[31].OneofWrappers = []any{
+	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[8].OneofWrappers = []any{}
+	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[32].OneofWrappers = []any{
 		(*WatchResponse_Snapshot_)(nil),
 		(*WatchResponse_Change_)(nil),
 		(*WatchResponse_HostChanged_)(nil),
 	}
-	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[44].OneofWrappers = []any{}
+	file_skiff_sandboxd_v1_sandboxd_proto_msgTypes[45].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skiff_sandboxd_v1_sandboxd_proto_rawDesc), len(file_skiff_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -86,6 +86,18 @@ const (
 	// SandboxdServiceUpdateNetworkProcedure is the fully-qualified name of the SandboxdService's
 	// UpdateNetwork RPC.
 	SandboxdServiceUpdateNetworkProcedure = "/skiff.sandboxd.v1.SandboxdService/UpdateNetwork"
+	// SandboxdServiceCreateVolumeProcedure is the fully-qualified name of the SandboxdService's
+	// CreateVolume RPC.
+	SandboxdServiceCreateVolumeProcedure = "/skiff.sandboxd.v1.SandboxdService/CreateVolume"
+	// SandboxdServiceGetVolumeProcedure is the fully-qualified name of the SandboxdService's GetVolume
+	// RPC.
+	SandboxdServiceGetVolumeProcedure = "/skiff.sandboxd.v1.SandboxdService/GetVolume"
+	// SandboxdServiceListVolumesProcedure is the fully-qualified name of the SandboxdService's
+	// ListVolumes RPC.
+	SandboxdServiceListVolumesProcedure = "/skiff.sandboxd.v1.SandboxdService/ListVolumes"
+	// SandboxdServiceDeleteVolumeProcedure is the fully-qualified name of the SandboxdService's
+	// DeleteVolume RPC.
+	SandboxdServiceDeleteVolumeProcedure = "/skiff.sandboxd.v1.SandboxdService/DeleteVolume"
 )
 
 // SandboxdServiceClient is a client for the skiff.sandboxd.v1.SandboxdService service.
@@ -141,6 +153,18 @@ type SandboxdServiceClient interface {
 	// when set. not_found for an unknown or paused sandbox, or another
 	// team's.
 	UpdateNetwork(context.Context, *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error)
+	// CreateVolume makes an empty volume of a team (e2b's POST /volumes):
+	// already_exists when the team has one by that name in this host's
+	// volume store.
+	CreateVolume(context.Context, *connect.Request[v1.CreateVolumeRequest]) (*connect.Response[v1.CreateVolumeResponse], error)
+	// GetVolume returns one of a team's volumes, by ID or name, with what it
+	// uses; not_found when the team has none.
+	GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error)
+	// ListVolumes lists a team's volumes in this host's store, by name.
+	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
+	// DeleteVolume removes a volume and its files; failed_precondition while
+	// a sandbox (running or paused) mounts it.
+	DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error)
 }
 
 // NewSandboxdServiceClient constructs a client for the skiff.sandboxd.v1.SandboxdService service.
@@ -268,6 +292,30 @@ func NewSandboxdServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(sandboxdServiceMethods.ByName("UpdateNetwork")),
 			connect.WithClientOptions(opts...),
 		),
+		createVolume: connect.NewClient[v1.CreateVolumeRequest, v1.CreateVolumeResponse](
+			httpClient,
+			baseURL+SandboxdServiceCreateVolumeProcedure,
+			connect.WithSchema(sandboxdServiceMethods.ByName("CreateVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		getVolume: connect.NewClient[v1.GetVolumeRequest, v1.GetVolumeResponse](
+			httpClient,
+			baseURL+SandboxdServiceGetVolumeProcedure,
+			connect.WithSchema(sandboxdServiceMethods.ByName("GetVolume")),
+			connect.WithClientOptions(opts...),
+		),
+		listVolumes: connect.NewClient[v1.ListVolumesRequest, v1.ListVolumesResponse](
+			httpClient,
+			baseURL+SandboxdServiceListVolumesProcedure,
+			connect.WithSchema(sandboxdServiceMethods.ByName("ListVolumes")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteVolume: connect.NewClient[v1.DeleteVolumeRequest, v1.DeleteVolumeResponse](
+			httpClient,
+			baseURL+SandboxdServiceDeleteVolumeProcedure,
+			connect.WithSchema(sandboxdServiceMethods.ByName("DeleteVolume")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -292,6 +340,10 @@ type sandboxdServiceClient struct {
 	fork           *connect.Client[v1.ForkRequest, v1.ForkResponse]
 	pullSnapshot   *connect.Client[v1.PullSnapshotRequest, v1.PullSnapshotResponse]
 	updateNetwork  *connect.Client[v1.UpdateNetworkRequest, v1.UpdateNetworkResponse]
+	createVolume   *connect.Client[v1.CreateVolumeRequest, v1.CreateVolumeResponse]
+	getVolume      *connect.Client[v1.GetVolumeRequest, v1.GetVolumeResponse]
+	listVolumes    *connect.Client[v1.ListVolumesRequest, v1.ListVolumesResponse]
+	deleteVolume   *connect.Client[v1.DeleteVolumeRequest, v1.DeleteVolumeResponse]
 }
 
 // Create calls skiff.sandboxd.v1.SandboxdService.Create.
@@ -389,6 +441,26 @@ func (c *sandboxdServiceClient) UpdateNetwork(ctx context.Context, req *connect.
 	return c.updateNetwork.CallUnary(ctx, req)
 }
 
+// CreateVolume calls skiff.sandboxd.v1.SandboxdService.CreateVolume.
+func (c *sandboxdServiceClient) CreateVolume(ctx context.Context, req *connect.Request[v1.CreateVolumeRequest]) (*connect.Response[v1.CreateVolumeResponse], error) {
+	return c.createVolume.CallUnary(ctx, req)
+}
+
+// GetVolume calls skiff.sandboxd.v1.SandboxdService.GetVolume.
+func (c *sandboxdServiceClient) GetVolume(ctx context.Context, req *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error) {
+	return c.getVolume.CallUnary(ctx, req)
+}
+
+// ListVolumes calls skiff.sandboxd.v1.SandboxdService.ListVolumes.
+func (c *sandboxdServiceClient) ListVolumes(ctx context.Context, req *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error) {
+	return c.listVolumes.CallUnary(ctx, req)
+}
+
+// DeleteVolume calls skiff.sandboxd.v1.SandboxdService.DeleteVolume.
+func (c *sandboxdServiceClient) DeleteVolume(ctx context.Context, req *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error) {
+	return c.deleteVolume.CallUnary(ctx, req)
+}
+
 // SandboxdServiceHandler is an implementation of the skiff.sandboxd.v1.SandboxdService service.
 type SandboxdServiceHandler interface {
 	// Create starts a sandbox from a template and returns once its envd
@@ -442,6 +514,18 @@ type SandboxdServiceHandler interface {
 	// when set. not_found for an unknown or paused sandbox, or another
 	// team's.
 	UpdateNetwork(context.Context, *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error)
+	// CreateVolume makes an empty volume of a team (e2b's POST /volumes):
+	// already_exists when the team has one by that name in this host's
+	// volume store.
+	CreateVolume(context.Context, *connect.Request[v1.CreateVolumeRequest]) (*connect.Response[v1.CreateVolumeResponse], error)
+	// GetVolume returns one of a team's volumes, by ID or name, with what it
+	// uses; not_found when the team has none.
+	GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error)
+	// ListVolumes lists a team's volumes in this host's store, by name.
+	ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error)
+	// DeleteVolume removes a volume and its files; failed_precondition while
+	// a sandbox (running or paused) mounts it.
+	DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error)
 }
 
 // NewSandboxdServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -565,6 +649,30 @@ func NewSandboxdServiceHandler(svc SandboxdServiceHandler, opts ...connect.Handl
 		connect.WithSchema(sandboxdServiceMethods.ByName("UpdateNetwork")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxdServiceCreateVolumeHandler := connect.NewUnaryHandler(
+		SandboxdServiceCreateVolumeProcedure,
+		svc.CreateVolume,
+		connect.WithSchema(sandboxdServiceMethods.ByName("CreateVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxdServiceGetVolumeHandler := connect.NewUnaryHandler(
+		SandboxdServiceGetVolumeProcedure,
+		svc.GetVolume,
+		connect.WithSchema(sandboxdServiceMethods.ByName("GetVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxdServiceListVolumesHandler := connect.NewUnaryHandler(
+		SandboxdServiceListVolumesProcedure,
+		svc.ListVolumes,
+		connect.WithSchema(sandboxdServiceMethods.ByName("ListVolumes")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxdServiceDeleteVolumeHandler := connect.NewUnaryHandler(
+		SandboxdServiceDeleteVolumeProcedure,
+		svc.DeleteVolume,
+		connect.WithSchema(sandboxdServiceMethods.ByName("DeleteVolume")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/skiff.sandboxd.v1.SandboxdService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxdServiceCreateProcedure:
@@ -605,6 +713,14 @@ func NewSandboxdServiceHandler(svc SandboxdServiceHandler, opts ...connect.Handl
 			sandboxdServicePullSnapshotHandler.ServeHTTP(w, r)
 		case SandboxdServiceUpdateNetworkProcedure:
 			sandboxdServiceUpdateNetworkHandler.ServeHTTP(w, r)
+		case SandboxdServiceCreateVolumeProcedure:
+			sandboxdServiceCreateVolumeHandler.ServeHTTP(w, r)
+		case SandboxdServiceGetVolumeProcedure:
+			sandboxdServiceGetVolumeHandler.ServeHTTP(w, r)
+		case SandboxdServiceListVolumesProcedure:
+			sandboxdServiceListVolumesHandler.ServeHTTP(w, r)
+		case SandboxdServiceDeleteVolumeProcedure:
+			sandboxdServiceDeleteVolumeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -688,4 +804,20 @@ func (UnimplementedSandboxdServiceHandler) PullSnapshot(context.Context, *connec
 
 func (UnimplementedSandboxdServiceHandler) UpdateNetwork(context.Context, *connect.Request[v1.UpdateNetworkRequest]) (*connect.Response[v1.UpdateNetworkResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.UpdateNetwork is not implemented"))
+}
+
+func (UnimplementedSandboxdServiceHandler) CreateVolume(context.Context, *connect.Request[v1.CreateVolumeRequest]) (*connect.Response[v1.CreateVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.CreateVolume is not implemented"))
+}
+
+func (UnimplementedSandboxdServiceHandler) GetVolume(context.Context, *connect.Request[v1.GetVolumeRequest]) (*connect.Response[v1.GetVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.GetVolume is not implemented"))
+}
+
+func (UnimplementedSandboxdServiceHandler) ListVolumes(context.Context, *connect.Request[v1.ListVolumesRequest]) (*connect.Response[v1.ListVolumesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.ListVolumes is not implemented"))
+}
+
+func (UnimplementedSandboxdServiceHandler) DeleteVolume(context.Context, *connect.Request[v1.DeleteVolumeRequest]) (*connect.Response[v1.DeleteVolumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("skiff.sandboxd.v1.SandboxdService.DeleteVolume is not implemented"))
 }

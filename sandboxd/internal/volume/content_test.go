@@ -1,0 +1,203 @@
+package volume
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// content calls the content API on a volume at dir, as the SDK does.
+type content struct {
+	t   *testing.T
+	dir string
+}
+
+func (c content) do(method, kind string, q url.Values, body string) (int, []byte) {
+	c.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	r := httptest.NewRequest(method, "/"+kind+"?"+q.Encode(), rd)
+	w := httptest.NewRecorder()
+	ContentHandler(w, r, c.dir, kind)
+	return w.Code, w.Body.Bytes()
+}
+
+// expect is an answer of status want whose body is an entry.
+type expect struct {
+	content
+	want int
+}
+
+func (c content) at(want int) expect { return expect{c, want} }
+
+func (x expect) entry(status int, b []byte) Entry {
+	c, want := x.content, x.want
+	c.t.Helper()
+	if status != want {
+		c.t.Fatalf("status %d (%s), want %d", status, b, want)
+	}
+	var e Entry
+	if err := json.Unmarshal(b, &e); err != nil {
+		c.t.Fatalf("%s: %v", b, err)
+	}
+	return e
+}
+
+func q(kv ...string) url.Values {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Set(kv[i], kv[i+1])
+	}
+	return v
+}
+
+// errorOf checks an error answer: e2b's {"code": "<status>", "message"}.
+func (c content) errorOf(status int, b []byte, want int, contains string) {
+	c.t.Helper()
+	var e struct{ Code, Message string }
+	if status != want || json.Unmarshal(b, &e) != nil || e.Code != itoa(want) || !strings.Contains(e.Message, contains) {
+		c.t.Errorf("got %d %s, want %d with %q", status, b, want, contains)
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestContent follows e2b's own volume tests (js-sdk tests/volume/
+// file.test.ts) through the handler: write, read, overwrite only with
+// force, owners and modes as given, directories with parents, stat, list
+// to a depth, chmod and chown, recursive remove, and the errors the SDK
+// turns into VolumePathNotFoundError and VolumeError.
+func TestContent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: chown")
+	}
+	c := content{t, t.TempDir()}
+
+	e := c.at(http.StatusCreated).entry(c.do("PUT", "file", q("path", "test.txt"), "Hello, World!"))
+	if e.Name != "test.txt" || e.Type != "file" || e.Path != "/test.txt" || e.Size != 13 || e.Mode != 0o666 || e.UID != 9090 || e.GID != 9090 || e.Mtime.IsZero() {
+		t.Errorf("written: %+v", e)
+	}
+	if st, b := c.do("GET", "file", q("path", "/test.txt"), ""); st != 200 || string(b) != "Hello, World!" {
+		t.Errorf("read: %d %q", st, b)
+	}
+	st, b := c.do("PUT", "file", q("path", "/test.txt", "force", "false"), "again")
+	c.errorOf(st, b, http.StatusConflict, "already exists")
+	c.at(http.StatusCreated).entry(c.do("PUT", "file", q("path", "/test.txt", "force", "true"), "again"))
+	if _, b := c.do("GET", "file", q("path", "/test.txt"), ""); string(b) != "again" {
+		t.Errorf("after the forced write: %q", b)
+	}
+	e = c.at(http.StatusCreated).entry(c.do("PUT", "file", q("path", "/owned.txt", "uid", "1000", "gid", "1000", "mode", "420"), ""))
+	if e.UID != 1000 || e.GID != 1000 || e.Mode != 0o644 || e.Size != 0 {
+		t.Errorf("owned: %+v", e)
+	}
+	if st, b := c.do("GET", "file", q("path", "/owned.txt"), ""); st != 200 || len(b) != 0 {
+		t.Errorf("an empty file: %d %q", st, b)
+	}
+	st, b = c.do("GET", "file", q("path", "/missing.txt"), "")
+	c.errorOf(st, b, http.StatusNotFound, "not found")
+	st, b = c.do("PUT", "file", q("path", "/no/parent.txt"), "x")
+	c.errorOf(st, b, http.StatusNotFound, "not found")
+	st, b = c.do("PUT", "file", q("path", "/test.txt/under"), "x")
+	c.errorOf(st, b, http.StatusBadRequest, "must be a directory")
+
+	// Directories.
+	e = c.at(http.StatusCreated).entry(c.do("POST", "dir", q("path", "/nested/deep/path", "force", "true"), ""))
+	if e.Type != "directory" || e.Path != "/nested/deep/path" || e.Mode != 0o777 {
+		t.Errorf("makeDir with parents: %+v", e)
+	}
+	c.at(http.StatusCreated).entry(c.do("PUT", "file", q("path", "/nested/deep/path/file.txt"), "deep"))
+	c.at(http.StatusCreated).entry(c.do("POST", "dir", q("path", "/nested/deep/path", "force", "true"), ""))
+	st, b = c.do("POST", "dir", q("path", "/nested/deep/path"), "")
+	c.errorOf(st, b, http.StatusConflict, "already exists")
+	st, b = c.do("POST", "dir", q("path", "/a/b"), "")
+	c.errorOf(st, b, http.StatusNotFound, "not found")
+	e = c.at(http.StatusCreated).entry(c.do("POST", "dir", q("path", "/meta", "uid", "1000", "gid", "1000", "mode", "493"), ""))
+	if e.UID != 1000 || e.GID != 1000 || e.Mode != 0o755 {
+		t.Errorf("makeDir with metadata: %+v", e)
+	}
+
+	// Stat, list.
+	if e := c.at(200).entry(c.do("GET", "path", q("path", "/nested"), "")); e.Type != "directory" || e.Name != "nested" {
+		t.Errorf("stat: %+v", e)
+	}
+	st, b = c.do("GET", "path", q("path", "/non-existent.txt"), "")
+	c.errorOf(st, b, http.StatusNotFound, "not found")
+	names := func(depth string) []string {
+		st, b := c.do("GET", "dir", q("path", "/", "depth", depth), "")
+		var es []Entry
+		if st != 200 || json.Unmarshal(b, &es) != nil {
+			t.Fatalf("list: %d %s", st, b)
+		}
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Path)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := names("1"); !slices.Equal(got, []string{"/meta", "/nested", "/owned.txt", "/test.txt"}) {
+		t.Errorf("list /: %v", got)
+	}
+	if got := names("4"); len(got) != 7 || !slices.Contains(got, "/nested/deep/path/file.txt") {
+		t.Errorf("list / to depth 4: %v", got)
+	}
+	st, b = c.do("GET", "dir", q("path", "/", "depth", "11"), "")
+	c.errorOf(st, b, http.StatusBadRequest, "depth must be between 1 and 10")
+	st, b = c.do("GET", "dir", q("path", "/gone"), "")
+	c.errorOf(st, b, http.StatusNotFound, "not found")
+	if st, b := c.do("GET", "dir", q("path", "/meta"), ""); st != 200 || strings.TrimSpace(string(b)) != "[]" {
+		t.Errorf("an empty directory lists as %d %s, want []", st, b)
+	}
+
+	// Chmod, chown.
+	e = c.at(200).entry(c.do("PATCH", "path", q("path", "/test.txt"), `{"uid":1001,"gid":1001,"mode":493}`))
+	if e.UID != 1001 || e.GID != 1001 || e.Mode != 0o755 {
+		t.Errorf("updateMetadata: %+v", e)
+	}
+	st, b = c.do("PATCH", "path", q("path", "/missing"), `{"mode":493}`)
+	c.errorOf(st, b, http.StatusNotFound, "not found")
+
+	// Remove: recursive; not the root.
+	if st, _ := c.do("DELETE", "path", q("path", "/nested"), ""); st != http.StatusNoContent {
+		t.Errorf("remove a directory: %d", st)
+	}
+	st, b = c.do("GET", "path", q("path", "/nested/deep"), "")
+	c.errorOf(st, b, http.StatusNotFound, "not found")
+	st, b = c.do("DELETE", "path", q("path", "/nested"), "")
+	c.errorOf(st, b, http.StatusNotFound, "not found")
+	st, b = c.do("DELETE", "path", q("path", "/"), "")
+	c.errorOf(st, b, http.StatusBadRequest, "cannot delete root")
+
+	// Nothing leaves the volume.
+	outside := filepath.Join(filepath.Dir(c.dir), "outside.txt")
+	_ = os.WriteFile(outside, []byte("secret"), 0o600)
+	if st, b := c.do("GET", "file", q("path", "/../outside.txt"), ""); st == 200 {
+		t.Errorf("read through ..: %s", b)
+	}
+	if err := os.Symlink(outside, filepath.Join(c.dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if st, b := c.do("GET", "file", q("path", "/link"), ""); st == 200 {
+		t.Errorf("read through a symlink out: %s", b)
+	}
+	if e := c.at(200).entry(c.do("GET", "path", q("path", "/link"), "")); e.Type != "symlink" || e.Target != outside {
+		t.Errorf("a symlink's stat: %+v", e)
+	}
+	if st, _ := c.do("PUT", "file", q("path", "/link", "force", "true"), "overwritten"); st == http.StatusCreated {
+		t.Error("a write through a symlink out succeeded")
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "secret" {
+		t.Errorf("the file outside: %q", b)
+	}
+	st, b = c.do("GET", "file", url.Values{}, "")
+	c.errorOf(st, b, http.StatusBadRequest, "path is required")
+}

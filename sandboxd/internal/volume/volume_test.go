@@ -1,0 +1,211 @@
+package volume
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/diskimage"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+)
+
+func openStore(t *testing.T, o Options) *Store {
+	t.Helper()
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	if o.MountDir == "" {
+		o.MountDir = t.TempDir()
+	}
+	if o.Node == "" {
+		o.Node = "node-a"
+	}
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestStore: create, names unique per team, get by ID and name, another
+// team's invisible, list, leases keeping a volume from deletion, delete.
+func TestStore(t *testing.T) {
+	s := openStore(t, Options{})
+	v, err := s.Create("team-a", "work_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ValidID(v.ID) || v.Team != "team-a" || v.Name != "work_1" || v.SizeMiB != 0 {
+		t.Fatalf("Create = %+v", v)
+	}
+	root, err := s.Root(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(root); err != nil || info.Mode().Perm() != 0o777 {
+		t.Fatalf("root %s: %v, %v; want a directory of mode 0777", root, info, err)
+	}
+	if _, err := s.Create("team-a", "work_1"); !errors.Is(err, ErrExists) {
+		t.Errorf("a second volume of the name: %v", err)
+	}
+	if w, err := s.Create("team-b", "work_1"); err != nil || w.ID == v.ID {
+		t.Errorf("another team's volume of the name: %+v, %v", w, err)
+	}
+	for _, bad := range []string{"", "a b", "a/b", "..", strings.Repeat("x", MaxNameBytes+1)} {
+		if _, err := s.Create("team-a", bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("name %q: %v", bad, err)
+		}
+	}
+	if _, err := s.Create("Team A", "x"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a bad team: %v", err)
+	}
+	if got, err := s.Get("team-a", "", "work_1"); err != nil || got.ID != v.ID {
+		t.Errorf("Get by name = %+v, %v", got, err)
+	}
+	if got, err := s.Get("team-a", v.ID, ""); err != nil || got.Name != "work_1" {
+		t.Errorf("Get by ID = %+v, %v", got, err)
+	}
+	if _, err := s.Get("team-b", v.ID, ""); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another team's Get: %v", err)
+	}
+	if _, err := s.Get("team-a", "not-a-uuid", ""); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a bad ID: %v", err)
+	}
+	if vs, _ := s.List("team-a"); len(vs) != 1 || vs[0].ID != v.ID {
+		t.Errorf("List(team-a) = %v", vs)
+	}
+	if vs, _ := s.List(""); len(vs) != 2 {
+		t.Errorf("List() = %v", vs)
+	}
+
+	if err := os.WriteFile(filepath.Join(root, "f"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if used := s.Used(v); used <= 0 {
+		t.Errorf("Used = %d", used)
+	}
+	if err := s.Hold(v, "sbx1"); err != nil {
+		t.Fatal(err)
+	}
+	live := func(l Lease) bool { return l.Sandbox == "sbx1" }
+	if err := s.Delete("team-a", v.ID, live); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "sbx1") {
+		t.Errorf("Delete of a held volume: %v", err)
+	}
+	if own, _ := s.OwnLeases(); len(own[v.ID]) != 1 {
+		t.Errorf("OwnLeases = %v", own)
+	}
+	// A stale lease (its sandbox not live) does not keep it.
+	if err := s.Delete("team-a", v.ID, func(Lease) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get("team-a", v.ID, ""); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after Delete: %v", err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("its files after Delete: %v", err)
+	}
+	if err := s.Delete("team-a", v.ID, live); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a second Delete: %v", err)
+	}
+	// The name is free again.
+	if _, err := s.Create("team-a", "work_1"); err != nil {
+		t.Errorf("the name after Delete: %v", err)
+	}
+}
+
+// A crashed create leaves a record without its name: not a volume, and
+// Open removes it; a shared store waits an hour, as another host may be
+// in the middle of one.
+func TestGCAndSharedStore(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, Options{Dir: dir})
+	orphan := &Volume{Schema: SchemaVersion, ID: newUUID(), Team: "team-a", Name: "lost"}
+	b, _ := json.Marshal(orphan)
+	if err := writeDurable(s.recordPath(orphan.ID), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(s.dataPath(orphan), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if vs, _ := s.List(""); len(vs) != 0 {
+		t.Fatalf("a record without its name is listed: %v", vs)
+	}
+	shared := openStore(t, Options{Dir: dir, Shared: true})
+	if _, err := os.Stat(s.recordPath(orphan.ID)); err != nil {
+		t.Fatalf("a shared store removed a fresh record: %v", err)
+	}
+	if shared.SharedID() == "" || openStore(t, Options{Dir: dir, Shared: true, Node: "node-b"}).SharedID() != shared.SharedID() {
+		t.Errorf("the shared store's ID differs between hosts")
+	}
+	openStore(t, Options{Dir: dir})
+	if _, err := os.Stat(s.recordPath(orphan.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the orphan record after Open: %v", err)
+	}
+	if _, err := os.Stat(s.dataPath(orphan)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the orphan's files after Open: %v", err)
+	}
+	if _, err := Open(Options{Dir: dir, MountDir: t.TempDir(), Shared: true, SizeMiB: 64}); err == nil {
+		t.Error("a shared store of images opened")
+	}
+}
+
+// An image volume: its size enforced (ENOSPC past it), what it uses told
+// by statfs, mounted again after it was unmounted (a reboot), gone with
+// its image on delete.
+func TestImageVolume(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: loop devices and mounts")
+	}
+	if err := diskimage.Check("volumes"); err != nil {
+		t.Skip(err)
+	}
+	s := openStore(t, Options{SizeMiB: 64})
+	v, err := s.Create("team-a", "img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Delete("team-a", v.ID, func(Lease) bool { return false }) })
+	root, err := s.Root(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Errorf("a new volume holds %v (lost+found must stay out of it)", entries)
+	}
+	big := make([]byte, 80<<20)
+	err = os.WriteFile(filepath.Join(root, "big"), big, 0o644)
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Errorf("writing 80 MiB to a 64 MiB volume: %v, want ENOSPC", err)
+	}
+	_ = os.Remove(filepath.Join(root, "big"))
+	if err := os.WriteFile(filepath.Join(root, "kept"), make([]byte, 4<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if used := s.Used(v); used < 4<<20 || used > 40<<20 {
+		t.Errorf("Used = %d, want about 4 MiB and the filesystem's own", used)
+	}
+	// A reboot unmounts it; Root mounts it again, with its files.
+	if err := unix.Unmount(s.mountPath(v.ID), 0); err != nil {
+		t.Fatal(err)
+	}
+	if root, err = s.Root(v); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(filepath.Join(root, "kept")); err != nil || info.Size() != 4<<20 {
+		t.Errorf("after a remount: %v, %v", info, err)
+	}
+	if err := s.Delete("team-a", v.ID, func(Lease) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if sandboxrt.IsMountPoint(s.mountPath(v.ID)) {
+		t.Error("still mounted after Delete")
+	}
+	if _, err := os.Stat(s.imagePath(v.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the image after Delete: %v", err)
+	}
+}
