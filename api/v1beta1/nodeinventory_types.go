@@ -103,6 +103,46 @@ type NodeInventorySpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=1024
 	Snapshots []SnapshotEntry `json:"snapshots,omitempty"`
+
+	// Volumes lists the volumes of this host's own store, of every team,
+	// so that a sandbox that mounts one is placed where it is. A host of
+	// a shared store (SharedVolumeStore) lists none: every host of that
+	// store serves each of its volumes. Atomic, as Sandboxes. A host with
+	// more than 1,024 lists its first 1,024 by ID.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1024
+	Volumes []VolumeEntry `json:"volumes,omitempty"`
+
+	// SharedVolumeStore is the ID of the volume store this host shares
+	// with others (sandboxd --volume-shared, a filesystem every such host
+	// mounts); empty when its volumes are its own.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	SharedVolumeStore string `json:"sharedVolumeStore,omitempty"`
+}
+
+// MaxInventoryVolumes is the most volumes one inventory lists.
+const MaxInventoryVolumes = 1024
+
+// VolumeEntry is one volume a host's own store holds.
+type VolumeEntry struct {
+	// ID is the volume's ID, a UUID.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`
+	ID string `json:"id"`
+
+	// Team is the namespace of the team that owns the volume.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Team string `json:"team"`
+
+	// Name is the volume's name, unique in its team.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=250
+	Name string `json:"name"`
 }
 
 // MaxInventorySnapshots is the most snapshots one inventory lists, so

@@ -35,6 +35,7 @@ func TestLanes(t *testing.T) {
 	t.Run("SDK", l.sdk)
 	t.Run("lists-agree", l.listsAgree)
 	t.Run("snapshots", l.snapshots)
+	t.Run("volumes", l.volumes)
 }
 
 type lanes struct {
@@ -587,7 +588,7 @@ func (l *lanes) sdk(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "sdk.test.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "E2B_PACKAGE=e2b", "E2B_API_URL="+f.replicas[0].api, "E2B_SANDBOX_URL="+f.proxyURL,
+	cmd.Env = append(os.Environ(), "E2B_PACKAGE=e2b", "E2B_API_URL="+f.replicas[0].api, "E2B_VOLUME_API_URL="+f.replicas[0].api, "E2B_SANDBOX_URL="+f.proxyURL,
 		"E2B_API_KEY="+f.key, "SKIFF_API_KEY_B="+f.keyB)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	start := time.Now()

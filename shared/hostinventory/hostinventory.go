@@ -325,6 +325,14 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 		})
 	}
 	slices.SortFunc(spec.Snapshots, func(a, b v1beta1.SnapshotEntry) int { return cmp.Compare(a.ID, b.ID) })
+	spec.SharedVolumeStore = info.GetSharedVolumeStore()
+	if spec.SharedVolumeStore == "" {
+		for _, v := range info.GetVolumes() {
+			spec.Volumes = append(spec.Volumes, v1beta1.VolumeEntry{ID: v.GetId(), Team: v.GetTeam(), Name: v.GetName()})
+		}
+		slices.SortFunc(spec.Volumes, func(a, b v1beta1.VolumeEntry) int { return cmp.Compare(a.ID, b.ID) })
+		spec.Volumes = spec.Volumes[:min(len(spec.Volumes), v1beta1.MaxInventoryVolumes)]
+	}
 	pools := map[string]*v1beta1.PoolSummary{}
 	for _, sb := range sandboxes {
 		e := Entry(sb)

@@ -148,3 +148,36 @@ func TestPullTicket(t *testing.T) {
 		}
 	}
 }
+
+// A volume token opens its volume of its team until it expires, and only
+// with the key it was made with; a changed byte opens nothing.
+func TestVolumeToken(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	key := nodetoken.Shared("token").VolumeKey()
+	if len(key) != 32 {
+		t.Fatalf("a volume key of %d bytes", len(key))
+	}
+	tok := nodetoken.VolumeToken(key, "team-a", "0f3c2f4e-1d2b-4c5a-9e8f-7a6b5c4d3e2f", now.Add(time.Hour))
+	team, vol, err := nodetoken.CheckVolumeToken(key, tok, now)
+	if err != nil || team != "team-a" || vol != "0f3c2f4e-1d2b-4c5a-9e8f-7a6b5c4d3e2f" {
+		t.Fatalf("CheckVolumeToken = %q, %q, %v", team, vol, err)
+	}
+	if _, _, err := nodetoken.CheckVolumeToken(key, tok, now.Add(2*time.Hour)); !errors.Is(err, nodetoken.ErrVolumeToken) {
+		t.Errorf("expired: %v", err)
+	}
+	if _, _, err := nodetoken.CheckVolumeToken(nodetoken.Shared("other").VolumeKey(), tok, now); !errors.Is(err, nodetoken.ErrVolumeToken) {
+		t.Errorf("another key: %v", err)
+	}
+	for i := range tok {
+		bad := []byte(tok)
+		bad[i] ^= 1
+		if _, _, err := nodetoken.CheckVolumeToken(key, string(bad), now); err == nil {
+			t.Fatalf("byte %d changed still opens", i)
+		}
+	}
+	for _, bad := range []string{"", "skv1.", "skv1.a.b.c", "x." + tok} {
+		if _, _, err := nodetoken.CheckVolumeToken(key, bad, now); !errors.Is(err, nodetoken.ErrVolumeToken) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

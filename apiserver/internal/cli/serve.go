@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,6 +237,7 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		SandboxDomain: o.sandboxDomain,
 		MaxTimeout:    o.maxTimeout,
 		Logger:        log,
+		VolumeKey:     tokens.VolumeKey(),
 	})
 	limiter := auth.NewRateLimiter(o.createRate, o.createBurst)
 	route := routeOf(api)
@@ -267,6 +269,12 @@ func notHealth(r *http.Request) bool { return r.URL.Path != "/health" }
 func withHealth(api, authed http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			api.ServeHTTP(w, r)
+			return
+		}
+		// e2b's volume content routes take the volume's token, which the
+		// API checks, not an API key.
+		if strings.HasPrefix(r.URL.Path, "/volumecontent/") {
 			api.ServeHTTP(w, r)
 			return
 		}

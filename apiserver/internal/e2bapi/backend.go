@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"time"
 )
 
@@ -67,6 +69,21 @@ type Backend interface {
 	// new connections follow them when it returns. A paused sandbox is
 	// ErrNotFound, as in e2b.
 	UpdateNetwork(ctx context.Context, team, id string, u NetworkUpdate) error
+	// CreateVolume makes an empty volume of team (its name checked);
+	// ErrVolumeExists when the team has one by that name.
+	CreateVolume(ctx context.Context, team, name string) (*Volume, error)
+	// Volumes returns team's volumes, in any order.
+	Volumes(ctx context.Context, team string) ([]Volume, error)
+	// Volume returns team's volume id with what it holds; ErrNotFound.
+	Volume(ctx context.Context, team, id string) (*Volume, error)
+	// DeleteVolume deletes team's volume id and its files; ErrNotFound,
+	// or ErrConflict while a sandbox (running or paused) mounts it.
+	DeleteVolume(ctx context.Context, team, id string) error
+	// ServeVolumeContent answers a request of e2b's volume content API
+	// (kind: dir, path or file) for team's volume id, whose token the
+	// caller holds, from a host that serves it; it writes e2b's content
+	// errors itself.
+	ServeVolumeContent(w http.ResponseWriter, r *http.Request, team, id, kind string)
 }
 
 // NetworkUpdate is a sandbox's new outbound rules (e2b's PUT
@@ -133,6 +150,8 @@ type Sandbox struct {
 	AllowOut, DenyOut []string
 	// MaskRequestHost is e2b's network.maskRequestHost, or empty.
 	MaskRequestHost string
+	// VolumeMounts are the volumes it mounts.
+	VolumeMounts []VolumeMount
 }
 
 // CreateParams is a validated create request.
@@ -165,8 +184,11 @@ type CreateParams struct {
 	// for the sandbox's ports but envd's reach it with ("${PORT}" is the
 	// port).
 	MaskRequestHost string
-	Metadata        map[string]string
-	EnvVars         map[string]string
+	// VolumeMounts are e2b's volumeMounts (paths checked; names for the
+	// backend to find among the team's volumes).
+	VolumeMounts []VolumeMount
+	Metadata     map[string]string
+	EnvVars      map[string]string
 	// Snapshot, when set, is the snapshot to start from (TemplateID is then
 	// its ID).
 	Snapshot *Snapshot
@@ -234,6 +256,36 @@ var (
 	// off, and not yet stale) → 503 sandbox_host_unavailable, retryable.
 	ErrUnavailable = errors.New("the sandbox's host does not answer")
 )
+
+// VolumeHostError is a failure that comes from where volumes live: the
+// host of a volume does not answer (Err wraps ErrUnavailable), or a create
+// pinned to the hosts of the volumes it mounts finds no room there (Err
+// wraps ErrCapacity) → 503 with a message naming the volumes and hosts.
+type VolumeHostError struct {
+	Volumes []string // names, or IDs when only the ID is known
+	Hosts   []string
+	Err     error
+}
+
+func (e *VolumeHostError) Error() string {
+	return fmt.Sprintf("%s: %v", e.Message(), e.Err)
+}
+
+func (e *VolumeHostError) Unwrap() error { return e.Err }
+
+// Message is the text the caller sees.
+func (e *VolumeHostError) Message() string {
+	noun, verb := "volume", "lives"
+	if len(e.Volumes) > 1 {
+		noun, verb = "volumes", "live"
+	}
+	vols := fmt.Sprintf("%s '%s'", noun, strings.Join(e.Volumes, "', '"))
+	hosts := strings.Join(e.Hosts, ", ")
+	if errors.Is(e.Err, ErrCapacity) {
+		return fmt.Sprintf("the sandbox mounts %s that %s on %s, which has no room for it now (or does not hold its template); retry later", vols, verb, hosts)
+	}
+	return fmt.Sprintf("%s %s on %s, which is not answering; retry later", vols, verb, hosts)
+}
 
 // ConflictError is an ErrConflict whose Reason is shown to the caller as
 // it is → 409.

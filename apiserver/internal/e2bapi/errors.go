@@ -58,7 +58,15 @@ func echo(s string) string {
 // sandbox answers exactly like a missing one.
 func (s *server) writeBackendError(w http.ResponseWriter, r *http.Request, err error, subject string) {
 	var inv *InvalidError
+	var vh *VolumeHostError
 	switch {
+	case errors.As(err, &vh):
+		s.log.WarnContext(r.Context(), "volume host", "error", err)
+		code := codeHostUnavailable
+		if errors.Is(err, ErrCapacity) {
+			code = codeCapacity
+		}
+		writeError(w, http.StatusServiceUnavailable, code, "%s", vh.Message())
 	case errors.As(err, &inv):
 		writeError(w, http.StatusBadRequest, "", "%s", inv.Error())
 	case errors.Is(err, ErrNotFound):

@@ -53,7 +53,12 @@ type fakeBackend struct {
 
 	// snapshots by ID; lastFork is the count of the last Fork.
 	snapshots map[string]*Snapshot
-	lastFork  int
+	// volumes by ID, with their teams; mounted holds the IDs a sandbox
+	// mounts.
+	volumes    map[string]*fakeVolume
+	mounted    map[string]bool
+	nextVolume int
+	lastFork   int
 	// lastReboot is the reboot flag of the last Connect.
 	lastReboot bool
 }
@@ -71,6 +76,8 @@ func newFakeBackend() *fakeBackend {
 		logs:      map[string][]LogEntry{},
 		calls:     map[string]int{},
 		snapshots: map[string]*Snapshot{},
+		volumes:   map[string]*fakeVolume{},
+		mounted:   map[string]bool{},
 		templates: []Template{
 			{ID: "base", Aliases: []string{"base-alias"}, Version: "v1", CPUMilli: 2000, MemoryMB: 512, DiskMB: 1024, EnvdVersion: "0.6.13", CreatedAt: t0.Add(-time.Hour)},
 			{ID: "python", Version: "v3", CPUMilli: 500, MemoryMB: 1024, DiskMB: 2048, EnvdVersion: "0.6.13", CreatedAt: t0.Add(-2 * time.Hour), UpdatedAt: t0},
@@ -428,9 +435,13 @@ func newTestServer(t testing.TB) (*fakeBackend, http.Handler) {
 		Backend: f,
 		Team:    testTeam,
 		Logger:  discard,
+		// Any key: the tests make tokens with it (testVolumeKey).
+		VolumeKey: testVolumeKey,
 	})
 	return f, h
 }
+
+var testVolumeKey = []byte("0123456789abcdef0123456789abcdef")
 
 // do sends one request as key (none when empty).
 func do(t testing.TB, h http.Handler, method, target, body, key string) *httptest.ResponseRecorder {
@@ -591,4 +602,74 @@ func decodeList(t testing.TB, rec *httptest.ResponseRecorder) []wireListed {
 	var out []wireListed
 	strictDecode(t, rec.Body.Bytes(), &out)
 	return out
+}
+
+type fakeVolume struct {
+	team string
+	v    Volume
+}
+
+func (f *fakeBackend) CreateVolume(_ context.Context, team, name string) (*Volume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["CreateVolume"]++
+	for _, fv := range f.volumes {
+		if fv.team == team && fv.v.Name == name {
+			return nil, fmt.Errorf("create volume %s: %w", name, ErrVolumeExists)
+		}
+	}
+	f.nextVolume++
+	id := fmt.Sprintf("00000000-0000-4000-8000-%012d", f.nextVolume)
+	f.volumes[id] = &fakeVolume{team: team, v: Volume{ID: id, Name: name, SizeBytes: 10 << 30, UsedBytes: -1}}
+	v := f.volumes[id].v
+	return &v, nil
+}
+
+func (f *fakeBackend) Volumes(_ context.Context, team string) ([]Volume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["Volumes"]++
+	var out []Volume
+	for _, fv := range f.volumes {
+		if fv.team == team {
+			out = append(out, fv.v)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeBackend) Volume(_ context.Context, team, id string) (*Volume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["Volume"]++
+	fv, ok := f.volumes[id]
+	if !ok || fv.team != team {
+		return nil, fmt.Errorf("volume %s: %w", id, ErrNotFound)
+	}
+	v := fv.v
+	v.UsedBytes = 4096
+	return &v, nil
+}
+
+func (f *fakeBackend) DeleteVolume(_ context.Context, team, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["DeleteVolume"]++
+	fv, ok := f.volumes[id]
+	if !ok || fv.team != team {
+		return fmt.Errorf("volume %s: %w", id, ErrNotFound)
+	}
+	if f.mounted[id] {
+		return &ConflictError{Reason: "the volume is mounted by sandbox x"}
+	}
+	delete(f.volumes, id)
+	return nil
+}
+
+// ServeVolumeContent answers with what it was asked, for the routing tests.
+func (f *fakeBackend) ServeVolumeContent(w http.ResponseWriter, r *http.Request, team, id, kind string) {
+	f.mu.Lock()
+	f.calls["ServeVolumeContent"]++
+	f.mu.Unlock()
+	fmt.Fprintf(w, "%s %s %s %s %s", r.Method, team, id, kind, r.URL.Query().Get("path"))
 }

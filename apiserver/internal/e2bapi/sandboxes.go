@@ -79,10 +79,11 @@ func (s *server) createParams(b *newSandboxBody, v2 bool) (CreateParams, string,
 	if err := b.Network.check(); err != nil {
 		return p, "", err
 	}
-	switch {
-	case len(b.VolumeMounts) > 0:
-		return p, "", unsupported("volumeMounts (volumes)")
-	case len(b.MCP) > 0:
+	mounts, err := checkVolumeMounts(b.VolumeMounts)
+	if err != nil {
+		return p, "", err
+	}
+	if len(b.MCP) > 0 {
 		return p, "", unsupported("mcp (the MCP gateway)")
 	}
 	p = CreateParams{
@@ -95,6 +96,7 @@ func (s *server) createParams(b *newSandboxBody, v2 bool) (CreateParams, string,
 		AllowPublicTraffic:  b.Network.publicTraffic(),
 		Metadata:            b.Metadata,
 		EnvVars:             b.EnvVars,
+		VolumeMounts:        mounts,
 	}
 	if n := b.Network; n != nil {
 		p.AllowOut, p.DenyOut = n.AllowOut, n.DenyOut

@@ -136,7 +136,6 @@ func TestCreateInvalid(t *testing.T) {
 		{"volumeMounts not an array", `{"templateID":"base","volumeMounts":{}}`, 400, "volumeMounts"},
 		{"too large", `{"templateID":"base","envVars":{"A":"` + strings.Repeat("x", maxBodyBytes) + `"}}`, 413, "body"},
 
-		{"volumes", `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`, 501, "volumeMounts"},
 		{"mcp", `{"templateID":"base","mcp":{"exa":{}}}`, 501, "mcp"},
 		// e2b's checks and words (infra's validateNetworkConfig).
 		{"a domain in denyOut", `{"templateID":"base","network":{"denyOut":["example.com"]}}`, 400, "invalid denied CIDR example.com"},
@@ -191,6 +190,8 @@ func TestBackendErrors(t *testing.T) {
 		{fmt.Errorf("get sandbox on node host-b: %w: dial tcp 10.0.0.9:27777: connection refused", ErrUnavailable), 503, codeHostUnavailable},
 		{Invalid("envVars", "too many"), 400, ""},
 		{errors.New("dial sandboxd: connection refused"), 500, codeInternal},
+		{&VolumeHostError{Volumes: []string{"work"}, Hosts: []string{"host-b"}, Err: fmt.Errorf("%w: dial tcp 10.0.0.9:27777: connection refused", ErrUnavailable)}, 503, codeHostUnavailable},
+		{&VolumeHostError{Volumes: []string{"a", "b"}, Hosts: []string{"host-a"}, Err: fmt.Errorf("no node fits 2 CPUs: %w", ErrCapacity)}, 503, codeCapacity},
 	} {
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			f, h := newTestServer(t)
@@ -198,6 +199,13 @@ func TestBackendErrors(t *testing.T) {
 			e := wantError(t, do(t, h, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`, keyA), tc.status)
 			if e.ErrorCode != tc.errorCode {
 				t.Errorf("error_code = %q, want %q", e.ErrorCode, tc.errorCode)
+			}
+			// A volume's host is named, with the volume, and nothing else.
+			if vh := new(VolumeHostError); errors.As(tc.err, &vh) {
+				if e.Message != vh.Message() || !strings.Contains(e.Message, vh.Hosts[0]) || !strings.Contains(e.Message, "'"+vh.Volumes[0]+"'") {
+					t.Errorf("message = %q, want one naming the volumes and hosts", e.Message)
+				}
+				return
 			}
 			if tc.status >= 500 && tc.status != 501 && strings.Contains(e.Message, tc.err.Error()) {
 				t.Errorf("%d leaks the backend's error: %q", tc.status, e.Message)

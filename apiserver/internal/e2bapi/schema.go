@@ -238,7 +238,7 @@ func (s *server) detailJSON(sb *Sandbox) sandboxDetailJSON {
 		Metadata:            nonNilMap(sb.Metadata),
 		State:               sb.State,
 		Lifecycle:           lifecycleJSON{AutoResume: sb.AutoResume, OnTimeout: onTimeout},
-		VolumeMounts:        []volumeMountJSON{},
+		VolumeMounts:        volumeMountsJSON(sb.VolumeMounts),
 	}
 	if sb.AllowPublicTraffic != nil || sb.AllowOut != nil || sb.DenyOut != nil || sb.MaskRequestHost != "" {
 		out.Network = &networkJSON{AllowPublicTraffic: sb.AllowPublicTraffic == nil || *sb.AllowPublicTraffic,
@@ -261,7 +261,7 @@ func (s *server) listedJSON(sb *Sandbox) listedSandboxJSON {
 		Metadata:     nonNilMap(sb.Metadata),
 		State:        sb.State,
 		EnvdVersion:  sb.EnvdVersion,
-		VolumeMounts: []volumeMountJSON{},
+		VolumeMounts: volumeMountsJSON(sb.VolumeMounts),
 	}
 }
 

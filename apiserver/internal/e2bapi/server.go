@@ -26,6 +26,9 @@ type Config struct {
 	MaxTimeout time.Duration
 	// Logger logs backend failures; nil means slog.Default().
 	Logger *slog.Logger
+	// VolumeKey signs the volume tokens (nodetoken.VolumeKey), which every
+	// replica must share; nil answers the volume routes 501.
+	VolumeKey []byte
 }
 
 // DefaultMaxTimeout matches sandboxd's --max-timeout default and e2b's Pro
@@ -57,6 +60,7 @@ type server struct {
 	maxTimeout time.Duration
 	log        *slog.Logger
 	mux        *http.ServeMux
+	volumeKey  []byte
 }
 
 // New returns the e2b REST API as an http.Handler. It panics if Backend or
@@ -71,6 +75,7 @@ func New(cfg Config) http.Handler {
 		maxTimeout: cfg.MaxTimeout,
 		log:        cfg.Logger,
 		mux:        http.NewServeMux(),
+		volumeKey:  cfg.VolumeKey,
 	}
 	if cfg.SandboxDomain != "" {
 		d := cfg.SandboxDomain
@@ -139,6 +144,13 @@ func (s *server) routes() {
 	// one pattern serves both.
 	m.HandleFunc("GET /templates/{templateID}/{sub}", s.authed(s.templateSub))
 
+	if s.volumeKey != nil {
+		s.volumeRoutes()
+	} else {
+		for _, u := range volumeRoutesUnsupported {
+			m.HandleFunc(u.Pattern, s.authed(notImplemented(u)))
+		}
+	}
 	for _, u := range unsupportedRoutes {
 		if u.Pattern != templateTagsPattern {
 			m.HandleFunc(u.Pattern, s.authed(notImplemented(u)))

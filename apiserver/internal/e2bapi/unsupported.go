@@ -28,11 +28,6 @@ var unsupportedRoutes = []unsupportedRoute{
 	{"DELETE /templates/tags", "template tags"},
 	{templateTagsPattern, "template tags"},
 
-	{"GET /volumes", "volumes"},
-	{"POST /volumes", "volumes"},
-	{"GET /volumes/{volumeID}", "volumes"},
-	{"DELETE /volumes/{volumeID}", "volumes"},
-
 	{"GET /teams", "teams (a team is a Kubernetes namespace)"},
 	{"GET /teams/{teamID}/metrics", "team metrics"},
 	{"GET /teams/{teamID}/metrics/max", "team metrics"},
@@ -42,6 +37,15 @@ var unsupportedRoutes = []unsupportedRoute{
 	{"DELETE /api-keys/{apiKeyID}", "managing API keys over e2b's API (keys are Secrets)"},
 	{"POST /access-tokens", "access tokens"},
 	{"DELETE /access-tokens/{accessTokenID}", "access tokens"},
+}
+
+// volumeRoutesUnsupported answer 501 when the server has no key to sign
+// volume tokens with (Config.VolumeKey).
+var volumeRoutesUnsupported = []unsupportedRoute{
+	{"GET /volumes", "volumes (this apiserver has no node token to sign volume tokens with)"},
+	{"POST /volumes", "volumes (this apiserver has no node token to sign volume tokens with)"},
+	{"GET /volumes/{volumeID}", "volumes (this apiserver has no node token to sign volume tokens with)"},
+	{"DELETE /volumes/{volumeID}", "volumes (this apiserver has no node token to sign volume tokens with)"},
 }
 
 // templateTagsPattern is served by templateSub (see routes).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -56,8 +58,12 @@ func (b *Backend) place(ctx context.Context, team string, p e2bapi.CreateParams)
 
 // placeOn is place; it also returns the node.
 func (b *Backend) placeOn(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, string, bool, error) {
+	allowed, err := b.volumeNodes(ctx, team, p)
+	if err != nil {
+		return nil, "", false, err
+	}
 	if p.Snapshot != nil {
-		sb, node, err := b.createFromSnapshot(ctx, team, p)
+		sb, node, err := b.createFromSnapshot(ctx, team, p, allowed)
 		return sb, node, false, err
 	}
 	var out *e2bapi.Sandbox
@@ -82,16 +88,32 @@ func (b *Backend) placeOn(ctx context.Context, team string, p e2bapi.CreateParam
 		return nil, "", false, err
 	}
 	req := placement.Request{Template: p.TemplateID, CPUMilli: res.CPUMilli, MemoryMiB: res.MemoryMiB}
+	if allowed != nil {
+		req.Exclude = func(node string) bool { return !allowed[node] }
+	}
 	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) error {
 		sb, err := b.create(ctx, team, p, n, res)
 		out = sb
 		return err
 	})
 	if err != nil {
-		return nil, "", false, createError(ctx, err)
+		return nil, "", false, volumeHostError(createError(ctx, err), p, allowed)
 	}
 	b.remember(out.ID, team, node, out)
 	return out, node, false, nil
+}
+
+// volumeHostError says, for a create pinned to the hosts of its volumes
+// (allowed) that found no room, which volumes and hosts those were.
+func volumeHostError(err error, p e2bapi.CreateParams, allowed map[string]bool) error {
+	if allowed == nil || !errors.Is(err, e2bapi.ErrCapacity) {
+		return err
+	}
+	var names []string
+	for _, m := range p.VolumeMounts {
+		names = append(names, m.Name)
+	}
+	return &e2bapi.VolumeHostError{Volumes: names, Hosts: slices.Sorted(maps.Keys(allowed)), Err: err}
 }
 
 // claim claims candidate c for team. A candidate its node cannot own (an
@@ -191,7 +213,16 @@ func createRequest(team string, p e2bapi.CreateParams) *sandboxdv1.CreateRequest
 		AllowPublicTraffic:  p.AllowPublicTraffic,
 		Egress:              egressOf(p),
 		MaskRequestHost:     p.MaskRequestHost,
+		VolumeMounts:        volumeMountsOf(p),
 	}
+}
+
+func volumeMountsOf(p e2bapi.CreateParams) []*sandboxdv1.VolumeMount {
+	var out []*sandboxdv1.VolumeMount
+	for _, m := range p.VolumeMounts {
+		out = append(out, &sandboxdv1.VolumeMount{Name: m.Name, Path: m.Path})
+	}
+	return out
 }
 
 // created converts a host's answer to a create or claim. A sandbox started

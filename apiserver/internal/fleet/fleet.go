@@ -103,6 +103,8 @@ type Backend struct {
 	// unreachable holds the hosts that did not answer, with when that was
 	// last logged; guarded by mu.
 	unreachable map[string]time.Time
+	// seen is where each volume was last found (volumes.go).
+	seen volumeSeen
 }
 
 var (

@@ -44,7 +44,7 @@ func egressOf(p e2bapi.CreateParams) *sandboxdv1.Egress {
 }
 
 // restricted reports whether p asks for anything a warm sandbox, made with
-// the internet and without rules, does not have.
+// the internet, without rules and without volumes, does not have.
 func restricted(p e2bapi.CreateParams) bool {
-	return (p.AllowInternetAccess != nil && !*p.AllowInternetAccess) || egressOf(p) != nil || p.MaskRequestHost != ""
+	return (p.AllowInternetAccess != nil && !*p.AllowInternetAccess) || egressOf(p) != nil || p.MaskRequestHost != "" || len(p.VolumeMounts) > 0
 }

@@ -300,6 +300,9 @@ func toSandbox(node string, sb *sandboxdv1.Sandbox, tok tokens) *e2bapi.Sandbox 
 		out.AllowOut, out.DenyOut = e.GetAllowOut(), e.GetDenyOut()
 	}
 	out.MaskRequestHost = sb.GetMaskRequestHost()
+	for _, m := range sb.GetVolumeMounts() {
+		out.VolumeMounts = append(out.VolumeMounts, e2bapi.VolumeMount{Name: m.GetName(), Path: m.GetPath()})
+	}
 	return out
 }
 

@@ -212,10 +212,13 @@ func (b *Backend) nodeClient(ctx context.Context, node string) (sandboxdv1connec
 // none answers, a host with room and the snapshot's template version pulls
 // it from a holder that answers, and starts it. It returns the sandbox's
 // node.
-func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, string, error) {
+func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.CreateParams, allowed map[string]bool) (*e2bapi.Sandbox, string, error) {
 	s := p.Snapshot
 	var last error
 	for _, node := range s.Nodes {
+		if allowed != nil && !allowed[node] {
+			continue // not where the sandbox's volumes are
+		}
 		sb, err := b.createFromSnapshotOn(ctx, team, p, node)
 		if err == nil {
 			return sb, node, nil
@@ -231,7 +234,7 @@ func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.
 	var out *e2bapi.Sandbox
 	res := Defaults{CPUMilli: s.CPUMilli, MemoryMiB: s.MemoryMiB}
 	req := placement.Request{Template: s.Template, Version: s.TemplateVersion, CPUMilli: res.CPUMilli, MemoryMiB: res.MemoryMiB,
-		Exclude: func(node string) bool { return slices.Contains(s.Nodes, node) }}
+		Exclude: func(node string) bool { return slices.Contains(s.Nodes, node) || allowed != nil && !allowed[node] }}
 	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) error {
 		if err := b.pullTo(ctx, team, s, n); err != nil {
 			return err
@@ -250,7 +253,7 @@ func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.
 		if errors.Is(err, placement.ErrNoCapacity) && last != nil {
 			return nil, "", fmt.Errorf("%w (and no other host could take it: %w)", last, err)
 		}
-		return nil, "", createError(ctx, err)
+		return nil, "", volumeHostError(createError(ctx, err), p, allowed)
 	}
 	return out, node, nil
 }
