@@ -182,3 +182,63 @@ func testVolumes(t *testing.T, h *host) {
 }
 
 func durationpbMinute() *durationpb.Duration { return durationpb.New(time.Minute) }
+
+// TestVolumeAcrossHostReboot: a volume's image is mounted again after a
+// reboot of the host; its files are there through the content API and in
+// a new sandbox, and in the paused sandbox that mounted it once resumed.
+// The lease of a sandbox the reboot ended goes; the paused one's holds
+// until it is killed.
+func TestVolumeAcrossHostReboot(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, "--volume-size", "64")
+	created, err := h.api.CreateVolume(ctx, connect.NewRequest(&sandboxdv1.CreateVolumeRequest{Team: "team-a", Name: "keep"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := created.Msg.GetVolume()
+	mount := func(r *sandboxdv1.CreateRequest) {
+		r.VolumeMounts = []*sandboxdv1.VolumeMount{{Name: "keep", Path: "/vol"}}
+	}
+	paused, running := h.create(mount), h.create(mount)
+	pID, pTok := paused.GetSandbox().GetId(), paused.GetEnvdAccessToken()
+	h.mustRun(pID, pTok, "root", "echo kept > /vol/f && mkdir /vol/d && sync")
+	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: pID})); err != nil {
+		t.Fatal(err)
+	}
+
+	h.simulateReboot(t)
+
+	if _, err := h.api.Get(ctx, connect.NewRequest(&sandboxdv1.GetRequest{SandboxId: running.GetSandbox().GetId()})); code(err) != connect.CodeNotFound {
+		t.Errorf("the running sandbox after the reboot: %v", err)
+	}
+	if st, body := h.volumeContent(t, "GET", vol.GetId(), "file", url.Values{"path": {"/f"}}, ""); st != http.StatusOK || body != "kept\n" {
+		t.Errorf("its file through the content API after the reboot: %d %q", st, body)
+	}
+	c := h.create(mount)
+	cID := c.GetSandbox().GetId()
+	if got := h.mustRun(cID, c.GetEnvdAccessToken(), "root", "cat /vol/f && ls /vol"); got.Stdout != "kept\nd\nf\n" {
+		t.Errorf("a new sandbox after the reboot: %+v", got)
+	}
+	if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: cID})); err != nil {
+		t.Fatal(err)
+	}
+	del := func() error {
+		_, err := h.api.DeleteVolume(ctx, connect.NewRequest(&sandboxdv1.DeleteVolumeRequest{Team: "team-a", VolumeId: vol.GetId()}))
+		return err
+	}
+	if err := del(); code(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), pID) || strings.Contains(err.Error(), running.GetSandbox().GetId()) {
+		t.Errorf("delete with only the paused sandbox holding it: %v", err)
+	}
+	if _, err := h.api.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: pID})); err != nil {
+		t.Fatalf("resume after the reboot: %v\n%s", err, h.logTail())
+	}
+	if got := h.mustRun(pID, pTok, "root", "cat /vol/f"); got.Stdout != "kept\n" {
+		t.Errorf("the resumed sandbox's volume: %+v", got)
+	}
+	if _, err := h.api.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: pID})); err != nil {
+		t.Fatal(err)
+	}
+	if err := del(); err != nil {
+		t.Errorf("delete once no sandbox holds it: %v", err)
+	}
+}
