@@ -34,6 +34,7 @@ Point an e2b SDK at it (team-a; team-b's key: %s):
 
   export E2B_API_URL=%s
   export E2B_SANDBOX_URL=%s
+  export E2B_VOLUME_API_URL=%s
   export E2B_API_KEY=%s
 
 and watch it from Kubernetes:
@@ -43,7 +44,7 @@ and watch it from Kubernetes:
 
 Logs: %s. Ctrl-C stops everything and removes what the fleet made.`,
 		hostA, f.hosts[hostA].ns.Addr, hostB, f.hosts[hostB].ns.Addr, f.replicas[0].api, f.replicas[1].api, f.proxyURL, f.keyB,
-		f.replicas[0].api, f.proxyURL, f.key, f.kc, kubectl, f.logs)
+		f.replicas[0].api, f.proxyURL, f.replicas[0].api, f.key, f.kc, kubectl, f.logs)
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	for {

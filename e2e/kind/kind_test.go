@@ -536,7 +536,7 @@ func (c *cluster) sdk(t *testing.T) {
 	dir := filepath.Join(charttest.Repo(t), "e2e", "sdk")
 	cmd := exec.CommandContext(t.Context(), "node", "--test", "--test-concurrency=1", "sdk.test.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+c.api, "E2B_SANDBOX_URL="+c.proxy, "E2B_API_KEY="+c.key, "SKIFF_API_KEY_B="+c.apiKey(teamB))
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+c.api, "E2B_VOLUME_API_URL="+c.api, "E2B_SANDBOX_URL="+c.proxy, "E2B_API_KEY="+c.key, "SKIFF_API_KEY_B="+c.apiKey(teamB))
 	out, err := cmd.CombinedOutput()
 	lineOK(t, err == nil, "the e2b SDK suite against the cluster: %s", errOr(err, "passed"))
 	if err != nil {

@@ -7,6 +7,7 @@
 //   SKIFF_API_KEY_B                             a key of a second team
 //   E2B_PACKAGE                                 "e2b" (2.51.0), "e2b-2.50.0", "e2b-2.45.0" or "e2b-2.13.1"
 //   SKIFF_RUNTIME                               sandboxd's runtime: "native" (the default) or "gvisor"
+//   E2B_VOLUME_API_URL                          where the SDK's Volume reaches volume content (E2B_API_URL)
 //   SKIFF_WEB1, SKIFF_WEB2                      two web servers sandboxes may reach (shared/testing/egresstest:
 //                                               HTTP on 80, TLS on 443, allowed.test and *.wild.test resolving
 //                                               to the first, other.test to the second); without them the
@@ -20,10 +21,11 @@ import { createHash, randomBytes } from 'node:crypto'
 import http from 'node:http'
 
 const pkg = process.env.E2B_PACKAGE || 'e2b'
-const { Sandbox, CommandExitError, ALL_TRAFFIC = '0.0.0.0/0' } = await import(pkg)
+const { Sandbox, CommandExitError, ALL_TRAFFIC = '0.0.0.0/0', Volume, VolumeNotFoundError, VolumePathNotFoundError } = await import(pkg)
 // Domain mode: the SDK names everything under E2B_DOMAIN, over TLS.
 const domainMode = !process.env.E2B_SANDBOX_URL
-for (const v of domainMode ? ['E2B_DOMAIN', 'E2B_API_KEY', 'SKIFF_API_KEY_B'] : ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY', 'SKIFF_API_KEY_B']) {
+// Without E2B_VOLUME_API_URL the SDK's Volume would call https://api.e2b.app.
+for (const v of domainMode ? ['E2B_DOMAIN', 'E2B_API_KEY', 'SKIFF_API_KEY_B'] : ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_VOLUME_API_URL', 'E2B_API_KEY', 'SKIFF_API_KEY_B']) {
   if (!process.env[v]) throw new Error(`set ${v}`)
 }
 // 2.13.x is here for one thing: its /files calls carry no routing headers.
@@ -565,4 +567,64 @@ http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()
   assert.match(headers, /^Host: custom-host\.example\.com:8080$/m)
   assert.match(headers, new RegExp(`^X-Forwarded-Host: ${host.replace(/\./g, '\\.')}`, 'm'))
   assert.equal((await Sandbox.getInfo(sbx.sandboxId)).network?.maskRequestHost, 'custom-host.example.com:${PORT}')
+})
+
+test(`${pkg}: volumes: made, written and read without a sandbox, shared by two sandboxes, kept, deleted`, { skip: !Volume && 'volumes came after 2.13' }, async () => {
+  const name = `vol-${run}-${pkg.replace(/[^a-z0-9]/g, '')}`
+  const vol = await Volume.create(name)
+  try {
+    assert.match(vol.volumeId, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/)
+    assert.equal(vol.name, name)
+    await assert.rejects(Volume.create(name), /already exists/)
+    await assert.rejects(Volume.create('not a name!'), /Invalid volume name/)
+    assert.ok((await Volume.list()).some((v) => v.volumeId === vol.volumeId && v.name === name))
+    assert.equal((await Volume.getInfo(vol.volumeId)).name, name)
+    // Another team sees none of it.
+    await assert.rejects(Volume.getInfo(vol.volumeId, { apiKey: keyB }), VolumeNotFoundError)
+    assert.ok(!(await Volume.list({ apiKey: keyB })).some((v) => v.volumeId === vol.volumeId))
+
+    // Its content, with no sandbox running.
+    const dir = await vol.makeDir('/data')
+    assert.equal(dir.type, 'directory')
+    const file = await vol.writeFile('/data/hello.txt', 'hello from the API')
+    assert.equal(file.type, 'file')
+    assert.equal(file.size, 18)
+    assert.equal(await vol.readFile('/data/hello.txt'), 'hello from the API')
+    assert.deepEqual((await vol.list('/data')).map((e) => e.name), ['hello.txt'])
+    assert.equal(await vol.exists('/data/hello.txt'), true)
+    assert.equal(await vol.exists('/data/missing.txt'), false)
+    await assert.rejects(vol.readFile('/data/missing.txt'), VolumePathNotFoundError)
+    assert.equal((await vol.updateMetadata('/data/hello.txt', { mode: 0o644 })).mode & 0o777, 0o644)
+    await vol.writeFile('/data/gone.txt', 'x')
+    await vol.remove('/data/gone.txt')
+    assert.equal(await vol.exists('/data/gone.txt'), false)
+    // A token of another volume opens nothing here.
+    const other = new Volume(vol.volumeId, name, 'skv1.not.a.valid.token')
+    await assert.rejects(other.readFile('/data/hello.txt'))
+
+    // Two sandboxes mount it, by the Volume and by its name; user writes.
+    const a = await create({ volumeMounts: { '/mnt/vol': vol } })
+    const b = await create({ volumeMounts: { '/home/user/work': name } })
+    assert.equal((await a.commands.run('cat /mnt/vol/data/hello.txt')).stdout, 'hello from the API')
+    await a.commands.run('echo "from a" > /mnt/vol/from-a.txt && mkdir -p /mnt/vol/deep/er')
+    assert.equal((await b.commands.run('cat /home/user/work/from-a.txt && stat -c %U /home/user/work/from-a.txt')).stdout, 'from a\nuser\n')
+    assert.equal(await vol.readFile('/from-a.txt'), 'from a\n')
+    assert.deepEqual((await Sandbox.getInfo(a.sandboxId)).volumeMounts, [{ name, path: '/mnt/vol' }])
+    // Not deleted while mounted.
+    await assert.rejects(Volume.destroy(vol.volumeId), /mounted/)
+    // An unknown volume is refused at create, in e2b's words.
+    await assert.rejects(create({ volumeMounts: { '/mnt/x': `missing-${run}` } }), /volume mount #0: volume 'missing-[0-9a-f]+' not found/)
+
+    // The data outlives the sandboxes.
+    await a.kill()
+    await b.kill()
+    const c = await create({ volumeMounts: { '/mnt/again': name } })
+    assert.equal((await c.commands.run('cat /mnt/again/from-a.txt && ls /mnt/again/deep')).stdout, 'from a\ner\n')
+    await c.kill()
+  } finally {
+    for (const id of made.splice(0)) await Sandbox.kill(id).catch(() => {})
+    assert.equal(await Volume.destroy(vol.volumeId), true)
+  }
+  assert.equal(await Volume.destroy(vol.volumeId), false)
+  await assert.rejects(Volume.getInfo(vol.volumeId), VolumeNotFoundError)
 })

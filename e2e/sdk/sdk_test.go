@@ -26,7 +26,8 @@ func world(t *testing.T) (sandboxdArgs, env []string) {
 }
 
 // packages are the SDK versions under test (package.json's names); E2E_SDKS
-// (space-separated) narrows them.
+// (space-separated) narrows them, and E2E_SDK_TESTS (node's
+// --test-name-pattern) the cases.
 var packages = []string{"e2b", "e2b-2.50.0", "e2b-2.45.0", "e2b-2.13.1"}
 
 func TestSDK(t *testing.T) {
@@ -47,10 +48,15 @@ func TestSDK(t *testing.T) {
 	}
 	for _, pkg := range want {
 		t.Run(pkg, func(t *testing.T) {
-			cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "sdk.test.mjs")
+			args := []string{"--test", "--test-concurrency=1"}
+			if p := os.Getenv("E2E_SDK_TESTS"); p != "" {
+				args = append(args, "--test-name-pattern="+p)
+			}
+			cmd := exec.CommandContext(ctx, "node", append(args, "sdk.test.mjs")...)
 			cmd.Env = append(append(os.Environ(), env...),
 				"E2B_PACKAGE="+pkg,
 				"E2B_API_URL="+sys.APIURL,
+				"E2B_VOLUME_API_URL="+sys.APIURL,
 				"E2B_SANDBOX_URL="+sys.SandboxURL,
 				"E2B_API_KEY="+sys.Keys["team-a"],
 				"SKIFF_API_KEY_B="+sys.Keys["team-b"],
@@ -86,7 +92,7 @@ func TestSDKDomain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1",
-		"--test-name-pattern=create, run as user|files write|presigned|a user port|private traffic|autoResume wakes|a snapshot starts|fork gives", "sdk.test.mjs")
+		"--test-name-pattern=create, run as user|files write|presigned|a user port|private traffic|autoResume wakes|a snapshot starts|fork gives|volumes", "sdk.test.mjs")
 	for _, e := range os.Environ() {
 		if !strings.HasPrefix(e, "E2B_") {
 			cmd.Env = append(cmd.Env, e)
@@ -127,10 +133,11 @@ func TestSDKGvisor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1",
-		"--test-name-pattern=create, run as user|snapshot|fork|keepMemory|allowOut|updateNetwork", "sdk.test.mjs")
+		"--test-name-pattern=create, run as user|snapshot|fork|keepMemory|allowOut|updateNetwork|volumes", "sdk.test.mjs")
 	cmd.Env = append(append(os.Environ(), env...),
 		"E2B_PACKAGE=e2b", "SKIFF_RUNTIME=gvisor",
 		"E2B_API_URL="+sys.APIURL,
+		"E2B_VOLUME_API_URL="+sys.APIURL,
 		"E2B_SANDBOX_URL="+sys.SandboxURL,
 		"E2B_API_KEY="+sys.Keys["team-a"],
 		"SKIFF_API_KEY_B="+sys.Keys["team-b"],

@@ -53,7 +53,7 @@ Skiff is up: sandboxd, sandbox-apiserver and sandbox-envd-proxy on this machine 
 served as https://api.%s and https://*.%s with a certificate of a local CA.
 Point an unmodified e2b SDK at it (NODE_EXTRA_CA_CERTS for JS, SSL_CERT_FILE for Python):
 
-unset E2B_API_URL E2B_SANDBOX_URL
+unset E2B_API_URL E2B_SANDBOX_URL E2B_VOLUME_API_URL
 export E2B_DOMAIN=%s
 export E2B_API_KEY=%s
 export NODE_EXTRA_CA_CERTS=%s
@@ -68,11 +68,12 @@ Point an unmodified e2b SDK at it:
 
 export E2B_API_URL=%s
 export E2B_SANDBOX_URL=%s
+export E2B_VOLUME_API_URL=%s
 export E2B_API_KEY=%s
 
 Ctrl-C kills the sandboxes and stops it all; a server that dies before is restarted.
 (Presigned file URLs and getHost need names: make up UP_FLAGS=--domain=skiff.localhost.)
-`, sys.LogDir(), sys.APIURL, sys.SandboxURL, sys.Keys["default"])
+`, sys.LogDir(), sys.APIURL, sys.SandboxURL, sys.APIURL, sys.Keys["default"])
 	}
 
 	code := 0
