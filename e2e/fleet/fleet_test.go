@@ -75,6 +75,9 @@ type config struct {
 	// lease is the warm-pool Lease's duration (renew deadline and retry
 	// period follow from it).
 	lease time.Duration
+	// sharedVolumes, if set, is a folder both hosts keep their volumes in,
+	// as a shared store (sandboxd --volume-shared).
+	sharedVolumes string
 }
 
 // configFromEnv reads SKIFF_FLEET_INTERVAL and SKIFF_FLEET_WINDOW.
@@ -275,7 +278,11 @@ func (f *fleet) freshnessFlags() []string {
 func (f *fleet) newHost(name string, subnet, index int, token string) *host {
 	t := f.t
 	ns := hosttest.NewNetns(t, name[len(name)-1:]+"fleet", subnet, index)
-	h := hosttest.NewHost(t, hosttest.Options{Name: "f" + name[len(name)-1:], NodeName: name, Token: token, Netns: ns, LogDir: f.logs})
+	var extra []string
+	if f.cfg.sharedVolumes != "" {
+		extra = []string{"--volume-dir", f.cfg.sharedVolumes, "--volume-shared", "--volume-size", "0"}
+	}
+	h := hosttest.NewHost(t, hosttest.Options{Name: "f" + name[len(name)-1:], NodeName: name, Token: token, Netns: ns, LogDir: f.logs, SandboxdArgs: extra})
 	// vk-sandbox reaches the control plane at the same address as from
 	// here, 127.0.0.1:<port>, through a relay inside the namespace.
 	u, err := url.Parse(f.env.Config.Host)

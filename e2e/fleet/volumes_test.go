@@ -100,6 +100,12 @@ func (l *lanes) volumes(t *testing.T) {
 	code, content := f.volumeFile(r1, vol.VolumeID, vol.Token, "/shared.txt")
 	lineOK(t, code == http.StatusOK && content == "written in one sandbox", "the content API reads it through the other replica: %d %q", code, content)
 
+	code, body = f.call(r1, http.MethodGet, "/volumes/"+vol.VolumeID, nil)
+	var info struct{ SizeBytes, UsedBytes int64 }
+	_ = json.Unmarshal(body, &info)
+	lineOK(t, code == http.StatusOK && info.SizeBytes == 10240<<20 && info.UsedBytes > 0 && info.UsedBytes < info.SizeBytes,
+		"its size and what it uses, through the other replica: %d %s", code, body)
+
 	code, body = f.call(r1, http.MethodDelete, "/volumes/"+vol.VolumeID, nil)
 	lineOK(t, code == http.StatusConflict, "delete while mounted: %d %s", code, body)
 
@@ -135,4 +141,97 @@ func (l *lanes) volumes(t *testing.T) {
 	deleted = code == http.StatusNoContent
 	code, body = f.call(r0, http.MethodGet, "/volumes", nil)
 	lineOK(t, code == http.StatusOK && string(body) == "[]\n", "then the team has no volume: %d %s", code, body)
+}
+
+// TestSharedVolumes: both hosts keep their volumes in one shared store (a
+// folder both mount, as an NFS export would be): they publish the same
+// store and no volumes of their own, sandboxes that mount a volume go to
+// either host and see each other's writes, and with one host dead the
+// volume is still mounted, read and written through the other.
+func TestSharedVolumes(t *testing.T) {
+	cfg := configFromEnv(t)
+	cfg.sharedVolumes = t.TempDir()
+	f := newFleet(t, cfg)
+	l := &lanes{f: f}
+	r0, r1 := f.replicas[0], f.replicas[1]
+	code, body := f.call(r0, http.MethodPost, "/volumes", map[string]any{"name": "shared-vol"})
+	if code != http.StatusCreated {
+		t.Fatalf("create volume: %d %s", code, body)
+	}
+	var vol struct{ VolumeID, Token string }
+	if err := json.Unmarshal(body, &vol); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(3*f.cfg.interval, "both hosts to publish the shared store", func() string {
+		a, b := f.inventory(hostA), f.inventory(hostB)
+		switch {
+		case a == nil || b == nil:
+			return "no inventory yet"
+		case a.Spec.SharedVolumeStore == "" || a.Spec.SharedVolumeStore != b.Spec.SharedVolumeStore:
+			return fmt.Sprintf("stores %q and %q", a.Spec.SharedVolumeStore, b.Spec.SharedVolumeStore)
+		case len(a.Spec.Volumes)+len(b.Spec.Volumes) != 0:
+			return fmt.Sprintf("they list volumes: %v %v", a.Spec.Volumes, b.Spec.Volumes)
+		}
+		return ""
+	})
+	code, body = f.call(r1, http.MethodPost, "/volumes", map[string]any{"name": "shared-vol"})
+	lineOK(t, code == http.StatusBadRequest && strings.Contains(string(body), "already exists"), "the name is taken in the store, through the other replica: %d %s", code, body)
+
+	// Creates until one sandbox is on each host.
+	on := map[string][2]string{} // node → id, token
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			f.call(r0, http.MethodDelete, "/sandboxes/"+id, nil)
+		}
+	}()
+	for i := 0; len(on) < 2; i++ {
+		if i == 12 {
+			t.Fatalf("12 creates mounting the volume all went to %v", on)
+		}
+		code, id, node, tok, body := f.createMounting(f.replicas[i%2], "shared-vol")
+		if code != http.StatusCreated {
+			t.Fatalf("create mounting the volume: %d %s", code, body)
+		}
+		ids = append(ids, id)
+		if _, ok := on[node]; !ok {
+			on[node] = [2]string{id, tok}
+		}
+	}
+	a, b := on[hostA], on[hostB]
+	if _, err := f.file(a[0], a[1], "/home/user/vol/from-a.txt", []byte("written on "+hostA)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.file(b[0], b[1], "/home/user/vol/from-a.txt", nil)
+	lineOK(t, err == nil && got == "written on "+hostA, "a sandbox on %s reads what one on %s wrote: %q %v", hostB, hostA, got, err)
+
+	// One host dead: the other serves the volume.
+	l.killHost(hostB)
+	f.eventually(f.cfg.window+3*f.cfg.interval, hostB+" to leave the fleet", func() string {
+		listed, err := f.e2bList(r0)
+		if err != nil {
+			return err.Error()
+		}
+		if listed[b[0]] {
+			return "its sandbox is still listed"
+		}
+		return ""
+	})
+	code, id, node, tok, body := f.createMounting(r1, "shared-vol")
+	lineOK(t, code == http.StatusCreated && node == hostA, "with %s dead, a create mounting the volume: %d on %q %s", hostB, code, node, body)
+	if code == http.StatusCreated {
+		ids = append(ids, id)
+		got, err = f.file(id, tok, "/home/user/vol/from-a.txt", nil)
+		lineOK(t, err == nil && got == "written on "+hostA, "and it reads the volume: %q %v", got, err)
+	}
+	code, content := f.volumeFile(r0, vol.VolumeID, vol.Token, "/from-a.txt")
+	lineOK(t, code == http.StatusOK && content == "written on "+hostA, "the content API reads it with %s dead: %d %q", hostB, code, content)
+	l.restartHost(t, hostB)
+
+	for _, id := range ids {
+		f.call(r0, http.MethodDelete, "/sandboxes/"+id, nil)
+	}
+	ids = nil
+	code, body = f.call(r1, http.MethodDelete, "/volumes/"+vol.VolumeID, nil)
+	lineOK(t, code == http.StatusNoContent, "delete once no sandbox mounts it: %d %s", code, body)
 }

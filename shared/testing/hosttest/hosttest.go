@@ -58,6 +58,8 @@ type Options struct {
 	// <NodeName>-sandboxd.log, and stays after the test; else
 	// Dir/sandboxd.log.
 	LogDir string
+	// SandboxdArgs are more flags of sandboxd serve.
+	SandboxdArgs []string
 }
 
 // Host is one sandbox host of a test.
@@ -150,6 +152,7 @@ func NewHost(t testing.TB, o Options) *Host {
 		"--nft-table", nftTable, "--iface-prefix", o.Name[:1] + suffix, "--cgroup-parent", cgroup, "--node-name", o.NodeName,
 		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4), "--uid-base", fmt.Sprint(UIDBase()),
 		"--overcommit", fmt.Sprint(o.Overcommit)}
+	args = append(args, o.SandboxdArgs...)
 	if o.Netns != nil {
 		bin, args = o.Netns.Command(bin, args...)
 	}
