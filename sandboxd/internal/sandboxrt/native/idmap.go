@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +40,13 @@ func newUserns(base uint32) (_ *os.File, err error) {
 	if !hasOwnerHelper {
 		return nil, errors.New("user namespace for a sandbox: sandboxd was built without cgo")
 	}
+	// The helper's Pdeathsig fires when the thread that started it ends,
+	// not the process. Unlocked, this goroutine leaves its thread while it
+	// waits on the pipe, and a goroutine that locks a thread and exits
+	// locked (a namespace switch: native.go, bootid.go, package network)
+	// may take it and end it, killing the helper before it says anything.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	stdin, release, err := os.Pipe()
 	if err != nil {
 		return nil, err
