@@ -90,6 +90,9 @@ func classify(op, p string, err error) error {
 		return &contentError{http.StatusBadRequest, fmt.Sprintf("failed to %s: a component of the path is a file, but must be a directory", op)}
 	case errors.Is(err, syscall.EISDIR):
 		return &contentError{http.StatusConflict, fmt.Sprintf("failed to %s: %q is a directory", op, p)}
+	case errors.Is(err, syscall.ENXIO):
+		// A FIFO without a reader, opened to write without blocking.
+		return &contentError{http.StatusBadRequest, fmt.Sprintf("failed to %s: %q is not a regular file or a directory", op, p)}
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return &contentError{http.StatusInsufficientStorage, fmt.Sprintf("failed to %s: the volume is full", op)}
 	}
@@ -138,10 +141,33 @@ func entryOf(p string, info fs.FileInfo) *Entry {
 	return e
 }
 
+// openRegular opens p for I/O only if it is a regular file or a
+// directory: opened without blocking (a FIFO a sandbox made would hold the
+// call forever) and without following a last symlink, then checked.
+func openRegular(root *os.Root, p string, flags int, mode os.FileMode) (*os.File, error) {
+	f, err := root.OpenFile(rel(p), flags|unix.O_NOFOLLOW|unix.O_NONBLOCK, mode)
+	if err != nil {
+		return nil, err
+	}
+	info, err := f.Stat()
+	if err == nil && !info.Mode().IsRegular() && !info.IsDir() {
+		err = &contentError{http.StatusBadRequest, fmt.Sprintf("%q is not a regular file or a directory", p)}
+	}
+	if err == nil {
+		// Back to blocking I/O for the copy (a regular file never blocks).
+		err = unix.SetNonblock(int(f.Fd()), false)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
 // list is the entries under dir, to depth levels, in preorder, dir itself
 // left out.
 func list(root *os.Root, dir string, depth int) ([]*Entry, error) {
-	f, err := root.Open(rel(dir))
+	f, err := openRegular(root, dir, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -252,10 +278,11 @@ func writeFile(root *os.Root, p string, body io.Reader, o owner, force bool) (*E
 		}
 		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 	}
-	f, err := root.OpenFile(rel(p), flags|unix.O_NOFOLLOW, o.mode)
+	f, err := openRegular(root, p, flags, o.mode)
 	if err != nil {
 		return nil, err
 	}
+	created := flags&os.O_EXCL != 0
 	_, err = io.Copy(f, body)
 	if err == nil {
 		err = f.Sync()
@@ -264,6 +291,11 @@ func writeFile(root *os.Root, p string, body io.Reader, o owner, force bool) (*E
 		err = cerr
 	}
 	if err != nil {
+		// A new file cut short (the client went, the volume is full) is
+		// not left half there; an overwrite is, as after any failed write.
+		if created {
+			_ = root.Remove(rel(p))
+		}
 		return nil, err
 	}
 	if err := own(root, p, o); err != nil {
@@ -425,7 +457,7 @@ func ownerOf(q map[string][]string) (owner, bool, error) {
 }
 
 func readFile(w http.ResponseWriter, root *os.Root, p string) {
-	f, err := root.OpenFile(rel(p), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	f, err := openRegular(root, p, os.O_RDONLY, 0)
 	if err != nil {
 		writeContentError(w, classify("read", p, err))
 		return
@@ -463,6 +495,12 @@ func writeContentJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// WriteContentError writes e2b's content error shape, {"code": "<status>",
+// "message": msg}.
+func WriteContentError(w http.ResponseWriter, status int, msg string) {
+	writeContentError(w, &contentError{status, msg})
 }
 
 // writeContentError answers err in e2b's content error shape.

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // content calls the content API on a volume at dir, as the SDK does.
@@ -200,4 +204,52 @@ func TestContent(t *testing.T) {
 	}
 	st, b = c.do("GET", "file", url.Values{}, "")
 	c.errorOf(st, b, http.StatusBadRequest, "path is required")
+}
+
+// failingBody gives some bytes, then fails, as a client that goes away.
+type failingBody struct{ n int }
+
+func (f *failingBody) Read(p []byte) (int, error) {
+	if f.n > 0 {
+		n := min(len(p), f.n)
+		f.n -= n
+		return n, nil
+	}
+	return 0, errors.New("client went away")
+}
+
+// TestContentSpecialFiles: a FIFO (which a sandbox may make in its volume)
+// is refused at once, never opened for I/O that would wait on a peer; a
+// new file whose upload fails is not left half written.
+func TestContentSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	c := content{t, dir}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st, b := c.do("GET", "file", q("path", "/fifo"), "")
+		c.errorOf(st, b, http.StatusBadRequest, "not a regular file")
+		st, b = c.do("PUT", "file", q("path", "/fifo", "force", "true"), "x")
+		c.errorOf(st, b, http.StatusBadRequest, "not a regular file")
+		st, b = c.do("GET", "dir", q("path", "/fifo"), "")
+		c.errorOf(st, b, http.StatusBadRequest, "not a regular file")
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the content API waits on a FIFO")
+	}
+
+	r := httptest.NewRequest(http.MethodPut, "/file?"+q("path", "/partial.bin").Encode(), &failingBody{n: 4096})
+	w := httptest.NewRecorder()
+	ContentHandler(w, r, dir, "file")
+	if w.Code < 400 {
+		t.Errorf("an upload cut short: %d %s", w.Code, w.Body)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "partial.bin")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the half-written file is left: %v", err)
+	}
 }

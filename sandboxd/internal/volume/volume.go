@@ -33,12 +33,14 @@
 package volume
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -107,6 +109,8 @@ type Options struct {
 	SizeMiB int64
 	// Shared says Dir is shared by hosts.
 	Shared bool
+	// Log gets what the store keeps despite an error; nil: slog's default.
+	Log *slog.Logger
 }
 
 // imageFormat is a volume's ext4: with a journal (a volume outlives host
@@ -588,11 +592,59 @@ func (s *Store) gc() error {
 		if json.Unmarshal(b, &v) != nil || v.Schema > SchemaVersion {
 			continue // not ours to judge
 		}
-		if owner, err := s.nameOwner(v.Team, v.Name); err == nil && owner == v.ID {
+		// Only a name that is gone, or another volume's, makes the record
+		// a leftover: any other error reading it (EIO, ESTALE on a shared
+		// filesystem) says nothing, and the volume stays.
+		owner, err := s.nameOwner(v.Team, v.Name)
+		switch {
+		case err == nil && owner == v.ID:
+			continue
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			cmp.Or(s.opts.Log, slog.Default()).Warn("cannot read a volume's name; keeping it", "volume", v.ID, "error", err)
 			continue
 		}
 		if err := s.removeFiles(&v); err != nil {
 			return fmt.Errorf("remove what a crashed create or delete left of volume %s: %w", v.ID, err)
+		}
+	}
+	return s.sweepFiles()
+}
+
+// sweepFiles removes the files of creates cut short before their record
+// was written: an image (and its mount) or a data folder whose volume has
+// no record. On a shared store, only those an hour old (another host may
+// be making one now).
+func (s *Store) sweepFiles() error {
+	for _, kind := range []struct{ dir, suffix string }{{"images", ".img"}, {"data", ""}} {
+		entries, err := os.ReadDir(filepath.Join(s.opts.Dir, kind.dir))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			id, ok := strings.CutSuffix(e.Name(), kind.suffix)
+			if !ok || !ValidID(id) || s.exists(id) {
+				continue
+			}
+			if info, err := e.Info(); err != nil || (s.opts.Shared && time.Since(info.ModTime()) < time.Hour) {
+				continue
+			}
+			if kind.suffix != "" {
+				mnt := s.mountPath(id)
+				if sandboxrt.IsMountPoint(mnt) {
+					if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+						return fmt.Errorf("unmount what a crashed create left of volume %s: %w", id, err)
+					}
+				}
+				if err := removeIfThere(mnt); err != nil {
+					return err
+				}
+			}
+			if err := os.RemoveAll(filepath.Join(s.opts.Dir, kind.dir, e.Name())); err != nil {
+				return fmt.Errorf("remove what a crashed create left of volume %s: %w", id, err)
+			}
 		}
 	}
 	return nil

@@ -142,7 +142,15 @@ func TestGCAndSharedStore(t *testing.T) {
 	if shared.SharedID() == "" || openStore(t, Options{Dir: dir, Shared: true, Node: "node-b"}).SharedID() != shared.SharedID() {
 		t.Errorf("the shared store's ID differs between hosts")
 	}
+	// A create cut short before its record: its folder alone.
+	early := &Volume{ID: newUUID()}
+	if err := os.Mkdir(s.dataPath(early), 0o777); err != nil {
+		t.Fatal(err)
+	}
 	openStore(t, Options{Dir: dir})
+	if _, err := os.Stat(s.dataPath(early)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the folder of a create without a record after Open: %v", err)
+	}
 	if _, err := os.Stat(s.recordPath(orphan.ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the orphan record after Open: %v", err)
 	}
