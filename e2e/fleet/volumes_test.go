@@ -197,6 +197,9 @@ func TestSharedVolumes(t *testing.T) {
 		if _, ok := on[node]; !ok {
 			on[node] = [2]string{id, tok}
 		}
+		// Placement weighs what the inventories say: let the host publish
+		// its new sandbox before the next create.
+		time.Sleep(f.cfg.interval + 500*time.Millisecond)
 	}
 	a, b := on[hostA], on[hostB]
 	if _, err := f.file(a[0], a[1], "/home/user/vol/from-a.txt", []byte("written on "+hostA)); err != nil {

@@ -214,7 +214,7 @@ func checkVolumeMounts(ms []volumeMountJSON) ([]VolumeMount, error) {
 			why = "path must be absolute"
 		case path.Clean(p) != p:
 			why = "path must not contain any '.' or '..' components"
-		case p == "/" || under(p, "/proc") || under(p, "/sys") || under(p, "/dev"):
+		case p == "/" || under(p, "/proc") || under(p, "/sys") || under(p, "/dev") || under("/usr/bin/envd", p):
 			why = fmt.Sprintf("path %s would hide what the sandbox runs on", p)
 		case seen[p]:
 			why = fmt.Sprintf("path '%s' is already used", p)

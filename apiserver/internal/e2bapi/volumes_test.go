@@ -117,8 +117,9 @@ func TestCreateWithVolumeMounts(t *testing.T) {
 	if got := f.lastCreate.VolumeMounts; !slices.Equal(got, []VolumeMount{{"data", "/home/user/data"}, {"data", "/mnt/b"}}) {
 		t.Errorf("mounts = %v", got)
 	}
-	e := wantError(t, do(t, h, http.MethodPost, "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"name":"a","path":"rel"},{"name":"b","path":"/x/../y"},{"name":"c","path":"/m"},{"name":"d","path":"/m"},{"name":"e","path":""}]}`, keyA), 400)
-	want := "invalid mounts:\n\t- volume mount #0: path must be absolute\n\t- volume mount #1: path must not contain any '.' or '..' components\n\t- volume mount #3: path '/m' is already used\n\t- volume mount #4: path cannot be empty"
+	e := wantError(t, do(t, h, http.MethodPost, "/v2/sandboxes", `{"templateID":"base","volumeMounts":[{"name":"a","path":"rel"},{"name":"b","path":"/x/../y"},{"name":"c","path":"/m"},{"name":"d","path":"/m"},{"name":"e","path":""},{"name":"f","path":"/usr/bin"},{"name":"g","path":"/proc/x"}]}`, keyA), 400)
+	want := "invalid mounts:\n\t- volume mount #0: path must be absolute\n\t- volume mount #1: path must not contain any '.' or '..' components\n\t- volume mount #3: path '/m' is already used\n\t- volume mount #4: path cannot be empty" +
+		"\n\t- volume mount #5: path /usr/bin would hide what the sandbox runs on\n\t- volume mount #6: path /proc/x would hide what the sandbox runs on"
 	if e.Message != want {
 		t.Errorf("message = %q, want %q", e.Message, want)
 	}

@@ -59,7 +59,8 @@ func (s *volumeSeen) node(team, name string) string {
 }
 
 // findVolume finds team's volume by ID, or by name when id is empty.
-func (b *Backend) findVolume(ctx context.Context, team, id, name string) (*volumeRef, error) {
+// usage asks the host to measure what the volume holds.
+func (b *Backend) findVolume(ctx context.Context, team, id, name string, usage bool) (*volumeRef, error) {
 	nodes, err := b.src.ListNodes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("find volume: list nodes: %w", err)
@@ -90,13 +91,19 @@ func (b *Backend) findVolume(ctx context.Context, team, id, name string) (*volum
 	ask := func(group []v1beta1.NodeInventory) (*volumeRef, error) {
 		var unreachable error
 		for _, n := range group {
-			resp, err := b.clients(n.Name, n.Spec.Endpoint).GetVolume(ctx, connect.NewRequest(&sandboxdv1.GetVolumeRequest{Team: team, VolumeId: id, Name: name}))
+			resp, err := b.clients(n.Name, n.Spec.Endpoint).GetVolume(ctx, connect.NewRequest(&sandboxdv1.GetVolumeRequest{Team: team, VolumeId: id, Name: name, Usage: usage}))
 			switch {
 			case err == nil:
 				v := resp.Msg.GetVolume()
+				// The host that answered first: content and deletes go
+				// to nodes[0].
 				holders := []v1beta1.NodeInventory{n}
 				if n.Spec.SharedVolumeStore != "" {
-					holders = stores[n.Spec.SharedVolumeStore]
+					for _, o := range stores[n.Spec.SharedVolumeStore] {
+						if o.Name != n.Name {
+							holders = append(holders, o)
+						}
+					}
 				}
 				b.seen.note(team, v.GetName(), n.Name)
 				return &volumeRef{vol: v, nodes: holders}, nil
@@ -198,7 +205,7 @@ func (b *Backend) CreateVolume(ctx context.Context, team, name string) (*e2bapi.
 	if len(shared) > 0 {
 		nodes = shared
 	} else {
-		switch _, err := b.findVolume(ctx, team, "", name); {
+		switch _, err := b.findVolume(ctx, team, "", name, false); {
 		case err == nil:
 			return nil, fmt.Errorf("create volume %q: %w", name, e2bapi.ErrVolumeExists)
 		case !errors.Is(err, e2bapi.ErrNotFound):
@@ -268,7 +275,7 @@ func (b *Backend) Volumes(ctx context.Context, team string) ([]e2bapi.Volume, er
 
 // Volume returns team's volume with what it holds.
 func (b *Backend) Volume(ctx context.Context, team, id string) (*e2bapi.Volume, error) {
-	ref, err := b.findVolume(ctx, team, id, "")
+	ref, err := b.findVolume(ctx, team, id, "", true)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +286,7 @@ func (b *Backend) Volume(ctx context.Context, team, id string) (*e2bapi.Volume, 
 // the fresh nodes: a sandbox of a gone node (a shared store) does not keep
 // it.
 func (b *Backend) DeleteVolume(ctx context.Context, team, id string) error {
-	ref, err := b.findVolume(ctx, team, id, "")
+	ref, err := b.findVolume(ctx, team, id, "", false)
 	if err != nil {
 		return err
 	}
@@ -310,7 +317,7 @@ func (b *Backend) ServeVolumeContent(w http.ResponseWriter, r *http.Request, tea
 		e2bapi.WriteContentError(w, http.StatusNotImplemented, "this apiserver holds no node tokens to reach the volume's host with")
 		return
 	}
-	ref, err := b.findVolume(r.Context(), team, id, "")
+	ref, err := b.findVolume(r.Context(), team, id, "", false)
 	switch {
 	case errors.Is(err, e2bapi.ErrNotFound):
 		e2bapi.WriteContentError(w, http.StatusNotFound, "volume not found")
@@ -361,7 +368,7 @@ func (b *Backend) volumeNodes(ctx context.Context, team string, p e2bapi.CreateP
 	var faults []string
 	where := map[string]string{}
 	for i, m := range p.VolumeMounts {
-		ref, err := b.findVolume(ctx, team, "", m.Name)
+		ref, err := b.findVolume(ctx, team, "", m.Name, false)
 		if errors.Is(err, e2bapi.ErrNotFound) {
 			faults = append(faults, fmt.Sprintf("volume mount #%d: volume '%s' not found", i, m.Name))
 			continue

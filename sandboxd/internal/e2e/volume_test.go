@@ -116,7 +116,7 @@ func testVolumes(t *testing.T, h *host) {
 	if got, _ := h.run(aID, aTok, "user", "dd if=/dev/zero of=/home/user/vol/big bs=1M count=100 2>&1; rm -f /home/user/vol/big"); !strings.Contains(got.Stdout, "No space left") {
 		t.Errorf("100 MiB into a 64 MiB volume: %+v", got)
 	}
-	got, err := h.api.GetVolume(ctx, connect.NewRequest(&sandboxdv1.GetVolumeRequest{Team: "team-a", Name: "work"}))
+	got, err := h.api.GetVolume(ctx, connect.NewRequest(&sandboxdv1.GetVolumeRequest{Team: "team-a", Name: "work", Usage: true}))
 	if err != nil || got.Msg.GetVolume().GetUsedBytes() <= 0 || got.Msg.GetVolume().GetUsedBytes() > 64<<20 {
 		t.Errorf("GetVolume: %v, %v", got, err)
 	}
@@ -173,7 +173,7 @@ func testVolumes(t *testing.T, h *host) {
 		t.Errorf("after delete: %v", err)
 	}
 	// Mounts of what the team lacks, and bad paths, are refused.
-	for _, m := range []*sandboxdv1.VolumeMount{{Name: "work", Path: "/home/user/vol"}, {Name: "x", Path: "relative"}, {Name: "x", Path: "/proc/x"}} {
+	for _, m := range []*sandboxdv1.VolumeMount{{Name: "work", Path: "/home/user/vol"}, {Name: "x", Path: "relative"}, {Name: "x", Path: "/proc/x"}, {Name: "x", Path: "/usr/bin"}} {
 		_, err := h.api.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{Template: h.template, Team: "team-a", Timeout: durationpbMinute(), VolumeMounts: []*sandboxdv1.VolumeMount{m}}))
 		if code(err) != connect.CodeInvalidArgument {
 			t.Errorf("mount %v: %v", m, err)

@@ -219,7 +219,7 @@ func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token
 	tookNet, step := time.Since(step), time.Now()
 
 	if len(l.rec.VolumeMounts) > 0 {
-		if l.volumes, err = s.holdVolumes(id, l.rec.Team, l.rec.VolumeMounts); err != nil {
+		if l.volumes, err = s.holdVolumes(id, l.rec.Team, l.rec.VolumeMounts, true); err != nil {
 			return nil, "", fmt.Errorf("mount volumes: %w", err)
 		}
 		l.undo = append(l.undo, func(ctx context.Context) { s.releaseVolumes(ctx, id, l.rec.VolumeMounts) })

@@ -37,14 +37,18 @@ func (s *Service) Info(_ context.Context, _ *connect.Request[pb.InfoRequest]) (*
 		}
 	}
 	if s.volumes != nil {
-		vs, err := s.volumes.List("")
-		if err != nil {
-			return nil, volumeError(err)
-		}
-		for _, v := range vs {
-			resp.Volumes = append(resp.Volumes, toVolume(v, -1))
-		}
+		// A shared store's volumes are every host's: none is listed. A
+		// store that cannot be read leaves the volumes out, not the host.
 		resp.SharedVolumeStore = s.volumes.SharedID()
+		if resp.SharedVolumeStore == "" {
+			vs, err := s.volumes.List("")
+			if err != nil {
+				s.log.Error("list the host's volumes for its inventory", "error", err)
+			}
+			for _, v := range vs {
+				resp.Volumes = append(resp.Volumes, toVolume(v, -1))
+			}
+		}
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -249,7 +249,7 @@ func (s *Service) resumeLocked(ctx context.Context, rec *store.Record, lifetime 
 	}
 	// A checkpoint restores its mounts: their volumes must be mounted on
 	// the host (again, after a reboot).
-	if _, err := s.holdVolumes(id, rec.Team, rec.VolumeMounts); err != nil {
+	if _, err := s.holdVolumes(id, rec.Team, rec.VolumeMounts, false); err != nil {
 		return nil, fmt.Errorf("resume sandbox %s: mount volumes: %w", id, err)
 	}
 	if err := s.rt.Resume(ctx, id); err != nil {

@@ -97,7 +97,7 @@ func (s *Service) bootLocked(ctx context.Context, rec *store.Record, lifetime ti
 	if err := checkRootfs(l.tmpl.Rootfs); err != nil {
 		return nil, fmt.Errorf("boot sandbox %s: %w", id, err)
 	}
-	if l.volumes, err = s.holdVolumes(id, rec.Team, rec.VolumeMounts); err != nil {
+	if l.volumes, err = s.holdVolumes(id, rec.Team, rec.VolumeMounts, false); err != nil {
 		return nil, fmt.Errorf("boot sandbox %s: mount volumes: %w", id, err)
 	}
 	defer func() {

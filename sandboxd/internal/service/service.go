@@ -182,6 +182,10 @@ type Service struct {
 	pulls     pulls
 	egress    *egressproxy.Sandboxes
 	volumes   *volume.Store
+	// holding are the sandboxes that hold volume leases, from before
+	// their first lease to their release: a starting sandbox has no
+	// record yet, and its leases are live all the same.
+	holding holdingSet
 	// hostChanged wakes the Watch streams when what Info says changes.
 	hostChanged broadcast
 	samples     *stats.Sampler

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -90,7 +91,11 @@ func (s *Service) GetVolume(_ context.Context, req *connect.Request[pb.GetVolume
 	if err != nil {
 		return nil, volumeError(err)
 	}
-	return connect.NewResponse(&pb.GetVolumeResponse{Volume: toVolume(v, s.volumes.Used(v))}), nil
+	used := int64(-1)
+	if req.Msg.GetUsage() {
+		used = s.volumes.Used(v)
+	}
+	return connect.NewResponse(&pb.GetVolumeResponse{Volume: toVolume(v, used)}), nil
 }
 
 // ListVolumes lists a team's volumes.
@@ -129,7 +134,7 @@ func (s *Service) DeleteVolume(ctx context.Context, req *connect.Request[pb.Dele
 	live := func(l volume.Lease) bool {
 		if l.Node == s.cfg.NodeName {
 			_, err := s.reg.Get(l.Sandbox)
-			return err == nil
+			return err == nil || s.holding.has(l.Sandbox)
 		}
 		return !m.GetLiveNodesKnown() || slices.Contains(m.GetLiveNodes(), l.Node)
 	}
@@ -146,24 +151,24 @@ func (s *Service) serveVolumeContent(w http.ResponseWriter, r *http.Request) {
 	id, kind := r.PathValue("id"), r.PathValue("kind")
 	team := r.Header.Get(VolumeTeamHeader)
 	if s.volumes == nil {
-		http.Error(w, "this sandboxd keeps no volumes", http.StatusNotImplemented)
+		volume.WriteContentError(w, http.StatusNotImplemented, "this sandboxd keeps no volumes")
 		return
 	}
 	if kind != "dir" && kind != "path" && kind != "file" {
-		http.NotFound(w, r)
+		volume.WriteContentError(w, http.StatusNotFound, "no such route: dir, path or file")
 		return
 	}
 	v, err := s.volumes.Get(team, id, "")
 	if err != nil {
 		// The SDK takes any 404 for a missing path; the apiserver has
 		// checked the volume's token, so this is a volume deleted since.
-		http.Error(w, "volume not found", http.StatusGone)
+		volume.WriteContentError(w, http.StatusGone, "the volume was deleted")
 		return
 	}
 	root, err := s.volumes.Root(v)
 	if err != nil {
 		s.log.ErrorContext(r.Context(), "open a volume for its content API", "volume", v.ID, "error", err)
-		http.Error(w, "the volume cannot be opened", http.StatusInternalServerError)
+		volume.WriteContentError(w, http.StatusInternalServerError, "the volume cannot be opened")
 		return
 	}
 	volume.ContentHandler(w, r, root, kind)
@@ -172,6 +177,10 @@ func (s *Service) serveVolumeContent(w http.ResponseWriter, r *http.Request) {
 // checkVolumeMounts checks a create's volume mounts as e2b does (each
 // path absolute and clean, each used once), and refuses paths that would
 // hide what a sandbox needs to run.
+// sandboxEnvd is where both runtimes put envd in a sandbox: a volume
+// mounted over it or a folder above it would hide it.
+const sandboxEnvd = "/usr/bin/envd"
+
 func checkVolumeMounts(f *fieldErrors, mounts []*pb.VolumeMount) {
 	seen := map[string]bool{}
 	for i, m := range mounts {
@@ -186,7 +195,7 @@ func checkVolumeMounts(f *fieldErrors, mounts []*pb.VolumeMount) {
 			why = "path must be absolute"
 		case filepath.Clean(p) != p:
 			why = "path must not contain any '.' or '..' components"
-		case p == "/" || under(p, "/proc") || under(p, "/sys") || under(p, "/dev"):
+		case p == "/" || under(p, "/proc") || under(p, "/sys") || under(p, "/dev") || under(sandboxEnvd, p):
 			why = fmt.Sprintf("path %s would hide what the sandbox runs on", p)
 		case seen[p]:
 			why = fmt.Sprintf("path '%s' is already used", p)
@@ -227,15 +236,46 @@ func (s *Service) resolveVolumeMounts(team string, mounts []*pb.VolumeMount) ([]
 	return out, nil
 }
 
+// holdingSet is a set of sandbox IDs, safe for concurrent use.
+type holdingSet struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+func (h *holdingSet) set(id string, on bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ids == nil {
+		h.ids = map[string]bool{}
+	}
+	if on {
+		h.ids[id] = true
+	} else {
+		delete(h.ids, id)
+	}
+}
+
+func (h *holdingSet) has(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ids[id]
+}
+
 // holdVolumes takes sandbox id's leases on its volumes (of team) and
 // returns their directories for the runtime, mounting image volumes that
-// are not (after a reboot). On failure it holds none.
-func (s *Service) holdVolumes(id, team string, mounts []store.VolumeMount) ([]sandboxrt.Volume, error) {
+// are not (after a reboot). A new sandbox (fresh) holds none on failure;
+// a paused one booting or resuming keeps the leases its record holds,
+// whatever happens here.
+func (s *Service) holdVolumes(id, team string, mounts []store.VolumeMount, fresh bool) ([]sandboxrt.Volume, error) {
+	// Before the first lease: a delete must see it live at once.
+	s.holding.set(id, true)
 	var out []sandboxrt.Volume
 	for i, m := range mounts {
-		src, err := s.volumeSource(id, team, m)
+		src, err := s.volumeSource(id, team, m, fresh)
 		if err != nil {
-			s.releaseVolumes(context.Background(), id, mounts[:i])
+			if fresh {
+				s.releaseVolumes(context.Background(), id, mounts[:i])
+			}
 			return nil, err
 		}
 		out = append(out, sandboxrt.Volume{Source: src, Path: m.Path})
@@ -245,7 +285,7 @@ func (s *Service) holdVolumes(id, team string, mounts []store.VolumeMount) ([]sa
 
 // volumeSource takes sandbox id's lease on m's volume, of team, and
 // returns its directory.
-func (s *Service) volumeSource(id, team string, m store.VolumeMount) (string, error) {
+func (s *Service) volumeSource(id, team string, m store.VolumeMount, fresh bool) (string, error) {
 	if s.volumes == nil {
 		return "", errNoVolumes
 	}
@@ -258,7 +298,9 @@ func (s *Service) volumeSource(id, team string, m store.VolumeMount) (string, er
 	}
 	root, err := s.volumes.Root(v)
 	if err != nil {
-		_ = s.volumes.Release(v.ID, id)
+		if fresh {
+			_ = s.volumes.Release(v.ID, id)
+		}
 		return "", err
 	}
 	return root, nil
@@ -269,6 +311,7 @@ func (s *Service) releaseVolumes(ctx context.Context, id string, mounts []store.
 	if s.volumes == nil {
 		return
 	}
+	defer s.holding.set(id, false)
 	for _, m := range mounts {
 		if err := s.volumes.Release(m.ID, id); err != nil {
 			s.log.ErrorContext(ctx, "release a sandbox's lease on a volume; the volume cannot be deleted until sandboxd's next start", "sandbox", id, "volume", m.ID, "error", err)
@@ -302,7 +345,7 @@ func (s *Service) reconcileLeases(ctx context.Context) {
 			if slices.Contains(own[m.ID], rec.ID) {
 				continue
 			}
-			if _, err := s.volumeSource(rec.ID, rec.Team, m); err != nil {
+			if _, err := s.volumeSource(rec.ID, rec.Team, m, false); err != nil {
 				s.log.ErrorContext(ctx, "hold the lease of a sandbox on its volume", "sandbox", rec.ID, "volume", m.ID, "error", err)
 			}
 		}

@@ -3439,8 +3439,11 @@ type GetVolumeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Team  string                 `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
 	// The volume's ID or, when empty, its name.
-	VolumeId      string `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
-	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	VolumeId string `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	Name     string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Measure what it holds (used_bytes; a walk of a directory volume);
+	// else used_bytes is -1.
+	Usage         bool `protobuf:"varint,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3494,6 +3497,13 @@ func (x *GetVolumeRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *GetVolumeRequest) GetUsage() bool {
+	if x != nil {
+		return x.Usage
+	}
+	return false
 }
 
 type GetVolumeResponse struct {
@@ -4174,11 +4184,12 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x04team\x18\x01 \x01(\tR\x04team\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"I\n" +
 	"\x14CreateVolumeResponse\x121\n" +
-	"\x06volume\x18\x01 \x01(\v2\x19.skiff.sandboxd.v1.VolumeR\x06volume\"W\n" +
+	"\x06volume\x18\x01 \x01(\v2\x19.skiff.sandboxd.v1.VolumeR\x06volume\"m\n" +
 	"\x10GetVolumeRequest\x12\x12\n" +
 	"\x04team\x18\x01 \x01(\tR\x04team\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"F\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x14\n" +
+	"\x05usage\x18\x04 \x01(\bR\x05usage\"F\n" +
 	"\x11GetVolumeResponse\x121\n" +
 	"\x06volume\x18\x01 \x01(\v2\x19.skiff.sandboxd.v1.VolumeR\x06volume\"(\n" +
 	"\x12ListVolumesRequest\x12\x12\n" +
