@@ -135,12 +135,8 @@ func (s *server) listVolumes(w http.ResponseWriter, r *http.Request, team string
 // it holds.
 func (s *server) getVolume(w http.ResponseWriter, r *http.Request, team, id string) {
 	v, err := s.backend.Volume(r.Context(), team, id)
-	if errors.Is(err, ErrNotFound) {
-		writeError(w, http.StatusNotFound, "", "Volume not found")
-		return
-	}
 	if err != nil {
-		s.writeBackendError(w, r, err, "volume")
+		s.writeBackendError(w, r, err, "Volume") // 404 "Volume not found", as e2b's
 		return
 	}
 	out := volumeAndTokenJSON{VolumeID: v.ID, Name: v.Name, Token: s.token(team, v.ID), SizeBytes: &v.SizeBytes}
@@ -154,12 +150,8 @@ func (s *server) getVolume(w http.ResponseWriter, r *http.Request, team, id stri
 // (running or paused) mounts it.
 func (s *server) deleteVolume(w http.ResponseWriter, r *http.Request, team, id string) {
 	err := s.backend.DeleteVolume(r.Context(), team, id)
-	if errors.Is(err, ErrNotFound) {
-		writeError(w, http.StatusNotFound, "", "Volume not found")
-		return
-	}
 	if err != nil {
-		s.writeBackendError(w, r, err, "volume")
+		s.writeBackendError(w, r, err, "Volume") // 404 "Volume not found", as e2b's
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,7 +17,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
@@ -371,17 +369,9 @@ func TestBaseTemplate(t *testing.T) {
 	if _, err := exec.LookPath("debootstrap"); err != nil {
 		t.Fatal("the base template needs debootstrap (apt-get install debootstrap)")
 	}
-	base := func(lib *template.Library) (*template.Template, error) {
-		return lib.BuildBase(context.Background(), template.BaseOptions{Progress: io.Discard})
-	}
 	for _, rt := range []string{"native", "gvisor"} {
 		t.Run(rt, func(t *testing.T) {
-			var h *host
-			if rt == "gvisor" {
-				h = newHostWith(t, base, "--runtime", "gvisor", "--runsc", os.Getenv("SKIFF_RUNSC"))
-			} else {
-				h = newHostWith(t, base)
-			}
+			h := baseHost(t, rt)
 			c := h.create(nil)
 			// user's sudo makes it root of the sandbox, without a password,
 			// and root there holds no more than before.

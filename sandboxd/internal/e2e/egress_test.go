@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +9,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/testing/egresstest"
 )
@@ -43,17 +40,10 @@ func TestEgressRules(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the base template")
 	}
-	base := func(lib *template.Library) (*template.Template, error) {
-		return lib.BuildBase(context.Background(), template.BaseOptions{Progress: io.Discard})
-	}
 	for _, rt := range []string{"native", "gvisor"} {
 		t.Run(rt, func(t *testing.T) {
 			w := egresstest.NewWorld(t)
-			args := []string{"--allow-cidr", w.Subnet.String(), "--resolv-conf", w.ResolvConf}
-			if rt == "gvisor" {
-				args = append(args, "--runtime", "gvisor", "--runsc", os.Getenv("SKIFF_RUNSC"))
-			}
-			testEgressRules(t, newHostWith(t, base, args...), w)
+			testEgressRules(t, baseHost(t, rt, "--allow-cidr", w.Subnet.String(), "--resolv-conf", w.ResolvConf), w)
 		})
 	}
 }

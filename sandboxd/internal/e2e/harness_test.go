@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
@@ -84,6 +85,18 @@ func newHost(t testing.TB, extra ...string) *host {
 	t.Helper()
 	return newHostWith(t, func(lib *template.Library) (*template.Template, error) {
 		return lib.ImportDir("busybox", sandboxtest.BusyboxRootfs(t))
+	}, extra...)
+}
+
+// baseHost prepares a host with the base template (built by debootstrap,
+// cached) on runtime rt, native or gvisor, and starts sandboxd with extra.
+func baseHost(t *testing.T, rt string, extra ...string) *host {
+	t.Helper()
+	if rt == "gvisor" {
+		extra = append(extra, "--runtime", "gvisor", "--runsc", os.Getenv("SKIFF_RUNSC"))
+	}
+	return newHostWith(t, func(lib *template.Library) (*template.Template, error) {
+		return lib.BuildBase(context.Background(), template.BaseOptions{Progress: io.Discard})
 	}, extra...)
 }
 

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/service"
-	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -49,16 +47,9 @@ func TestVolumes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the base template")
 	}
-	base := func(lib *template.Library) (*template.Template, error) {
-		return lib.BuildBase(context.Background(), template.BaseOptions{Progress: io.Discard})
-	}
 	for _, rt := range []string{"native", "gvisor"} {
 		t.Run(rt, func(t *testing.T) {
-			args := []string{"--volume-size", "64"}
-			if rt == "gvisor" {
-				args = append(args, "--runtime", "gvisor", "--runsc", os.Getenv("SKIFF_RUNSC"))
-			}
-			testVolumes(t, newHostWith(t, base, args...))
+			testVolumes(t, baseHost(t, rt, "--volume-size", "64"))
 		})
 	}
 }

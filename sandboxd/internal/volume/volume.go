@@ -675,13 +675,7 @@ func writeDurable(path string, b []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err = writeSynced(f, b)
 	if err == nil {
 		err = os.Rename(f.Name(), path)
 	}
@@ -699,18 +693,23 @@ func writeExclusive(path string, b []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
+	if err := writeSynced(f, b); err != nil {
+		_ = os.Remove(path)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// writeSynced writes b to f, syncs and closes it.
+func writeSynced(f *os.File, b []byte) error {
+	_, err := f.Write(b)
 	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		_ = os.Remove(path)
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+	return err
 }
 
 func syncDir(dir string) error {
