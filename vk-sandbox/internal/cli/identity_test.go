@@ -11,8 +11,8 @@ import (
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
+	"github.com/skiff-dev/skiff/shared/publish"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
-	"github.com/skiff-dev/skiff/vk-sandbox/internal/publish"
 )
 
 // A host's own identity, as production gives it (a kubeconfig holding a

@@ -15,7 +15,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/daemon"
 	"github.com/skiff-dev/skiff/shared/daemon/kubeclient"
 	"github.com/skiff-dev/skiff/shared/logflags"
-	"github.com/skiff-dev/skiff/vk-sandbox/internal/publish"
+	"github.com/skiff-dev/skiff/shared/publish"
 )
 
 // Options are the flags of `vk-sandbox serve`.

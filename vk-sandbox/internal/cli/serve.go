@@ -22,10 +22,10 @@ import (
 	"github.com/skiff-dev/skiff/shared/hostinventory"
 	"github.com/skiff-dev/skiff/shared/logflags"
 	"github.com/skiff-dev/skiff/shared/nodetoken"
+	"github.com/skiff-dev/skiff/shared/publish"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/hostwatch"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/provider"
-	"github.com/skiff-dev/skiff/vk-sandbox/internal/publish"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/vknode"
 )
 
