@@ -65,6 +65,16 @@ type NodeInventorySpec struct {
 	// +optional
 	Allocated NodeCapacity `json:"allocated,omitempty"`
 
+	// CPUAdmission is how the host admits sandboxes by CPU. Reserved (the
+	// default): a sandbox's vCPUs are reserved against capacity.cpuMilli,
+	// and a create past it is refused. Shared: CPU is not admitted (sandboxd
+	// --cpu-overcommit 0); a sandbox's vCPUs are its limit and the
+	// sandboxes share the host's cores, capacity.cpuMilli is the host's
+	// CPU, and only memory and slots bound placement.
+	// +optional
+	// +kubebuilder:validation:Enum=Reserved;Shared
+	CPUAdmission CPUAdmission `json:"cpuAdmission,omitempty"`
+
 	// EnvdVersion is the version of the envd the host starts sandboxes
 	// with; a sandbox entry names its own only when it differs.
 	// +optional
@@ -121,6 +131,17 @@ type NodeInventorySpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	SharedVolumeStore string `json:"sharedVolumeStore,omitempty"`
 }
+
+// CPUAdmission is how a host admits sandboxes by CPU.
+type CPUAdmission string
+
+const (
+	// CPUReserved means a sandbox's vCPUs are a reservation against the host's
+	// CPU capacity. An empty CPUAdmission means this.
+	CPUReserved CPUAdmission = "Reserved"
+	// CPUShared means CPU is not admitted: a sandbox's vCPUs are its limit.
+	CPUShared CPUAdmission = "Shared"
+)
 
 // MaxInventoryVolumes is the most volumes one inventory lists.
 const MaxInventoryVolumes = 1024

@@ -311,7 +311,11 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 			MemoryMiB: info.GetCapacity().GetMemoryMib(),
 			Sandboxes: info.GetMaxSandboxes(),
 		},
-		EnvdVersion: info.GetEnvdVersion(),
+		CPUAdmission: v1beta1.CPUReserved,
+		EnvdVersion:  info.GetEnvdVersion(),
+	}
+	if info.GetCpuShared() {
+		spec.CPUAdmission = v1beta1.CPUShared
 	}
 	for _, t := range info.GetTemplates() {
 		spec.Templates = append(spec.Templates, v1beta1.TemplateVersion{Name: t.GetName(), Version: t.GetVersion()})

@@ -307,8 +307,12 @@ func TestSpecEnvdVersionAndDisk(t *testing.T) {
 		{Id: "b0000000000000000000", Template: "base", Team: "t", EnvdVersion: "0.6.3", Resources: &pb.Resources{CpuMilli: 1000, MemoryMib: 512}},
 	}
 	spec := Spec("10.0.0.1:27777", info, sbs)
-	if spec.EnvdVersion != "0.6.4" || len(spec.Sandboxes) != 2 {
+	if spec.EnvdVersion != "0.6.4" || len(spec.Sandboxes) != 2 || spec.CPUAdmission != v1beta1.CPUReserved {
 		t.Fatalf("spec: %+v", spec)
+	}
+	info.CpuShared = true
+	if spec := Spec("10.0.0.1:27777", info, sbs); spec.CPUAdmission != v1beta1.CPUShared || spec.Capacity.CPUMilli != 4000 {
+		t.Fatalf("a host that shares its CPU: admission %q, capacity %+v", spec.CPUAdmission, spec.Capacity)
 	}
 	if e := spec.Sandboxes[0]; e.EnvdVersion != "" || e.DiskMiB != 10240 {
 		t.Errorf("an entry with the node's envd: version %q (want none), disk %d", e.EnvdVersion, e.DiskMiB)

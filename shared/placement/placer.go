@@ -237,11 +237,16 @@ func (p *Placer) release(node string, req Request) {
 
 // scoreLocked returns the node's score for req (the fraction of its tightest
 // resource left after req and the creates in flight) and whether req fits.
+// A node that shares its CPU (CPUAdmission Shared) is bound by memory and
+// slots only, as its sandboxd is.
 func (p *Placer) scoreLocked(n *v1beta1.NodeInventory, req Request) (float64, bool) {
 	capa, alloc, fly := &n.Spec.Capacity, &n.Spec.Allocated, p.inflight[n.Name]
-	cpu, ok := left(capa.CPUMilli, alloc.CPUMilli+fly.cpuMilli+req.CPUMilli)
-	if !ok {
-		return 0, false
+	cpu := 1.0
+	if n.Spec.CPUAdmission != v1beta1.CPUShared {
+		var ok bool
+		if cpu, ok = left(capa.CPUMilli, alloc.CPUMilli+fly.cpuMilli+req.CPUMilli); !ok {
+			return 0, false
+		}
 	}
 	mem, ok := left(capa.MemoryMiB, alloc.MemoryMiB+fly.memoryMiB+req.MemoryMiB)
 	if !ok {

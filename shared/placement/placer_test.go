@@ -120,6 +120,33 @@ func TestPlaceEligible(t *testing.T) {
 	}
 }
 
+// A node that shares its CPU takes sandboxes past its cores, as its
+// sandboxd does, and is still bound by memory and slots.
+func TestPlaceSharedCPU(t *testing.T) {
+	capa := res(2000, 4096, 4)
+	shared := func(n *v1beta1.NodeInventory) *v1beta1.NodeInventory {
+		n.Spec.CPUAdmission = v1beta1.CPUShared
+		return n
+	}
+	src := inventory.NewStaticSource(
+		node("reserved", capa, res(2000, 0, 1), "base"),
+		shared(node("shared", capa, res(16000, 1024, 2), "base")),
+		shared(node("shared-mem-full", capa, res(0, 4000, 1), "base")),
+		shared(node("shared-slots-full", capa, res(0, 0, 4), "base")),
+	)
+	r := &recorder{fail: map[string]error{}}
+	for _, n := range []string{"reserved", "shared", "shared-mem-full", "shared-slots-full"} {
+		r.fail[n] = fmt.Errorf("sandboxd: %w", placement.ErrNodeFull)
+	}
+	p := placement.New(src, seeded(100, 100))
+	if _, err := p.Place(t.Context(), placement.Request{Template: "base", CPUMilli: 2000, MemoryMiB: 512}, r.create); !errors.Is(err, placement.ErrNoCapacity) {
+		t.Fatalf("Place = %v", err)
+	}
+	if calls := r.called(); !slices.Equal(calls, []string{"shared"}) {
+		t.Fatalf("create called on %v, want only the node that shares its CPU and has memory and a slot", calls)
+	}
+}
+
 // TestPlaceCountsInFlight proves that creates in flight hold their resources:
 // of N concurrent creates on a node with room for exactly M, M run and the
 // rest find no capacity; once they end, the room is back.

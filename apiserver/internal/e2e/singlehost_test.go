@@ -41,7 +41,7 @@ func newSystem(t testing.TB) *system {
 // newSystemWith is newSystem with more flags for serve.
 func newSystemWith(t testing.TB, serveArgs ...string) *system {
 	t.Helper()
-	h := hosttest.NewHost(t, hosttest.Options{Name: "api", NodeName: "host-a", Overcommit: 64, // 2 CPUs hold 64 sandboxes of 2000m
+	h := hosttest.NewHost(t, hosttest.Options{Name: "api", NodeName: "host-a",
 		Build: []string{"github.com/skiff-dev/skiff/apiserver/cmd/sandbox-apiserver"}})
 	s := &system{t: t, dir: h.Dir, sandboxd: h.Addr, token: h.Token}
 	apiserver := h.Bins["sandbox-apiserver"]

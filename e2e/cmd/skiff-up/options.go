@@ -35,7 +35,8 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.cfg.ProxyAdmin, "proxy-admin-listen", "127.0.0.1:3003", "Address (host:port) of the proxy's /metrics, /healthz and /readyz.")
 	fs.StringVar(&o.cfg.SandboxdListen, "sandboxd-listen", "127.0.0.1:27777", "Address (host:port) of sandboxd's API and relay.")
 	fs.StringVar(&o.cfg.SandboxdAdmin, "sandboxd-admin-listen", "127.0.0.1:27778", "Address (host:port) of sandboxd's /metrics, /healthz and /readyz.")
-	fs.StringVar(&o.cfg.Overcommit, "overcommit", "8", "How far the sandboxes' CPU and memory may exceed the machine's (sandboxd --overcommit); empty: sandboxd's default.")
+	fs.StringVar(&o.cfg.MemoryOvercommit, "memory-overcommit", system.DefaultMemoryOvercommit, "How far the sandboxes' memory may exceed the machine's (sandboxd --memory-overcommit): "+
+		"8 holds 16 default sandboxes (512 MiB each) per GiB; empty: sandboxd's default, 1. CPU is not admitted (sandboxd's default).")
 	fs.StringVar(&o.cfg.Runtime, "runtime", "native", "sandboxd's runtime: native or gvisor.")
 	fs.StringVar(&o.cfg.RunscPath, "runsc", "", "With --runtime gvisor only: the runsc binary (make runsc builds one); empty: sandboxd's default, runsc in PATH.")
 	fs.StringVar(&o.cfg.NFTTable, "nft-table", "skiff_up", "sandboxd's nftables table (sandboxd --nft-table), deleted on stop once the sandboxes are killed.")

@@ -45,6 +45,9 @@ const (
 	DefaultCreateRatePerTeam   = 5
 	DefaultCreateBurstPerTeam  = 20
 	DefaultMaxSandboxesPerTeam = 100
+	// DefaultMemoryOvercommit is make up's sandboxd --memory-overcommit:
+	// 16 default sandboxes (512 MiB each) per GiB of the machine's memory.
+	DefaultMemoryOvercommit = "8"
 )
 
 // Config is one system on this machine. Every address should be on
@@ -64,10 +67,11 @@ type Config struct {
 	// Teams get one API key each, kept in the keys file and reused on the
 	// next run.
 	Teams []string
-	// Overcommit is sandboxd's --overcommit: how far the sandboxes' CPU
-	// and memory may exceed the host's (e2b's default sandbox asks for 2
-	// CPUs; most sit idle).
-	Overcommit string
+	// MemoryOvercommit is sandboxd's --memory-overcommit: how far the
+	// sandboxes' memory may exceed the host's (e2b's default sandbox asks
+	// for 512 MiB and an idle one uses a few). CPU is sandboxd's default:
+	// not admitted, a sandbox's vCPUs are its limit.
+	MemoryOvercommit string
 	// Runtime is sandboxd's --runtime (native or gvisor); RunscPath its
 	// --runsc for gvisor.
 	Runtime, RunscPath string
@@ -202,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 		"--listen", cfg.SandboxdListen, "--admin-listen", cfg.SandboxdAdmin,
 		"--auth-token-file", token, "--node-name", cfg.NodeName, "--run-dir", cfg.RunDir,
 		"--envd", filepath.Join(cfg.Bin, "envd")}
-	for flag, v := range map[string]string{"--overcommit": cfg.Overcommit, "--runtime": cfg.Runtime, "--runsc": cfg.RunscPath, "--nft-table": cfg.NFTTable,
+	for flag, v := range map[string]string{"--memory-overcommit": cfg.MemoryOvercommit, "--runtime": cfg.Runtime, "--runsc": cfg.RunscPath, "--nft-table": cfg.NFTTable,
 		"--cgroup-parent": cfg.CgroupParent, "--iface-prefix": cfg.IfacePrefix, "--sandbox-cidr": cfg.SandboxCIDR} {
 		if v != "" {
 			args = append(args, flag, v)

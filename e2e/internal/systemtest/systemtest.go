@@ -69,7 +69,7 @@ func StartWith(tb testing.TB, o Options, teams ...string) *system.System {
 	cfg := system.Config{
 		Bin: bin, State: state, RunDir: filepath.Join(state, "run"),
 		APIListen: addrs[0], ProxyListen: addrs[1], ProxyAdmin: addrs[2], SandboxdListen: addrs[3], SandboxdAdmin: addrs[4], APIAdmin: addrs[5],
-		Teams: teams, NodeName: "test-host", Overcommit: "32",
+		Teams: teams, NodeName: "test-host", MemoryOvercommit: system.DefaultMemoryOvercommit,
 		// make up's per-team limits: the SDK suite stays within them (it
 		// creates one sandbox at a time, slower than 5 a second, and holds
 		// no more than a few at once), as an SDK user's code would.

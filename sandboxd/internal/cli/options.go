@@ -92,11 +92,14 @@ type Options struct {
 	Shutdown daemon.ShutdownOptions
 
 	// MaxSandboxes, CPUCapacity (millicores) and MemoryCapacity (MiB) are
-	// the host's capacity; Overcommit multiplies CPU and memory.
-	MaxSandboxes   int
-	CPUCapacity    int64
-	MemoryCapacity int64
-	Overcommit     float64
+	// the host's capacity. MemoryOvercommit multiplies memory;
+	// CPUOvercommit multiplies CPU, and 0 admits no CPU at all (a
+	// sandbox's vCPUs are its limit, not a reservation).
+	MaxSandboxes     int
+	CPUCapacity      int64
+	MemoryCapacity   int64
+	CPUOvercommit    float64
+	MemoryOvercommit float64
 
 	// SandboxCIDR is the pool of the sandboxes' addresses, a /30 each.
 	SandboxCIDR string
@@ -168,7 +171,7 @@ func NewOptions() *Options {
 		Admin:             daemon.AdminOptions{Listen: "127.0.0.1:27778"},
 		Shutdown:          daemon.ShutdownOptions{Timeout: 10 * time.Second},
 		MaxSandboxes:      256,
-		Overcommit:        1.0,
+		MemoryOvercommit:  1.0,
 		SandboxCIDR:       "10.213.0.0/16",
 		EnvdReadyTimeout:  10 * time.Second,
 		PreparedSandboxes: 1,
@@ -221,8 +224,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Also the number of uid ranges (native runtime). At least 1, and at most the /30 blocks of --sandbox-cidr.")
 	fs.Int64Var(&o.CPUCapacity, "cpu-capacity", o.CPUCapacity, "CPU the host gives sandboxes, in millicores; 0: every CPU of the host.")
 	fs.Int64Var(&o.MemoryCapacity, "memory-capacity", o.MemoryCapacity, "Memory the host gives sandboxes, in MiB; 0: the host's MemTotal.")
-	fs.Float64Var(&o.Overcommit, "overcommit", o.Overcommit, "How far the sandboxes' CPU and memory together may exceed --cpu-capacity and --memory-capacity (a factor); "+
-		"beyond, Create answers resource_exhausted. Above 0, at most 100.")
+	fs.Float64Var(&o.CPUOvercommit, "cpu-overcommit", o.CPUOvercommit, "How far the sandboxes' vCPUs together may exceed --cpu-capacity (a factor); beyond, Create answers resource_exhausted. "+
+		"0: CPU is not admitted: a sandbox's vCPU count is its limit (cgroup cpu.max), not a reservation, and the sandboxes share the host's cores, "+
+		"so only memory and --max-sandboxes bound how many run. At most 100.")
+	fs.Float64Var(&o.MemoryOvercommit, "memory-overcommit", o.MemoryOvercommit, "How far the sandboxes' memory together may exceed --memory-capacity (a factor); beyond, Create answers resource_exhausted. "+
+		"A sandbox's memory is its limit and an idle one uses a few MiB of it: above 1 holds more sandboxes, at the risk of the kernel's OOM killer when they all use theirs. Above 0, at most 100.")
+	fs.Var(bothOvercommit{o}, "overcommit", "Sets --cpu-overcommit and --memory-overcommit to one factor.")
+	_ = fs.MarkDeprecated("overcommit", "use --cpu-overcommit and --memory-overcommit")
 
 	fs.StringVar(&o.SandboxCIDR, "sandbox-cidr", o.SandboxCIDR, "IPv4 pool of sandbox addresses, a /30 per sandbox: a prefix between /8 and /29 with room for --max-sandboxes. "+
 		"It must not overlap the host's networks.")
@@ -333,8 +341,11 @@ func (o *Options) Validate() error {
 	if o.MemoryCapacity < 1 {
 		add("--memory-capacity must be positive, got %d (is /proc/meminfo readable?)", o.MemoryCapacity)
 	}
-	if !(o.Overcommit > 0 && o.Overcommit <= 100) {
-		add("--overcommit must be above 0 and at most 100, got %g", o.Overcommit)
+	if !(o.CPUOvercommit >= 0 && o.CPUOvercommit <= 100) {
+		add("--cpu-overcommit must be between 0 (CPU not admitted) and 100, got %g", o.CPUOvercommit)
+	}
+	if !(o.MemoryOvercommit > 0 && o.MemoryOvercommit <= 100) {
+		add("--memory-overcommit must be above 0 and at most 100, got %g", o.MemoryOvercommit)
 	}
 	errs = append(errs, o.validateCIDR()...)
 	errs = append(errs, o.validateSandboxes()...)
@@ -444,14 +455,42 @@ func (o *Options) validateRuntime() []error {
 	return errs
 }
 
-// Limits are the registry's limits: the capacity times the overcommit.
+// Limits are the registry's limits: the capacities times their
+// overcommits. With CPU not admitted, CPUMilli is the host's CPU as it is.
 func (o *Options) Limits() registry.Limits {
-	return registry.Limits{
+	l := registry.Limits{
 		MaxSandboxes: o.MaxSandboxes,
-		CPUMilli:     int64(math.Floor(float64(o.CPUCapacity) * o.Overcommit)),
-		MemoryMiB:    int64(math.Floor(float64(o.MemoryCapacity) * o.Overcommit)),
+		CPUMilli:     o.CPUCapacity,
+		CPUShared:    o.CPUOvercommit == 0,
+		MemoryMiB:    int64(math.Floor(float64(o.MemoryCapacity) * o.MemoryOvercommit)),
 	}
+	if !l.CPUShared {
+		l.CPUMilli = int64(math.Floor(float64(o.CPUCapacity) * o.CPUOvercommit))
+	}
+	return l
 }
+
+// bothOvercommit is the deprecated --overcommit: one factor for CPU and
+// memory.
+type bothOvercommit struct{ o *Options }
+
+func (b bothOvercommit) String() string {
+	if b.o == nil || b.o.CPUOvercommit != b.o.MemoryOvercommit {
+		return ""
+	}
+	return strconv.FormatFloat(b.o.MemoryOvercommit, 'g', -1, 64)
+}
+
+func (b bothOvercommit) Set(v string) error {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return err
+	}
+	b.o.CPUOvercommit, b.o.MemoryOvercommit = f, f
+	return nil
+}
+
+func (bothOvercommit) Type() string { return "float" }
 
 // ServerConfig is the API server's part of the options.
 func (o *Options) ServerConfig() server.Config {

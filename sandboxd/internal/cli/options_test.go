@@ -49,8 +49,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"no sandboxes", func(o *Options) { o.MaxSandboxes = 0 }, "--max-sandboxes"},
 		{"no cpu", func(o *Options) { o.CPUCapacity = 0 }, "--cpu-capacity"},
 		{"no memory", func(o *Options) { o.MemoryCapacity = -1 }, "--memory-capacity"},
-		{"zero overcommit", func(o *Options) { o.Overcommit = 0 }, "--overcommit"},
-		{"huge overcommit", func(o *Options) { o.Overcommit = 1000 }, "--overcommit"},
+		{"zero memory overcommit", func(o *Options) { o.MemoryOvercommit = 0 }, "--memory-overcommit"},
+		{"huge memory overcommit", func(o *Options) { o.MemoryOvercommit = 1000 }, "--memory-overcommit"},
+		{"negative cpu overcommit", func(o *Options) { o.CPUOvercommit = -1 }, "--cpu-overcommit"},
+		{"huge cpu overcommit", func(o *Options) { o.CPUOvercommit = 101 }, "--cpu-overcommit"},
 		{"bad cidr", func(o *Options) { o.SandboxCIDR = "10.0.0.0" }, "--sandbox-cidr"},
 		{"ipv6 cidr", func(o *Options) { o.SandboxCIDR = "fd00::/64" }, "--sandbox-cidr"},
 		{"cidr too small", func(o *Options) { o.SandboxCIDR, o.MaxSandboxes = "10.0.0.0/28", 8 }, "--max-sandboxes"},
@@ -100,6 +102,30 @@ func TestOptionsValidateReportsEvery(t *testing.T) {
 	}
 }
 
+// By default CPU is not admitted and memory is, as it is; each has its own
+// factor, and a later flag wins over the deprecated --overcommit.
+func TestOvercommitFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want registry.Limits
+	}{
+		{nil, registry.Limits{MaxSandboxes: 256, CPUMilli: 4000, CPUShared: true, MemoryMiB: 8192}},
+		{[]string{"--cpu-overcommit=2"}, registry.Limits{MaxSandboxes: 256, CPUMilli: 8000, MemoryMiB: 8192}},
+		{[]string{"--memory-overcommit=2.5"}, registry.Limits{MaxSandboxes: 256, CPUMilli: 4000, CPUShared: true, MemoryMiB: 20480}},
+		{[]string{"--overcommit=3", "--cpu-overcommit=0"}, registry.Limits{MaxSandboxes: 256, CPUMilli: 4000, CPUShared: true, MemoryMiB: 24576}},
+	} {
+		o := NewOptions()
+		fs := pflag.NewFlagSet("sandboxd", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(append([]string{"--cpu-capacity=4000", "--memory-capacity=8192"}, c.args...)); err != nil {
+			t.Fatal(err)
+		}
+		if got := o.Limits(); got != c.want {
+			t.Errorf("%q: Limits = %+v, want %+v", c.args, got, c.want)
+		}
+	}
+}
+
 func TestOptionsFlags(t *testing.T) {
 	o := NewOptions()
 	if o.CPUCapacity != 0 || o.MemoryCapacity != 0 || o.NodeName != "" || o.Envd != "" {
@@ -124,7 +150,7 @@ func TestOptionsFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := o.Limits(); got != (registry.Limits{MaxSandboxes: 10, CPUMilli: 6000, MemoryMiB: 12288}) {
-		t.Fatalf("Limits = %+v", got)
+		t.Fatalf("Limits = %+v, want --overcommit on CPU and memory", got)
 	}
 	if !o.InsecureNoAuth || o.Runtime != "gvisor" || o.Runsc != "/opt/runsc" || o.RunscPlatform != "ptrace" || len(o.DenyCIDRs) != 2 {
 		t.Fatalf("parsed = %+v", o)
@@ -161,7 +187,7 @@ func TestServeFlags(t *testing.T) {
 	})
 	for _, name := range []string{
 		"listen", "admin-listen", "node-name", "auth-token-file", "tls-cert", "tls-key", "client-ca", "insecure-no-auth", "shutdown-timeout",
-		"max-sandboxes", "cpu-capacity", "memory-capacity", "overcommit", "sandbox-cidr", "envd", "envd-ready-timeout", "prepared-sandboxes",
+		"max-sandboxes", "cpu-capacity", "memory-capacity", "cpu-overcommit", "memory-overcommit", "overcommit", "sandbox-cidr", "envd", "envd-ready-timeout", "prepared-sandboxes",
 		"max-timeout", "default-cpu", "default-memory", "default-disk", "metrics-interval", "metrics-samples", "runtime", "runsc", "runsc-platform",
 		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr", "enable-pprof",
 		"log-level", "log-format", "snapshot-memory", "peer-ca", "egress-proxy-port", "dns-filter-port", "resolv-conf",
@@ -174,8 +200,8 @@ func TestServeFlags(t *testing.T) {
 	if serve.InheritedFlags().Lookup("state-dir") == nil {
 		t.Error("serve does not inherit --state-dir")
 	}
-	if n != 46 {
-		t.Errorf("serve has %d flags of its own, want 46: a new flag goes into this test and the docs", n)
+	if n != 48 {
+		t.Errorf("serve has %d flags of its own, want 48: a new flag goes into this test and the docs", n)
 	}
 }
 

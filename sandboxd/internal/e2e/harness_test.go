@@ -133,7 +133,7 @@ func newHostWith(t testing.TB, addTemplate func(*template.Library) (*template.Te
 		"--node-name", "e2e-" + suffix, "--sandbox-cidr", pool.String(), "--max-sandboxes", "32",
 		"--iface-prefix", h.netOpts.IfacePrefix, "--nft-table", h.netOpts.Table,
 		"--cgroup-parent", h.cgroupParent, "--envd", sandboxtest.EnvdBinary(t),
-		"--envd-ready-timeout", "20s", "--overcommit", "32", "--uid-base", strconv.FormatUint(uint64(hosttest.UIDBase()), 10),
+		"--envd-ready-timeout", "20s", "--memory-overcommit", "32", "--uid-base", strconv.FormatUint(uint64(hosttest.UIDBase()), 10),
 	}, extra...)
 	forwardtest.Keep(t)
 	h.api = sandboxdv1connect.NewSandboxdServiceClient(http.DefaultClient, "http://"+h.listen,

@@ -37,10 +37,13 @@ var (
 )
 
 // Limits is what the host may hand out: CPU and memory are the host's
-// capacity times the overcommit ratio.
+// capacity times their overcommit ratios. With CPUShared, CPU is not
+// admitted (a sandbox's vCPUs are its limit, not a reservation) and
+// CPUMilli is the host's CPU, reported but never checked.
 type Limits struct {
 	MaxSandboxes int
 	CPUMilli     int64
+	CPUShared    bool
 	MemoryMiB    int64
 }
 
@@ -105,7 +108,7 @@ func (r *Registry) Reserve(cpuMilli, memoryMiB int64) (*Reservation, error) {
 	if after.Sandboxes > r.limits.MaxSandboxes {
 		short = append(short, fmt.Sprintf("sandboxes (%d of %d)", after.Sandboxes, r.limits.MaxSandboxes))
 	}
-	if after.CPUMilli > r.limits.CPUMilli {
+	if !r.limits.CPUShared && after.CPUMilli > r.limits.CPUMilli {
 		short = append(short, fmt.Sprintf("cpu (%dm of %dm)", after.CPUMilli, r.limits.CPUMilli))
 	}
 	if after.MemoryMiB > r.limits.MemoryMiB {

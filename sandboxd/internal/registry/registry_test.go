@@ -3,6 +3,7 @@ package registry
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +68,19 @@ func TestCapacity(t *testing.T) {
 	_, err = r.Reserve(1, 1)
 	if !errors.Is(err, ErrExhausted) || err.Error() != "host is full: no room for sandboxes (4 of 3)" {
 		t.Fatalf("Reserve over the sandbox count = %v", err)
+	}
+}
+
+// With CPU shared, sandboxes' vCPUs together pass the host's CPU; memory
+// and the count still bind.
+func TestCapacitySharedCPU(t *testing.T) {
+	r := open(t, t.TempDir(), Limits{MaxSandboxes: 3, CPUMilli: 2000, CPUShared: true, MemoryMiB: 1024})
+	addSandbox(t, r, StateRunning, "", 8000, 512)
+	if _, err := r.Reserve(8000, 256); err != nil {
+		t.Fatalf("Reserve past the host's CPU, shared: %v", err)
+	}
+	if _, err := r.Reserve(1, 512); !errors.Is(err, ErrExhausted) || !strings.Contains(err.Error(), "memory") || strings.Contains(err.Error(), "cpu") {
+		t.Fatalf("Reserve over memory = %v, want ErrExhausted for memory only", err)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // Info describes the host for its NodeInventory: capacity (after
-// overcommit: what placement may hand out), what is allocated (including
+// overcommit: what placement may hand out; CPU shared, when not admitted), what is allocated (including
 // creates in flight), templates, runtime, envd version and snapshots.
 func (s *Service) Info(_ context.Context, _ *connect.Request[pb.InfoRequest]) (*connect.Response[pb.InfoResponse], error) {
 	ts, err := s.templates.List()
@@ -22,6 +22,7 @@ func (s *Service) Info(_ context.Context, _ *connect.Request[pb.InfoRequest]) (*
 		NodeName:     s.cfg.NodeName,
 		Tag:          string(s.tag),
 		Capacity:     &pb.Resources{CpuMilli: limits.CPUMilli, MemoryMib: limits.MemoryMiB},
+		CpuShared:    limits.CPUShared,
 		MaxSandboxes: int32(min(limits.MaxSandboxes, 1<<31-1)),
 		Allocated:    &pb.Resources{CpuMilli: used.CPUMilli, MemoryMib: used.MemoryMiB},
 		Sandboxes:    int32(min(used.Sandboxes, 1<<31-1)),

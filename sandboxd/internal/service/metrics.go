@@ -110,7 +110,7 @@ var (
 	allocatedDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "allocated"),
 		"Resources held by sandboxes and starts in flight (cpu in millicores, memory in MiB).", []string{"resource"}, nil)
 	capacityDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "capacity"),
-		"Resources sandboxes may hold, after overcommit (cpu in millicores, memory in MiB, sandboxes).", []string{"resource"}, nil)
+		"Resources sandboxes may hold, after overcommit (cpu in millicores, memory in MiB, sandboxes); with CPU not admitted (--cpu-overcommit 0), cpu is the host's.", []string{"resource"}, nil)
 )
 
 // hostCollector reports the registry's contents at scrape time.

@@ -40,8 +40,9 @@ type Options struct {
 	Name string
 	// NodeName is sandboxd's --node-name (the tag in its sandbox IDs).
 	NodeName string
-	// Overcommit is sandboxd's --overcommit; default 16.
-	Overcommit int
+	// MemoryOvercommit is sandboxd's --memory-overcommit; default 16. CPU
+	// is sandboxd's default: not admitted.
+	MemoryOvercommit int
 	// Token is sandboxd's node token (its --auth-token-file), e.g. one
 	// derived from a fleet key (shared/nodetoken); empty: a random one.
 	Token string
@@ -96,8 +97,8 @@ func NewHost(t testing.TB, o Options) *Host {
 			t.Fatalf("%s is needed (apt-get install %s)", tool, pkg)
 		}
 	}
-	if o.Overcommit == 0 {
-		o.Overcommit = 16
+	if o.MemoryOvercommit == 0 {
+		o.MemoryOvercommit = 16
 	}
 	dir, err := os.MkdirTemp("", "skiff-"+o.Name+"-e2e-")
 	if err != nil {
@@ -151,7 +152,7 @@ func NewHost(t testing.TB, o Options) *Host {
 		"--auth-token-file", h.TokenFile, "--listen", h.Addr, "--admin-listen", h.Admin, "--run-dir", filepath.Join(dir, "run"),
 		"--nft-table", nftTable, "--iface-prefix", o.Name[:1] + suffix, "--cgroup-parent", cgroup, "--node-name", o.NodeName,
 		"--sandbox-cidr", fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4), "--uid-base", fmt.Sprint(UIDBase()),
-		"--overcommit", fmt.Sprint(o.Overcommit)}
+		"--memory-overcommit", fmt.Sprint(o.MemoryOvercommit)}
 	args = append(args, o.SandboxdArgs...)
 	if o.Netns != nil {
 		bin, args = o.Netns.Command(bin, args...)

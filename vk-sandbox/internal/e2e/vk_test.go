@@ -22,6 +22,7 @@ import (
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+	"github.com/skiff-dev/skiff/vk-sandbox/internal/vknode"
 )
 
 const ns = "team-a"
@@ -58,8 +59,13 @@ func TestVKSandbox(t *testing.T) {
 			t.Errorf("taints: %v", n.Spec.Taints)
 		}
 		c := n.Status.Capacity
-		if cpu := c[corev1.ResourceCPU]; cpu.MilliValue() != info.Msg.GetCapacity().GetCpuMilli() {
-			t.Errorf("cpu capacity %s, sandboxd says %dm", cpu.String(), info.Msg.GetCapacity().GetCpuMilli())
+		// sandboxd's default shares its CPU: the node advertises 8 CPUs per
+		// slot, so kube-scheduler refuses no pod for CPU.
+		if !info.Msg.GetCpuShared() {
+			t.Errorf("sandboxd admits CPU by default: %v", info.Msg)
+		}
+		if cpu := c[corev1.ResourceCPU]; cpu.MilliValue() != int64(info.Msg.GetMaxSandboxes())*vknode.SharedCPUPerSlot {
+			t.Errorf("cpu capacity %s, want 8 per slot of sandboxd's %d", cpu.String(), info.Msg.GetMaxSandboxes())
 		}
 		if mem := c[corev1.ResourceMemory]; mem.Value() != info.Msg.GetCapacity().GetMemoryMib()<<20 {
 			t.Errorf("memory capacity %s, sandboxd says %d MiB", mem.String(), info.Msg.GetCapacity().GetMemoryMib())

@@ -96,6 +96,12 @@ func newNode(s Spec) *corev1.Node {
 	return n
 }
 
+// SharedCPUPerSlot is the CPU (millicores) the node advertises per sandbox
+// slot when its host does not admit CPU: e2b's largest sandbox, 8 vCPU, so
+// that kube-scheduler never refuses a pod for CPU that sandboxd would take,
+// and slots and memory bind as they do in sandboxd.
+const SharedCPUPerSlot = 8000
+
 // setNodeStatus sets the Ready condition (and capacity, when known) of n.
 // A condition keeps its transition time while its status holds.
 func setNodeStatus(n *corev1.Node, ready bool, cause error, inv *v1beta1.NodeInventory, now time.Time) {
@@ -126,8 +132,12 @@ func setNodeStatus(n *corev1.Node, ready bool, cause error, inv *v1beta1.NodeInv
 	n.Status.Conditions = conds
 	if inv != nil {
 		c := inv.Spec.Capacity
+		cpu := c.CPUMilli
+		if inv.Spec.CPUAdmission == v1beta1.CPUShared {
+			cpu = int64(c.Sandboxes) * SharedCPUPerSlot
+		}
 		list := corev1.ResourceList{
-			corev1.ResourceCPU:    *resource.NewMilliQuantity(c.CPUMilli, resource.DecimalSI),
+			corev1.ResourceCPU:    *resource.NewMilliQuantity(cpu, resource.DecimalSI),
 			corev1.ResourceMemory: *resource.NewQuantity(c.MemoryMiB<<20, resource.BinarySI),
 			corev1.ResourcePods:   *resource.NewQuantity(int64(c.Sandboxes), resource.DecimalSI),
 		}

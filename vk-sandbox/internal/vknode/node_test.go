@@ -84,6 +84,15 @@ func TestNodeStatusFollowsSandboxd(t *testing.T) {
 			t.Errorf("Ready moved its transition time to %s", c.LastTransitionTime)
 		}
 	}
+	// A host that does not admit CPU advertises as much as its slots could
+	// ask: kube-scheduler refuses no pod for CPU that sandboxd would take.
+	shared := inv.DeepCopy()
+	shared.Spec.CPUAdmission = v1beta1.CPUShared
+	setNodeStatus(n, true, nil, shared, now.Add(time.Hour))
+	if cpu := n.Status.Allocatable[corev1.ResourceCPU]; cpu.MilliValue() != 64*SharedCPUPerSlot {
+		t.Errorf("shared CPU: allocatable cpu %v, want 64 slots × 8", cpu.String())
+	}
+	setNodeStatus(n, true, nil, inv, now.Add(time.Hour))
 	setNodeStatus(n, false, errors.New("refused"), nil, now.Add(2*time.Hour))
 	if st, reason := nodeReady(n); st != corev1.ConditionFalse || reason != reasonUnreachable {
 		t.Errorf("after sandboxd went: %s %s", st, reason)

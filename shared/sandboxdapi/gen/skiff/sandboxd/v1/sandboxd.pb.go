@@ -1763,8 +1763,12 @@ type InfoResponse struct {
 	// its ID, the same on every host that shares it. Such a host serves
 	// every volume of the store.
 	SharedVolumeStore string `protobuf:"bytes,12,opt,name=shared_volume_store,json=sharedVolumeStore,proto3" json:"shared_volume_store,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set when CPU is not admitted (sandboxd --cpu-overcommit 0): a
+	// sandbox's vCPUs are its limit, not a reservation, no create is refused
+	// for CPU, and capacity.cpu_milli is the host's CPU as it is.
+	CpuShared     bool `protobuf:"varint,13,opt,name=cpu_shared,json=cpuShared,proto3" json:"cpu_shared,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -1879,6 +1883,13 @@ func (x *InfoResponse) GetSharedVolumeStore() string {
 		return x.SharedVolumeStore
 	}
 	return ""
+}
+
+func (x *InfoResponse) GetCpuShared() bool {
+	if x != nil {
+		return x.CpuShared
+	}
+	return false
 }
 
 type MetricsRequest struct {
@@ -4040,7 +4051,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vInfoRequest\"?\n" +
 	"\x0fTemplateVersion\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\x95\x04\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\xb4\x04\n" +
 	"\fInfoResponse\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x128\n" +
@@ -4054,7 +4065,9 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tsnapshots\x18\n" +
 	" \x03(\v2\x1b.skiff.sandboxd.v1.SnapshotR\tsnapshots\x123\n" +
 	"\avolumes\x18\v \x03(\v2\x19.skiff.sandboxd.v1.VolumeR\avolumes\x12.\n" +
-	"\x13shared_volume_store\x18\f \x01(\tR\x11sharedVolumeStore\"/\n" +
+	"\x13shared_volume_store\x18\f \x01(\tR\x11sharedVolumeStore\x12\x1d\n" +
+	"\n" +
+	"cpu_shared\x18\r \x01(\bR\tcpuShared\"/\n" +
 	"\x0eMetricsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xfc\x01\n" +
