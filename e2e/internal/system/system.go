@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -497,4 +498,27 @@ func FreeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// LocalConfig is a system for a test or benchmark: the servers on free
+// loopback ports, and host resources of its own (nftables table, cgroup,
+// veth names, a /22 of sandbox addresses at random), so that it shares the
+// machine with make up or another such system. The rest is the Config's
+// zero value: sandboxd's defaults and no per-team limits.
+func LocalConfig(bin, state string, teams ...string) (Config, error) {
+	addrs := make([]string, 6)
+	for i := range addrs {
+		var err error
+		if addrs[i], err = FreeAddr(); err != nil {
+			return Config{}, err
+		}
+	}
+	suffix := fmt.Sprintf("%03x", mrand.IntN(0xfff))
+	return Config{
+		Bin: bin, State: state, RunDir: filepath.Join(state, "run"),
+		APIListen: addrs[0], ProxyListen: addrs[1], ProxyAdmin: addrs[2], SandboxdListen: addrs[3], SandboxdAdmin: addrs[4], APIAdmin: addrs[5],
+		Teams: teams, NodeName: "test-host",
+		NFTTable: "skiff_sys_" + suffix, CgroupParent: "skiff-sys-" + suffix, IfacePrefix: "y" + suffix,
+		SandboxCIDR: fmt.Sprintf("10.%d.%d.0/22", 100+mrand.IntN(100), mrand.IntN(64)*4),
+	}, nil
 }

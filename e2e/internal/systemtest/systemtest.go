@@ -5,8 +5,6 @@ package systemtest
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,29 +57,19 @@ func StartWith(tb testing.TB, o Options, teams ...string) *system.System {
 			tb.Errorf("remove %s: %v", state, err)
 		}
 	})
-	addrs := make([]string, 6)
-	for i := range addrs {
-		if addrs[i], err = system.FreeAddr(); err != nil {
-			tb.Fatal(err)
-		}
+	cfg, err := system.LocalConfig(bin, state, teams...)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	suffix := fmt.Sprintf("%03x", rand.IntN(0xfff))
-	cfg := system.Config{
-		Bin: bin, State: state, RunDir: filepath.Join(state, "run"),
-		APIListen: addrs[0], ProxyListen: addrs[1], ProxyAdmin: addrs[2], SandboxdListen: addrs[3], SandboxdAdmin: addrs[4], APIAdmin: addrs[5],
-		Teams: teams, NodeName: "test-host", MemoryOvercommit: system.DefaultMemoryOvercommit,
-		// make up's per-team limits: the SDK suite stays within them (it
-		// creates one sandbox at a time, slower than 5 a second, and holds
-		// no more than a few at once), as an SDK user's code would.
-		CreateRatePerTeam: system.DefaultCreateRatePerTeam, CreateBurstPerTeam: system.DefaultCreateBurstPerTeam,
-		MaxSandboxesPerTeam: system.DefaultMaxSandboxesPerTeam,
-		NFTTable:            "skiff_sys_" + suffix, CgroupParent: "skiff-sys-" + suffix, IfacePrefix: "y" + suffix,
-		SandboxCIDR: fmt.Sprintf("10.%d.%d.0/22", 100+rand.IntN(100), rand.IntN(64)*4),
-		Env:         o.Env,
-		Runtime:     o.Runtime, RunscPath: o.RunscPath, SandboxdArgs: o.SandboxdArgs,
-		Domain: o.Domain, DomainPort: o.DomainPort,
-		Progress: testWriter{tb},
-	}
+	cfg.MemoryOvercommit = system.DefaultMemoryOvercommit
+	// make up's per-team limits: the SDK suite stays within them (it
+	// creates one sandbox at a time, slower than 5 a second, and holds no
+	// more than a few at once), as an SDK user's code would.
+	cfg.CreateRatePerTeam, cfg.CreateBurstPerTeam = system.DefaultCreateRatePerTeam, system.DefaultCreateBurstPerTeam
+	cfg.MaxSandboxesPerTeam = system.DefaultMaxSandboxesPerTeam
+	cfg.Env, cfg.Runtime, cfg.RunscPath, cfg.SandboxdArgs = o.Env, o.Runtime, o.RunscPath, o.SandboxdArgs
+	cfg.Domain, cfg.DomainPort = o.Domain, o.DomainPort
+	cfg.Progress = testWriter{tb}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	sys, err := system.Start(ctx, cfg)
