@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -331,17 +330,8 @@ func (e *Env) StopAPIServer(t testing.TB) {
 	t.Helper()
 	// The process is found by its certificate folder, this Env's own.
 	marker := filepath.Join(e.WorkDir, "certs")
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	killed := 0
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(b, []byte(marker)) || !bytes.Contains(b, []byte("kube-apiserver")) {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if err != nil {
-			continue
-		}
+	for _, pid := range findProcesses("kube-apiserver", marker) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
 			killed++
 		}
