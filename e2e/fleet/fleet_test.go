@@ -37,7 +37,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,14 +44,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/policies"
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/deploy"
 	"github.com/skiff-dev/skiff/e2e/internal/charttest"
+	"github.com/skiff-dev/skiff/e2e/internal/fleetenv"
 	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
@@ -210,8 +208,8 @@ func newFleet(t *testing.T, cfg config) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sa := f.serviceAccountKubeconfig()
-	f.key, f.keyB = f.apiKey(team), f.apiKey(teamB)
+	sa := fleetenv.ServiceAccountKubeconfig(t, f.env)
+	f.key, f.keyB = fleetenv.APIKey(t, bins, f.kc, team), fleetenv.APIKey(t, bins, f.kc, teamB)
 	for i, addr := range addrs {
 		r := &replica{name: fmt.Sprintf("apiserver-%d", i+1), api: "http://" + hosttest.FreeAddr(t), admin: hosttest.FreeAddr(t)}
 		args := append([]string{"serve", "--listen", strings.TrimPrefix(r.api, "http://"), "--admin-listen", r.admin,
@@ -247,7 +245,7 @@ func newFleet(t *testing.T, cfg config) *fleet {
 				return fmt.Sprintf("%s: templates %d %s", r.name, code, body)
 			}
 		}
-		if code := httpCode("http://" + f.proxyAdm + "/readyz"); code != http.StatusOK {
+		if code := fleetenv.HTTPCode("http://" + f.proxyAdm + "/readyz"); code != http.StatusOK {
 			return fmt.Sprintf("proxy /readyz %d", code)
 		}
 		if n := len(f.warm()); n != warmReplicas {
@@ -270,7 +268,7 @@ func newFleet(t *testing.T, cfg config) *fleet {
 
 // freshnessFlags are the readers' freshness filter flags.
 func (f *fleet) freshnessFlags() []string {
-	return []string{"--inventory-stale-after", f.cfg.window.String(), "--inventory-publish-interval", f.cfg.interval.String()}
+	return fleetenv.FreshnessFlags(f.cfg.interval, f.cfg.window)
 }
 
 // newHost makes host name: its namespace (the index-th /30 of subnet), its
@@ -324,28 +322,6 @@ func (f *fleet) hostRBAC() {
 			f.must(f.admin.Create(f.t.Context(), &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: roleRef, Subjects: group}))
 		}
 	}
-}
-
-// serviceAccountKubeconfig returns a kubeconfig of the replicas' service
-// account (deploy.RBAC's rights).
-func (f *fleet) serviceAccountKubeconfig() string {
-	cs := kubernetes.NewForConfigOrDie(f.env.Config)
-	tok, err := cs.CoreV1().ServiceAccounts(deploy.DefaultNamespace).CreateToken(f.t.Context(), deploy.DefaultName,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(7200))}}, metav1.CreateOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return kubetest.WriteKubeconfig(f.t, &rest.Config{Host: f.env.Config.Host,
-		TLSClientConfig: rest.TLSClientConfig{CAData: f.env.Config.CAData}, BearerToken: tok.Status.Token})
-}
-
-// apiKey makes a team's key with sandbox-apiserver keys create.
-func (f *fleet) apiKey(team string) string {
-	out, err := exec.Command(filepath.Join(f.bins, "sandbox-apiserver"), "keys", "create", "--team", team, "--kubeconfig", f.kc).Output()
-	if err != nil {
-		f.t.Fatalf("keys create --team %s: %v", team, err)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 func (f *fleet) must(err error) {
@@ -504,28 +480,7 @@ func (f *fleet) publishedAt(name string) time.Time {
 // proxyGet asks the proxy for envd's /health in sandbox id and returns the
 // status code and how long it took.
 func (f *fleet) proxyGet(id string) (int, time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.proxyURL+"/health", nil)
-	req.Header.Set("E2b-Sandbox-Id", id)
-	req.Header.Set("E2b-Sandbox-Port", "49983")
-	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, time.Since(start)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode, time.Since(start)
-}
-
-func httpCode(url string) int {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	return fleetenv.ProxyHealth(f.proxyURL, id)
 }
 
 // leader returns the replica holding the warm-pool Lease, nil if none
