@@ -170,6 +170,25 @@ sdk-test: envd sdk-deps ## The unmodified e2b JS SDK (E2B_SDKS: 2.51.0 and 2.50.
 bench: kube-bins build runsc ## Benchmarks (BENCH=regexp, BENCHTIME=2s); e2e/bench runs the whole system.
 	for m in $(MODULES); do (cd $$m && go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem ./...); done
 
+# The fleet simulator (e2e/cmd/skiff-fleetsim): simulated hosts publishing
+# real NodeInventories on the real cadence to a real etcd and
+# kube-apiserver, read by the real sandbox-apiserver and sandbox-envd-proxy
+# of bin/. The issue's sizes: FLEET_HOSTS=50 and FLEET_HOSTS=200.
+FLEET_HOSTS ?= 50
+FLEET_SANDBOXES ?= 2000
+FLEET_TEAMS ?= 20
+FLEET_INTERVAL ?= 30s
+FLEET_STEADY ?= 90s
+FLEET_CHURN ?= 0.01
+FLEET_OUT ?= $(BIN)/fleetsim.jsonl
+FLEET_FLAGS ?=
+
+.PHONY: bench-fleet
+bench-fleet: kube-bins build ## Measure the control plane against FLEET_HOSTS (50) simulated hosts × FLEET_SANDBOXES (2000): etcd writes, CPU, memory, list, create and proxy times, a dead host's eviction; appends JSON lines to FLEET_OUT. Not in make test.
+	cd e2e && go build -o $(BIN)/skiff-fleetsim ./cmd/skiff-fleetsim
+	$(BIN)/skiff-fleetsim --bin $(BIN) --hosts $(FLEET_HOSTS) --sandboxes-per-host $(FLEET_SANDBOXES) --teams $(FLEET_TEAMS) \
+		--interval $(FLEET_INTERVAL) --steady $(FLEET_STEADY) --churn $(FLEET_CHURN) --out $(FLEET_OUT) $(FLEET_FLAGS)
+
 .PHONY: mutate
 mutate: $(BIN)/gremlins ## Mutation testing of the freshness filter: every mutant must be killed.
 	hack/mutate.sh

@@ -14,6 +14,7 @@ require (
 	github.com/skiff-dev/skiff/api v0.0.0
 	github.com/skiff-dev/skiff/apiserver v0.0.0
 	github.com/skiff-dev/skiff/shared v0.0.0
+	github.com/skiff-dev/skiff/wire v0.0.0
 	github.com/spf13/pflag v1.1.0
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.37.2

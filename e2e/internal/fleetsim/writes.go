@@ -1,0 +1,63 @@
+package fleetsim
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/publish"
+)
+
+// Writes counts the server-side applies of the hosts that share it, and
+// how long each took: what the publishers ask of kube-apiserver. It is
+// safe for concurrent use.
+type Writes struct {
+	mu     sync.Mutex
+	ok     int
+	failed int
+	took   []time.Duration
+}
+
+// WriteStats are the applies since the last Take.
+type WriteStats struct {
+	// OK and Failed count the applies that succeeded and failed.
+	OK, Failed int
+	// Took is how long each successful apply took, in the order they ended.
+	Took []time.Duration
+}
+
+// Take returns the applies counted since the last Take and starts over.
+func (w *Writes) Take() WriteStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := WriteStats{OK: w.ok, Failed: w.failed, Took: w.took}
+	w.ok, w.failed, w.took = 0, 0, nil
+	return st
+}
+
+func (w *Writes) record(took time.Duration, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.failed++
+		return
+	}
+	w.ok++
+	w.took = append(w.took, took)
+}
+
+// countingWriter is a host's publish.Writer, counted in a Writes.
+type countingWriter struct {
+	publish.Writer
+	w *Writes
+}
+
+func (c countingWriter) Apply(ctx context.Context, inv *v1beta1.NodeInventory) error {
+	start := time.Now()
+	err := c.Writer.Apply(ctx, inv)
+	if ctx.Err() == nil {
+		c.w.record(time.Since(start), err)
+	}
+	return err
+}
