@@ -88,6 +88,10 @@ func (o *Options) Run(ctx context.Context) error {
 	if limits.RaisedFrom != 0 {
 		log.Info("raised kernel.pid_max for the sandboxes", "from", limits.RaisedFrom, "to", limits.PidMax)
 	}
+	if limits.NeighRaisedFrom != 0 {
+		log.Info("raised the kernel's IPv4 neighbour table bound for the sandboxes", "sysctl", "net.ipv4.neigh.default.gc_thresh3",
+			"from", limits.NeighRaisedFrom, "to", limits.NeighMax)
+	}
 	log.Info("bounded the processes of all sandboxes together", "pids_max", limits.SandboxPids, "per_sandbox", o.PidsLimit,
 		"kernel_pid_max", limits.PidMax, "kernel_threads_max", limits.ThreadsMax, "host_reserve", o.PidsReserve)
 	stateDir := o.Global.StateDir

@@ -56,6 +56,9 @@ type Applied struct {
 	// SandboxPids is the pids.max of the sandboxes' parent cgroup: how
 	// many processes all sandboxes may have together.
 	SandboxPids int64
+	// NeighMax is net.ipv4.neigh.default.gc_thresh3 now; NeighRaisedFrom
+	// what it was when Apply raised it, else 0.
+	NeighMax, NeighRaisedFrom int64
 }
 
 // Apply raises kernel.pid_max when it is below what the options need, and
@@ -66,10 +69,66 @@ func Apply(o Options) (Applied, error) {
 	if err != nil {
 		return a, err
 	}
+	if a.NeighMax, a.NeighRaisedFrom, err = checkNeigh(o); err != nil {
+		return a, err
+	}
 	if err := BoundSandboxPids(o.CgroupParent, a.SandboxPids); err != nil {
 		return a, err
 	}
 	return a, nil
+}
+
+// NeighPerSandbox is how many IPv4 neighbour (ARP) entries a sandbox may
+// hold: the host's for the sandbox's address on its veth and the
+// sandbox's for its gateway, each in its own network namespace but all in
+// the kernel's one table, whose hard bound (gc_thresh3, 1024 by default)
+// the host's own interfaces share. Past it, the kernel drops packets to
+// new neighbours ("neighbor table overflow"): at about 700 sandboxes, a
+// new one's envd could not be reached.
+const NeighPerSandbox = 2
+
+// NeighReserve is the room in the neighbour table kept for the host's
+// own interfaces beyond the sandboxes'.
+const NeighReserve = 1024
+
+// checkNeigh raises the kernel's IPv4 neighbour table bounds
+// (net.ipv4.neigh.default.gc_thresh3, and gc_thresh2 where entries start
+// to be collected eagerly) to what --max-sandboxes needs, if they are
+// lower. It returns gc_thresh3 and what it was before, if raised.
+func checkNeigh(o Options) (now, from int64, err error) {
+	sys := o.ProcSys
+	if sys == "" {
+		sys = "/proc/sys"
+	}
+	need := int64(o.MaxSandboxes)*NeighPerSandbox + NeighReserve
+	for _, t := range []struct {
+		name string
+		want int64
+	}{
+		// gc_thresh3 first: the kernel keeps gc_thresh2 at or below it.
+		{"gc_thresh3", need},
+		{"gc_thresh2", need - NeighReserve/2},
+	} {
+		name := "net/ipv4/neigh/default/" + t.name
+		cur, err := readSysctl(sys, name)
+		if err != nil {
+			return 0, 0, err
+		}
+		if t.name == "gc_thresh3" {
+			now = cur
+		}
+		if cur >= t.want {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(sys, name), []byte(strconv.FormatInt(t.want, 10)), 0); err != nil {
+			return now, 0, fmt.Errorf("net.ipv4.neigh.default.%s is %d, below the %d neighbour entries that --max-sandboxes %d needs (%d each, and %d for the host), and sandboxd could not raise it (%w): run sysctl -w net.ipv4.neigh.default.%s=%d, or lower --max-sandboxes",
+				t.name, cur, t.want, o.MaxSandboxes, NeighPerSandbox, NeighReserve, err, t.name, t.want)
+		}
+		if t.name == "gc_thresh3" {
+			now, from = t.want, cur
+		}
+	}
+	return now, from, nil
 }
 
 // checkPidMax raises kernel.pid_max to what the options need, if it is

@@ -25,6 +25,46 @@ func procSys(t *testing.T, pidMax, threadsMax string) string {
 	return dir
 }
 
+// The neighbour table's bounds are raised to 2 entries per sandbox and
+// 1024 for the host; higher ones stay.
+func TestCheckNeigh(t *testing.T) {
+	for _, c := range []struct {
+		name               string
+		thresh2, thresh3   string
+		max                int
+		want2, want3, from int64
+	}{
+		{"the kernel's defaults, 256 sandboxes: raised", "512", "1024", 256, 1024, 1536, 1024},
+		{"the kernel's defaults, 1000 sandboxes: raised", "512", "1024", 1000, 2512, 3024, 1024},
+		{"higher stays", "8192", "16384", 1000, 8192, 16384, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sys := t.TempDir()
+			dir := filepath.Join(sys, "net/ipv4/neigh/default")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for name, v := range map[string]string{"gc_thresh2": c.thresh2, "gc_thresh3": c.thresh3} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now, from, err := checkNeigh(Options{MaxSandboxes: c.max, ProcSys: sys})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now != c.want3 || from != c.from {
+				t.Errorf("gc_thresh3 %d, raised from %d; want %d, from %d", now, from, c.want3, c.from)
+			}
+			for name, want := range map[string]int64{"gc_thresh2": c.want2, "gc_thresh3": c.want3} {
+				if data, _ := os.ReadFile(filepath.Join(dir, name)); strings.TrimSpace(string(data)) != strconv.FormatInt(want, 10) {
+					t.Errorf("%s is %q, want %d", name, data, want)
+				}
+			}
+		})
+	}
+}
+
 func TestCheckPidMax(t *testing.T) {
 	for _, c := range []struct {
 		name                string
