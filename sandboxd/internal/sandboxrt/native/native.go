@@ -104,6 +104,7 @@ type Runtime struct {
 	sandboxes  string // <Dir>/sandboxes/<id>/{rootfs,disk.img,disk/{upper,work},meta.json}
 	envd       sandboxrt.EnvdCopies
 	golden     *diskimage.Golden // empty disk images, one per size (disk.go)
+	cgroups    cgroupDirs        // where Stats reads (usage.go)
 
 	mu       sync.Mutex
 	slots    map[int]string                     // slot → sandbox ID
@@ -656,30 +657,14 @@ func (r *Runtime) SalvageLayer(ctx context.Context, id, dir string) error {
 
 // Stats implements sandboxrt.Runtime.
 func (r *Runtime) Stats(_ context.Context, id string) (sandboxrt.Stats, error) {
-	c, err := r.load(id)
-	if err != nil {
-		return sandboxrt.Stats{}, err
+	u, err := r.cgroupUsage(id)
+	if errors.Is(err, os.ErrNotExist) {
+		return sandboxrt.Stats{}, fmt.Errorf("%w: %s", sandboxrt.ErrNotFound, id)
 	}
-	s, err := c.Stats()
 	if err != nil {
 		return sandboxrt.Stats{}, fmt.Errorf("sandbox %s: stats: %w", id, err)
 	}
-	out := sandboxrt.Stats{Time: time.Now()}
-	if cg := s.CgroupStats; cg != nil {
-		out.CPUUsage = time.Duration(cg.CpuStats.CpuUsage.TotalUsage)
-		mem := cg.MemoryStats
-		used := mem.Usage.Usage
-		// What the kernel can drop at once is not in use (docker's rule).
-		inactive := mem.Stats["total_inactive_file"]
-		if v, ok := mem.Stats["inactive_file"]; ok && !mem.UseHierarchy {
-			inactive = v
-		}
-		if inactive < used {
-			used -= inactive
-		}
-		out.MemoryUsed = int64(used)
-		out.MemoryLimit = int64(mem.Usage.Limit)
-	}
+	out := sandboxrt.Stats{Time: time.Now(), CPUUsage: u.cpu, MemoryUsed: u.used, MemoryLimit: u.limit}
 	if m, err := r.readMeta(id); err == nil {
 		out.DiskLimit = m.DiskLimit
 	}

@@ -167,6 +167,16 @@ func TestMemoryHogIsKilledInsideTheSandbox(t *testing.T) {
 	if st.MemoryLimit != 64<<20 || st.MemoryUsed <= 0 || st.CPUUsage <= 0 {
 		t.Errorf("stats = %+v", st)
 	}
+	// Memory a process holds counts; the CPU it burns adds up.
+	s.run(t, "user", "head -c 40m /dev/zero | tail -c 40m > /dev/null & i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+	s.run(t, "user", "(head -c 32m /dev/zero > /dev/shm/held) && echo ok")
+	st2, err := rt.Stats(context.Background(), s.spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2.CPUUsage < st.CPUUsage+50*time.Millisecond || st2.MemoryUsed < st.MemoryUsed+30<<20 {
+		t.Errorf("after a busy loop and 32 MiB in /dev/shm: stats %+v, before %+v", st2, st)
+	}
 }
 
 func TestPauseFreezesAndResumeThaws(t *testing.T) {
@@ -218,6 +228,9 @@ func TestStopRemovesEverythingAndIsIdempotent(t *testing.T) {
 	}
 	if _, err := rt.Status(ctx, s.spec.ID); !errors.Is(err, sandboxrt.ErrNotFound) {
 		t.Errorf("status after stop: %v", err)
+	}
+	if _, err := rt.Stats(ctx, s.spec.ID); !errors.Is(err, sandboxrt.ErrNotFound) {
+		t.Errorf("Stats after Stop = %v, want ErrNotFound", err)
 	}
 	if err := rt.Stop(ctx, s.spec.ID); err != nil {
 		t.Errorf("second stop: %v", err)
