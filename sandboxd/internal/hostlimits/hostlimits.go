@@ -79,13 +79,15 @@ func Apply(o Options) (Applied, error) {
 }
 
 // NeighPerSandbox is how many IPv4 neighbour (ARP) entries a sandbox may
-// hold: the host's for the sandbox's address on its veth and the
-// sandbox's for its gateway, each in its own network namespace but all in
-// the kernel's one table, whose hard bound (gc_thresh3, 1024 by default)
-// the host's own interfaces share. Past it, the kernel drops packets to
-// new neighbours ("neighbor table overflow"): at about 700 sandboxes, a
-// new one's envd could not be reached.
-const NeighPerSandbox = 2
+// hold in the kernel's one table, which every network namespace shares
+// and whose hard bound (gc_thresh3, 1024 by default) the host's own
+// interfaces share too: the host's for the sandbox's address on its veth,
+// the sandbox's for its gateway, and its loopback's (measured: 2.9 per
+// idle sandbox at 1,500), with room. Past the bound the kernel drops
+// packets to new neighbours ("neighbor table overflow"): at about 700
+// sandboxes with the default, and at 1,508 with 2 per sandbox, a new
+// sandbox's envd could not be reached.
+const NeighPerSandbox = 4
 
 // NeighReserve is the room in the neighbour table kept for the host's
 // own interfaces beyond the sandboxes'.
