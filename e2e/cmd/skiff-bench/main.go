@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -88,7 +89,18 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "skiff-bench:", err)
 		return 1
 	}
-	defer os.RemoveAll(state)
+	defer func() {
+		// The logs stay: they say what refused a sandbox, and where the
+		// time went.
+		logs, err := os.MkdirTemp("", "skiff-bench-logs-")
+		if err == nil {
+			err = os.Rename(filepath.Join(state, "logs"), filepath.Join(logs, "logs"))
+		}
+		if err == nil {
+			fmt.Fprintf(os.Stderr, "skiff-bench: the servers' logs are in %s\n", filepath.Join(logs, "logs"))
+		}
+		_ = os.RemoveAll(state)
+	}()
 	cfg, err := system.LocalConfig(*bin, state, "bench")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skiff-bench:", err)
@@ -103,7 +115,11 @@ func run() int {
 	}
 	// A /30 per sandbox: a /18 holds 4,096.
 	cfg.SandboxCIDR = fmt.Sprintf("10.%d.%d.0/18", 100+rand.IntN(100), rand.IntN(4)*64)
-	cfg.SandboxdArgs = []string{"--max-sandboxes", strconv.Itoa(min(4000, most+16))}
+	// Each sandbox's pids limit (4096 by default) times the sandboxes
+	// must fit in the kernel's pid_max (at most 4,194,304): past 1,023
+	// sandboxes, a lower limit each.
+	slots := min(4000, most+16)
+	cfg.SandboxdArgs = []string{"--max-sandboxes", strconv.Itoa(slots), "--pids-limit", strconv.Itoa(min(4096, (4194304-4096)/slots)), "--enable-pprof"}
 	cfg.MemoryOvercommit, cfg.Runtime, cfg.RunscPath = *memOver, *runtimeName, *runsc
 	cfg.Progress = os.Stderr
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)

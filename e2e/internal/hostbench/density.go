@@ -6,12 +6,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/skiff-dev/skiff/e2e/internal/procstat"
 	"github.com/skiff-dev/skiff/e2e/internal/system"
+	"github.com/skiff-dev/skiff/shared/cgroups"
 )
 
 // DensityOptions shape a density run.
@@ -39,7 +41,7 @@ type DensityOptions struct {
 func Density(ctx context.Context, sys *system.System, team string, o DensityOptions, rec *Recorder, log io.Writer) error {
 	c := newClient(sys.APIURL, sys.SandboxURL, sys.Keys[team])
 	sandboxd := sys.PID("sandboxd")
-	cg, err := sandboxCgroup(sandboxd, sys.Config().CgroupParent)
+	cg, err := sandboxCgroup(sys.Config().CgroupParent)
 	if err != nil {
 		return err
 	}
@@ -123,9 +125,7 @@ func Density(ctx context.Context, sys *system.System, team string, o DensityOpti
 	memSample(n)
 	pss1, _ := procstat.TotalPSS(procstat.AllPIDs())
 	add("all_pss_per_sandbox", float64(pss1-pss0)/float64(n)/mib, "MiB", n, "PSS of every process of the host, its growth over the sandboxes")
-	if b, err := os.ReadFile(filepath.Join(cg, "memory.current")); err == nil {
-		var cur int64
-		_, _ = fmt.Sscan(strings.TrimSpace(string(b)), &cur)
+	if cur, err := cgroupMemory(cg); err == nil {
 		add("cgroup_memory_per_sandbox", float64(cur)/float64(n)/mib, "MiB", n, "memory.current of the sandboxes' cgroups (kernel memory charged to them included), over the sandboxes")
 	}
 
@@ -232,21 +232,23 @@ func idleCPU(sys *system.System, d time.Duration) (map[string]float64, error) {
 	return out, nil
 }
 
-// sandboxCgroup is the cgroup (v2) under which sandboxd puts each
-// sandbox's: --cgroup-parent beside sandboxd's own.
-func sandboxCgroup(sandboxd int, parent string) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", sandboxd))
-	if err != nil {
-		return "", err
-	}
-	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			dir := filepath.Join("/sys/fs/cgroup", filepath.Dir(rest), parent)
-			if _, err := os.Stat(dir); err != nil {
-				return "", fmt.Errorf("the sandboxes' cgroup: %w", err)
-			}
-			return dir, nil
+// sandboxCgroup is the memory controller's cgroup under which sandboxd
+// puts each sandbox's: --cgroup-parent, found as sandboxd finds it (this
+// process shares sandboxd's cgroups).
+func sandboxCgroup(parent string) (string, error) {
+	return cgroups.ControllerPath(parent, "memory") // made with the first sandbox
+}
+
+// cgroupMemory is what the cgroup at dir and those below it hold, kernel
+// memory charged to them included: memory.current (v2) or
+// memory.usage_in_bytes (v1).
+func cgroupMemory(dir string) (int64, error) {
+	for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			continue
 		}
+		return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	}
-	return "", fmt.Errorf("sandboxd's cgroup: no cgroup v2 line in %q", b)
+	return 0, fmt.Errorf("%s: no memory.current or memory.usage_in_bytes", dir)
 }
