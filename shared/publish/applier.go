@@ -116,6 +116,24 @@ func (a *InventoryApplier) Run(ctx context.Context) error {
 	}
 }
 
+// write writes inv: publishedAt alone when the spec is the one written
+// last and the writer can (a Stamper), else the whole inventory, which is
+// also what a stamp the stored object has moved on from falls back to.
+func (a *InventoryApplier) write(ctx context.Context, inv *v1beta1.NodeInventory, changed bool) error {
+	if st, ok := a.w.(Stamper); ok && !changed {
+		err := st.Stamp(ctx, inv)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if !errors.Is(err, ErrStale) {
+			a.log.Warn("stamp the inventory; applying it whole", "error", err)
+		} else if !errors.Is(err, errNeverWritten) {
+			a.log.Info("the stored inventory changed since this host wrote it; applying it whole", "error", err)
+		}
+	}
+	return a.w.Apply(ctx, inv)
+}
+
 // publish makes one attempt at now.
 func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Time) (outcome, error) {
 	inv, err := a.src.Inventory()
@@ -144,7 +162,7 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 	stamp := metav1.NewTime(now)
 	inv.PublishedAt = &stamp
 	start := time.Now()
-	if err := a.w.Apply(ctx, inv); err != nil {
+	if err := a.write(ctx, inv, changed); err != nil {
 		if ctx.Err() != nil {
 			return failed, nil
 		}

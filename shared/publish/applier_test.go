@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 
@@ -417,4 +418,56 @@ func counter(t *testing.T, reg *prometheus.Registry, o string) float64 {
 		}
 	}
 	return 0
+}
+
+// A publish of an unchanged spec is a stamp alone (a merge patch of
+// publishedAt, an Update in managedFields, not the whole inventory); when
+// someone else changed the stored inventory since, the stamp's
+// precondition fails and the whole inventory is applied again, restoring
+// it.
+func TestStampOnlyWhileTheStoredInventoryIsTheOneWritten(t *testing.T) {
+	env := kubetest.Start(t)
+	dyn := dynamic.NewForConfigOrDie(env.Config)
+	res := dyn.Resource(v1beta1.GroupVersion.WithResource(v1beta1.NodeInventoryResource))
+	const node = "host-stamp-only"
+	writes := watchWrites(t, dyn, node)
+	src := newSource(node, 3)
+	interval := time.Second
+	run(t, New(Config{Source: src, Writer: NewKubeWriter(dyn), Changes: src.changes, NodeName: node,
+		Options: Options{Interval: interval, MinInterval: 100 * time.Millisecond}}))
+	first := next(t, writes, 30*time.Second)
+	second := next(t, writes, 10*interval)
+	if !second.stamp.After(first.stamp) || !equality.Semantic.DeepEqual(second.spec, first.spec) {
+		t.Fatalf("second write: stamp %s after %s, spec %+v", second.stamp, first.stamp, second.spec)
+	}
+	stored, err := res.Get(t.Context(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stamped bool
+	for _, m := range stored.GetManagedFields() {
+		if m.Manager == FieldManager && m.Operation == metav1.ManagedFieldsOperationUpdate && strings.Contains(string(m.FieldsV1.Raw), "publishedAt") {
+			stamped = true
+		}
+	}
+	if !stamped {
+		t.Errorf("no stamp-only write: managed fields %+v", stored.GetManagedFields())
+	}
+
+	// Someone else changes the stored inventory: the next publish applies
+	// it whole.
+	if _, err := res.Patch(t.Context(), node, types.MergePatchType, []byte(`{"spec":{"endpoint":"elsewhere:27777"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * interval)
+	for {
+		select {
+		case w := <-writes:
+			if w.spec.Endpoint == first.spec.Endpoint && w.stamp.After(second.stamp) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the changed inventory was not applied whole again within %s", 10*interval)
+		}
+	}
 }

@@ -2,6 +2,8 @@ package fleetsim
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -9,7 +11,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/publish"
 )
 
-// Writes counts the server-side applies of the hosts that share it, and
+// Writes counts the writes (server-side applies and stamps) of the hosts that share it, and
 // how long each took: what the publishers ask of kube-apiserver. It is
 // safe for concurrent use.
 type Writes struct {
@@ -51,6 +53,20 @@ func (w *Writes) record(took time.Duration, err error) {
 type countingWriter struct {
 	publish.Writer
 	w *Writes
+}
+
+// Stamp is the writer's own (publish.Stamper), counted as a write.
+func (c countingWriter) Stamp(ctx context.Context, inv *v1beta1.NodeInventory) error {
+	st, ok := c.Writer.(publish.Stamper)
+	if !ok {
+		return fmt.Errorf("%T: %w", c.Writer, publish.ErrStale)
+	}
+	start := time.Now()
+	err := st.Stamp(ctx, inv)
+	if ctx.Err() == nil && (err == nil || !errors.Is(err, publish.ErrStale)) {
+		c.w.record(time.Since(start), err)
+	}
+	return err
 }
 
 func (c countingWriter) Apply(ctx context.Context, inv *v1beta1.NodeInventory) error {
