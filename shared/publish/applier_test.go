@@ -446,7 +446,7 @@ func TestStampOnlyWhileTheStoredInventoryIsTheOneWritten(t *testing.T) {
 	}
 	var stamped bool
 	for _, m := range stored.GetManagedFields() {
-		if m.Manager == FieldManager && m.Operation == metav1.ManagedFieldsOperationUpdate && strings.Contains(string(m.FieldsV1.Raw), "publishedAt") {
+		if m.Manager == FieldManager && m.Operation == metav1.ManagedFieldsOperationUpdate && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), "publishedAt") {
 			stamped = true
 		}
 	}
