@@ -183,6 +183,30 @@ FLEET_CHURN ?= 0.01
 FLEET_OUT ?= $(BIN)/fleetsim.jsonl
 FLEET_FLAGS ?=
 
+DENSITY_SANDBOXES ?= 1000
+DENSITY_BEYOND ?= 1000
+LIFECYCLE_COUNT ?= 400
+LIFECYCLE_CONCURRENCY ?= 1,4,20
+BENCH_OUT ?= $(BIN)/hostbench.jsonl
+BENCH_FLAGS ?=
+
+.PHONY: bench-density
+bench-density: build ## One host through make up's system, as root: DENSITY_SANDBOXES (1000) idle sandboxes, then DENSITY_BEYOND more to find the first limit; memory per sandbox, create p50/p99 per hundred, idle CPU, kill-all time; appends JSON lines to BENCH_OUT. Not in make test.
+	cd e2e && go build -o $(BIN)/skiff-bench ./cmd/skiff-bench
+	$(BIN)/skiff-bench density --bin $(BIN) --sandboxes $(DENSITY_SANDBOXES) --beyond $(DENSITY_BEYOND) --out $(BENCH_OUT) $(BENCH_FLAGS)
+
+.PHONY: bench-lifecycle
+bench-lifecycle: build ## One host, as root: LIFECYCLE_COUNT create → run → kill lifecycles at each of LIFECYCLE_CONCURRENCY, beside the floor (clone into new namespaces + exec of a static binary): rate, latencies, CPU per lifecycle; appends JSON lines to BENCH_OUT. Not in make test.
+	cd e2e && go build -o $(BIN)/skiff-bench ./cmd/skiff-bench
+	$(BIN)/skiff-bench lifecycle --bin $(BIN) --count $(LIFECYCLE_COUNT) --concurrency $(LIFECYCLE_CONCURRENCY) --out $(BENCH_OUT) $(BENCH_FLAGS)
+
+.PHONY: plots
+plots: ## Redraw docs/scaling/*.png from the benchmarks' results kept in docs/scaling/*.jsonl (see docs/scaling-design.md).
+	cd e2e && go run ./cmd/skiff-plot --out ../docs/scaling \
+		--series before=../docs/scaling/density-before.jsonl --series after=../docs/scaling/density-after.jsonl \
+		--series "bash -l -c true"=../docs/scaling/lifecycle-bash.jsonl --series /bin/true=../docs/scaling/lifecycle-true.jsonl \
+		--fleet "whole-inventory stamps"=../docs/scaling/fleet50-before.jsonl --fleet "stamp-only patches"=../docs/scaling/fleet50-after.jsonl
+
 .PHONY: bench-fleet
 bench-fleet: kube-bins build ## Measure the control plane against FLEET_HOSTS (50) simulated hosts × FLEET_SANDBOXES (2000): etcd writes, CPU, memory, list, create and proxy times, a dead host's eviction; appends JSON lines to FLEET_OUT. Not in make test.
 	cd e2e && go build -o $(BIN)/skiff-fleetsim ./cmd/skiff-fleetsim

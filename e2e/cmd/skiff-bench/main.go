@@ -54,6 +54,7 @@ func run() int {
 	idle := fs.Duration("idle", 30*time.Second, "density: how long the servers' idle CPU is measured with every sandbox running.")
 	conc := fs.String("concurrency", "", "Creates at once: density one number (default 1); lifecycle a list (default 1,20).")
 	count := fs.Int("count", 400, "lifecycle: lifecycles (and floor starts) at each concurrency.")
+	cmd := fs.String("cmd", "/bin/bash -l -c true", "lifecycle: the command each runs, split on spaces (the SDK's commands.run('true') runs /bin/bash -l -c true).")
 	if err := fs.Parse(os.Args[2:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -62,7 +63,7 @@ func run() int {
 		return 2
 	}
 	levels, err := parseLevels(*conc, mode)
-	if err != nil || *bin == "" || *sandboxes < 1 || *beyond < 0 || *count < 1 {
+	if err != nil || *bin == "" || *sandboxes < 1 || *beyond < 0 || *count < 1 || len(strings.Fields(*cmd)) == 0 {
 		fmt.Fprintf(os.Stderr, "skiff-bench: bad flags (--bin %q, --concurrency %q: %v)\n", *bin, *conc, err)
 		return 2
 	}
@@ -146,7 +147,7 @@ func run() int {
 		err = hostbench.Floor(ctx, hostbench.FloorOptions{Concurrency: levels, Count: *count, Binary: "/bin/busybox", Args: []string{"true"}}, rec, os.Stderr)
 		if err == nil {
 			err = hostbench.Lifecycle(ctx, sys, "bench", hostbench.LifecycleOptions{
-				Concurrency: levels, Count: *count, Template: *template, Cmd: []string{"/bin/bash", "-l", "-c", "true"},
+				Concurrency: levels, Count: *count, Template: *template, Cmd: strings.Fields(*cmd),
 			}, rec, os.Stderr)
 		}
 	}

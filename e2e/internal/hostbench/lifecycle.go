@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -75,7 +76,7 @@ func Lifecycle(ctx context.Context, sys *system.System, team string, o Lifecycle
 			return fmt.Errorf("c=%d: no lifecycle completed: %w", conc, firstErr)
 		}
 		add := func(metric string, v float64, unit string) {
-			rec.Add(Result{Bench: "lifecycle", Metric: metric, Value: v, Unit: unit, At: conc})
+			rec.Add(Result{Bench: "lifecycle", Metric: metric, Value: v, Unit: unit, At: conc, Note: strings.Join(o.Cmd, " ")})
 		}
 		add("rate", n/wall.Seconds(), "lifecycles/s")
 		add("create_p50", percentile(create, 0.5), "ms")
