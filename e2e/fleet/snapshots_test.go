@@ -117,19 +117,20 @@ func (l *lanes) snapshots(t *testing.T) {
 	}
 	made := []string{check(hostA)}
 
-	// A full: a filler takes every millicore A has left.
+	// A full: a filler takes all the memory A has left (its CPU is
+	// shared, not admitted).
 	a := f.hosts[hostA].h
 	ctx := context.Background()
 	info, err := a.Client.Info(ctx, connect.NewRequest(&sandboxdv1.InfoRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	free := info.Msg.GetCapacity().GetCpuMilli() - info.Msg.GetAllocated().GetCpuMilli()
+	free := info.Msg.GetCapacity().GetMemoryMib() - info.Msg.GetAllocated().GetMemoryMib()
 	filler, err := a.Client.Create(ctx, connect.NewRequest(&sandboxdv1.CreateRequest{
-		Template: "base", Team: "filler", Timeout: durationpb.New(10 * time.Minute), Resources: &sandboxdv1.Resources{CpuMilli: free},
+		Template: "base", Team: "filler", Timeout: durationpb.New(10 * time.Minute), Resources: &sandboxdv1.Resources{MemoryMib: free},
 	}))
 	if err != nil {
-		t.Fatalf("filler of %dm on A: %v", free, err)
+		t.Fatalf("filler of %d MiB on A: %v", free, err)
 	}
 	made = append(made, check(hostB))
 	if _, err := a.Client.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: filler.Msg.GetSandbox().GetId()})); err != nil {

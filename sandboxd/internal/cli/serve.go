@@ -88,6 +88,10 @@ func (o *Options) Run(ctx context.Context) error {
 	if limits.RaisedFrom != 0 {
 		log.Info("raised kernel.pid_max for the sandboxes", "from", limits.RaisedFrom, "to", limits.PidMax)
 	}
+	if limits.NeighMax == 0 {
+		log.Warn("not in the host's network namespace: cannot check the kernel's IPv4 neighbour table bound for the sandboxes",
+			"sysctl", "net.ipv4.neigh.default.gc_thresh3", "need", limits.NeighNeed)
+	}
 	if limits.NeighRaisedFrom != 0 {
 		log.Info("raised the kernel's IPv4 neighbour table bound for the sandboxes", "sysctl", "net.ipv4.neigh.default.gc_thresh3",
 			"from", limits.NeighRaisedFrom, "to", limits.NeighMax)

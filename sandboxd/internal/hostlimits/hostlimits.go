@@ -56,9 +56,11 @@ type Applied struct {
 	// SandboxPids is the pids.max of the sandboxes' parent cgroup: how
 	// many processes all sandboxes may have together.
 	SandboxPids int64
-	// NeighMax is net.ipv4.neigh.default.gc_thresh3 now; NeighRaisedFrom
-	// what it was when Apply raised it, else 0.
-	NeighMax, NeighRaisedFrom int64
+	// NeighMax is net.ipv4.neigh.default.gc_thresh3 now (0: sandboxd is
+	// not in the host's network namespace, where alone it is, and cannot
+	// see it); NeighRaisedFrom what it was when Apply raised it, else 0;
+	// NeighNeed what the options need.
+	NeighMax, NeighRaisedFrom, NeighNeed int64
 }
 
 // Apply raises kernel.pid_max when it is below what the options need, and
@@ -69,6 +71,7 @@ func Apply(o Options) (Applied, error) {
 	if err != nil {
 		return a, err
 	}
+	a.NeighNeed = int64(o.MaxSandboxes)*NeighPerSandbox + NeighReserve
 	if a.NeighMax, a.NeighRaisedFrom, err = checkNeigh(o); err != nil {
 		return a, err
 	}
@@ -113,6 +116,11 @@ func checkNeigh(o Options) (now, from int64, err error) {
 	} {
 		name := "net/ipv4/neigh/default/" + t.name
 		cur, err := readSysctl(sys, name)
+		if errors.Is(err, os.ErrNotExist) {
+			// Only the host's network namespace has the defaults; a
+			// sandboxd in another (a test's host) leaves them to the host.
+			return 0, 0, nil
+		}
 		if err != nil {
 			return 0, 0, err
 		}

@@ -65,6 +65,15 @@ func TestCheckNeigh(t *testing.T) {
 	}
 }
 
+// Outside the host's network namespace the bounds are not there to read:
+// nothing is checked, and nothing fails.
+func TestCheckNeighOutsideTheHostsNetworkNamespace(t *testing.T) {
+	now, from, err := checkNeigh(Options{MaxSandboxes: 1000, ProcSys: t.TempDir()})
+	if err != nil || now != 0 || from != 0 {
+		t.Fatalf("checkNeigh = %d, %d, %v; want 0, 0, nil", now, from, err)
+	}
+}
+
 func TestCheckPidMax(t *testing.T) {
 	for _, c := range []struct {
 		name                string
