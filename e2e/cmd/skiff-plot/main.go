@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,19 +131,9 @@ type line struct {
 
 func (f *figure) add(name string, pts plotter.XYs, dashed bool) {
 	if len(pts) > 0 {
-		slices.SortFunc(pts, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
+		slices.SortFunc(pts, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
 		f.lines = append(f.lines, line{name, pts, dashed})
 	}
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (f *figure) save(path string) error {
