@@ -11,13 +11,22 @@ import (
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
+// Spread is a pool's sandboxes by node, as placement spreads the pool:
+// Count is read while a node is chosen, and Add(node, 1) is called as soon
+// as one is, before the sandbox starts there (Add(node, -1) if it then
+// fails), so that warms of the pool placed at the same time spread too.
+type Spread interface {
+	Count(node string) int
+	Add(node string, n int)
+}
+
 // Warm starts a warm sandbox of template for pool (namespace/name) on a
 // node that placement picks: one that holds the template and has room,
 // the one with the fewest of the pool's sandboxes first (spread, which may
 // be nil). Non-zero fields of override win over the template's resources.
 // It returns the node and the new sandbox's ID; with no node able to take
 // it, an error wrapping placement.ErrNoCapacity.
-func (b *Backend) Warm(ctx context.Context, template, pool string, override Defaults, spread func(node string) int) (node, id string, err error) {
+func (b *Backend) Warm(ctx context.Context, template, pool string, override Defaults, spread Spread) (node, id string, err error) {
 	res, err := b.resources(ctx, template)
 	if err != nil {
 		return "", "", err
@@ -28,8 +37,19 @@ func (b *Backend) Warm(ctx context.Context, template, pool string, override Defa
 	if override.MemoryMiB > 0 {
 		res.MemoryMiB = override.MemoryMiB
 	}
-	req := placement.Request{Template: template, CPUMilli: res.CPUMilli, MemoryMiB: res.MemoryMiB, Spread: spread}
-	node, err = b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) error {
+	req := placement.Request{Template: template, CPUMilli: res.CPUMilli, MemoryMiB: res.MemoryMiB}
+	if spread != nil {
+		req.Spread = spread.Count
+	}
+	node, err = b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) (err error) {
+		if spread != nil {
+			spread.Add(n.Name, 1)
+			defer func() {
+				if err != nil {
+					spread.Add(n.Name, -1)
+				}
+			}()
+		}
 		resp, err := b.clients(n.Name, n.Spec.Endpoint).Warm(ctx, connect.NewRequest(&sandboxdv1.WarmRequest{
 			Template:  template,
 			Pool:      pool,

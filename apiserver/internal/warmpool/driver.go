@@ -54,7 +54,7 @@ type Pools interface {
 
 // Fleet warms and kills sandboxes; *fleet.Backend is one.
 type Fleet interface {
-	Warm(ctx context.Context, template, pool string, override fleet.Defaults, spread func(node string) int) (node, id string, err error)
+	Warm(ctx context.Context, template, pool string, override fleet.Defaults, spread fleet.Spread) (node, id string, err error)
 	KillOnNode(ctx context.Context, node, id string) error
 }
 
@@ -282,14 +282,10 @@ func (d *Driver) syncPool(ctx context.Context, p Pool, warm []warmEntry) error {
 
 // startWarms starts n warms in the background, in at most MaxConcurrent
 // workers. spread is the pool's sandboxes by node, shared by the workers:
-// each warm placed counts there, so that the next goes elsewhere.
+// each warm counts there from the moment its node is chosen, so that the
+// next goes elsewhere.
 func (d *Driver) startWarms(ctx context.Context, p Pool, n int, spread map[string]int) {
-	var mu sync.Mutex
-	count := func(node string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return spread[node]
-	}
+	count := &spreadCount{by: spread}
 	workers := min(n, d.cfg.MaxConcurrent)
 	d.mu.Lock()
 	d.inflight[p.Key] += n
@@ -299,15 +295,28 @@ func (d *Driver) startWarms(ctx context.Context, p Pool, n int, spread map[strin
 		d.wg.Go(func() {
 			for range todo {
 				node, id, err := d.cfg.Fleet.Warm(ctx, p.Template, p.Key, p.Resources, count)
-				if err == nil {
-					mu.Lock()
-					spread[node]++
-					mu.Unlock()
-				}
 				d.warmDone(ctx, p, node, id, err)
 			}
 		})
 	}
+}
+
+// spreadCount is a fleet.Spread over a map, safe for concurrent use.
+type spreadCount struct {
+	mu sync.Mutex
+	by map[string]int
+}
+
+func (s *spreadCount) Count(node string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.by[node]
+}
+
+func (s *spreadCount) Add(node string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.by[node] += n
 }
 
 func btoi(b bool) int {

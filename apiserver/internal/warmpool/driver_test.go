@@ -41,7 +41,7 @@ func newHosts(names ...string) *hosts {
 	return h
 }
 
-func (h *hosts) Warm(_ context.Context, template, pool string, _ fleet.Defaults, spread func(string) int) (string, string, error) {
+func (h *hosts) Warm(_ context.Context, template, pool string, _ fleet.Defaults, spread fleet.Spread) (string, string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.full {
@@ -49,10 +49,13 @@ func (h *hosts) Warm(_ context.Context, template, pool string, _ fleet.Defaults,
 	}
 	best := ""
 	for name := range h.nodes {
-		if best == "" || spread(name) < spread(best) || (spread(name) == spread(best) && name < best) {
+		if best == "" || spread.Count(name) < spread.Count(best) || (spread.Count(name) == spread.Count(best) && name < best) {
 			best = name
 		}
 	}
+	// As fleet.Backend.Warm: the chosen node counts before the sandbox
+	// starts.
+	spread.Add(best, 1)
 	h.n++
 	tag := string(sandboxid.NodeTag(best))
 	id := fmt.Sprintf("%0*d", sandboxid.Len-len(tag), h.n) + tag
