@@ -31,9 +31,28 @@ type Netns struct {
 }
 
 // Subnet returns a random third octet for a test's 10.250.N.0/24, out of
-// which NewNetns takes /30s: tests running side by side rarely pick the
-// same one, and NewNetns fails clearly if the addresses are taken.
-func Subnet() int { return rand.IntN(256) }
+// which NewNetns takes /30s, one that no interface of this machine has an
+// address in: tests running side by side (the fleet lanes beside the SDK
+// suite's outbound-rules servers, in make test) must not pick the same,
+// or one's routes hide the other's addresses for as long as both run.
+func Subnet() int {
+	used := map[int]bool{}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip := ipn.IP.To4(); ip != nil && ip[0] == 10 && ip[1] == 250 {
+					used[int(ip[2])] = true
+				}
+			}
+		}
+	}
+	for range 64 {
+		if n := rand.IntN(256); !used[n] {
+			return n
+		}
+	}
+	return rand.IntN(256)
+}
 
 // NewNetns makes namespace name (a few letters: it names the namespace and
 // the veth, with a random suffix) with the index-th /30 of 10.250.subnet.0/24
