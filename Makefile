@@ -205,6 +205,7 @@ plots: ## Redraw docs/scaling/*.png from the benchmarks' results kept in docs/sc
 	cd e2e && go run ./cmd/skiff-plot --out ../docs/scaling \
 		--series before=../docs/scaling/density-before.jsonl --series after=../docs/scaling/density-after.jsonl \
 		--series "bash -l -c true"=../docs/scaling/lifecycle-bash.jsonl --series /bin/true=../docs/scaling/lifecycle-true.jsonl \
+		--series "/bin/true, no disk"=../docs/scaling/lifecycle-true-nodisk.jsonl \
 		--fleet "whole-inventory stamps"=../docs/scaling/fleet50-before.jsonl --fleet "stamp-only patches"=../docs/scaling/fleet50-after.jsonl
 
 .PHONY: bench-fleet

@@ -54,6 +54,7 @@ func run() int {
 	idle := fs.Duration("idle", 30*time.Second, "density: how long the servers' idle CPU is measured with every sandbox running.")
 	conc := fs.String("concurrency", "", "Creates at once: density one number (default 1); lifecycle a list (default 1,20).")
 	count := fs.Int("count", 400, "lifecycle: lifecycles (and floor starts) at each concurrency.")
+	extra := fs.StringArray("sandboxd-arg", nil, "More flags for sandboxd serve (repeatable), e.g. --sandboxd-arg=--default-disk=0 to measure sandboxes without a disk of their own.")
 	cmd := fs.String("cmd", "/bin/bash -l -c true", "lifecycle: the command each runs, split on spaces (the SDK's commands.run('true') runs /bin/bash -l -c true).")
 	if err := fs.Parse(os.Args[2:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -121,6 +122,7 @@ func run() int {
 	// sandboxes, a lower limit each.
 	slots := min(4000, most+16)
 	cfg.SandboxdArgs = []string{"--max-sandboxes", strconv.Itoa(slots), "--pids-limit", strconv.Itoa(min(4096, (4194304-4096)/slots)), "--enable-pprof"}
+	cfg.SandboxdArgs = append(cfg.SandboxdArgs, *extra...)
 	cfg.MemoryOvercommit, cfg.Runtime, cfg.RunscPath = *memOver, *runtimeName, *runsc
 	cfg.Progress = os.Stderr
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
