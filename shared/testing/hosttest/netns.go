@@ -127,24 +127,40 @@ func (n *Netns) ListenPacket(addr string) (net.PacketConn, error) {
 }
 
 // in runs fn on a thread inside the namespace (to open sockets there,
-// which stay there), never reused after.
+// which stay there), then takes the thread back to this process's
+// namespace. The thread must not end: a process this test started from it
+// (kubetest's etcd and kube-apiserver run under setpriv --pdeathsig KILL,
+// which fires when the parent thread ends) would be killed with it. Only
+// when the way back fails is the thread left locked, to end with its
+// goroutine.
 func (n *Netns) in(fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
-		// The thread enters the namespace for the socket call and is
-		// never reused: it ends with the goroutine, locked.
 		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- err
+			return
+		}
+		defer home.Close()
 		f, err := os.Open(n.Path)
 		if err != nil {
+			runtime.UnlockOSThread()
 			done <- err
 			return
 		}
 		defer f.Close()
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			done <- fmt.Errorf("enter %s: %w", n.Name, err)
 			return
 		}
-		done <- fn()
+		err = fn()
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- err
 	}()
 	return <-done
 }
