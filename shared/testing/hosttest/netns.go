@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/shared/testing/forwardtest"
 )
 
 // Netns is a network namespace of a test's own, joined to this machine's
@@ -86,9 +88,21 @@ func NewNetns(t testing.TB, name string, subnet, index int) *Netns {
 
 // Route sends the namespace's traffic for prefix (e.g. the other test
 // hosts' 10.250.N.0/24) through this machine, which forwards it: hosts of
-// one subnet then reach each other, as a fleet's hosts do.
+// one subnet then reach each other, as a fleet's hosts do. It turns on
+// this machine's IPv4 forwarding (net.ipv4.ip_forward) while the test
+// runs, through forwardtest, which puts the machine's own value back
+// after the last test that needs it. (Off, as on a fresh machine where no
+// sandboxd has run yet, one host's requests to another vanish: a pull
+// of a snapshot from another host hung until its caller gave up.)
 func (n *Netns) Route(t testing.TB, prefix string) {
 	t.Helper()
+	forwardtest.Keep(t)
+	const forward = "/proc/sys/net/ipv4/ip_forward"
+	if b, err := os.ReadFile(forward); err != nil || strings.TrimSpace(string(b)) != "1" {
+		if err := os.WriteFile(forward, []byte("1"), 0o644); err != nil {
+			t.Fatalf("turn on IPv4 forwarding, which routes between the test's hosts: %v", err)
+		}
+	}
 	run(t, "ip", "-n", n.Name, "route", "add", prefix, "via", n.Gateway)
 }
 
