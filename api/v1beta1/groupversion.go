@@ -29,6 +29,7 @@ func Resource(resource string) schema.GroupResource {
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(GroupVersion,
 		&NodeInventory{}, &NodeInventoryList{},
+		&NodeInventoryShard{}, &NodeInventoryShardList{},
 		&SandboxWarmPool{}, &SandboxWarmPoolList{},
 		&SandboxTemplate{}, &SandboxTemplateList{},
 	)

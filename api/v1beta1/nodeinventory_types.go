@@ -11,7 +11,9 @@ const NodeInventoryResource = "nodeinventories"
 // listens, what it can hold, what it holds, and every sandbox on it. Its name
 // is the node name. Only that host's vk-sandbox writes it, with server-side
 // apply, every publish interval (30 s by default), and stamps publishedAt on
-// every write, even when nothing else changed.
+// every write, even when nothing else changed. Its sandboxes may be split
+// into NodeInventoryShard objects (spec.sandboxShards), written only when
+// their own entries change, so that the stamp stays small.
 //
 // Readers never use an inventory directly: they read the fleet through the
 // freshness filter in shared/inventory/kubeinventory, which drops an
@@ -94,6 +96,16 @@ type NodeInventorySpec struct {
 	// +listMapKey=pool
 	// +kubebuilder:validation:MaxItems=256
 	Pools []PoolSummary `json:"pools,omitempty"`
+
+	// SandboxShards is how many NodeInventoryShard objects hold this
+	// host's sandboxes (named ShardName(node, 0..SandboxShards-1)); 0: they
+	// are all in Sandboxes. A sharded inventory keeps Sandboxes empty, so
+	// that its stamp every interval writes a few hundred bytes; readers
+	// join the shards into Sandboxes (shared/inventory/kubeinventory).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	SandboxShards int32 `json:"sandboxShards,omitempty"`
 
 	// Sandboxes lists every sandbox on the host: running, paused and warm.
 	// The list is atomic: its one writer, the host's vk-sandbox, replaces it

@@ -192,7 +192,7 @@ func RBAC(c Config) []client.Object {
 			TypeMeta:   typed("ClusterRole"),
 			ObjectMeta: metav1.ObjectMeta{Name: "skiff:" + c.Name, Labels: labels(c)},
 			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{v1beta1.Group}, Resources: []string{"nodeinventories", "sandboxtemplates", "sandboxwarmpools"}, Verbs: read},
+				{APIGroups: []string{v1beta1.Group}, Resources: []string{"nodeinventories", "nodeinventoryshards", "sandboxtemplates", "sandboxwarmpools"}, Verbs: read},
 				{APIGroups: []string{v1beta1.Group}, Resources: []string{"sandboxwarmpools/status"}, Verbs: []string{"get", "update", "patch"}},
 				// RBAC cannot select by label; the informer selects the
 				// skiff.dev/api-key Secrets.

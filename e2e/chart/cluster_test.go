@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -220,8 +221,8 @@ func podToken(t *testing.T, env *kubetest.Env, sa, node string) *rest.Config {
 }
 
 // TestHostPolicy: a host pod's token, which names its node, may write the
-// virtual node, NodeInventory and Lease of that node and the pods bound to
-// it, and nothing of another host's; the chart's RBAC and policy, on a
+// virtual node, NodeInventory (and its shards) and Lease of that node and
+// the pods bound to it, and nothing of another host's; the chart's RBAC and policy, on a
 // real kube-apiserver.
 func TestHostPolicy(t *testing.T) {
 	env := startControlPlane(t, kubetest.Options{NoPolicies: true})
@@ -253,6 +254,20 @@ func TestHostPolicy(t *testing.T) {
 	}
 	if err := host.Create(ctx, inventory("skiff-n1")); err != nil {
 		t.Errorf("the host's own NodeInventory: %v", err)
+	}
+	// Its inventory's shards, and no other host's (nor one named for
+	// another host while naming this one).
+	for _, c := range []struct {
+		name, node string
+		ok         bool
+	}{{"skiff-n1-s0", "skiff-n1", true}, {"skiff-n1-s15", "skiff-n1", true}, {"skiff-n2-s0", "skiff-n2", false}, {"skiff-n2-s0", "skiff-n1", false}} {
+		var index int32
+		_, _ = fmt.Sscanf(c.name[strings.LastIndex(c.name, "-s")+2:], "%d", &index)
+		err := host.Create(ctx, &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: c.name},
+			Spec: v1beta1.NodeInventoryShardSpec{Node: c.node, Index: index}})
+		if ok := err == nil; ok != c.ok {
+			t.Errorf("create shard %s of %s: %v (want allowed: %v)", c.name, c.node, err, c.ok)
+		}
 	}
 	for name, wantOK := range map[string]bool{"skiff-n1": true, "skiff-n2": false, "n1": false} {
 		err := host.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})

@@ -51,6 +51,7 @@ import (
 	"github.com/skiff-dev/skiff/apiserver/deploy"
 	"github.com/skiff-dev/skiff/e2e/internal/charttest"
 	"github.com/skiff-dev/skiff/e2e/internal/fleetenv"
+	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
 	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
@@ -442,10 +443,14 @@ func (f *fleet) kubeList() (map[string]string, error) {
 	return out, nil
 }
 
-// warm returns the IDs of the pool's warm sandboxes in the inventories.
+// warm returns the IDs of the pool's warm sandboxes in the inventories
+// (their shards joined).
 func (f *fleet) warm() []string {
 	var list v1beta1.NodeInventoryList
 	if err := f.admin.List(context.Background(), &list); err != nil {
+		return nil
+	}
+	if err := kubeinventory.Join(context.Background(), f.admin, list.Items); err != nil {
 		return nil
 	}
 	var ids []string
@@ -460,13 +465,18 @@ func (f *fleet) warm() []string {
 	return ids
 }
 
-// inventory returns a host's NodeInventory, nil if there is none.
+// inventory returns a host's NodeInventory with its shards joined, nil if
+// there is none.
 func (f *fleet) inventory(name string) *v1beta1.NodeInventory {
 	inv := &v1beta1.NodeInventory{}
 	if err := f.admin.Get(context.Background(), client.ObjectKey{Name: name}, inv); err != nil {
 		return nil
 	}
-	return inv
+	one := []v1beta1.NodeInventory{*inv}
+	if err := kubeinventory.Join(context.Background(), f.admin, one); err != nil {
+		return nil
+	}
+	return &one[0]
 }
 
 // publishedAt returns a host's last stamp (zero if none).

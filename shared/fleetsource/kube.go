@@ -45,7 +45,7 @@ type KubeFleet struct {
 }
 
 // OpenKube builds the informer cache at cfg with opts and opens an informer
-// for NodeInventory and each of also, so that a kind whose CRD is not
+// for NodeInventory, NodeInventoryShard and each of also, so that a kind whose CRD is not
 // installed is named as such now rather than at sync. stale is the
 // freshness filter.
 func OpenKube(ctx context.Context, cfg *rest.Config, opts cache.Options, stale kubeinventory.Options, also ...client.Object) (*KubeFleet, error) {
@@ -54,7 +54,7 @@ func OpenKube(ctx context.Context, cfg *rest.Config, opts cache.Options, stale k
 		return nil, fmt.Errorf("new informer cache for %s: %w", cfg.Host, err)
 	}
 	k := &KubeFleet{Cache: c, Source: kubeinventory.New(c, stale), host: cfg.Host}
-	for _, obj := range append([]client.Object{&v1beta1.NodeInventory{}}, also...) {
+	for _, obj := range append([]client.Object{&v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{}}, also...) {
 		kind := strings.TrimPrefix(fmt.Sprintf("%T", obj), "*")
 		if _, err := c.GetInformer(ctx, obj); err != nil {
 			if meta.IsNoMatchError(err) {
@@ -83,19 +83,21 @@ func SendCacheLogs(log *slog.Logger) {
 // Host is the kube-apiserver the cache reads.
 func (k *KubeFleet) Host() string { return k.host }
 
-// OnInventoryChange calls f on every NodeInventory event: add, update and
-// delete.
+// OnInventoryChange calls f on every NodeInventory and NodeInventoryShard
+// event: add, update and delete.
 func (k *KubeFleet) OnInventoryChange(ctx context.Context, f func()) error {
-	inf, err := k.Cache.GetInformer(ctx, &v1beta1.NodeInventory{})
-	if err != nil {
-		return fmt.Errorf("get the NodeInventory informer: %w", err)
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { f() },
-		UpdateFunc: func(any, any) { f() },
-		DeleteFunc: func(any) { f() },
-	}); err != nil {
-		return fmt.Errorf("watch NodeInventory events: %w", err)
+	for _, obj := range []client.Object{&v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{}} {
+		inf, err := k.Cache.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("get the %T informer: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { f() },
+			UpdateFunc: func(any, any) { f() },
+			DeleteFunc: func(any) { f() },
+		}); err != nil {
+			return fmt.Errorf("watch %T events: %w", obj, err)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
 )
 
 // Defaults of the publish cadence. The readers' stale window
@@ -13,6 +15,9 @@ import (
 const (
 	DefaultInterval    = 30 * time.Second
 	DefaultMinInterval = 2 * time.Second
+	// DefaultSandboxShards is how many NodeInventoryShards hold a host's
+	// sandboxes: 125 each at 2,000.
+	DefaultSandboxShards = 16
 )
 
 // FieldManager is the server-side-apply field manager that owns every field
@@ -28,15 +33,19 @@ type Options struct {
 	// on sandboxd's Watch stream is published at most this long after the
 	// previous publish, changes in between coalescing into one write.
 	MinInterval time.Duration
+	// SandboxShards is how many NodeInventoryShard objects the host's
+	// sandboxes are split into (KubeWriter); 0 keeps them in the
+	// NodeInventory, for readers older than the shards.
+	SandboxShards int
 }
 
 // NewOptions returns the defaults.
 func NewOptions() Options {
-	return Options{Interval: DefaultInterval, MinInterval: DefaultMinInterval}
+	return Options{Interval: DefaultInterval, MinInterval: DefaultMinInterval, SandboxShards: DefaultSandboxShards}
 }
 
-// AddFlags registers --publish-interval and --publish-min-interval,
-// defaulting to the current values.
+// AddFlags registers --publish-interval, --publish-min-interval and
+// --publish-sandbox-shards, defaulting to the current values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "publish-interval", o.Interval,
 		"How often the host's NodeInventory is applied with publishedAt = now, even when nothing else changed; at least 1s (publishedAt has whole seconds). "+
@@ -44,6 +53,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.MinInterval, "publish-min-interval", o.MinInterval,
 		"Shortest time between two publishes: a change on sandboxd's Watch stream is published at most this long after the previous publish, "+
 			"changes in between coalescing into one write. Greater than 0 and at most --publish-interval.")
+	fs.IntVar(&o.SandboxShards, "publish-sandbox-shards", o.SandboxShards,
+		"How many NodeInventoryShard objects hold the host's sandboxes (0 to 64), so that the NodeInventory stamped every interval stays small and a change rewrites only the shards it touches. "+
+			"0 keeps the sandboxes in the NodeInventory itself: only for sandbox-apiservers and envd proxies older than the shards, which do not read them (upgrade those first).")
 }
 
 // Validate reports every option that cannot work, naming its flag.
@@ -57,6 +69,9 @@ func (o Options) Validate() error {
 	}
 	if o.Interval > 0 && o.MinInterval > o.Interval {
 		errs = append(errs, fmt.Errorf("--publish-min-interval (%s) must not exceed --publish-interval (%s)", o.MinInterval, o.Interval))
+	}
+	if o.SandboxShards < 0 || o.SandboxShards > v1beta1.MaxInventoryShards {
+		errs = append(errs, fmt.Errorf("--publish-sandbox-shards must be from 0 to %d, got %d", v1beta1.MaxInventoryShards, o.SandboxShards))
 	}
 	if o.Interval > 0 && o.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("--publish-interval must be at least 1s (publishedAt has whole seconds), got %s", o.Interval))

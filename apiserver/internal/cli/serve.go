@@ -184,6 +184,7 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		src, keys, catalog = k.source, k.keys, k.templates
 		m.APIKeys(k.countKeys)
 		m.WarmPoolLeader(k.leader.Leading)
+		m.FleetReference(k.source.Reference)
 		a.describe = []any{"inventory", fleetsource.Kube, "kube-apiserver", k.host, "node_tokens_per_host", tokens.PerNode()}
 	} else {
 		fs, err := auth.NewFileStore(o.keysFile, auth.FileStoreOptions{Logger: log})

@@ -112,6 +112,24 @@ func (m *Metrics) APIKeys(count func() int) {
 		func() float64 { return float64(count()) }))
 }
 
+// FleetReference adds the fleet_reference_timestamp_seconds gauge, read
+// from ref at each scrape (0 while there is none). Call it at most once.
+func (m *Metrics) FleetReference(ref func() (time.Time, bool)) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Subsystem: subsystem,
+		Name: "fleet_reference_timestamp_seconds",
+		Help: "The freshness filter's reference: the newest publishedAt of a NodeInventory this replica has seen (capped by its clock). " +
+			"time() minus it is how far behind its view of the fleet is: a publish interval normally, more while its watch of the inventories is cut off."},
+		func() float64 {
+			if at, ok := ref(); ok {
+				return float64(at.UnixNano()) / 1e9
+			}
+			return 0
+		}))
+}
+
 // WarmPoolLeader adds the warm_pool_leader gauge: 1 while this replica
 // holds the warm-pool Lease and drives the pools, read from leading at each
 // scrape. Call it at most once.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/publish"
 )
 
@@ -25,6 +26,9 @@ type Options struct {
 	// Churn is the fraction of the fleet's sandboxes that change per
 	// second in the churn phase, half creates and half kills.
 	Churn float64
+	// Shards is how many NodeInventoryShards each host's sandboxes are
+	// split into (vk-sandbox --publish-sandbox-shards); 0: none.
+	Shards int
 	// Creates is how many sandboxes the churn phase creates (and deletes)
 	// through the e2b API, spread over the phase, to time placement.
 	Creates int
@@ -47,7 +51,7 @@ func NewOptions() *Options {
 	}
 	return &Options{
 		Hosts: 50, SandboxesPerHost: 2000, Teams: 20,
-		Interval: publish.DefaultInterval, Steady: 90 * time.Second, Churn: 0.01, Creates: 50,
+		Interval: publish.DefaultInterval, Steady: 90 * time.Second, Churn: 0.01, Creates: 50, Shards: publish.DefaultSandboxShards,
 		Bin: bin, Timeout: 45 * time.Minute,
 	}
 }
@@ -61,6 +65,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Window, "window", o.Window, "The readers' --inventory-stale-after; 0 is three --interval, the real ratio. At least two intervals.")
 	fs.DurationVar(&o.Steady, "steady", o.Steady, "How long each measured phase lasts: steady (no change), then churn.")
 	fs.Float64Var(&o.Churn, "churn", o.Churn, "Fraction of all sandboxes that change per second in the churn phase (creates and kills, alternately, on random hosts); 0 to 1.")
+	fs.IntVar(&o.Shards, "shards", o.Shards, "NodeInventoryShards per host (vk-sandbox --publish-sandbox-shards); 0 keeps each host's sandboxes in its NodeInventory.")
 	fs.IntVar(&o.Creates, "creates", o.Creates, "Creates (each deleted after) through sandbox-apiserver's e2b API in the churn phase, to time placement; at least 1.")
 	fs.StringVar(&o.Out, "out", o.Out, "File the results are appended to, one JSON object a line (hosts, sandboxes, phase, metric, component, value, unit); empty: none.")
 	fs.StringVar(&o.Bin, "bin", o.Bin, "Folder holding sandbox-apiserver and sandbox-envd-proxy (make build fills bin/); default $SKIFF_BIN, else bin.")
@@ -89,6 +94,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Steady <= 0 {
 		add("--steady must be greater than 0, got %s", o.Steady)
+	}
+	if o.Shards < 0 || o.Shards > v1beta1.MaxInventoryShards {
+		add("--shards must be from 0 to %d, got %d", v1beta1.MaxInventoryShards, o.Shards)
 	}
 	if o.Churn < 0 || o.Churn > 1 {
 		add("--churn must be from 0 to 1, got %g", o.Churn)

@@ -32,6 +32,9 @@ type Result struct {
 	// Churn is the churn phase's rate, as a fraction of all sandboxes per
 	// second.
 	Churn float64 `json:"churn"`
+	// Shards is how many NodeInventoryShards each host's sandboxes were
+	// in; 0: none (also in results from before the shards).
+	Shards int `json:"shards"`
 	// Phase is setup, steady, churn or death.
 	Phase string `json:"phase"`
 	// Metric names the measurement; Component the process or reader it is

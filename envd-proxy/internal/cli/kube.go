@@ -22,7 +22,7 @@ import (
 // The cache keeps of each inventory only what routing reads (the name,
 // publishedAt, the endpoint and the sandbox IDs), and hands out its own
 // objects instead of deep copies: the routing index lists the whole fleet
-// on every NodeInventory event, and only reads what it gets. Nothing else
+// on every NodeInventory and NodeInventoryShard event, and only reads what it gets. Nothing else
 // may read through this cache.
 func openKubeFleet(ctx context.Context, cfg *rest.Config, stale kubeinventory.Options) (*fleetsource.KubeFleet, error) {
 	scheme := runtime.NewScheme()
@@ -32,7 +32,8 @@ func openKubeFleet(ctx context.Context, cfg *rest.Config, stale kubeinventory.Op
 	return fleetsource.OpenKube(ctx, cfg, cache.Options{
 		Scheme: scheme,
 		ByObject: map[client.Object]cache.ByObject{
-			&v1beta1.NodeInventory{}: {Transform: slimInventory, UnsafeDisableDeepCopy: ptr.To(true)},
+			&v1beta1.NodeInventory{}:      {Transform: slimInventory, UnsafeDisableDeepCopy: ptr.To(true)},
+			&v1beta1.NodeInventoryShard{}: {Transform: slimShard, UnsafeDisableDeepCopy: ptr.To(true)},
 		},
 	}, stale)
 }
@@ -54,4 +55,21 @@ func slimInventory(obj any) (any, error) {
 		inv.Spec.Sandboxes[i] = v1beta1.SandboxEntry{ID: inv.Spec.Sandboxes[i].ID}
 	}
 	return inv, nil
+}
+
+// slimShard is slimInventory for the shards that hold a host's
+// sandboxes: only the IDs, and what the join reads (name, node, index,
+// resourceVersion).
+func slimShard(obj any) (any, error) {
+	sh, ok := obj.(*v1beta1.NodeInventoryShard)
+	if !ok {
+		return obj, nil
+	}
+	sh.ManagedFields = nil
+	sh.Annotations = nil
+	sh.OwnerReferences = nil
+	for i := range sh.Spec.Sandboxes {
+		sh.Spec.Sandboxes[i] = v1beta1.SandboxEntry{ID: sh.Spec.Sandboxes[i].ID}
+	}
+	return sh, nil
 }

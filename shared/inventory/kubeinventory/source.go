@@ -30,12 +30,22 @@
 // observe every inventory event (Observe), so that the reference follows
 // each publish and an idle reader does not take its own silence for an
 // outage.
+//
+// A host whose sandboxes are in NodeInventoryShards (spec.sandboxShards)
+// has them joined here into its spec.sandboxes, for the fresh inventories
+// only: a stale host's shards leave with it. The joined inventory's
+// resourceVersion is the newest of its own and its shards', so that a
+// reader that skips an unchanged node by its resourceVersion sees a change
+// to any shard.
 package kubeinventory
 
 import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,6 +70,23 @@ type Source struct {
 	grace      time.Duration
 	// ref is what the last list computed; nil before the first.
 	ref atomic.Pointer[reference]
+
+	mu sync.Mutex
+	// joins are the sharded nodes' joined sandboxes, by node name.
+	joins map[string]*joined
+}
+
+// joined is one node's sandboxes joined from its shards, kept while the
+// shards are the same objects: the join is then free.
+type joined struct {
+	// rvs are the resourceVersions of the shards joined, by index (""
+	// for a shard missing).
+	rvs []string
+	// rv is the newest of them, as a number.
+	rv uint64
+	// sandboxes are the shards' entries in shard order, sharing memory
+	// with the cached shards: only read.
+	sandboxes []v1beta1.SandboxEntry
 }
 
 // reference is what a list computed: the reference and, during a recovery,
@@ -81,6 +108,19 @@ type reference struct {
 // recovering reports whether the recovery ref carries is still on at now.
 func (r reference) recovering(now time.Time) bool {
 	return r.until != 0 && r.at < r.until && now.Before(r.deadline)
+}
+
+// Reference is the filter's reference as the last list or Observe
+// computed it: the newest publishedAt of the fleet this reader has seen,
+// capped by its clock; false before any, or with no readable stamp. Now
+// minus it is how far behind this reader's view of the fleet is (a
+// publish interval, normally).
+func (s *Source) Reference() (time.Time, bool) {
+	r := s.reference()
+	if r.at == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, r.at), true
 }
 
 // reference returns the last computed reference (zero: none).
@@ -105,7 +145,7 @@ func New(reader client.Reader, opts Options) *Source {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Source{reader: reader, staleAfter: opts.StaleAfter, grace: opts.PublishInterval, clock: opts.Clock}
+	return &Source{reader: reader, staleAfter: opts.StaleAfter, grace: opts.PublishInterval, clock: opts.Clock, joins: map[string]*joined{}}
 }
 
 // Observe advances the reference from the inventories as they are now,
@@ -130,7 +170,11 @@ func (s *Source) ListNodes(ctx context.Context) ([]v1beta1.NodeInventory, error)
 	if err := s.reader.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list node inventories: %w", err)
 	}
-	return s.fresh(list.Items), nil
+	nodes := s.fresh(list.Items)
+	if err := s.joinAll(ctx, nodes, true); err != nil {
+		return nil, err
+	}
+	return nodes, nil
 }
 
 // NodeInventory returns one fresh inventory, a deep copy the caller owns. An
@@ -139,6 +183,19 @@ func (s *Source) NodeInventory(ctx context.Context, name string) (*v1beta1.NodeI
 	inv := &v1beta1.NodeInventory{}
 	if err := s.get(ctx, name, inv); err != nil {
 		return nil, err
+	}
+	if inv.Spec.SandboxShards > 0 {
+		lookup := func(name string) (*v1beta1.NodeInventoryShard, error) {
+			sh := &v1beta1.NodeInventoryShard{} // a shallow copy of the cached object: read, never written
+			err := s.reader.Get(ctx, client.ObjectKey{Name: name}, sh, client.UnsafeDisableDeepCopy)
+			if apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return sh, err
+		}
+		if err := s.join(inv, lookup, true); err != nil {
+			return nil, fmt.Errorf("get the shards of node inventory %s: %w", name, err)
+		}
 	}
 	return inv, nil
 }
@@ -166,7 +223,138 @@ func (s *Source) WarmCandidates(ctx context.Context, template string, limit int)
 	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list node inventories: %w", err)
 	}
-	return inventory.PickWarm(s.fresh(list.Items), template, limit), nil
+	nodes := s.fresh(list.Items)
+	if err := s.joinAll(ctx, nodes, false); err != nil {
+		return nil, err
+	}
+	return inventory.PickWarm(nodes, template, limit), nil
+}
+
+// Join joins the shards of each of invs, read through reader, into its
+// spec.sandboxes (deep copies), as a Source does for the fresh
+// inventories, without the filter: for tools and tests that look at what
+// the hosts published.
+func Join(ctx context.Context, reader client.Reader, invs []v1beta1.NodeInventory) error {
+	return New(reader, Options{}).joinAll(ctx, invs, true)
+}
+
+// joinAll joins the shards of each sharded node of nodes, a list of the
+// fresh nodes, into its spec.sandboxes: deep copies with deep, else the
+// cached entries themselves (nodes are then only read). It forgets the
+// joins of nodes not in the list.
+func (s *Source) joinAll(ctx context.Context, nodes []v1beta1.NodeInventory, deep bool) error {
+	sharded := false
+	for i := range nodes {
+		sharded = sharded || nodes[i].Spec.SandboxShards > 0
+	}
+	if !sharded {
+		s.prune(nodes)
+		return nil
+	}
+	var list v1beta1.NodeInventoryShardList
+	// Shallow copies of the cached shards, only read.
+	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list node inventory shards: %w", err)
+	}
+	byName := make(map[string]*v1beta1.NodeInventoryShard, len(list.Items))
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
+	lookup := func(name string) (*v1beta1.NodeInventoryShard, error) { return byName[name], nil }
+	for i := range nodes {
+		if err := s.join(&nodes[i], lookup, deep); err != nil {
+			return err
+		}
+	}
+	s.prune(nodes)
+	return nil
+}
+
+// prune forgets the joins of nodes not in nodes.
+func (s *Source) prune(nodes []v1beta1.NodeInventory) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.joins) == 0 {
+		return
+	}
+	keep := make(map[string]struct{}, len(nodes))
+	for i := range nodes {
+		keep[nodes[i].Name] = struct{}{}
+	}
+	for name := range s.joins {
+		if _, ok := keep[name]; !ok {
+			delete(s.joins, name)
+		}
+	}
+}
+
+// join puts the entries of inv's shards (found by lookup; nil: missing)
+// after its own spec.sandboxes, and makes its resourceVersion the newest
+// of its own and its shards'. A shard whose spec names another node or
+// index than its name is ignored: hosts cannot write one (api/policies),
+// and a reader does not take one's word for it. inv is a copy the caller
+// may change (its Spec and ObjectMeta are its own); with deep its
+// sandboxes become deep copies too, else they share the cached shards'.
+func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1beta1.NodeInventoryShard, error), deep bool) error {
+	n := int(min(inv.Spec.SandboxShards, v1beta1.MaxInventoryShards))
+	if n <= 0 {
+		return nil
+	}
+	shards := make([]*v1beta1.NodeInventoryShard, n)
+	rvs := make([]string, n)
+	var newest uint64
+	for k := range n {
+		sh, err := lookup(v1beta1.ShardName(inv.Name, k))
+		if err != nil {
+			return err
+		}
+		if sh == nil || sh.Spec.Node != inv.Name || int(sh.Spec.Index) != k {
+			continue
+		}
+		shards[k], rvs[k] = sh, sh.ResourceVersion
+		if rv, err := strconv.ParseUint(sh.ResourceVersion, 10, 64); err == nil {
+			newest = max(newest, rv)
+		}
+	}
+	s.mu.Lock()
+	j := s.joins[inv.Name]
+	if j == nil || !slices.Equal(j.rvs, rvs) {
+		total := 0
+		for _, sh := range shards {
+			if sh != nil {
+				total += len(sh.Spec.Sandboxes)
+			}
+		}
+		j = &joined{rvs: rvs, rv: newest, sandboxes: make([]v1beta1.SandboxEntry, 0, total)}
+		for _, sh := range shards {
+			if sh != nil {
+				j.sandboxes = append(j.sandboxes, sh.Spec.Sandboxes...)
+			}
+		}
+		s.joins[inv.Name] = j
+	}
+	s.mu.Unlock()
+
+	own := inv.Spec.Sandboxes
+	switch {
+	case deep || len(own) > 0:
+		all := make([]v1beta1.SandboxEntry, len(own)+len(j.sandboxes))
+		copy(all, own) // the caller's own: a deep copy already, or only read
+		for i := range j.sandboxes {
+			if deep {
+				j.sandboxes[i].DeepCopyInto(&all[len(own)+i])
+			} else {
+				all[len(own)+i] = j.sandboxes[i]
+			}
+		}
+		inv.Spec.Sandboxes = all
+	default:
+		inv.Spec.Sandboxes = j.sandboxes
+	}
+	if rv, err := strconv.ParseUint(inv.ResourceVersion, 10, 64); j.rv > 0 && (err != nil || j.rv > rv) {
+		inv.ResourceVersion = strconv.FormatUint(j.rv, 10)
+	}
+	return nil
 }
 
 // get reads one inventory and applies the lookup filter: the stamp against

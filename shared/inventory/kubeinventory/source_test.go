@@ -3,7 +3,9 @@ package kubeinventory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -391,5 +393,77 @@ func TestReadErrors(t *testing.T) {
 		if !errors.Is(err, errUnavailable) || apierrors.IsNotFound(err) {
 			t.Errorf("%s = %v, want the read error, not NotFound", name, err)
 		}
+	}
+}
+
+// A sharded node's entries are its own (first) and its shards', in shard
+// order; a shard whose spec names another node or index than its name is
+// not joined; the joined resourceVersion is the newest of the inventory's
+// and its shards'.
+func TestJoinShards(t *testing.T) {
+	entry := func(id string) v1beta1.SandboxEntry {
+		return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm}
+	}
+	shard := func(name, node string, index int32, rv string, ids ...string) *v1beta1.NodeInventoryShard {
+		sh := &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv},
+			Spec: v1beta1.NodeInventoryShardSpec{Node: node, Index: index}}
+		for _, id := range ids {
+			sh.Spec.Sandboxes = append(sh.Spec.Sandboxes, entry(id))
+		}
+		return sh
+	}
+	inv := node("a", ago(0))
+	inv.ResourceVersion = "50"
+	inv.Spec.SandboxShards = 3
+	inv.Spec.Sandboxes = []v1beta1.SandboxEntry{entry("own")}
+	scheme := runtime.NewScheme()
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(inv,
+		shard("a-s0", "a", 0, "70", "x0", "x1"),
+		shard("a-s1", "b", 1, "90", "stolen"), // names another node
+		shard("a-s2", "a", 2, "60", "x2"),
+		shard("a-s3", "a", 3, "95", "beyond"), // past spec.sandboxShards
+	).Build()
+	// The fake client keeps its own resourceVersions: read them back.
+	rvOf := func(name string) uint64 {
+		var sh v1beta1.NodeInventoryShard
+		if err := reader.Get(t.Context(), client.ObjectKey{Name: name}, &sh); err != nil {
+			t.Fatal(err)
+		}
+		rv, _ := strconv.ParseUint(sh.ResourceVersion, 10, 64)
+		return rv
+	}
+	want := strconv.FormatUint(max(rvOf("a-s0"), rvOf("a-s2")), 10)
+	src := New(reader, withClock(NewOptions()))
+	for _, get := range []func() (*v1beta1.NodeInventory, error){
+		func() (*v1beta1.NodeInventory, error) {
+			invs, err := src.ListNodes(t.Context())
+			if err != nil || len(invs) != 1 {
+				return nil, fmt.Errorf("ListNodes: %d, %w", len(invs), err)
+			}
+			return &invs[0], nil
+		},
+		func() (*v1beta1.NodeInventory, error) { return src.NodeInventory(t.Context(), "a") },
+	} {
+		got, err := get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range got.Spec.Sandboxes {
+			ids = append(ids, e.ID)
+		}
+		if !slices.Equal(ids, []string{"own", "x0", "x1", "x2"}) {
+			t.Errorf("joined sandboxes %v, want own, x0, x1, x2", ids)
+		}
+		if got.ResourceVersion != want {
+			t.Errorf("joined resourceVersion %s, want %s (the newest joined shard's)", got.ResourceVersion, want)
+		}
+	}
+	cands, err := src.WarmCandidates(t.Context(), "base", 10)
+	if err != nil || len(cands) != 4 {
+		t.Fatalf("WarmCandidates = %+v, %v; want the 4 joined", cands, err)
 	}
 }

@@ -47,6 +47,22 @@ func remove(ctx context.Context, c client.Client, node string) error {
 	return c.Delete(ctx, &v1beta1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: node}})
 }
 
+// applyShard server-side-applies the shard named name, of node, as
+// vk-sandbox publishes one.
+func applyShard(ctx context.Context, c client.Client, name, node string, index int32) error {
+	sh := &v1beta1.NodeInventoryShard{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1beta1.GroupVersion.String(), Kind: "NodeInventoryShard"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1beta1.NodeInventoryShardSpec{Node: node, Index: index},
+	}
+	//nolint:staticcheck // as apply
+	return c.Patch(ctx, sh, client.Apply, client.FieldOwner("vk-sandbox"), client.ForceOwnership)
+}
+
+func removeShard(ctx context.Context, c client.Client, name string) error {
+	return c.Delete(ctx, &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
 // The attack of issue 14, point 10, on a real kube-apiserver: with only
 // RBAC, host-a's identity rewrites host-b's NodeInventory to host-a's
 // endpoint (where the readers would then send host-b's traffic and node
@@ -141,14 +157,36 @@ func TestPolicyBindsEachInventoryToItsHost(t *testing.T) {
 	if got := endpointOf("host-b"); got != endpointB {
 		t.Errorf("with the policy host-b's endpoint is %s, want its own %s", got, endpointB)
 	}
+
+	// The shards that hold a host's sandboxes are bound the same way.
+	run("shards, with the policy", []step{
+		{name: "host-a applies its shard", do: func() error { return applyShard(ctx, hostA, "host-a-s0", "host-a", 0) }},
+		{name: "host-b applies its shard", do: func() error { return applyShard(ctx, hostB, "host-b-s3", "host-b", 3) }},
+		{name: "host-a applies host-b's shard", do: func() error { return applyShard(ctx, hostA, "host-b-s3", "host-b", 3) }, denied: true},
+		{name: "host-a deletes host-b's shard", do: func() error { return removeShard(ctx, hostA, "host-b-s3") }, denied: true},
+		{name: "a user of the hosts' group applies host-b's shard", do: func() error { return applyShard(ctx, groupOnly, "host-b-s1", "host-b", 1) }, denied: true},
+		{name: "an admin applies host-b's shard", do: func() error { return applyShard(ctx, admin, "host-b-s1", "host-b", 1) }},
+		{name: "host-a deletes its shard", do: func() error { return removeShard(ctx, hostA, "host-a-s0") }},
+	})
+	// A shard's name is tied to its node: host-a cannot write host-b's
+	// shard by naming itself in it.
+	for _, name := range []string{"host-b-s3", "host-b-s9"} {
+		if err := applyShard(ctx, hostA, name, "host-a", 3); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "a shard's name is its node's name") {
+			t.Errorf("host-a applies %s naming itself: got %v, want Invalid with the policy's message", name, err)
+		}
+	}
+	var sh v1beta1.NodeInventoryShard
+	if err := admin.Get(ctx, client.ObjectKey{Name: "host-b-s3"}, &sh); err != nil || sh.Spec.Node != "host-b" {
+		t.Errorf("host-b's shard after the attempts: %+v, %v; want it host-b's", sh.Spec, err)
+	}
 }
 
-// grant binds subjects to every verb on nodeinventories.
+// grant binds subjects to every verb on nodeinventories and their shards.
 func grant(t *testing.T, env *kubetest.Env, name string, subjects ...rbacv1.Subject) {
 	t.Helper()
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{v1beta1.GroupVersion.Group}, Resources: []string{"nodeinventories"}, Verbs: []string{"*"}}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{v1beta1.GroupVersion.Group}, Resources: []string{"nodeinventories", "nodeinventoryshards"}, Verbs: []string{"*"}}},
 	}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},

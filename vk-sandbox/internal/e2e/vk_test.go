@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -526,10 +527,34 @@ func (s *system) inventory(t *testing.T) *v1beta1.NodeInventory {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &inv); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.join(t.Context(), &inv); err != nil {
+		t.Fatal(err)
+	}
 	return &inv
 }
 
-// stamped is one write of the inventory.
+// join reads the shards of a sharded inventory (vk-sandbox's default) into
+// its spec.sandboxes, as the readers' freshness filter does.
+func (s *system) join(ctx context.Context, inv *v1beta1.NodeInventory) error {
+	res := s.dyn.Resource(v1beta1.GroupVersion.WithResource(v1beta1.NodeInventoryShardResource))
+	for k := range int(inv.Spec.SandboxShards) {
+		u, err := res.Get(ctx, v1beta1.ShardName(inv.Name, k), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("get shard %d of the inventory: %w", k, err)
+		}
+		var sh v1beta1.NodeInventoryShard
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &sh); err != nil {
+			return err
+		}
+		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, sh.Spec.Sandboxes...)
+	}
+	return nil
+}
+
+// stamped is one write of the inventory, with its shards joined.
 type stamped struct {
 	rv    string
 	stamp time.Time
@@ -571,6 +596,11 @@ func (s *system) watchInventory(t *testing.T) <-chan stamped {
 					continue
 				}
 				rv = inv.ResourceVersion
+				// The host writes changed shards before the inventory, so
+				// they are there to be joined now.
+				if err := s.join(ctx, &inv); err != nil {
+					continue
+				}
 				select {
 				case out <- stamped{rv: inv.ResourceVersion, stamp: inv.PublishedAt.Time, spec: inv.Spec}:
 				default:

@@ -1,0 +1,223 @@
+package kubeinventory_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
+	skiffpublish "github.com/skiff-dev/skiff/shared/publish"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
+	"github.com/skiff-dev/skiff/shared/testing/kubetest"
+)
+
+// shardedHost is a host's inventory of n sandboxes, one in five warm.
+func shardedHost(node string, n int) *v1beta1.NodeInventory {
+	stamp := metav1.Now()
+	inv := &v1beta1.NodeInventory{
+		ObjectMeta:  metav1.ObjectMeta{Name: node},
+		PublishedAt: &stamp,
+		Spec: v1beta1.NodeInventorySpec{
+			Endpoint: "127.0.0.1:27777",
+			Capacity: v1beta1.NodeCapacity{CPUMilli: 64000, MemoryMiB: 65536, Sandboxes: 1000},
+		},
+	}
+	tag := string(sandboxid.NodeTag(node))
+	for i := range n {
+		e := v1beta1.SandboxEntry{
+			ID: fmt.Sprintf("%0*d", 20-len(tag), i) + tag, Template: "base", State: v1beta1.SandboxRunning,
+			Team: "team-a", StartedAt: stamp, Metadata: map[string]string{"i": fmt.Sprint(i)},
+		}
+		if i%5 == 0 {
+			e.State, e.Team = v1beta1.SandboxWarm, ""
+		}
+		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, e)
+	}
+	return inv
+}
+
+// ids is the set of the sandbox IDs of inv.
+func ids(inv *v1beta1.NodeInventory) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range inv.Spec.Sandboxes {
+		out[e.ID] = true
+	}
+	return out
+}
+
+// Hosts publish their sandboxes in shards (publish.KubeWriter) to a real
+// kube-apiserver; readers, through an informer cache, see each fresh host
+// with all its sandboxes joined, a change to one shard as a new
+// resourceVersion of the host, and a stale host's shards leave with it.
+// The stored inventory holds no sandbox, and a stamp writes no shard.
+func TestControlPlaneShardsJoined(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx := t.Context()
+	dyn := dynamic.NewForConfigOrDie(env.Config)
+	w := skiffpublish.NewKubeWriter(dyn, 4)
+
+	live, dead := shardedHost("node-live", 300), shardedHost("node-dead", 40)
+	for _, inv := range []*v1beta1.NodeInventory{live, dead} {
+		if err := w.Apply(ctx, inv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stored v1beta1.NodeInventory
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-live"}, &stored); err != nil {
+		t.Fatal(err)
+	}
+	if len(stored.Spec.Sandboxes) != 0 || stored.Spec.SandboxShards != 4 {
+		t.Fatalf("stored inventory: %d sandboxes, %d shards; want 0 and 4", len(stored.Spec.Sandboxes), stored.Spec.SandboxShards)
+	}
+	shardRVs := func() map[string]string {
+		var list v1beta1.NodeInventoryShardList
+		if err := env.Client.List(ctx, &list); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, sh := range list.Items {
+			out[sh.Name] = sh.ResourceVersion
+			if len(sh.OwnerReferences) != 1 || sh.OwnerReferences[0].Kind != "NodeInventory" || sh.OwnerReferences[0].Name != sh.Spec.Node {
+				t.Errorf("shard %s: owners %+v, want its NodeInventory", sh.Name, sh.OwnerReferences)
+			}
+			for _, e := range sh.Spec.Sandboxes {
+				if skiffpublish.ShardOf(e.ID, 4) != int(sh.Spec.Index) {
+					t.Errorf("sandbox %s is in shard %d, hashes to %d", e.ID, sh.Spec.Index, skiffpublish.ShardOf(e.ID, 4))
+				}
+			}
+		}
+		return out
+	}
+	before := shardRVs()
+	if len(before) != 8 {
+		t.Fatalf("%d shards stored, want 4 per host: %v", len(before), slices.Sorted(maps.Keys(before)))
+	}
+
+	c := env.StartCache(t, &v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{})
+	opts := kubeinventory.NewOptions()
+	opts.StaleAfter = 3 * time.Second
+	src := kubeinventory.New(c, opts)
+	// eventually waits until node's joined inventory, as ListNodes and
+	// NodeInventory read it, satisfies ok.
+	eventually := func(what string, ok func(nodes map[string]*v1beta1.NodeInventory) bool) map[string]*v1beta1.NodeInventory {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			invs, err := src.ListNodes(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodes := map[string]*v1beta1.NodeInventory{}
+			for i := range invs {
+				nodes[invs[i].Name] = &invs[i]
+			}
+			if ok(nodes) {
+				return nodes
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 30s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	nodes := eventually("both hosts joined whole", func(n map[string]*v1beta1.NodeInventory) bool {
+		return len(n) == 2 && n["node-live"] != nil && maps.Equal(ids(n["node-live"]), ids(live)) && n["node-dead"] != nil && maps.Equal(ids(n["node-dead"]), ids(dead))
+	})
+	rv0 := nodes["node-live"].ResourceVersion
+	one, err := src.NodeInventory(ctx, "node-live")
+	if err != nil || !maps.Equal(ids(one), ids(live)) {
+		t.Fatalf("NodeInventory(node-live): %v; %d sandboxes, want %d", err, len(one.Spec.Sandboxes), len(live.Spec.Sandboxes))
+	}
+	// ListNodes' copies are the caller's own: writing to one changes no
+	// other reader's.
+	one.Spec.Sandboxes[0].Metadata["i"] = "scribbled"
+	if again, _ := src.NodeInventory(ctx, "node-live"); again.Spec.Sandboxes[0].Metadata["i"] == "scribbled" {
+		t.Fatal("a caller's write to a joined inventory reached the cache")
+	}
+	cands, err := src.WarmCandidates(ctx, "base", 100)
+	if err != nil || len(cands) != 60+8 {
+		t.Fatalf("WarmCandidates = %d, %v; want the 68 warm sandboxes of both hosts' shards", len(cands), err)
+	}
+
+	// A sandbox goes: one shard is rewritten, and readers see it, with a
+	// newer resourceVersion for the host.
+	gone := live.Spec.Sandboxes[7].ID
+	live.Spec.Sandboxes = slices.Delete(live.Spec.Sandboxes, 7, 8)
+	if err := w.Apply(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	after := shardRVs()
+	var changed []string
+	for name, rv := range after {
+		if before[name] != rv {
+			changed = append(changed, name)
+		}
+	}
+	if want := v1beta1.ShardName("node-live", skiffpublish.ShardOf(gone, 4)); !slices.Equal(changed, []string{want}) {
+		t.Fatalf("shards rewritten for one sandbox gone: %v, want only %s", changed, want)
+	}
+	nodes = eventually("the sandbox gone", func(n map[string]*v1beta1.NodeInventory) bool {
+		return n["node-live"] != nil && !ids(n["node-live"])[gone] && len(n["node-live"].Spec.Sandboxes) == 299
+	})
+	if nodes["node-live"].ResourceVersion == rv0 {
+		t.Fatalf("node-live's resourceVersion stayed %s after a shard changed", rv0)
+	}
+
+	// Stamps write the inventory alone; node-dead stops and leaves with
+	// its shards, while node-live keeps all of its.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		time.Sleep(500 * time.Millisecond)
+		at := metav1.Now()
+		live.PublishedAt = &at
+		if err := w.Stamp(ctx, live); err != nil {
+			t.Fatal(err)
+		}
+		if err := src.Observe(ctx); err != nil { // as the readers do on every inventory event
+			t.Fatal(err)
+		}
+		if _, err := src.NodeInventory(ctx, "node-dead"); apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node-dead did not leave within 30s")
+		}
+	}
+	if got := shardRVs(); !maps.Equal(got, after) {
+		t.Fatal("a stamp rewrote shards")
+	}
+	eventually("node-live alone, whole", func(n map[string]*v1beta1.NodeInventory) bool {
+		return len(n) == 1 && n["node-live"] != nil && len(n["node-live"].Spec.Sandboxes) == 299
+	})
+	if cands, err := src.WarmCandidates(ctx, "base", 100); err != nil || len(cands) != 60 {
+		t.Fatalf("WarmCandidates = %d, %v; want node-live's 60", len(cands), err)
+	}
+
+	// The inventory deleted and made again (its shards with it, as the
+	// garbage collector would): the next write restores every shard.
+	if err := env.Client.Delete(ctx, &stored); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.DeleteAllOf(ctx, &v1beta1.NodeInventoryShard{}); err != nil {
+		t.Fatal(err)
+	}
+	at := metav1.Now()
+	live.PublishedAt = &at
+	if err := w.Stamp(ctx, live); err == nil {
+		t.Fatal("a stamp of a deleted inventory succeeded")
+	}
+	if err := w.Apply(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	eventually("node-live restored whole", func(n map[string]*v1beta1.NodeInventory) bool {
+		return n["node-live"] != nil && len(n["node-live"].Spec.Sandboxes) == 299
+	})
+}
