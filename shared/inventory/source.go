@@ -21,6 +21,12 @@ import (
 type Source interface {
 	// ListNodes returns every fresh inventory.
 	ListNodes(ctx context.Context) ([]v1beta1.NodeInventory, error)
+	// ListNodesShared returns every fresh inventory like ListNodes, but
+	// what it returns may be shared with the Source (an informer cache's
+	// own objects, copied shallowly): the caller only reads it, and copies
+	// what it keeps. For the readers that look at the whole fleet on every
+	// change, where deep copies of every sandbox are most of the work.
+	ListNodesShared(ctx context.Context) ([]v1beta1.NodeInventory, error)
 	// NodeInventory returns one fresh inventory by node name.
 	NodeInventory(ctx context.Context, name string) (*v1beta1.NodeInventory, error)
 	// NodeCapacity returns what one fresh node can hold in all.

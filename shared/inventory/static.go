@@ -60,6 +60,20 @@ func (s *StaticSource) ListNodes(context.Context) ([]v1beta1.NodeInventory, erro
 	return out, nil
 }
 
+// ListNodesShared returns shallow copies of every inventory, sorted by
+// name: Apply replaces an inventory whole and never writes to one it
+// holds, so they stay as they are for the caller to read.
+func (s *StaticSource) ListNodesShared(context.Context) ([]v1beta1.NodeInventory, error) {
+	s.mu.RLock()
+	out := make([]v1beta1.NodeInventory, 0, len(s.nodes))
+	for _, inv := range s.nodes {
+		out = append(out, *inv)
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b v1beta1.NodeInventory) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
 // NodeInventory returns a copy of one inventory.
 func (s *StaticSource) NodeInventory(_ context.Context, name string) (*v1beta1.NodeInventory, error) {
 	s.mu.RLock()

@@ -332,6 +332,10 @@ func (failingSource) ListNodes(context.Context) ([]v1beta1.NodeInventory, error)
 	return nil, errList
 }
 
+func (failingSource) ListNodesShared(context.Context) ([]v1beta1.NodeInventory, error) {
+	return nil, errList
+}
+
 func (failingSource) WarmCandidates(context.Context, string, int) ([]inventory.Candidate, error) {
 	return nil, errList
 }

@@ -180,7 +180,7 @@ func (d *Driver) Sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list warm pools: %w", err)
 	}
-	nodes, err := d.cfg.Source.ListNodes(ctx)
+	nodes, err := d.cfg.Source.ListNodesShared(ctx) // only read
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}

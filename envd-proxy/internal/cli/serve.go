@@ -114,7 +114,7 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		if err != nil {
 			return err
 		}
-		index = fleet.New(kf.Source, idxOpts)
+		index = fleet.New(fleet.ListerFunc(kf.Source.ListNodesShared), idxOpts) // the index only reads
 		if err := kf.OnInventoryChange(ctx, index.Poke); err != nil {
 			return err
 		}

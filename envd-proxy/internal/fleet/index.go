@@ -32,6 +32,13 @@ type Lister interface {
 	ListNodes(ctx context.Context) ([]v1beta1.NodeInventory, error)
 }
 
+// ListerFunc is a Lister of a function, such as a source's
+// ListNodesShared.
+type ListerFunc func(ctx context.Context) ([]v1beta1.NodeInventory, error)
+
+// ListNodes calls f.
+func (f ListerFunc) ListNodes(ctx context.Context) ([]v1beta1.NodeInventory, error) { return f(ctx) }
+
 // Node is where a sandbox's traffic goes.
 type Node struct {
 	// Name is the node's (and its NodeInventory's) name.

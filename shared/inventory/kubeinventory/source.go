@@ -177,6 +177,21 @@ func (s *Source) ListNodes(ctx context.Context) ([]v1beta1.NodeInventory, error)
 	return nodes, nil
 }
 
+// ListNodesShared is ListNodes without copies: the fresh inventories are
+// shallow copies of the cache's objects, their shards' entries joined
+// without copying them, for callers that only read (inventory.Source).
+func (s *Source) ListNodesShared(ctx context.Context) ([]v1beta1.NodeInventory, error) {
+	var list v1beta1.NodeInventoryList
+	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list node inventories: %w", err)
+	}
+	nodes := s.fresh(list.Items)
+	if err := s.joinAll(ctx, nodes, false); err != nil {
+		return nil, err
+	}
+	return nodes, nil
+}
+
 // NodeInventory returns one fresh inventory, a deep copy the caller owns. An
 // absent or stale node is a NotFound for nodeinventories.skiff.dev.
 func (s *Source) NodeInventory(ctx context.Context, name string) (*v1beta1.NodeInventory, error) {
@@ -351,8 +366,12 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 	default:
 		inv.Spec.Sandboxes = j.sandboxes
 	}
-	if rv, err := strconv.ParseUint(inv.ResourceVersion, 10, 64); j.rv > 0 && (err != nil || j.rv > rv) {
+	switch rv, err := strconv.ParseUint(inv.ResourceVersion, 10, 64); {
+	case j.rv == 0: // no joined shard has a readable version
+	case err != nil:
 		inv.ResourceVersion = strconv.FormatUint(j.rv, 10)
+	default:
+		inv.ResourceVersion = strconv.FormatUint(max(j.rv, rv), 10)
 	}
 	return nil
 }

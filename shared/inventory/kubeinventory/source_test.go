@@ -446,6 +446,13 @@ func TestJoinShards(t *testing.T) {
 			return &invs[0], nil
 		},
 		func() (*v1beta1.NodeInventory, error) { return src.NodeInventory(t.Context(), "a") },
+		func() (*v1beta1.NodeInventory, error) {
+			invs, err := src.ListNodesShared(t.Context())
+			if err != nil || len(invs) != 1 {
+				return nil, fmt.Errorf("ListNodesShared: %d, %w", len(invs), err)
+			}
+			return &invs[0], nil
+		},
 	} {
 		got, err := get()
 		if err != nil {

@@ -216,7 +216,7 @@ func (v *View) Run(ctx context.Context) {
 
 // Rebuild lists the fleet and applies what changed as one batch.
 func (v *View) Rebuild(ctx context.Context) error {
-	nodes, err := v.src.ListNodes(ctx)
+	nodes, err := v.src.ListNodesShared(ctx) // only read: toSandbox copies what the view keeps
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
