@@ -254,7 +254,7 @@ func (w *KubeWriter) lastRV(name string) string {
 	return ""
 }
 
-// wrote reports whether shard k of name (of n) holds part as last written.
+// wrote reports whether shard k of name holds part as last written.
 func (w *KubeWriter) wrote(name string, k int, part []v1beta1.SandboxEntry) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()

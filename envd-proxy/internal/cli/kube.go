@@ -51,9 +51,7 @@ func slimInventory(obj any) (any, error) {
 	inv.Annotations = nil
 	inv.Spec.Templates = nil
 	inv.Spec.Pools = nil
-	for i := range inv.Spec.Sandboxes {
-		inv.Spec.Sandboxes[i] = v1beta1.SandboxEntry{ID: inv.Spec.Sandboxes[i].ID}
-	}
+	idsOnly(inv.Spec.Sandboxes)
 	return inv, nil
 }
 
@@ -68,8 +66,13 @@ func slimShard(obj any) (any, error) {
 	sh.ManagedFields = nil
 	sh.Annotations = nil
 	sh.OwnerReferences = nil
-	for i := range sh.Spec.Sandboxes {
-		sh.Spec.Sandboxes[i] = v1beta1.SandboxEntry{ID: sh.Spec.Sandboxes[i].ID}
-	}
+	idsOnly(sh.Spec.Sandboxes)
 	return sh, nil
+}
+
+// idsOnly clears every field of each entry but its ID.
+func idsOnly(entries []v1beta1.SandboxEntry) {
+	for i := range entries {
+		entries[i] = v1beta1.SandboxEntry{ID: entries[i].ID}
+	}
 }

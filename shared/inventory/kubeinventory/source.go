@@ -232,14 +232,10 @@ func (s *Source) WarmCandidates(ctx context.Context, template string, limit int)
 	if limit <= 0 {
 		return nil, nil
 	}
-	var list v1beta1.NodeInventoryList
-	// Items are shallow copies of the cached objects: reordering them is
-	// safe, writing through them is not, and PickWarm only reads.
-	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list node inventories: %w", err)
-	}
-	nodes := s.fresh(list.Items)
-	if err := s.joinAll(ctx, nodes, false); err != nil {
+	// Shallow copies of the cached objects: reordering them is safe,
+	// writing through them is not, and PickWarm only reads.
+	nodes, err := s.ListNodesShared(ctx)
+	if err != nil {
 		return nil, err
 	}
 	return inventory.PickWarm(nodes, template, limit), nil

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 	"github.com/skiff-dev/skiff/shared/testing/hosttest"
@@ -29,6 +30,7 @@ type system struct {
 	node     string
 	kube     *kubernetes.Clientset
 	dyn      dynamic.Interface
+	client   client.Client // the admin's, for kubeinventory.Join
 	cfg      *rest.Config
 	kubectl  string
 	kc       string // kubeconfig file
@@ -56,6 +58,7 @@ func newSystem(t *testing.T, vkFlags ...string) *system {
 		kc: env.Kubeconfig(t), host: h, sandboxd: h.Sandboxd, sbdAddr: h.Addr, sbd: h.Client, vkBin: h.Bins["vk-sandbox"]}
 	s.kube = kubernetes.NewForConfigOrDie(env.Config)
 	s.dyn = dynamic.NewForConfigOrDie(env.Config)
+	s.client = env.Client
 
 	s.admin = hosttest.FreeAddr(t)
 	s.vkArgs = append([]string{"serve", "--kubeconfig", s.kc, "--node-name", s.node, "--node-ip", "127.0.0.1",

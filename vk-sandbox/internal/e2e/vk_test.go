@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/vknode"
 )
@@ -536,21 +536,11 @@ func (s *system) inventory(t *testing.T) *v1beta1.NodeInventory {
 // join reads the shards of a sharded inventory (vk-sandbox's default) into
 // its spec.sandboxes, as the readers' freshness filter does.
 func (s *system) join(ctx context.Context, inv *v1beta1.NodeInventory) error {
-	res := s.dyn.Resource(v1beta1.GroupVersion.WithResource(v1beta1.NodeInventoryShardResource))
-	for k := range int(inv.Spec.SandboxShards) {
-		u, err := res.Get(ctx, v1beta1.ShardName(inv.Name, k), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("get shard %d of the inventory: %w", k, err)
-		}
-		var sh v1beta1.NodeInventoryShard
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &sh); err != nil {
-			return err
-		}
-		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, sh.Spec.Sandboxes...)
+	one := []v1beta1.NodeInventory{*inv}
+	if err := kubeinventory.Join(ctx, s.client, one); err != nil {
+		return err
 	}
+	*inv = one[0]
 	return nil
 }
 
