@@ -76,6 +76,9 @@ type bench struct {
 	team, key        string
 	apiURL, proxyURL string
 	procs            []proc
+	// admins are the readers' admin addresses (their /debug/pprof/ with
+	// --profile-dir), by program.
+	admins map[string]string
 
 	fleet  *fleetsim.Fleet
 	writes *fleetsim.Writes
@@ -203,17 +206,31 @@ func (b *bench) readers() {
 		// the default), and no create rate: the creates are timed, not
 		// throttled.
 		"--max-sandboxes-per-team", "1000000", "--create-rate-per-team", "0"}, serving...)
-	b.daemon("sandbox-apiserver", api, append(args, fresh...)...)
+	b.daemon("sandbox-apiserver", api, append(append(args, fresh...), b.pprofFlags("sandbox-apiserver", apiAdmin)...)...)
 
 	proxyAddr, proxyAdmin := hosttest.FreeAddr(tb), hosttest.FreeAddr(tb)
 	b.proxyURL = "http://" + proxyAddr
 	b.daemon("sandbox-envd-proxy", proxyAddr, append([]string{"serve", "--listen", proxyAddr, "--admin-listen", proxyAdmin,
-		"--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", tokenFile, "--log-format", "text"}, fresh...)...)
+		"--inventory", "kube", "--kubeconfig", kc, "--sandboxd-token-file", tokenFile, "--log-format", "text"},
+		append(fresh, b.pprofFlags("sandbox-envd-proxy", proxyAdmin)...)...)...)
 
 	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
 	defer cancel()
 	b.must(deploy.WaitAvailable(ctx, b.admin))
 	b.say("sandbox-apiserver at %s (its APIService Available), sandbox-envd-proxy at %s", b.apiURL, b.proxyURL)
+}
+
+// pprofFlags are program's flags to serve profiles on admin, with
+// --profile-dir (none without).
+func (b *bench) pprofFlags(program, admin string) []string {
+	if b.o.ProfileDir == "" {
+		return nil
+	}
+	if b.admins == nil {
+		b.admins = map[string]string{}
+	}
+	b.admins[program] = admin
+	return []string{"--enable-pprof"}
 }
 
 // daemon starts program of --bin as a daemon logging to the run's folder,

@@ -40,6 +40,9 @@ type Options struct {
 	LogDir string
 	// Timeout bounds the whole run.
 	Timeout time.Duration
+	// ProfileDir, if set, receives a CPU profile of sandbox-apiserver and
+	// of sandbox-envd-proxy for each measured phase (their --enable-pprof).
+	ProfileDir string
 }
 
 // NewOptions returns the defaults: the smaller fleet at the real
@@ -70,6 +73,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Out, "out", o.Out, "File the results are appended to, one JSON object a line (hosts, sandboxes, phase, metric, component, value, unit); empty: none.")
 	fs.StringVar(&o.Bin, "bin", o.Bin, "Folder holding sandbox-apiserver and sandbox-envd-proxy (make build fills bin/); default $SKIFF_BIN, else bin.")
 	fs.StringVar(&o.LogDir, "log-dir", o.LogDir, "Folder for every component's log; empty: a new folder in $TMPDIR, kept and named in the output.")
+	fs.StringVar(&o.ProfileDir, "profile-dir", o.ProfileDir, "Folder for a CPU profile (go tool pprof) of sandbox-apiserver and sandbox-envd-proxy over each measured phase, <phase>-<program>.pprof; empty: none.")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "Longest the whole run may take; past it, it stops and cleans up.")
 }
 
@@ -106,6 +110,11 @@ func (o *Options) Validate() error {
 	}
 	if o.Timeout <= 0 {
 		add("--timeout must be greater than 0, got %s", o.Timeout)
+	}
+	if o.ProfileDir != "" {
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			add("--profile-dir: %v", err)
+		}
 	}
 	for _, b := range []string{"sandbox-apiserver", "sandbox-envd-proxy"} {
 		if _, err := os.Stat(filepath.Join(o.Bin, b)); err != nil {

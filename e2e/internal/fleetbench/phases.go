@@ -1,9 +1,13 @@
 package fleetbench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -70,6 +74,9 @@ func (b *bench) measure(phase string, work func(ctx context.Context)) error {
 	wg.Go(func() { probe(ctx, 100*time.Millisecond, &route, b.probeProxy(c0.at)) })
 	if work != nil {
 		wg.Go(func() { work(ctx) })
+	}
+	for program, admin := range b.admins {
+		wg.Go(func() { b.profile(phase, program, admin) })
 	}
 	wg.Wait()
 	if err := b.ctx.Err(); err != nil {
@@ -248,4 +255,35 @@ func (b *bench) probeProxy(since time.Time) func(ctx context.Context) error {
 		}
 		return fmt.Errorf("no sandbox older than the phase found in 20 picks")
 	}
+}
+
+// profile writes a CPU profile of program (served on admin) over most of
+// the phase to --profile-dir; a failure is said, not fatal: the profile
+// is for reading, not a result.
+func (b *bench) profile(phase, program, admin string) {
+	secs := max(1, int((b.o.Steady - 5*time.Second).Seconds()))
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, secs)
+	// Not the phase's context, which may end before the profile is
+	// served; the run's.
+	pctx, cancel := context.WithTimeout(b.ctx, time.Duration(secs)*time.Second+time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(pctx, http.MethodGet, url, nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			defer resp.Body.Close()
+			var data []byte
+			if data, err = io.ReadAll(resp.Body); err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(data))
+			}
+			if err == nil {
+				name := filepath.Join(b.o.ProfileDir, phase+"-"+program+".pprof")
+				if err = os.WriteFile(name, data, 0o644); err == nil {
+					b.say("%s: CPU profile of %s in %s", phase, program, name)
+					return
+				}
+			}
+		}
+	}
+	b.say("%s: no CPU profile of %s: %v", phase, program, err)
 }
