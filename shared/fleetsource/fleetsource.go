@@ -150,7 +150,7 @@ func (h *Hosts) Tried(seen func(endpoint string) bool) bool {
 // a reader that reads Source directly.
 func (h *Hosts) InSource(ctx context.Context) func(endpoint string) bool {
 	return func(endpoint string) bool {
-		nodes, err := h.Source.ListNodes(ctx)
+		nodes, err := h.Source.ListNodesShared(ctx)
 		if err != nil {
 			return false
 		}

@@ -93,7 +93,7 @@ func (p *Placer) Place(ctx context.Context, req Request, create func(context.Con
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("place sandbox: %w", err)
 	}
-	nodes, err := p.src.ListNodes(ctx)
+	nodes, err := p.src.ListNodesShared(ctx)
 	if err != nil {
 		return "", fmt.Errorf("place sandbox: list nodes: %w", err)
 	}

@@ -157,7 +157,7 @@ func New(cfg Config) *Backend {
 
 // Healthy reports whether the fleet can be listed.
 func (b *Backend) Healthy(ctx context.Context) error {
-	if _, err := b.src.ListNodes(ctx); err != nil {
+	if _, err := b.src.ListNodesShared(ctx); err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
 	return nil

@@ -401,6 +401,35 @@ func TestListFiltersTeamAndState(t *testing.T) {
 	}
 }
 
+// TestListedMetadataIsTheCallers: List and Get read the source's objects
+// without copies (ListNodesShared), so what they return must not share
+// memory with the source: writing to a listed sandbox's metadata changes
+// no later answer.
+func TestListedMetadataIsTheCallers(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publish(a)
+	h.advance(fleet.DefaultRecentTTL) // answered from the inventory alone
+	list, err := h.b.List(t.Context(), "team1", []e2bapi.State{e2bapi.StateRunning})
+	if err != nil || len(list) != 1 || list[0].ID != sb.ID || list[0].Metadata["k"] != "v" {
+		t.Fatalf("List = %+v, %v; want %s with k=v", list, err, sb.ID)
+	}
+	list[0].Metadata["k"] = "written by the caller"
+	got, err := h.b.Get(t.Context(), "team1", sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Metadata["k"] = "written by the caller too"
+	again, err := h.b.List(t.Context(), "team1", []e2bapi.State{e2bapi.StateRunning})
+	if err != nil || len(again) != 1 || again[0].Metadata["k"] != "v" {
+		t.Fatalf("List after the caller wrote to an answer = %+v, %v; want k=v", again, err)
+	}
+}
+
 func TestMetricsLogs(t *testing.T) {
 	h := newHarness(t, newFakeNode("node-a", "base"))
 	sb, err := h.b.Create(t.Context(), "team1", params("base"))

@@ -15,12 +15,13 @@ import (
 // inventory does not list yet, state changes, kills). An inventory's
 // entries for other nodes' sandboxes are not listed (inventory.Owned).
 func (b *Backend) List(ctx context.Context, team string, states []e2bapi.State) ([]e2bapi.Sandbox, error) {
-	nodes, err := b.src.ListNodes(ctx)
+	nodes, err := b.src.ListNodesShared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: list nodes: %w", err)
 	}
-	// The source's objects, and so the entries' metadata, are the
-	// caller's: no copies. The handlers order and paginate.
+	// The source's objects are shared with it (read, never written):
+	// fromEntry copies what a listed sandbox keeps. The handlers order
+	// and paginate.
 	var all []e2bapi.Sandbox
 	fresh := make(map[string]bool, len(nodes))
 	for i := range nodes {
@@ -100,7 +101,7 @@ func fromEntry(n *v1beta1.NodeInventory, e *v1beta1.SandboxEntry) e2bapi.Sandbox
 		CPUMilli:    e.CPUMilli,
 		MemoryMB:    e.MemoryMiB,
 		DiskMB:      e.DiskMiB,
-		Metadata:    e.Metadata,
+		Metadata:    maps.Clone(e.Metadata), // e is the source's (ListNodesShared)
 	}
 	if sb.EnvdVersion == "" {
 		sb.EnvdVersion = n.Spec.EnvdVersion // the node's, which the entry leaves out

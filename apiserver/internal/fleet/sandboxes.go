@@ -44,7 +44,7 @@ func (b *Backend) locate(ctx context.Context, team, id string) (*located, error)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", id, e2bapi.ErrNotFound)
 	}
-	nodes, err := b.src.ListNodes(ctx)
+	nodes, err := b.src.ListNodesShared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("find sandbox %s: list nodes: %w", id, err)
 	}
@@ -352,7 +352,7 @@ func (b *Backend) KillOnNode(ctx context.Context, node, id string) error {
 // lastKnown returns team's sandbox id as its node's fresh inventory last
 // listed it, or nil.
 func (b *Backend) lastKnown(ctx context.Context, team, id string) *e2bapi.Sandbox {
-	nodes, err := b.src.ListNodes(ctx)
+	nodes, err := b.src.ListNodesShared(ctx)
 	if err != nil {
 		return nil
 	}

@@ -48,7 +48,7 @@ func (b *Backend) Snapshot(ctx context.Context, team, id, name string) (*e2bapi.
 
 // Snapshots lists the team's snapshots on every fresh host.
 func (b *Backend) Snapshots(ctx context.Context, team string, f e2bapi.SnapshotFilter) ([]e2bapi.Snapshot, error) {
-	nodes, err := b.src.ListNodes(ctx)
+	nodes, err := b.src.ListNodesShared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: list nodes: %w", err)
 	}
@@ -128,7 +128,7 @@ func (b *Backend) snapshotsOn(ctx context.Context, nodes []v1beta1.NodeInventory
 // inventories list it, by name on every fresh host (the newest, if several
 // hosts have one).
 func (b *Backend) findSnapshot(ctx context.Context, team string, ref e2bapi.SnapshotRef) (*e2bapi.Snapshot, error) {
-	nodes, err := b.src.ListNodes(ctx)
+	nodes, err := b.src.ListNodesShared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("find snapshot: list nodes: %w", err)
 	}

@@ -115,7 +115,7 @@ func NewNodeTemplates(src inventory.Source) NodeTemplates {
 
 // Templates implements Catalog.
 func (c NodeTemplates) Templates(ctx context.Context) ([]e2bapi.Template, error) {
-	nodes, err := c.src.ListNodes(ctx)
+	nodes, err := c.src.ListNodesShared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -132,7 +132,7 @@ func (c NodeTemplates) Templates(ctx context.Context) ([]e2bapi.Template, error)
 
 // Template implements Catalog: the template name if a fresh node holds it.
 func (c NodeTemplates) Template(ctx context.Context, name string) (*e2bapi.Template, error) {
-	nodes, err := c.src.ListNodes(ctx)
+	nodes, err := c.src.ListNodesShared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("find template %s: list nodes: %w", name, err)
 	}

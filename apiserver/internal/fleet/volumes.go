@@ -61,7 +61,7 @@ func (s *volumeSeen) node(team, name string) string {
 // findVolume finds team's volume by ID, or by name when id is empty.
 // usage asks the host to measure what the volume holds.
 func (b *Backend) findVolume(ctx context.Context, team, id, name string, usage bool) (*volumeRef, error) {
-	nodes, err := b.src.ListNodes(ctx)
+	nodes, err := b.src.ListNodesShared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("find volume: list nodes: %w", err)
 	}
@@ -192,7 +192,7 @@ func rendezvous(nodes []v1beta1.NodeInventory, key string) []v1beta1.NodeInvento
 // one, else on the host its name hashes to (rendezvous), or the next one
 // that answers.
 func (b *Backend) CreateVolume(ctx context.Context, team, name string) (*e2bapi.Volume, error) {
-	nodes, err := b.src.ListNodes(ctx)
+	nodes, err := b.src.ListNodesShared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("create volume: list nodes: %w", err)
 	}
@@ -235,7 +235,7 @@ func (b *Backend) CreateVolume(ctx context.Context, team, name string) (*e2bapi.
 // Volumes lists team's volumes: every host's own, and each shared store's
 // once.
 func (b *Backend) Volumes(ctx context.Context, team string) ([]e2bapi.Volume, error) {
-	nodes, err := b.src.ListNodes(ctx)
+	nodes, err := b.src.ListNodesShared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: list nodes: %w", err)
 	}
@@ -290,7 +290,7 @@ func (b *Backend) DeleteVolume(ctx context.Context, team, id string) error {
 	if err != nil {
 		return err
 	}
-	nodes, err := b.src.ListNodes(ctx)
+	nodes, err := b.src.ListNodesShared(ctx)
 	if err != nil {
 		return fmt.Errorf("delete volume: list nodes: %w", err)
 	}

@@ -185,11 +185,13 @@ func (d *Driver) Sync(ctx context.Context) error {
 		return fmt.Errorf("list nodes: %w", err)
 	}
 	byPool := map[string][]warmEntry{}
-	seen := map[string]bool{}
+	seen := d.watched()
 	for i := range nodes {
 		n := &nodes[i]
 		for _, e := range inventory.Owned(n) {
-			seen[e.ID] = true
+			if _, ok := seen[e.ID]; ok {
+				seen[e.ID] = true
+			}
 			if e.State == v1beta1.SandboxWarm && e.Pool != "" && !d.isGone(e.ID) {
 				byPool[e.Pool] = append(byPool[e.Pool], warmEntry{node: n.Name, id: e.ID, started: e.StartedAt.Time})
 			}
@@ -222,9 +224,30 @@ func (d *Driver) Sync(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// listed says, of the sandboxes the driver waits on (its pending warms
+// and those it killed), which the inventories list: a pass looks up only
+// these, rather than building a set of every sandbox of the fleet (at 200
+// hosts × 2,000, most of sandbox-apiserver's CPU). An ID not in it was not
+// asked about.
+type listed map[string]bool
+
+// watched returns the IDs the next pass looks for, none listed yet.
+func (d *Driver) watched() listed {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l := make(listed, len(d.pending)+len(d.gone))
+	for id := range d.pending {
+		l[id] = false
+	}
+	for id := range d.gone {
+		l[id] = false
+	}
+	return l
+}
+
 // forgetPending drops the pending warms an inventory now shows (warm, or
 // already claimed) and those past their TTL.
-func (d *Driver) forgetPending(seen map[string]bool) {
+func (d *Driver) forgetPending(seen listed) {
 	now := d.cfg.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -376,12 +399,13 @@ func (d *Driver) isGone(id string) bool {
 // forgetGone drops the gone sandboxes no inventory lists any more, and
 // those older than the pending TTL (a sandbox listed that long after its
 // kill is counted again, and killed again if need be).
-func (d *Driver) forgetGone(seen map[string]bool) {
+func (d *Driver) forgetGone(seen listed) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := d.cfg.Now()
 	for id, at := range d.gone {
-		if !seen[id] || now.Sub(at) > d.cfg.PendingTTL {
+		// A sandbox killed since the pass began was not asked about.
+		if l, asked := seen[id]; asked && !l || now.Sub(at) > d.cfg.PendingTTL {
 			delete(d.gone, id)
 		}
 	}
