@@ -110,7 +110,7 @@ verify: generate ## generate (code, CRDs, docs/api.md, docs/configuration.md) + 
 	@if [[ -n "$$(git status --porcelain)" ]]; then echo "verify left a diff (commit generated files):"; git status --porcelain; git diff --stat; exit 1; fi
 
 .PHONY: test
-test: kube-bins go-test fuzz sdk-test ## Every test: Go (with -race, on a real kube-apiserver and etcd), fuzzing, the e2b SDK suite.
+test: kube-bins go-test fuzz mutate sdk-test ## Every test: Go (with -race, on a real kube-apiserver and etcd), fuzzing, mutation testing of the freshness filter, the e2b SDK suite.
 
 .PHONY: go-test
 go-test: kube-bins build runsc sdk-deps $(BIN)/helm ## The Go tests of every module (e2e/sdk: the SDK suite against the whole system; e2e/chart: the Helm chart).

@@ -5,9 +5,9 @@
 # 1. gremlins mutates every operator the tests cover (boundaries, negations,
 #    arithmetic) and must see every covered mutant killed.
 # 2. The named mutants below are the changes gremlins cannot make (a call
-#    swapped, a store or a filter removed). Each is applied through
-#    `go test -overlay`, so the tree is never touched, and must make the tests
-#    fail.
+#    swapped, a store or a filter removed, the shards' join loosened).
+#    Each is applied through `go test -overlay`, so the tree is never
+#    touched, and must make the tests fail.
 #
 # Only the unit tests run (SKIFF_MUTATE=1 skips the control-plane test): they
 # alone must kill every mutant.
@@ -27,12 +27,12 @@ file="$root/shared/inventory/kubeinventory/source.go"
 mutants=$(cat <<'MUTANTS'
 boundary: exactly StaleAfter behind dropped (<= to <) ~ if d <= s.staleAfter { ~ if d < s.staleAfter {
 boundary: one second more kept (window widened by 1s) ~ if d <= s.staleAfter { ~ if d <= s.staleAfter+time.Second {
-min against now removed ~ ref := min(newest, s.clock.Now().UnixNano()) ~ ref := newest
-max for min ~ ref := min(newest, s.clock.Now().UnixNano()) ~ ref := max(newest, s.clock.Now().UnixNano())
+min against now removed ~ ref := min(newest, now.UnixNano()) ~ ref := newest
+max for min ~ ref := min(newest, now.UnixNano()) ~ ref := max(newest, now.UnixNano())
 newest by min instead of max ~ newest = max(newest, ts) ~ newest = min(newest, ts)
 reference never stored ~ if s.ref.CompareAndSwap(prev, &next) {\n\t\t\treturn next ~ if true {\n\t\t\treturn next
-list filter removed ~ if _, ok := s.behind(items[i].PublishedAt, ref); ok { ~ if _, ok := s.behind(items[i].PublishedAt, ref); ok || true {
-lookup filter removed ~ if behind, ok := s.behind(inv.PublishedAt, ref); !ok { ~ if behind, ok := s.behind(inv.PublishedAt, ref); !ok && false {
+list filter removed ~ if _, ok := s.behind(items[i].PublishedAt, ref, now); ok { ~ if _, ok := s.behind(items[i].PublishedAt, ref, now); ok || true {
+lookup filter removed ~ if behind, ok := s.behind(inv.PublishedAt, ref, s.clock.Now()); !ok { ~ if behind, ok := s.behind(inv.PublishedAt, ref, s.clock.Now()); !ok && false {
 lookup reads a zero reference as now ~ ref := s.reference()\n\tif behind ~ ref := s.reference()\n\tref.at = cmp.Or(ref.at, s.clock.Now().UnixNano())\n\tif behind
 zero reference not fresh ~ if ref.at == 0 {\n\t\treturn 0, true ~ if ref.at == 0 {\n\t\treturn 0, false
 parse error ignored (unreadable read as a stamp) ~ if sec <= 0 || sec >= maxStampSeconds {\n\t\treturn 0, false ~ if sec <= 0 || sec >= maxStampSeconds {\n\t\treturn stamp.UnixNano(), true
@@ -40,11 +40,19 @@ missing stamp not an error (nil read as a stamp) ~ if stamp == nil {\n\t\treturn
 epoch boundary (<= to <) ~ sec <= 0 || ~ sec < 0 ||
 overflow boundary (>= to >) ~ sec >= maxStampSeconds ~ sec > maxStampSeconds
 unreadable stamp read as stale ~ if !ok {\n\t\treturn 0, true\n\t}\n\td := ~ if !ok {\n\t\treturn time.Duration(ref.at), false\n\t}\n\td :=
-recovery never carried ~ case ref < last.until: ~ case false:
-recovery never started ~ next.before, next.until = last.at, ref+int64(s.grace) ~ _ = last.at
-recovery keeps every node ~ return d, ref.until != 0 && time.Duration(ref.before-ts) <= s.staleAfter ~ return d, ref.until != 0
-recovery keeps no node ~ return d, ref.until != 0 && time.Duration(ref.before-ts) <= s.staleAfter ~ return d, false
+recovery never carried ~ case last.recovering(now) && ref < last.until: ~ case false:
+recovery never started ~ next.before, next.until, next.deadline = last.at, ref+int64(s.grace), now.Add(s.grace) ~ _ = last.at
+recovery keeps every node ~ return d, ref.recovering(now) && time.Duration(ref.before-ts) <= s.staleAfter ~ return d, ref.recovering(now)
+recovery keeps no node ~ return d, ref.recovering(now) && time.Duration(ref.before-ts) <= s.staleAfter ~ return d, false
+recovery without its clock deadline ~ return r.until != 0 && r.at < r.until && now.Before(r.deadline) ~ return r.until != 0 && r.at < r.until
 Observe does not advance ~ s.advance(list.Items)\n\treturn nil ~ _ = list.Items\n\treturn nil
+join keeps a shard naming another node ~ if sh == nil || sh.Spec.Node != inv.Name || int(sh.Spec.Index) != k { ~ if sh == nil || int(sh.Spec.Index) != k {
+join keeps a shard naming another index ~ if sh == nil || sh.Spec.Node != inv.Name || int(sh.Spec.Index) != k { ~ if sh == nil || sh.Spec.Node != inv.Name {
+join never refreshed (memo kept) ~ if j == nil || !slices.Equal(j.rvs, rvs) { ~ if j == nil || !slices.Equal(j.rvs, j.rvs) {
+join version the last shard's, not the newest ~ newest = max(newest, rv) ~ newest = rv
+join version ignores the inventory's own ~ inv.ResourceVersion = strconv.FormatUint(max(j.rv, rv), 10) ~ inv.ResourceVersion = strconv.FormatUint(max(j.rv, 0*rv), 10)
+join shares the cache's entries with ListNodes ~ j.sandboxes[i].DeepCopyInto(&all[len(own)+i]) ~ all[len(own)+i] = j.sandboxes[i]
+join drops the inventory's own entries ~ copy(all, own) ~ _ = own
 MUTANTS
 )
 

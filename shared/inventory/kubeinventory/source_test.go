@@ -402,10 +402,10 @@ func TestReadErrors(t *testing.T) {
 // and its shards'.
 func TestJoinShards(t *testing.T) {
 	entry := func(id string) v1beta1.SandboxEntry {
-		return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm}
+		return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm, Metadata: map[string]string{"k": id}}
 	}
-	shard := func(name, node string, index int32, rv string, ids ...string) *v1beta1.NodeInventoryShard {
-		sh := &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv},
+	shard := func(name, node string, index int32, ids ...string) *v1beta1.NodeInventoryShard {
+		sh := &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: v1beta1.NodeInventoryShardSpec{Node: node, Index: index}}
 		for _, id := range ids {
 			sh.Spec.Sandboxes = append(sh.Spec.Sandboxes, entry(id))
@@ -413,64 +413,111 @@ func TestJoinShards(t *testing.T) {
 		return sh
 	}
 	inv := node("a", ago(0))
-	inv.ResourceVersion = "50"
-	inv.Spec.SandboxShards = 3
+	inv.Spec.SandboxShards = 4
 	inv.Spec.Sandboxes = []v1beta1.SandboxEntry{entry("own")}
 	scheme := runtime.NewScheme()
 	if err := v1beta1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	// The fake client numbers resourceVersions in the order it writes.
 	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(inv,
-		shard("a-s0", "a", 0, "70", "x0", "x1"),
-		shard("a-s1", "b", 1, "90", "stolen"), // names another node
-		shard("a-s2", "a", 2, "60", "x2"),
-		shard("a-s3", "a", 3, "95", "beyond"), // past spec.sandboxShards
+		shard("a-s0", "a", 0, "x0", "x1"),
+		shard("a-s1", "b", 1, "stolen"), // names another node
+		shard("a-s2", "a", 2, "x2"),
+		shard("a-s3", "a", 1, "misfiled"), // names another index
+		shard("a-s4", "a", 4, "beyond"),   // past spec.sandboxShards
 	).Build()
-	// The fake client keeps its own resourceVersions: read them back.
-	rvOf := func(name string) uint64 {
-		var sh v1beta1.NodeInventoryShard
-		if err := reader.Get(t.Context(), client.ObjectKey{Name: name}, &sh); err != nil {
+	rvOf := func(obj client.Object) uint64 {
+		if err := reader.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			t.Fatal(err)
 		}
-		rv, _ := strconv.ParseUint(sh.ResourceVersion, 10, 64)
+		rv, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
 		return rv
 	}
-	want := strconv.FormatUint(max(rvOf("a-s0"), rvOf("a-s2")), 10)
 	src := New(reader, withClock(NewOptions()))
-	for _, get := range []func() (*v1beta1.NodeInventory, error){
-		func() (*v1beta1.NodeInventory, error) {
+	gets := []struct {
+		name string
+		get  func() (*v1beta1.NodeInventory, error)
+	}{
+		{"ListNodes", func() (*v1beta1.NodeInventory, error) {
 			invs, err := src.ListNodes(t.Context())
 			if err != nil || len(invs) != 1 {
 				return nil, fmt.Errorf("ListNodes: %d, %w", len(invs), err)
 			}
 			return &invs[0], nil
-		},
-		func() (*v1beta1.NodeInventory, error) { return src.NodeInventory(t.Context(), "a") },
-		func() (*v1beta1.NodeInventory, error) {
+		}},
+		{"NodeInventory", func() (*v1beta1.NodeInventory, error) { return src.NodeInventory(t.Context(), "a") }},
+		{"ListNodesShared", func() (*v1beta1.NodeInventory, error) {
 			invs, err := src.ListNodesShared(t.Context())
 			if err != nil || len(invs) != 1 {
 				return nil, fmt.Errorf("ListNodesShared: %d, %w", len(invs), err)
 			}
 			return &invs[0], nil
-		},
-	} {
-		got, err := get()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for _, e := range got.Spec.Sandboxes {
-			ids = append(ids, e.ID)
-		}
-		if !slices.Equal(ids, []string{"own", "x0", "x1", "x2"}) {
-			t.Errorf("joined sandboxes %v, want own, x0, x1, x2", ids)
-		}
-		if got.ResourceVersion != want {
-			t.Errorf("joined resourceVersion %s, want %s (the newest joined shard's)", got.ResourceVersion, want)
+		}},
+	}
+	check := func(step string, wantIDs []string, wantRV uint64) {
+		t.Helper()
+		for _, g := range gets {
+			got, err := g.get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, e := range got.Spec.Sandboxes {
+				ids = append(ids, e.ID)
+			}
+			if !slices.Equal(ids, wantIDs) {
+				t.Errorf("%s, %s: joined sandboxes %v, want %v", step, g.name, ids, wantIDs)
+			}
+			if want := strconv.FormatUint(wantRV, 10); got.ResourceVersion != want {
+				t.Errorf("%s, %s: joined resourceVersion %s, want %s (the newest of the inventory and its joined shards)", step, g.name, got.ResourceVersion, want)
+			}
 		}
 	}
+	s0, s2 := shard("a-s0", "a", 0), shard("a-s2", "a", 2)
+	check("as made", []string{"own", "x0", "x1", "x2"}, max(rvOf(s0), rvOf(s2)))
+
+	// A shard written again is joined again; its version is now the newest.
+	rvOf(s0)
+	s0.Spec.Sandboxes = append(s0.Spec.Sandboxes, entry("x3"))
+	if err := reader.Update(t.Context(), s0); err != nil {
+		t.Fatal(err)
+	}
+	check("after a shard changed", []string{"own", "x0", "x1", "x3", "x2"}, rvOf(s0))
+
+	// The inventory written after its shards: its own version is the
+	// newest. (The fake client counts each object's versions apart: write
+	// it until its version passes the shard's.)
+	stamped := &v1beta1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
+	for i := 0; rvOf(stamped) <= rvOf(s0); i++ {
+		stamped.Spec.Endpoint = fmt.Sprintf("a:%d", 27778+i)
+		if err := reader.Update(t.Context(), stamped); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after the inventory changed", []string{"own", "x0", "x1", "x3", "x2"}, rvOf(stamped))
+
+	// ListNodes' entries are the caller's: writing to them changes no
+	// later answer, shared or not.
+	owned, err := src.ListNodes(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range owned[0].Spec.Sandboxes {
+		owned[0].Spec.Sandboxes[i].Metadata["k"] = "written"
+	}
+	shared, err := src.ListNodesShared(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range shared[0].Spec.Sandboxes {
+		if e.Metadata["k"] != e.ID {
+			t.Errorf("sandbox %s's metadata %v after a caller wrote to ListNodes' copy, want k=%s", e.ID, e.Metadata, e.ID)
+		}
+	}
+
 	cands, err := src.WarmCandidates(t.Context(), "base", 10)
-	if err != nil || len(cands) != 4 {
-		t.Fatalf("WarmCandidates = %+v, %v; want the 4 joined", cands, err)
+	if err != nil || len(cands) != 5 {
+		t.Fatalf("WarmCandidates = %+v, %v; want the 5 joined", cands, err)
 	}
 }
