@@ -12,8 +12,8 @@
 //
 // An image starts as a copy of a golden image of its size and format, made
 // once per size with mkfs.ext4 (about 0.1 s for 10 GiB here), copied
-// sparsely (its few MiB of metadata: a few ms), attached with
-// LOOP_CONFIGURE and mounted. The loop device detaches itself when the
+// sparsely (its metadata: from a few hundred KiB to a few MiB, with the
+// format), attached with LOOP_CONFIGURE and mounted. The loop device detaches itself when the
 // filesystem is last unmounted (LO_FLAGS_AUTOCLEAR).
 package diskimage
 
