@@ -37,15 +37,31 @@ type Options struct {
 	// sandboxes are split into (KubeWriter); 0 keeps them in the
 	// NodeInventory, for readers older than the shards.
 	SandboxShards int
+	// ShardFormat is how a shard holds its sandboxes.
+	ShardFormat ShardFormat
 }
+
+// ShardFormat is how a NodeInventoryShard holds its sandboxes.
+type ShardFormat string
+
+const (
+	// ShardsPacked holds them in spec.packed, one JSON string (a seventh
+	// of the apiserver's CPU per write).
+	ShardsPacked ShardFormat = "packed"
+	// ShardsStructured holds them in spec.sandboxes, a list the apiserver
+	// decodes and validates entry by entry; for readers older than
+	// spec.packed.
+	ShardsStructured ShardFormat = "structured"
+)
 
 // NewOptions returns the defaults.
 func NewOptions() Options {
-	return Options{Interval: DefaultInterval, MinInterval: DefaultMinInterval, SandboxShards: DefaultSandboxShards}
+	return Options{Interval: DefaultInterval, MinInterval: DefaultMinInterval, SandboxShards: DefaultSandboxShards, ShardFormat: ShardsPacked}
 }
 
-// AddFlags registers --publish-interval, --publish-min-interval and
-// --publish-sandbox-shards, defaulting to the current values.
+// AddFlags registers --publish-interval, --publish-min-interval,
+// --publish-sandbox-shards and --publish-shard-format, defaulting to the
+// current values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "publish-interval", o.Interval,
 		"How often the host's NodeInventory is applied with publishedAt = now, even when nothing else changed; at least 1s (publishedAt has whole seconds). "+
@@ -56,6 +72,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.SandboxShards, "publish-sandbox-shards", o.SandboxShards,
 		"How many NodeInventoryShard objects hold the host's sandboxes (0 to 64), so that the NodeInventory stamped every interval stays small and a change rewrites only the shards it touches. "+
 			"0 keeps the sandboxes in the NodeInventory itself: only for sandbox-apiservers and envd proxies older than the shards, which do not read them (upgrade those first).")
+	fs.StringVar((*string)(&o.ShardFormat), "publish-shard-format", string(o.ShardFormat),
+		"How a NodeInventoryShard holds its sandboxes: packed (spec.packed, one JSON string: a write costs kube-apiserver a seventh of the same entries as a list) or structured (spec.sandboxes, a list): "+
+			"structured only for sandbox-apiservers and envd proxies older than spec.packed, which do not read it (upgrade those first).")
 }
 
 // Validate reports every option that cannot work, naming its flag.
@@ -72,6 +91,9 @@ func (o Options) Validate() error {
 	}
 	if o.SandboxShards < 0 || o.SandboxShards > v1beta1.MaxInventoryShards {
 		errs = append(errs, fmt.Errorf("--publish-sandbox-shards must be from 0 to %d, got %d", v1beta1.MaxInventoryShards, o.SandboxShards))
+	}
+	if o.ShardFormat != ShardsPacked && o.ShardFormat != ShardsStructured {
+		errs = append(errs, fmt.Errorf("--publish-shard-format must be %s or %s, got %q", ShardsPacked, ShardsStructured, o.ShardFormat))
 	}
 	if o.Interval > 0 && o.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("--publish-interval must be at least 1s (publishedAt has whole seconds), got %s", o.Interval))

@@ -58,6 +58,8 @@ type KubeWriter struct {
 	// nshards is how many shards an inventory's sandboxes are split into;
 	// 0: none.
 	nshards int
+	// format is how a shard holds them.
+	format ShardFormat
 
 	mu      sync.Mutex
 	written map[string]*hostState // by inventory name
@@ -77,12 +79,17 @@ type hostState struct {
 
 // NewKubeWriter returns a writer over client that splits each inventory's
 // sandboxes into shards NodeInventoryShards (0: none, the sandboxes stay
-// in the NodeInventory; at most v1beta1.MaxInventoryShards).
-func NewKubeWriter(client dynamic.Interface, shards int) *KubeWriter {
+// in the NodeInventory; at most v1beta1.MaxInventoryShards), each holding
+// them in format (ShardsPacked unless it is ShardsStructured).
+func NewKubeWriter(client dynamic.Interface, shards int, format ShardFormat) *KubeWriter {
+	if format != ShardsStructured {
+		format = ShardsPacked
+	}
 	return &KubeWriter{
 		res:     client.Resource(v1beta1.GroupVersion.WithResource(v1beta1.NodeInventoryResource)),
 		shards:  client.Resource(v1beta1.GroupVersion.WithResource(v1beta1.NodeInventoryShardResource)),
 		nshards: min(max(shards, 0), v1beta1.MaxInventoryShards),
+		format:  format,
 		written: map[string]*hostState{},
 	}
 }
@@ -150,6 +157,13 @@ func (w *KubeWriter) applyShards(ctx context.Context, node string, parts [][]v1b
 				}},
 			},
 			Spec: v1beta1.NodeInventoryShardSpec{Node: node, Index: int32(k), Sandboxes: part},
+		}
+		if w.format == ShardsPacked {
+			packed, err := v1beta1.PackSandboxes(part)
+			if err != nil {
+				return err
+			}
+			sh.Spec.Sandboxes, sh.Spec.Packed = nil, packed
 		}
 		_, err := w.apply(ctx, w.shards, "NodeInventoryShard", sh.Name, sh)
 		w.rememberShard(node, len(parts), k, part, err)

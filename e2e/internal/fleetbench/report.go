@@ -35,6 +35,9 @@ type Result struct {
 	// Shards is how many NodeInventoryShards each host's sandboxes were
 	// in; 0: none (also in results from before the shards).
 	Shards int `json:"shards"`
+	// ShardFormat is how the shards held their sandboxes (packed or
+	// structured); empty in results from before spec.packed (structured).
+	ShardFormat string `json:"shardFormat,omitempty"`
 	// Phase is setup, steady, churn or death.
 	Phase string `json:"phase"`
 	// Metric names the measurement; Component the process or reader it is

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -57,7 +58,8 @@ func slimInventory(obj any) (any, error) {
 
 // slimShard is slimInventory for the shards that hold a host's
 // sandboxes: only the IDs, and what the join reads (name, node, index,
-// resourceVersion).
+// resourceVersion). Packed entries are decoded here, once per version of
+// the shard, and kept as a list of IDs (those the join would keep).
 func slimShard(obj any) (any, error) {
 	sh, ok := obj.(*v1beta1.NodeInventoryShard)
 	if !ok {
@@ -66,6 +68,14 @@ func slimShard(obj any) (any, error) {
 	sh.ManagedFields = nil
 	sh.Annotations = nil
 	sh.OwnerReferences = nil
+	if sh.Spec.Packed != "" {
+		packed, err := sh.Spec.UnpackedSandboxes()
+		if err != nil {
+			slog.Warn("a NodeInventoryShard's packed sandboxes are not all readable; the others are routed", "shard", sh.Name, "resourceVersion", sh.ResourceVersion, "error", err)
+		}
+		sh.Spec.Sandboxes = append(sh.Spec.Sandboxes, packed...)
+		sh.Spec.Packed = ""
+	}
 	idsOnly(sh.Spec.Sandboxes)
 	return sh, nil
 }

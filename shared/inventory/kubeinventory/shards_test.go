@@ -66,7 +66,8 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx := t.Context()
 	dyn := dynamic.NewForConfigOrDie(env.Config)
-	w := skiffpublish.NewKubeWriter(dyn, 4)
+	format := skiffpublish.ShardsPacked
+	w := skiffpublish.NewKubeWriter(dyn, 4, format)
 
 	live, dead := shardedHost("node-live", 300), shardedHost("node-dead", 40)
 	for _, inv := range []*v1beta1.NodeInventory{live, dead} {
@@ -92,7 +93,15 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 			if len(sh.OwnerReferences) != 1 || sh.OwnerReferences[0].Kind != "NodeInventory" || sh.OwnerReferences[0].Name != sh.Spec.Node {
 				t.Errorf("shard %s: owners %+v, want its NodeInventory", sh.Name, sh.OwnerReferences)
 			}
-			for _, e := range sh.Spec.Sandboxes {
+			packed, err := sh.Spec.UnpackedSandboxes()
+			if err != nil {
+				t.Errorf("shard %s: %v", sh.Name, err)
+			}
+			if sh.Spec.Node == "node-live" && (len(packed) > 0) != (format == skiffpublish.ShardsPacked) ||
+				sh.Spec.Node == "node-live" && (len(sh.Spec.Sandboxes) > 0) != (format == skiffpublish.ShardsStructured) {
+				t.Errorf("shard %s: %d packed and %d listed sandboxes, want them all %s", sh.Name, len(packed), len(sh.Spec.Sandboxes), format)
+			}
+			for _, e := range append(sh.Spec.Sandboxes, packed...) {
 				if skiffpublish.ShardOf(e.ID, 4) != int(sh.Spec.Index) {
 					t.Errorf("sandbox %s is in shard %d, hashes to %d", e.ID, sh.Spec.Index, skiffpublish.ShardOf(e.ID, 4))
 				}
@@ -203,6 +212,23 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 	})
 	if cands, err := src.WarmCandidates(ctx, "base", 100); err != nil || len(cands) != 60 {
 		t.Fatalf("WarmCandidates = %d, %v; want node-live's 60", len(cands), err)
+	}
+
+	// The host restarts with structured shards (for readers older than
+	// spec.packed): its first write rewrites every shard as a list, the
+	// packed strings go (server-side apply drops what it no longer
+	// sends), and readers join the same sandboxes.
+	format = skiffpublish.ShardsStructured
+	w = skiffpublish.NewKubeWriter(dyn, 4, format)
+	if err := w.Apply(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	shardRVs() // checks every shard of node-live is now a list
+	eventually("node-live whole from structured shards", func(n map[string]*v1beta1.NodeInventory) bool {
+		return len(n) == 1 && n["node-live"] != nil && maps.Equal(ids(n["node-live"]), ids(live))
+	})
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-live"}, &stored); err != nil {
+		t.Fatal(err)
 	}
 
 	// The inventory deleted and made again (its shards with it, as the

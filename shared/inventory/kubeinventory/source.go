@@ -42,6 +42,7 @@ package kubeinventory
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strconv"
@@ -299,8 +300,9 @@ func (s *Source) prune(nodes []v1beta1.NodeInventory) {
 	}
 }
 
-// join puts the entries of inv's shards (found by lookup; nil: missing)
-// after its own spec.sandboxes, and makes its resourceVersion the newest
+// join puts the entries of inv's shards (found by lookup; nil: missing;
+// their spec.sandboxes, then the valid entries of their spec.packed) after
+// its own spec.sandboxes, and makes its resourceVersion the newest
 // of its own and its shards'. A shard whose spec names another node or
 // index than its name is ignored: hosts cannot write one (api/policies),
 // and a reader does not take one's word for it. inv is a copy the caller
@@ -329,22 +331,15 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 	}
 	s.mu.Lock()
 	j := s.joins[inv.Name]
-	if j == nil || !slices.Equal(j.rvs, rvs) {
-		total := 0
-		for _, sh := range shards {
-			if sh != nil {
-				total += len(sh.Spec.Sandboxes)
-			}
-		}
-		j = &joined{rvs: rvs, rv: newest, sandboxes: make([]v1beta1.SandboxEntry, 0, total)}
-		for _, sh := range shards {
-			if sh != nil {
-				j.sandboxes = append(j.sandboxes, sh.Spec.Sandboxes...)
-			}
-		}
-		s.joins[inv.Name] = j
-	}
 	s.mu.Unlock()
+	if j == nil || !slices.Equal(j.rvs, rvs) {
+		// Built outside the lock: packed entries are decoded here, once
+		// per version of their shard.
+		j = joinShards(shards, rvs, newest)
+		s.mu.Lock()
+		s.joins[inv.Name] = j
+		s.mu.Unlock()
+	}
 
 	own := inv.Spec.Sandboxes
 	switch {
@@ -370,6 +365,31 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 		inv.ResourceVersion = strconv.FormatUint(max(j.rv, rv), 10)
 	}
 	return nil
+}
+
+// joinShards is the memo of a node's shards (by index; nil: missing or
+// ignored): their spec.sandboxes, then the entries of their spec.packed
+// that pass SandboxEntry.Validate, as the schema checks a listed one.
+func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64) *joined {
+	total := 0
+	for _, sh := range shards {
+		if sh != nil {
+			total += len(sh.Spec.Sandboxes)
+		}
+	}
+	j := &joined{rvs: rvs, rv: rv, sandboxes: make([]v1beta1.SandboxEntry, 0, total)}
+	for _, sh := range shards {
+		if sh == nil {
+			continue
+		}
+		j.sandboxes = append(j.sandboxes, sh.Spec.Sandboxes...)
+		packed, err := sh.Spec.UnpackedSandboxes()
+		if err != nil {
+			slog.Warn("a NodeInventoryShard's packed sandboxes are not all readable; the others are joined", "shard", sh.Name, "resourceVersion", sh.ResourceVersion, "error", err)
+		}
+		j.sandboxes = append(j.sandboxes, packed...)
+	}
+	return j
 }
 
 // get reads one inventory and applies the lookup filter: the stamp against

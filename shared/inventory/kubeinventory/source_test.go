@@ -402,7 +402,12 @@ func TestReadErrors(t *testing.T) {
 // and its shards'.
 func TestJoinShards(t *testing.T) {
 	entry := func(id string) v1beta1.SandboxEntry {
-		return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm, Metadata: map[string]string{"k": id}}
+		// A valid ID (20 lowercase letters and digits): id, padded with z.
+		e := v1beta1.SandboxEntry{ID: id + strings.Repeat("z", 20-len(id)), Template: "base", State: v1beta1.SandboxWarm, StartedAt: metav1.NewTime(now), Metadata: map[string]string{"k": id}}
+		if strings.HasPrefix(id, "bad") {
+			e.State = v1beta1.SandboxRunning // without a team: the schema would refuse it
+		}
+		return e
 	}
 	shard := func(name, node string, index int32, ids ...string) *v1beta1.NodeInventoryShard {
 		sh := &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -422,10 +427,10 @@ func TestJoinShards(t *testing.T) {
 	// The fake client numbers resourceVersions in the order it writes.
 	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(inv,
 		shard("a-s0", "a", 0, "x0", "x1"),
-		shard("a-s1", "b", 1, "stolen"), // names another node
-		shard("a-s2", "a", 2, "x2"),
-		shard("a-s3", "a", 1, "misfiled"), // names another index
-		shard("a-s4", "a", 4, "beyond"),   // past spec.sandboxShards
+		shard("a-s1", "b", 1, "stolen"),               // names another node
+		packed(t, shard("a-s2", "a", 2, "x2", "bad")), // packed; its second entry invalid
+		shard("a-s3", "a", 1, "misfiled"),             // names another index
+		shard("a-s4", "a", 4, "beyond"),               // past spec.sandboxShards
 	).Build()
 	rvOf := func(obj client.Object) uint64 {
 		if err := reader.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
@@ -464,7 +469,7 @@ func TestJoinShards(t *testing.T) {
 			}
 			var ids []string
 			for _, e := range got.Spec.Sandboxes {
-				ids = append(ids, e.ID)
+				ids = append(ids, strings.TrimRight(e.ID, "z"))
 			}
 			if !slices.Equal(ids, wantIDs) {
 				t.Errorf("%s, %s: joined sandboxes %v, want %v", step, g.name, ids, wantIDs)
@@ -474,7 +479,7 @@ func TestJoinShards(t *testing.T) {
 			}
 		}
 	}
-	s0, s2 := shard("a-s0", "a", 0), shard("a-s2", "a", 2)
+	s0, s2 := shard("a-s0", "a", 0), packed(t, shard("a-s2", "a", 2))
 	check("as made", []string{"own", "x0", "x1", "x2"}, max(rvOf(s0), rvOf(s2)))
 
 	// A shard written again is joined again; its version is now the newest.
@@ -511,7 +516,7 @@ func TestJoinShards(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range shared[0].Spec.Sandboxes {
-		if e.Metadata["k"] != e.ID {
+		if e.Metadata["k"] != strings.TrimRight(e.ID, "z") {
 			t.Errorf("sandbox %s's metadata %v after a caller wrote to ListNodes' copy, want k=%s", e.ID, e.Metadata, e.ID)
 		}
 	}
@@ -520,4 +525,15 @@ func TestJoinShards(t *testing.T) {
 	if err != nil || len(cands) != 5 {
 		t.Fatalf("WarmCandidates = %+v, %v; want the 5 joined", cands, err)
 	}
+}
+
+// packed moves sh's sandboxes into spec.packed, as vk-sandbox writes them.
+func packed(t *testing.T, sh *v1beta1.NodeInventoryShard) *v1beta1.NodeInventoryShard {
+	t.Helper()
+	p, err := v1beta1.PackSandboxes(sh.Spec.Sandboxes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.Spec.Sandboxes, sh.Spec.Packed = nil, p
+	return sh
 }
