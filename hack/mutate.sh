@@ -53,8 +53,9 @@ join version the last shard's, not the newest ~ newest = max(newest, rv) ~ newes
 join version ignores the inventory's own ~ inv.ResourceVersion = strconv.FormatUint(max(j.rv, rv), 10) ~ inv.ResourceVersion = strconv.FormatUint(max(j.rv, 0*rv), 10)
 join shares the cache's entries with ListNodes ~ j.sandboxes[i].DeepCopyInto(&all[len(own)+i]) ~ all[len(own)+i] = j.sandboxes[i]
 join drops the inventory's own entries ~ copy(all, own) ~ _ = own
-join drops the packed entries ~ j.sandboxes = append(j.sandboxes, packed...) ~ _ = packed
-join drops the listed entries of a shard ~ j.sandboxes = append(j.sandboxes, sh.Spec.Sandboxes...) ~ _ = sh
+join drops the packed entries ~ part = append(slices.Clip(part), packed...) ~ part = slices.Clip(part)
+join drops the listed entries of a shard ~ part := sh.Spec.Sandboxes ~ part := sh.Spec.Sandboxes[:0]
+join reuses a changed shard's entries ~ prev.rvs[k] == rvs[k]: ~ prev.rvs[k] != "":
 MUTANTS
 )
 

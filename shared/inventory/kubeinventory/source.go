@@ -88,6 +88,9 @@ type joined struct {
 	// sandboxes are the shards' entries in shard order, sharing memory
 	// with the cached shards: only read.
 	sandboxes []v1beta1.SandboxEntry
+	// parts are each shard's entries (by index), so that the next join
+	// decodes only the shards that changed.
+	parts [][]v1beta1.SandboxEntry
 }
 
 // reference is what a list computed: the reference and, during a recovery,
@@ -335,7 +338,7 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 	if j == nil || !slices.Equal(j.rvs, rvs) {
 		// Built outside the lock: packed entries are decoded here, once
 		// per version of their shard.
-		j = joinShards(shards, rvs, newest)
+		j = joinShards(shards, rvs, newest, j)
 		s.mu.Lock()
 		s.joins[inv.Name] = j
 		s.mu.Unlock()
@@ -369,25 +372,34 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 
 // joinShards is the memo of a node's shards (by index; nil: missing or
 // ignored): their spec.sandboxes, then the entries of their spec.packed
-// that pass SandboxEntry.Validate, as the schema checks a listed one.
-func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64) *joined {
+// that pass SandboxEntry.Validate, as the schema checks a listed one. A
+// shard at the same resourceVersion as in prev is taken from it, not
+// decoded again.
+func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, prev *joined) *joined {
+	j := &joined{rvs: rvs, rv: rv, parts: make([][]v1beta1.SandboxEntry, len(shards))}
 	total := 0
-	for _, sh := range shards {
-		if sh != nil {
-			total += len(sh.Spec.Sandboxes)
-		}
-	}
-	j := &joined{rvs: rvs, rv: rv, sandboxes: make([]v1beta1.SandboxEntry, 0, total)}
-	for _, sh := range shards {
-		if sh == nil {
+	for k, sh := range shards {
+		switch {
+		case sh == nil:
 			continue
+		case prev != nil && k < len(prev.rvs) && rvs[k] != "" && prev.rvs[k] == rvs[k]:
+			j.parts[k] = prev.parts[k]
+		default:
+			part := sh.Spec.Sandboxes
+			packed, err := sh.Spec.UnpackedSandboxes()
+			if err != nil {
+				slog.Warn("a NodeInventoryShard's packed sandboxes are not all readable; the others are joined", "shard", sh.Name, "resourceVersion", sh.ResourceVersion, "error", err)
+			}
+			if len(packed) > 0 {
+				part = append(slices.Clip(part), packed...)
+			}
+			j.parts[k] = part
 		}
-		j.sandboxes = append(j.sandboxes, sh.Spec.Sandboxes...)
-		packed, err := sh.Spec.UnpackedSandboxes()
-		if err != nil {
-			slog.Warn("a NodeInventoryShard's packed sandboxes are not all readable; the others are joined", "shard", sh.Name, "resourceVersion", sh.ResourceVersion, "error", err)
-		}
-		j.sandboxes = append(j.sandboxes, packed...)
+		total += len(j.parts[k])
+	}
+	j.sandboxes = make([]v1beta1.SandboxEntry, 0, total)
+	for _, part := range j.parts {
+		j.sandboxes = append(j.sandboxes, part...)
 	}
 	return j
 }
