@@ -72,29 +72,46 @@ func BenchmarkWriteServerCost(b *testing.B) {
 			}},
 		} {
 			b.Run(bc.name+"/"+name, func(b *testing.B) {
-				if out := os.Getenv("PPROF_OUT"); out != "" && bc.name == "stamp" && name == "2000" {
-					go func() {
-						rc := kubernetes.NewForConfigOrDie(env.Config).Discovery().RESTClient()
-						raw, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "15").DoRaw(context.Background())
-						if err != nil {
-							b.Log(err)
-						}
-						_ = os.WriteFile(out, raw, 0o644)
-					}()
+				if bc.name == "stamp" && name == "2000" {
+					profileKubeAPIServer(b, env, 15)
 				}
-				api0, etcd0 := procCPU(b, apiPID), procCPU(b, etcdPID)
-				i := 0
-				for b.Loop() {
-					if err := bc.write(b.Context(), i); err != nil {
-						b.Fatal(err)
-					}
-					i++
-				}
-				b.ReportMetric(float64((procCPU(b, apiPID)-api0).Microseconds())/1e3/float64(b.N), "apiserver-ms/op")
-				b.ReportMetric(float64((procCPU(b, etcdPID)-etcd0).Microseconds())/1e3/float64(b.N), "etcd-ms/op")
+				measureServerCost(b, apiPID, etcdPID, bc.write)
 			})
 		}
 	}
+}
+
+// profileKubeAPIServer writes, with PPROF_OUT=file, kube-apiserver's CPU
+// profile of the next seconds there, in the background.
+func profileKubeAPIServer(b *testing.B, env *kubetest.Env, seconds int) {
+	out := os.Getenv("PPROF_OUT")
+	if out == "" {
+		return
+	}
+	go func() {
+		rc := kubernetes.NewForConfigOrDie(env.Config).Discovery().RESTClient()
+		raw, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(context.Background())
+		if err != nil {
+			b.Log(err)
+		}
+		_ = os.WriteFile(out, raw, 0o644)
+	}()
+}
+
+// measureServerCost runs write (with its iteration) b.N times and reports
+// the CPU milliseconds kube-apiserver (apiPID) and etcd (etcdPID) spent
+// per write.
+func measureServerCost(b *testing.B, apiPID, etcdPID int, write func(ctx context.Context, i int) error) {
+	api0, etcd0 := procCPU(b, apiPID), procCPU(b, etcdPID)
+	i := 0
+	for b.Loop() {
+		if err := write(b.Context(), i); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64((procCPU(b, apiPID)-api0).Microseconds())/1e3/float64(b.N), "apiserver-ms/op")
+	b.ReportMetric(float64((procCPU(b, etcdPID)-etcd0).Microseconds())/1e3/float64(b.N), "etcd-ms/op")
 }
 
 // costInventory is a host's inventory of n sandboxes, shaped like a real

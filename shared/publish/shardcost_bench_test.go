@@ -3,7 +3,6 @@ package publish
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
@@ -114,27 +112,13 @@ func BenchmarkShardWriteServerCost(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(bc.name, func(b *testing.B) {
-			if out := os.Getenv("PPROF_OUT"); out != "" && bc.name == "update" {
-				go func() {
-					rc := kubernetes.NewForConfigOrDie(env.Config).Discovery().RESTClient()
-					raw, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(context.Background())
-					if err != nil {
-						b.Log(err)
-					}
-					_ = os.WriteFile(out, raw, 0o644)
-				}()
+			if bc.name == "update" {
+				profileKubeAPIServer(b, env, 10)
 			}
-			api0, etcd0 := procCPU(b, apiPID), procCPU(b, etcdPID)
-			i := 0
-			for b.Loop() {
+			measureServerCost(b, apiPID, etcdPID, func(ctx context.Context, i int) error {
 				change(i)
-				if err := bc.write(b.Context()); err != nil {
-					b.Fatal(err)
-				}
-				i++
-			}
-			b.ReportMetric(float64((procCPU(b, apiPID)-api0).Microseconds())/1e3/float64(b.N), "apiserver-ms/op")
-			b.ReportMetric(float64((procCPU(b, etcdPID)-etcd0).Microseconds())/1e3/float64(b.N), "etcd-ms/op")
+				return bc.write(ctx)
+			})
 		})
 	}
 }
