@@ -53,8 +53,8 @@ join version the last shard's, not the newest ~ newest = max(newest, rv) ~ newes
 join version ignores the inventory's own ~ inv.ResourceVersion = strconv.FormatUint(max(j.rv, rv), 10) ~ inv.ResourceVersion = strconv.FormatUint(max(j.rv, 0*rv), 10)
 join shares the cache's entries with ListNodes ~ j.sandboxes[i].DeepCopyInto(&all[len(own)+i]) ~ all[len(own)+i] = j.sandboxes[i]
 join drops the inventory's own entries ~ copy(all, own) ~ _ = own
-join drops the packed entries ~ part = append(slices.Clip(part), packed...) ~ part = slices.Clip(part)
-join drops the listed entries of a shard ~ part := sh.Spec.Sandboxes ~ part := sh.Spec.Sandboxes[:0]
+join drops the packed entries ~ part, err := sh.Spec.Entries() ~ part, err := sh.Spec.Sandboxes, error(nil)
+join drops every entry of a changed shard ~ part, err := sh.Spec.Entries() ~ part, err := sh.Spec.Sandboxes[:0], error(nil)
 join reuses a changed shard's entries ~ prev.rvs[k] == rvs[k]: ~ prev.rvs[k] != "":
 MUTANTS
 )

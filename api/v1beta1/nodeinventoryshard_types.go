@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -119,6 +120,18 @@ func (s *NodeInventoryShardSpec) UnpackedSandboxes() ([]SandboxEntry, error) {
 		return kept, fmt.Errorf("shard %d of node %s: spec.packed: %d dropped: %w", s.Index, s.Node, len(entries)-len(kept), errors.Join(errs...))
 	}
 	return kept, nil
+}
+
+// Entries returns the shard's sandboxes: spec.sandboxes, then the entries
+// of spec.packed that pass SandboxEntry.Validate, with UnpackedSandboxes'
+// error for those it dropped. It never writes to spec.sandboxes (with
+// nothing packed, the result is spec.sandboxes itself).
+func (s *NodeInventoryShardSpec) Entries() ([]SandboxEntry, error) {
+	packed, err := s.UnpackedSandboxes()
+	if len(packed) == 0 {
+		return s.Sandboxes, err
+	}
+	return append(slices.Clip(s.Sandboxes), packed...), err
 }
 
 // MaxShardEntries is the most entries a shard holds, as spec.sandboxes'

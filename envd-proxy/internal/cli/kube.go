@@ -68,14 +68,11 @@ func slimShard(obj any) (any, error) {
 	sh.ManagedFields = nil
 	sh.Annotations = nil
 	sh.OwnerReferences = nil
-	if sh.Spec.Packed != "" {
-		packed, err := sh.Spec.UnpackedSandboxes()
-		if err != nil {
-			slog.Warn("a NodeInventoryShard's packed sandboxes are not all readable; the others are routed", "shard", sh.Name, "resourceVersion", sh.ResourceVersion, "error", err)
-		}
-		sh.Spec.Sandboxes = append(sh.Spec.Sandboxes, packed...)
-		sh.Spec.Packed = ""
+	entries, err := sh.Spec.Entries()
+	if err != nil {
+		slog.Warn("a NodeInventoryShard's packed sandboxes are not all readable; the others are routed", "shard", sh.Name, "resourceVersion", sh.ResourceVersion, "error", err)
 	}
+	sh.Spec.Sandboxes, sh.Spec.Packed = entries, ""
 	idsOnly(sh.Spec.Sandboxes)
 	return sh, nil
 }

@@ -385,13 +385,9 @@ func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, p
 		case prev != nil && k < len(prev.rvs) && rvs[k] != "" && prev.rvs[k] == rvs[k]:
 			j.parts[k] = prev.parts[k]
 		default:
-			part := sh.Spec.Sandboxes
-			packed, err := sh.Spec.UnpackedSandboxes()
+			part, err := sh.Spec.Entries()
 			if err != nil {
 				slog.Warn("a NodeInventoryShard's packed sandboxes are not all readable; the others are joined", "shard", sh.Name, "resourceVersion", sh.ResourceVersion, "error", err)
-			}
-			if len(packed) > 0 {
-				part = append(slices.Clip(part), packed...)
 			}
 			j.parts[k] = part
 		}

@@ -1,0 +1,44 @@
+package v1beta1
+
+import (
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// A shard's entries are its listed ones, then its valid packed ones; the
+// listed slice is never written to, even with room to spare.
+func TestShardEntries(t *testing.T) {
+	entry := func(id, team string) SandboxEntry {
+		return SandboxEntry{ID: id, Template: "base", State: SandboxRunning, Team: team, StartedAt: metav1.Now()}
+	}
+	listed := make([]SandboxEntry, 1, 4) // room after it: an append must not use it
+	listed[0] = entry("aaaaaaaaaaaaaaaaaaaa", "t")
+	packed, err := PackSandboxes([]SandboxEntry{entry("bbbbbbbbbbbbbbbbbbbb", "t"), entry("cccccccccccccccccccc", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := NodeInventoryShardSpec{Node: "n", Sandboxes: listed, Packed: packed}
+	got, err := spec.Entries()
+	if err == nil {
+		t.Error("Entries kept quiet about a packed entry without a team")
+	}
+	ids := func(es []SandboxEntry) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.ID)
+		}
+		return out
+	}
+	if want := []string{"aaaaaaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb"}; !slices.Equal(ids(got), want) {
+		t.Errorf("Entries = %v, want %v", ids(got), want)
+	}
+	if extra := listed[:2][1]; extra.ID != "" {
+		t.Errorf("Entries wrote %s into spec.sandboxes' spare room", extra.ID)
+	}
+	spec.Packed = ""
+	if got, err := spec.Entries(); err != nil || !slices.Equal(ids(got), []string{"aaaaaaaaaaaaaaaaaaaa"}) {
+		t.Errorf("Entries of a listed shard = %v, %v", ids(got), err)
+	}
+}
