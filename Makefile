@@ -207,7 +207,8 @@ plots: ## Redraw docs/scaling/*.png from the benchmarks' results kept in docs/sc
 		--series "bash -l -c true"=../docs/scaling/lifecycle-bash.jsonl --series /bin/true=../docs/scaling/lifecycle-true.jsonl \
 		--series "/bin/true, no disk"=../docs/scaling/lifecycle-true-nodisk.jsonl \
 		--fleet "whole-inventory stamps"=../docs/scaling/fleet50-before.jsonl --fleet "stamp-only patches"=../docs/scaling/fleet50-after.jsonl \
-		--fleet "16 shards"=../docs/scaling/fleet50-shards.jsonl --fleet "16 packed shards"=../docs/scaling/fleet50-packed.jsonl
+		--fleet "16 shards"=../docs/scaling/fleet50-shards.jsonl --fleet "16 packed shards"=../docs/scaling/fleet50-packed.jsonl \
+		--fleet "16 packed shards, again"=../docs/scaling/fleet50-packed-again.jsonl --fleet "changes in the inventory"=../docs/scaling/fleet50-changes.jsonl
 
 .PHONY: bench-fleet
 bench-fleet: kube-bins build ## Measure the control plane against FLEET_HOSTS (50) simulated hosts × FLEET_SANDBOXES (2000): etcd writes, CPU, memory, list, create and proxy times, a dead host's eviction; appends JSON lines to FLEET_OUT. Not in make test.

@@ -48,7 +48,7 @@ recovery without its clock deadline ~ return r.until != 0 && r.at < r.until && n
 Observe does not advance ~ s.advance(list.Items)\n\treturn nil ~ _ = list.Items\n\treturn nil
 join keeps a shard naming another node ~ if sh == nil || sh.Spec.Node != inv.Name || int(sh.Spec.Index) != k { ~ if sh == nil || int(sh.Spec.Index) != k {
 join keeps a shard naming another index ~ if sh == nil || sh.Spec.Node != inv.Name || int(sh.Spec.Index) != k { ~ if sh == nil || sh.Spec.Node != inv.Name {
-join never refreshed (memo kept) ~ if j == nil || !slices.Equal(j.rvs, rvs) { ~ if j == nil || !slices.Equal(j.rvs, j.rvs) {
+join never refreshed (memo kept) ~ if j == nil || !slices.Equal(j.rvs, rvs) || ~ if j == nil || !slices.Equal(j.rvs, j.rvs) ||
 join version the last shard's, not the newest ~ newest = max(newest, rv) ~ newest = rv
 join version ignores the inventory's own ~ inv.ResourceVersion = strconv.FormatUint(max(j.rv, rv), 10) ~ inv.ResourceVersion = strconv.FormatUint(max(j.rv, 0*rv), 10)
 join shares the cache's entries with ListNodes ~ j.sandboxes[i].DeepCopyInto(&all[len(own)+i]) ~ all[len(own)+i] = j.sandboxes[i]
@@ -56,6 +56,13 @@ join drops the inventory's own entries ~ copy(all, own) ~ _ = own
 join drops the packed entries ~ part, err := sh.Spec.Entries() ~ part, err := sh.Spec.Sandboxes, error(nil)
 join drops every entry of a changed shard ~ part, err := sh.Spec.Entries() ~ part, err := sh.Spec.Sandboxes[:0], error(nil)
 join reuses a changed shard's entries ~ prev.rvs[k] == rvs[k]: ~ prev.rvs[k] != "":
+changes never applied ~ if changes != "" {\n\t\t\tj.applyChanges( ~ if false {\n\t\t\tj.applyChanges(
+changes applied to a shard a later fold wrote ~ return shards[k] == nil || shards[k].Spec.Fold <= changes.Fold ~ return true
+changes memo kept for a new inventory version ~ || j.changes != changes { ~ {
+changes' removed IDs ignored ~ removed[id], touched[k] = struct{}{}, true ~ touched[k] = true
+changed entry joins beside the one it replaces ~ if c, ok := changed[id]; ok { ~ if c, ok := changed[id]; ok && false {
+new entries after the shard's, not merged by ID ~ (i == len(part) || adds[0].ID < part[i].ID) ~ (i == len(part))
+joined inventory keeps its changes ~ inv.Spec.SandboxChanges = nil ~ _ = inv.Spec.SandboxChanges
 MUTANTS
 )
 

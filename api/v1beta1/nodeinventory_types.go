@@ -1,6 +1,8 @@
 package v1beta1
 
 import (
+	"fmt"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -107,6 +109,17 @@ type NodeInventorySpec struct {
 	// +kubebuilder:validation:Maximum=64
 	SandboxShards int32 `json:"sandboxShards,omitempty"`
 
+	// SandboxChanges are changes to the shards' sandboxes that the host
+	// has not written to its shards yet. A sharded host publishes a change
+	// here, in the inventory it writes on every publish anyway, rather than
+	// by rewriting every shard the change touches, and folds the changes
+	// into its shards when they grow past its bound (vk-sandbox
+	// --publish-max-changes) or when it has nothing newer to publish.
+	// Readers apply them on top of the shards' entries
+	// (shared/inventory/kubeinventory). Only with SandboxShards > 0.
+	// +optional
+	SandboxChanges *SandboxChanges `json:"sandboxChanges,omitempty"`
+
 	// Sandboxes lists every sandbox on the host: running, paused and warm.
 	// The list is atomic: its one writer, the host's vk-sandbox, replaces it
 	// whole on every publish, so server-side apply tracks it as one field.
@@ -142,6 +155,55 @@ type NodeInventorySpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	SharedVolumeStore string `json:"sharedVolumeStore,omitempty"`
+}
+
+// SandboxChanges are the changes to a sharded host's sandboxes since its
+// shards were written. Each applies to the shard its ID falls in
+// (ShardOf(id, spec.sandboxShards)), and only while that shard's
+// spec.fold is at most Fold: a shard the host rewrote since holds the
+// change already, and newer ones.
+type SandboxChanges struct {
+	// Fold is the number of the host's fold these changes are on top of:
+	// the newest spec.fold of its shards when they were written.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	Fold int64 `json:"fold"`
+
+	// Sandboxes are entries that replace the shard's entry of the same ID,
+	// or join the shard when it has none (as NodeInventorySpec.Sandboxes).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	Sandboxes []SandboxEntry `json:"sandboxes,omitempty"`
+
+	// Packed holds more such entries as one JSON array of SandboxEntry,
+	// as NodeInventoryShardSpec.Packed (what vk-sandbox writes).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1048576
+	Packed string `json:"packed,omitempty"`
+
+	// Removed are the IDs of the sandboxes gone from the shards.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]{20}$`
+	Removed []string `json:"removed,omitempty"`
+}
+
+// Entries returns the changed entries: c.Sandboxes, then the entries of
+// c.Packed that pass SandboxEntry.Validate, with an error for those it
+// dropped. It never writes to c.Sandboxes.
+func (c *SandboxChanges) Entries() ([]SandboxEntry, error) {
+	packed, err := unpackSandboxes(c.Packed)
+	if err != nil {
+		err = fmt.Errorf("spec.sandboxChanges.packed: %w", err)
+	}
+	return listedThenPacked(c.Sandboxes, packed), err
+}
+
+// Empty reports whether c changes nothing (nil included).
+func (c *SandboxChanges) Empty() bool {
+	return c == nil || len(c.Sandboxes) == 0 && c.Packed == "" && len(c.Removed) == 0
 }
 
 // CPUAdmission is how a host admits sandboxes by CPU.

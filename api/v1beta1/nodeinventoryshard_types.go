@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 
@@ -77,6 +78,16 @@ type NodeInventoryShardSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1048576
 	Packed string `json:"packed,omitempty"`
+
+	// Fold is the number of the host's fold that wrote this shard; each
+	// fold's is greater than the last. The inventory's
+	// spec.sandboxChanges apply to this shard while their fold is at
+	// least this one: a shard written by a later fold holds those changes
+	// already. 0: written by a host that keeps no changes in its
+	// inventory.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Fold int64 `json:"fold,omitempty"`
 }
 
 // PackSandboxes encodes entries for NodeInventoryShardSpec.Packed; none is
@@ -96,12 +107,33 @@ func PackSandboxes(entries []SandboxEntry) (string, error) {
 // SandboxEntry.Validate, and one error for what did not: packed that does
 // not decode (then no entry), or the entries dropped.
 func (s *NodeInventoryShardSpec) UnpackedSandboxes() ([]SandboxEntry, error) {
-	if s.Packed == "" {
+	entries, err := unpackSandboxes(s.Packed)
+	if err != nil {
+		return entries, fmt.Errorf("shard %d of node %s: spec.packed: %w", s.Index, s.Node, err)
+	}
+	return entries, nil
+}
+
+// Entries returns the shard's sandboxes: spec.sandboxes, then the entries
+// of spec.packed that pass SandboxEntry.Validate, with UnpackedSandboxes'
+// error for those it dropped. It never writes to spec.sandboxes (with
+// nothing packed, the result is spec.sandboxes itself).
+func (s *NodeInventoryShardSpec) Entries() ([]SandboxEntry, error) {
+	packed, err := s.UnpackedSandboxes()
+	return listedThenPacked(s.Sandboxes, packed), err
+}
+
+// unpackSandboxes decodes packed (PackSandboxes' encoding) and returns
+// the entries that pass SandboxEntry.Validate, at most MaxShardEntries,
+// and one error for what did not: packed that does not decode (then no
+// entry), or the entries dropped.
+func unpackSandboxes(packed string) ([]SandboxEntry, error) {
+	if packed == "" {
 		return nil, nil
 	}
 	var entries []SandboxEntry
-	if err := json.Unmarshal([]byte(s.Packed), &entries); err != nil {
-		return nil, fmt.Errorf("shard %d of node %s: spec.packed: %w", s.Index, s.Node, err)
+	if err := json.Unmarshal([]byte(packed), &entries); err != nil {
+		return nil, err
 	}
 	var errs []error
 	kept := entries[:0]
@@ -117,21 +149,27 @@ func (s *NodeInventoryShardSpec) UnpackedSandboxes() ([]SandboxEntry, error) {
 		kept = kept[:MaxShardEntries]
 	}
 	if len(errs) > 0 {
-		return kept, fmt.Errorf("shard %d of node %s: spec.packed: %d dropped: %w", s.Index, s.Node, len(entries)-len(kept), errors.Join(errs...))
+		return kept, fmt.Errorf("%d dropped: %w", len(entries)-len(kept), errors.Join(errs...))
 	}
 	return kept, nil
 }
 
-// Entries returns the shard's sandboxes: spec.sandboxes, then the entries
-// of spec.packed that pass SandboxEntry.Validate, with UnpackedSandboxes'
-// error for those it dropped. It never writes to spec.sandboxes (with
-// nothing packed, the result is spec.sandboxes itself).
-func (s *NodeInventoryShardSpec) Entries() ([]SandboxEntry, error) {
-	packed, err := s.UnpackedSandboxes()
+// listedThenPacked is listed followed by packed, never written into
+// listed's spare room (with nothing packed, listed itself).
+func listedThenPacked(listed, packed []SandboxEntry) []SandboxEntry {
 	if len(packed) == 0 {
-		return s.Sandboxes, err
+		return listed
 	}
-	return append(slices.Clip(s.Sandboxes), packed...), err
+	return append(slices.Clip(listed), packed...)
+}
+
+// ShardOf is the index of the shard, of n, that holds the sandbox id:
+// FNV-1a of the ID, modulo n. Writers put an entry there, and readers
+// apply an inventory's spec.sandboxChanges to it.
+func ShardOf(id string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
 }
 
 // MaxShardEntries is the most entries a shard holds, as spec.sandboxes'

@@ -179,7 +179,7 @@ func TestApplierStampsEveryIntervalAndNothingMore(t *testing.T) {
 	src := newSource(node, 2)
 	interval := 2 * time.Second
 	reg := prometheus.NewRegistry()
-	run(t, New(Config{Source: src, Writer: NewKubeWriter(dyn, 0, ShardsPacked), Changes: src.changes, NodeName: node,
+	run(t, New(Config{Source: src, Writer: NewKubeWriter(dyn, Options{}), Changes: src.changes, NodeName: node,
 		Options: Options{Interval: interval, MinInterval: 100 * time.Millisecond}, Metrics: NewMetrics(reg)}))
 
 	first := next(t, writes, 30*time.Second)
@@ -222,7 +222,7 @@ func TestApplierPublishesAChangeWithinTheMinInterval(t *testing.T) {
 	src := newSource(node, 1)
 	// An interval far beyond the test: every write after the first is a
 	// change's.
-	run(t, New(Config{Source: src, Writer: NewKubeWriter(dyn, 0, ShardsPacked), Changes: src.changes, NodeName: node,
+	run(t, New(Config{Source: src, Writer: NewKubeWriter(dyn, Options{}), Changes: src.changes, NodeName: node,
 		Options: Options{Interval: time.Hour, MinInterval: time.Second}}))
 	first := next(t, writes, 30*time.Second)
 	if len(first.spec.Sandboxes) != 1 {
@@ -261,7 +261,7 @@ func TestApplierStopsStampingOutOfSyncAndNeverDeletes(t *testing.T) {
 	writes := watchWrites(t, dyn, node)
 	src := newSource(node, 1)
 	interval := time.Second
-	stop := run(t, New(Config{Source: src, Writer: NewKubeWriter(dyn, 0, ShardsPacked), Changes: src.changes, NodeName: node,
+	stop := run(t, New(Config{Source: src, Writer: NewKubeWriter(dyn, Options{}), Changes: src.changes, NodeName: node,
 		Options: Options{Interval: interval, MinInterval: 100 * time.Millisecond}}))
 	next(t, writes, 30*time.Second)
 	next(t, writes, 10*interval)
@@ -365,7 +365,7 @@ func TestInventoryOf2000SandboxesStoredUnder1MiB(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := NewKubeWriter(dyn, 0, ShardsPacked).Apply(t.Context(), inv); err != nil {
+			if err := NewKubeWriter(dyn, Options{}).Apply(t.Context(), inv); err != nil {
 				t.Fatal(err)
 			}
 			u, err := dyn.Resource(v1beta1.GroupVersion.WithResource(v1beta1.NodeInventoryResource)).Get(t.Context(), node, metav1.GetOptions{})
@@ -433,7 +433,7 @@ func TestStampOnlyWhileTheStoredInventoryIsTheOneWritten(t *testing.T) {
 	writes := watchWrites(t, dyn, node)
 	src := newSource(node, 3)
 	interval := time.Second
-	run(t, New(Config{Source: src, Writer: NewKubeWriter(dyn, 0, ShardsPacked), Changes: src.changes, NodeName: node,
+	run(t, New(Config{Source: src, Writer: NewKubeWriter(dyn, Options{}), Changes: src.changes, NodeName: node,
 		Options: Options{Interval: interval, MinInterval: 100 * time.Millisecond}}))
 	first := next(t, writes, 30*time.Second)
 	second := next(t, writes, 10*interval)

@@ -21,11 +21,13 @@ import (
 // control plane: the CPU milliseconds kube-apiserver and etcd spend per
 // write (read from /proc, reported as apiserver-ms/op and etcd-ms/op),
 // for an inventory of 0, 500 and 2,000 sandboxes (and 2,000 in 16 shards,
-// structured and packed) shaped like a real
-// host's (a team, a deadline, two metadata entries each):
+// structured, packed, and packed with up to 256 changes carried in the
+// inventory) shaped like a real host's (a team, a deadline, two metadata
+// entries each):
 //
 //   - apply: one entry changed, the whole inventory applied (sharded: the
-//     inventory and the one shard that changed);
+//     inventory and the one shard that changed; with changes carried, the
+//     inventory with them, and every 256th apply a fold);
 //   - stamp: publishedAt alone, as a publish of an unchanged spec.
 //
 // With PPROF_OUT=file it also writes kube-apiserver's CPU profile of 15 s
@@ -38,17 +40,25 @@ func BenchmarkWriteServerCost(b *testing.B) {
 	}
 	dyn := dynamic.NewForConfigOrDie(env.Config)
 	for _, c := range []struct {
-		n, shards int
-		format    ShardFormat
-	}{{0, 0, ""}, {500, 0, ""}, {2000, 0, ""}, {2000, DefaultSandboxShards, ShardsStructured}, {2000, DefaultSandboxShards, ShardsPacked}} {
+		n    int
+		opts Options
+	}{
+		{0, Options{}}, {500, Options{}}, {2000, Options{}},
+		{2000, Options{SandboxShards: DefaultSandboxShards, ShardFormat: ShardsStructured}},
+		{2000, Options{SandboxShards: DefaultSandboxShards, ShardFormat: ShardsPacked}},
+		{2000, Options{SandboxShards: DefaultSandboxShards, ShardFormat: ShardsPacked, MaxChanges: DefaultMaxChanges}},
+	} {
 		n := c.n
 		name := fmt.Sprint(n)
-		if c.shards > 0 {
-			name += fmt.Sprintf("-in-%d-%s-shards", c.shards, c.format)
+		if c.opts.SandboxShards > 0 {
+			name += fmt.Sprintf("-in-%d-%s-shards", c.opts.SandboxShards, c.opts.ShardFormat)
+		}
+		if c.opts.MaxChanges > 0 {
+			name += fmt.Sprintf("-changes-%d", c.opts.MaxChanges)
 		}
 		node := "cost-" + name
 		inv := costInventory(node, n)
-		w := NewKubeWriter(dyn, c.shards, c.format)
+		w := NewKubeWriter(dyn, c.opts)
 		if err := w.Apply(b.Context(), inv); err != nil {
 			b.Fatal(err)
 		}

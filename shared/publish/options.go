@@ -18,6 +18,9 @@ const (
 	// DefaultSandboxShards is how many NodeInventoryShards hold a host's
 	// sandboxes: 125 each at 2,000.
 	DefaultSandboxShards = 16
+	// DefaultMaxChanges is how many changed sandboxes a publish carries in
+	// the NodeInventory before they are folded into the shards.
+	DefaultMaxChanges = 256
 )
 
 // FieldManager is the server-side-apply field manager that owns every field
@@ -39,6 +42,12 @@ type Options struct {
 	SandboxShards int
 	// ShardFormat is how a shard holds its sandboxes.
 	ShardFormat ShardFormat
+	// MaxChanges is how many changed sandboxes (entries changed or added,
+	// and IDs removed) the NodeInventory may carry in
+	// spec.sandboxChanges before the publish folds them into the shards;
+	// 0: every change rewrites the shards it touches. Only with packed
+	// shards.
+	MaxChanges int
 }
 
 // ShardFormat is how a NodeInventoryShard holds its sandboxes.
@@ -56,12 +65,12 @@ const (
 
 // NewOptions returns the defaults.
 func NewOptions() Options {
-	return Options{Interval: DefaultInterval, MinInterval: DefaultMinInterval, SandboxShards: DefaultSandboxShards, ShardFormat: ShardsPacked}
+	return Options{Interval: DefaultInterval, MinInterval: DefaultMinInterval, SandboxShards: DefaultSandboxShards, ShardFormat: ShardsPacked, MaxChanges: DefaultMaxChanges}
 }
 
 // AddFlags registers --publish-interval, --publish-min-interval,
-// --publish-sandbox-shards and --publish-shard-format, defaulting to the
-// current values.
+// --publish-sandbox-shards, --publish-shard-format and
+// --publish-max-changes, defaulting to the current values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "publish-interval", o.Interval,
 		"How often the host's NodeInventory is applied with publishedAt = now, even when nothing else changed; at least 1s (publishedAt has whole seconds). "+
@@ -75,6 +84,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar((*string)(&o.ShardFormat), "publish-shard-format", string(o.ShardFormat),
 		"How a NodeInventoryShard holds its sandboxes: packed (spec.packed, one JSON string: a write costs kube-apiserver a seventh of the same entries as a list) or structured (spec.sandboxes, a list): "+
 			"structured only for sandbox-apiservers and envd proxies older than spec.packed, which do not read it (upgrade those first).")
+	fs.IntVar(&o.MaxChanges, "publish-max-changes", o.MaxChanges,
+		"How many changed sandboxes (changed, added or removed) a publish may carry in the NodeInventory's spec.sandboxChanges before it folds them into the shards they belong to, "+
+			"so that a change costs one write of the inventory rather than one of every shard it touches; a publish with nothing newer folds them too. 0 to 4096; only with packed shards. "+
+			"0 rewrites the shards on every change: only for sandbox-apiservers and envd proxies older than spec.sandboxChanges, which do not read it (upgrade those first).")
 }
 
 // Validate reports every option that cannot work, naming its flag.
@@ -94,6 +107,9 @@ func (o Options) Validate() error {
 	}
 	if o.ShardFormat != ShardsPacked && o.ShardFormat != ShardsStructured {
 		errs = append(errs, fmt.Errorf("--publish-shard-format must be %s or %s, got %q", ShardsPacked, ShardsStructured, o.ShardFormat))
+	}
+	if o.MaxChanges < 0 || o.MaxChanges > v1beta1.MaxShardEntries {
+		errs = append(errs, fmt.Errorf("--publish-max-changes must be from 0 to %d, got %d", v1beta1.MaxShardEntries, o.MaxChanges))
 	}
 	if o.Interval > 0 && o.Interval < time.Second {
 		errs = append(errs, fmt.Errorf("--publish-interval must be at least 1s (publishedAt has whole seconds), got %s", o.Interval))

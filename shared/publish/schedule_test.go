@@ -83,6 +83,11 @@ func TestOptionsValidate(t *testing.T) {
 		{"sub-second interval", func(o *Options) { o.Interval, o.MinInterval = 500*time.Millisecond, 100*time.Millisecond }, "at least 1s"},
 		{"no min interval", func(o *Options) { o.MinInterval = 0 }, "--publish-min-interval must be greater than 0"},
 		{"min above interval", func(o *Options) { o.MinInterval = time.Minute }, "must not exceed --publish-interval"},
+		{"no changes carried", func(o *Options) { o.MaxChanges = 0 }, ""},
+		{"as many changes as a shard holds", func(o *Options) { o.MaxChanges = 4096 }, ""},
+		{"negative max changes", func(o *Options) { o.MaxChanges = -1 }, "--publish-max-changes must be from 0 to 4096, got -1"},
+		{"too many changes", func(o *Options) { o.MaxChanges = 4097 }, "--publish-max-changes must be from 0 to 4096, got 4097"},
+		{"unknown shard format", func(o *Options) { o.ShardFormat = "csv" }, `--publish-shard-format must be packed or structured, got "csv"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

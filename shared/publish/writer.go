@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,13 +45,22 @@ var errNeverWritten = fmt.Errorf("%w: not written by this writer yet", ErrStale)
 // Its stamps are JSON merge patches of publishedAt, conditional on the
 // resourceVersion of its last write.
 //
-// With shards (NewKubeWriter's shards > 0) an inventory's sandboxes go to
-// that many NodeInventoryShard objects, by a hash of their IDs (ShardOf),
-// and the NodeInventory itself carries none: a stamp then writes an object
-// of a few hundred bytes instead of every sandbox of the host (at 2,000
-// sandboxes kube-apiserver spends about half a second of CPU on each write
-// of the whole inventory, stamp or not, and 2 ms on a small one), and a
-// change rewrites only the shards whose entries changed.
+// With shards (Options.SandboxShards > 0) an inventory's sandboxes go to
+// that many NodeInventoryShard objects, by a hash of their IDs
+// (v1beta1.ShardOf), and the NodeInventory itself carries none: a stamp
+// then writes an object of a few hundred bytes instead of every sandbox
+// of the host (at 2,000 sandboxes kube-apiserver spends about half a
+// second of CPU on each write of the whole inventory, stamp or not, and 2
+// ms on a small one).
+//
+// With packed shards and Options.MaxChanges > 0, a change does not
+// rewrite the shards it touches: the inventory, written on every publish
+// anyway, carries the host's changes since its shards were written
+// (spec.sandboxChanges), and readers apply them on top of the shards. A
+// publish folds them into the shards (rewriting those that differ, under
+// a new fold number) when there would be more than MaxChanges, when a
+// shard's stored content is unknown, and when it would otherwise only
+// stamp the inventory.
 type KubeWriter struct {
 	res    dynamic.NamespaceableResourceInterface
 	shards dynamic.NamespaceableResourceInterface
@@ -60,9 +69,15 @@ type KubeWriter struct {
 	nshards int
 	// format is how a shard holds them.
 	format ShardFormat
+	// maxChanges bounds spec.sandboxChanges; 0: never written.
+	maxChanges int
+	// now is the clock fold numbers start from.
+	now func() time.Time
 
 	mu      sync.Mutex
 	written map[string]*hostState // by inventory name
+	// fold is the last fold number given out, by any host's fold.
+	fold int64
 }
 
 // hostState is what this writer last wrote of one host.
@@ -75,40 +90,56 @@ type hostState struct {
 	// shards[k] is shard k's sandboxes as last written; nil: unknown
 	// (never written, or its last write failed).
 	shards []*[]v1beta1.SandboxEntry
+	// fold is the newest fold number of the shards written; changes are
+	// on top of it.
+	fold int64
+	// changes is how many changes the inventory's last write carried: a
+	// stamp folds them first.
+	changes int
 }
 
-// NewKubeWriter returns a writer over client that splits each inventory's
-// sandboxes into shards NodeInventoryShards (0: none, the sandboxes stay
-// in the NodeInventory; at most v1beta1.MaxInventoryShards), each holding
-// them in format (ShardsPacked unless it is ShardsStructured).
-func NewKubeWriter(client dynamic.Interface, shards int, format ShardFormat) *KubeWriter {
+// NewKubeWriter returns a writer over client that keeps inventories as
+// opts say: their sandboxes split into opts.SandboxShards
+// NodeInventoryShards (0: none, the sandboxes stay in the NodeInventory;
+// at most v1beta1.MaxInventoryShards), each holding them in
+// opts.ShardFormat (ShardsPacked unless it is ShardsStructured), and up
+// to opts.MaxChanges changes carried in the inventory between folds.
+func NewKubeWriter(client dynamic.Interface, opts Options) *KubeWriter {
+	format := opts.ShardFormat
 	if format != ShardsStructured {
 		format = ShardsPacked
 	}
+	maxChanges := min(max(opts.MaxChanges, 0), v1beta1.MaxShardEntries)
+	if format != ShardsPacked {
+		maxChanges = 0
+	}
 	return &KubeWriter{
-		res:     client.Resource(v1beta1.GroupVersion.WithResource(v1beta1.NodeInventoryResource)),
-		shards:  client.Resource(v1beta1.GroupVersion.WithResource(v1beta1.NodeInventoryShardResource)),
-		nshards: min(max(shards, 0), v1beta1.MaxInventoryShards),
-		format:  format,
-		written: map[string]*hostState{},
+		res:        client.Resource(v1beta1.GroupVersion.WithResource(v1beta1.NodeInventoryResource)),
+		shards:     client.Resource(v1beta1.GroupVersion.WithResource(v1beta1.NodeInventoryShardResource)),
+		nshards:    min(max(opts.SandboxShards, 0), v1beta1.MaxInventoryShards),
+		format:     format,
+		maxChanges: maxChanges,
+		now:        time.Now,
+		written:    map[string]*hostState{},
 	}
 }
 
-// ShardOf is the shard of n that holds the sandbox id: FNV-1a of the ID,
-// modulo n.
-func ShardOf(id string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return int(h.Sum32() % uint32(n))
+// Apply server-side-applies inv. With shards, it either writes the
+// inventory alone, carrying the changes since the shards were written,
+// or folds: writes each shard whose sandboxes differ from what this
+// writer last wrote there, then the inventory without changes. The
+// inventory's write comes last, so a reader woken by it sees the shards
+// written with it. The first time, the writer asks for the stored
+// inventory's UID, which its shards name as their owner, and writes every
+// shard; only when there is no stored inventory yet (and after the stored
+// one was replaced, its shards gone with it) does the inventory come
+// first, and then every shard.
+func (w *KubeWriter) Apply(ctx context.Context, inv *v1beta1.NodeInventory) error {
+	return w.write(ctx, inv, false)
 }
 
-// Apply server-side-applies inv. With shards, it writes each shard whose
-// sandboxes differ from what this writer last wrote there, then the
-// inventory without its sandboxes: the inventory's write comes last, so
-// a reader woken by it sees the shards written with it. The first time
-// (and after the stored inventory was replaced) the inventory comes
-// first, since its shards name it as their owner, and then every shard.
-func (w *KubeWriter) Apply(ctx context.Context, inv *v1beta1.NodeInventory) error {
+// write applies inv, folding its changes into the shards with fold.
+func (w *KubeWriter) write(ctx context.Context, inv *v1beta1.NodeInventory, fold bool) error {
 	n := w.nshards
 	if len(inv.Name) > v1beta1.MaxShardedNodeName {
 		n = 0 // its shards' names would be too long
@@ -118,33 +149,145 @@ func (w *KubeWriter) Apply(ctx context.Context, inv *v1beta1.NodeInventory) erro
 	if n > 0 {
 		parts = make([][]v1beta1.SandboxEntry, n)
 		for _, e := range inv.Spec.Sandboxes {
-			k := ShardOf(e.ID, n)
+			k := v1beta1.ShardOf(e.ID, n)
 			parts[k] = append(parts[k], e)
 		}
 		head.Spec.Sandboxes = nil
 		head.Spec.SandboxShards = int32(n)
 	}
 	owner := w.owner(inv.Name)
-	if owner != "" {
-		if err := w.applyShards(ctx, inv.Name, parts, owner); err != nil {
+	if owner == "" && n > 0 {
+		// Not written by this writer yet: if the inventory is stored (a
+		// restarted host), its shards are written first, as always, so
+		// that no reader sees the inventory without the changes it
+		// carried before they are in the shards.
+		var err error
+		if owner, err = w.storedOwner(ctx, inv.Name); err != nil {
 			return err
+		}
+	}
+	carried, count := false, 0
+	if owner != "" && n > 0 && !fold {
+		head.Spec.SandboxChanges, count, carried = w.changes(inv.Name, parts)
+	}
+	var number int64
+	if !carried {
+		number = w.nextFold()
+		if owner != "" {
+			if err := w.applyShards(ctx, inv.Name, parts, owner, number); err != nil {
+				return err
+			}
 		}
 	}
 	out, err := w.apply(ctx, w.res, "NodeInventory", inv.Name, &head)
 	w.remember(inv.Name, out, err)
+	w.rememberChanges(inv.Name, count, err)
 	if err != nil {
 		return err
 	}
 	if out.GetUID() != owner {
-		return w.applyShards(ctx, inv.Name, parts, out.GetUID())
+		// A new inventory (the first write, or the stored one was replaced
+		// and its shards went with it): every shard, under a fold after any
+		// changes it carries.
+		if carried {
+			number = w.nextFold()
+		}
+		return w.applyShards(ctx, inv.Name, parts, out.GetUID(), number)
 	}
 	return nil
 }
 
+// storedOwner is the UID of node's stored inventory, which its shards
+// name as their owner; "" when there is none. It asks by an empty merge
+// patch, which writes nothing: a host may patch its own inventory but not
+// read the fleet's.
+func (w *KubeWriter) storedOwner(ctx context.Context, node string) (types.UID, error) {
+	out, err := w.res.Patch(ctx, node, types.MergePatchType, []byte("{}"), metav1.PatchOptions{FieldManager: FieldManager})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("find the stored NodeInventory %s: %w", node, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.written[node] == nil {
+		w.written[node] = &hostState{uid: out.GetUID()}
+	}
+	return out.GetUID(), nil
+}
+
+// nextFold is a fold number greater than any this writer gave out: the
+// clock's microseconds, so that a restarted writer's folds come after its
+// predecessor's.
+func (w *KubeWriter) nextFold() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fold = max(w.fold+1, w.now().UnixMicro())
+	return w.fold
+}
+
+// changes is what node's inventory carries when its sandboxes are parts
+// (by shard) and its shards are as last written: each entry that differs
+// from or is missing in its shard, and the ID of each entry of a shard
+// that is no longer in parts, with their count. ok is false when it
+// cannot carry them: no changes are kept, a shard's content is unknown,
+// or there are more than maxChanges. No change is a nil SandboxChanges.
+func (w *KubeWriter) changes(node string, parts [][]v1beta1.SandboxEntry) (_ *v1beta1.SandboxChanges, count int, ok bool) {
+	if w.maxChanges == 0 {
+		return nil, 0, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.written[node]
+	if st == nil || len(st.shards) != len(parts) {
+		return nil, 0, false
+	}
+	var changed []v1beta1.SandboxEntry
+	var removed []string
+	for k, part := range parts {
+		if st.shards[k] == nil {
+			return nil, 0, false
+		}
+		stored := *st.shards[k]
+		if equality.Semantic.DeepEqual(stored, part) {
+			continue
+		}
+		was := make(map[string]int, len(stored))
+		for i := range stored {
+			was[stored[i].ID] = i
+		}
+		is := make(map[string]struct{}, len(part))
+		for i := range part {
+			is[part[i].ID] = struct{}{}
+			if j, ok := was[part[i].ID]; !ok || !equality.Semantic.DeepEqual(stored[j], part[i]) {
+				changed = append(changed, part[i])
+			}
+		}
+		for i := range stored {
+			if _, ok := is[stored[i].ID]; !ok {
+				removed = append(removed, stored[i].ID)
+			}
+		}
+		if len(changed)+len(removed) > w.maxChanges {
+			return nil, 0, false
+		}
+	}
+	count = len(changed) + len(removed)
+	if count == 0 {
+		return nil, 0, true
+	}
+	packed, err := v1beta1.PackSandboxes(changed)
+	if err != nil {
+		return nil, 0, false // folded instead, where the shard's write reports it
+	}
+	return &v1beta1.SandboxChanges{Fold: st.fold, Packed: packed, Removed: removed}, count, true
+}
+
 // applyShards writes each of node's shards (parts, by index) that differs
 // from what this writer last wrote there, owned by the inventory of UID
-// owner.
-func (w *KubeWriter) applyShards(ctx context.Context, node string, parts [][]v1beta1.SandboxEntry, owner types.UID) error {
+// owner, as fold number.
+func (w *KubeWriter) applyShards(ctx context.Context, node string, parts [][]v1beta1.SandboxEntry, owner types.UID, number int64) error {
 	for k, part := range parts {
 		if w.wrote(node, k, part) {
 			continue
@@ -165,8 +308,11 @@ func (w *KubeWriter) applyShards(ctx context.Context, node string, parts [][]v1b
 			}
 			sh.Spec.Sandboxes, sh.Spec.Packed = nil, packed
 		}
+		if w.maxChanges > 0 {
+			sh.Spec.Fold = number
+		}
 		_, err := w.apply(ctx, w.shards, "NodeInventoryShard", sh.Name, sh)
-		w.rememberShard(node, len(parts), k, part, err)
+		w.rememberShard(node, len(parts), k, part, number, err)
 		if err != nil {
 			return err
 		}
@@ -204,8 +350,15 @@ func (w *KubeWriter) apply(ctx context.Context, res dynamic.NamespaceableResourc
 
 // Stamp implements Stamper: the stored object's resourceVersion is the
 // patch's precondition, so a change by anyone else since the last write
-// fails it (409) rather than being stamped as fresh.
+// fails it (409) rather than being stamped as fresh. An inventory that
+// carries changes is not stamped but folded: its shards are written, then
+// the inventory without them.
 func (w *KubeWriter) Stamp(ctx context.Context, inv *v1beta1.NodeInventory) error {
+	if w.carriesChanges(inv.Name) {
+		// Nothing newer to publish: the changes go to the shards, and the
+		// inventory stamped every interval is small again.
+		return w.write(ctx, inv, true)
+	}
 	rv := w.lastRV(inv.Name)
 	if rv == "" {
 		return fmt.Errorf("stamp NodeInventory %s: %w", inv.Name, errNeverWritten)
@@ -279,9 +432,9 @@ func (w *KubeWriter) wrote(name string, k int, part []v1beta1.SandboxEntry) bool
 	return equality.Semantic.DeepEqual(*st.shards[k], part)
 }
 
-// rememberShard keeps what shard k of name (of n) was written with, or
-// makes it unknown after a failed write.
-func (w *KubeWriter) rememberShard(name string, n, k int, part []v1beta1.SandboxEntry, err error) {
+// rememberShard keeps what shard k of name (of n) was written with, as
+// fold number, or makes it unknown after a failed write.
+func (w *KubeWriter) rememberShard(name string, n, k int, part []v1beta1.SandboxEntry, number int64, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.written[name]
@@ -296,4 +449,29 @@ func (w *KubeWriter) rememberShard(name string, n, k int, part []v1beta1.Sandbox
 		return
 	}
 	st.shards[k] = &part
+	st.fold = max(st.fold, number)
+}
+
+// rememberChanges keeps how many changes the inventory's write carried;
+// after a failed one, that it may carry some.
+func (w *KubeWriter) rememberChanges(name string, count int, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.written[name]
+	if st == nil {
+		return
+	}
+	if err != nil {
+		count = max(count, st.changes, 1)
+	}
+	st.changes = count
+}
+
+// carriesChanges reports whether name's stored inventory may carry
+// changes, as this writer last wrote it.
+func (w *KubeWriter) carriesChanges(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.written[name]
+	return st != nil && st.changes > 0
 }

@@ -116,9 +116,9 @@ func Run(tb testing.TB, o *Options, progress io.Writer) (*Report, error) {
 	b.rep = &Report{LogDir: b.logs, head: Result{
 		Time: b.start.UTC().Truncate(time.Second), Hosts: o.Hosts, SandboxesPerHost: o.SandboxesPerHost, Sandboxes: total,
 		Teams: o.Teams, IntervalSeconds: o.Interval.Seconds(), WindowSeconds: o.window().Seconds(), Churn: o.Churn,
-		Shards: o.Shards, ShardFormat: o.ShardFormat,
+		Shards: o.Shards, ShardFormat: o.ShardFormat, MaxChanges: o.MaxChanges,
 	}}
-	b.say("%d hosts × %d sandboxes in %d %s shards each, %d teams; interval %s, window %s; logs in %s", o.Hosts, o.SandboxesPerHost, o.Shards, o.ShardFormat, o.Teams, o.Interval, o.window(), b.logs)
+	b.say("%d hosts × %d sandboxes in %d %s shards each, up to %d changes carried, %d teams; interval %s, window %s; logs in %s", o.Hosts, o.SandboxesPerHost, o.Shards, o.ShardFormat, o.MaxChanges, o.Teams, o.Interval, o.window(), b.logs)
 	b.controlPlane()
 	b.readers()
 	b.startFleet()
@@ -275,7 +275,7 @@ func (b *bench) startFleet() {
 	b.fleet, err = fleetsim.New(fleetsim.Config{
 		Hosts: o.Hosts, SandboxesPerHost: o.SandboxesPerHost, Teams: teams, Token: b.token,
 		Identity: func(node string) (*rest.Config, error) { return b.env.NodeUser(tb, node).Config, nil },
-		Publish:  publish.Options{Interval: o.Interval, MinInterval: o.minInterval(), SandboxShards: o.Shards, ShardFormat: publish.ShardFormat(o.ShardFormat)},
+		Publish:  publish.Options{Interval: o.Interval, MinInterval: o.minInterval(), SandboxShards: o.Shards, ShardFormat: publish.ShardFormat(o.ShardFormat), MaxChanges: o.MaxChanges},
 		Writes:   b.writes,
 		Log:      slog.New(slog.NewTextHandler(hostLog, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})

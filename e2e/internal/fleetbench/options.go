@@ -32,6 +32,10 @@ type Options struct {
 	// ShardFormat is how they hold them (vk-sandbox
 	// --publish-shard-format): packed or structured.
 	ShardFormat string
+	// MaxChanges is how many changed sandboxes a host's inventory carries
+	// before they are folded into its shards (vk-sandbox
+	// --publish-max-changes); 0: every change rewrites its shards.
+	MaxChanges int
 	// Creates is how many sandboxes the churn phase creates (and deletes)
 	// through the e2b API, spread over the phase, to time placement.
 	Creates int
@@ -57,7 +61,7 @@ func NewOptions() *Options {
 	}
 	return &Options{
 		Hosts: 50, SandboxesPerHost: 2000, Teams: 20,
-		Interval: publish.DefaultInterval, Steady: 90 * time.Second, Churn: 0.01, Creates: 50, Shards: publish.DefaultSandboxShards, ShardFormat: string(publish.ShardsPacked),
+		Interval: publish.DefaultInterval, Steady: 90 * time.Second, Churn: 0.01, Creates: 50, Shards: publish.DefaultSandboxShards, ShardFormat: string(publish.ShardsPacked), MaxChanges: publish.DefaultMaxChanges,
 		Bin: bin, Timeout: 45 * time.Minute,
 	}
 }
@@ -73,6 +77,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.Churn, "churn", o.Churn, "Fraction of all sandboxes that change per second in the churn phase (creates and kills, alternately, on random hosts); 0 to 1.")
 	fs.IntVar(&o.Shards, "shards", o.Shards, "NodeInventoryShards per host (vk-sandbox --publish-sandbox-shards); 0 keeps each host's sandboxes in its NodeInventory.")
 	fs.StringVar(&o.ShardFormat, "shard-format", o.ShardFormat, "How the shards hold their sandboxes (vk-sandbox --publish-shard-format): packed or structured.")
+	fs.IntVar(&o.MaxChanges, "max-changes", o.MaxChanges, "How many changed sandboxes a host's inventory carries before they are folded into its shards (vk-sandbox --publish-max-changes); 0 rewrites the shards on every change.")
 	fs.IntVar(&o.Creates, "creates", o.Creates, "Creates (each deleted after) through sandbox-apiserver's e2b API in the churn phase, to time placement; at least 1.")
 	fs.StringVar(&o.Out, "out", o.Out, "File the results are appended to, one JSON object a line (hosts, sandboxes, phase, metric, component, value, unit); empty: none.")
 	fs.StringVar(&o.Bin, "bin", o.Bin, "Folder holding sandbox-apiserver and sandbox-envd-proxy (make build fills bin/); default $SKIFF_BIN, else bin.")
@@ -105,6 +110,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Shards < 0 || o.Shards > v1beta1.MaxInventoryShards {
 		add("--shards must be from 0 to %d, got %d", v1beta1.MaxInventoryShards, o.Shards)
+	}
+	if o.MaxChanges < 0 || o.MaxChanges > v1beta1.MaxShardEntries {
+		add("--max-changes must be from 0 to %d, got %d", v1beta1.MaxShardEntries, o.MaxChanges)
 	}
 	if f := publish.ShardFormat(o.ShardFormat); f != publish.ShardsPacked && f != publish.ShardsStructured {
 		add("--shard-format must be %s or %s, got %q", publish.ShardsPacked, publish.ShardsStructured, o.ShardFormat)

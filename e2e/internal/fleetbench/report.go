@@ -38,6 +38,10 @@ type Result struct {
 	// ShardFormat is how the shards held their sandboxes (packed or
 	// structured); empty in results from before spec.packed (structured).
 	ShardFormat string `json:"shardFormat,omitempty"`
+	// MaxChanges is how many changed sandboxes a host's inventory carried
+	// before a fold; 0: none (also in results from before
+	// spec.sandboxChanges).
+	MaxChanges int `json:"maxChanges,omitempty"`
 	// Phase is setup, steady, churn or death.
 	Phase string `json:"phase"`
 	// Metric names the measurement; Component the process or reader it is

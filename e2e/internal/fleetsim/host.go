@@ -70,7 +70,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	var w publish.Writer = publish.NewKubeWriter(dyn, cfg.Publish.SandboxShards, cfg.Publish.ShardFormat)
+	var w publish.Writer = publish.NewKubeWriter(dyn, cfg.Publish)
 	if cfg.Writes != nil {
 		w = countingWriter{Writer: w, w: cfg.Writes}
 	}

@@ -42,7 +42,9 @@ func openKubeFleet(ctx context.Context, cfg *rest.Config, stale kubeinventory.Op
 // slimInventory drops, before an inventory enters the cache, everything the
 // routing index and the freshness filter do not read: managed fields,
 // annotations, templates, pools, and all of each sandbox entry but its ID.
-// At 2,000 sandboxes per node this is most of the object.
+// At 2,000 sandboxes per node this is most of the object. Its changed
+// sandboxes (spec.sandboxChanges) are decoded and kept as a list of IDs,
+// as a shard's.
 func slimInventory(obj any) (any, error) {
 	inv, ok := obj.(*v1beta1.NodeInventory)
 	if !ok {
@@ -53,6 +55,15 @@ func slimInventory(obj any) (any, error) {
 	inv.Spec.Templates = nil
 	inv.Spec.Pools = nil
 	idsOnly(inv.Spec.Sandboxes)
+	if c := inv.Spec.SandboxChanges; c != nil {
+		// Decoded here, once per version of the inventory, as a shard's.
+		entries, err := c.Entries()
+		if err != nil {
+			slog.Warn("a NodeInventory's changed sandboxes are not all readable; the others are routed", "node", inv.Name, "resourceVersion", inv.ResourceVersion, "error", err)
+		}
+		c.Sandboxes, c.Packed = entries, ""
+		idsOnly(c.Sandboxes)
+	}
 	return inv, nil
 }
 

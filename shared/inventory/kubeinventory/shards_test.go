@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 	ctx := t.Context()
 	dyn := dynamic.NewForConfigOrDie(env.Config)
 	format := skiffpublish.ShardsPacked
-	w := skiffpublish.NewKubeWriter(dyn, 4, format)
+	w := skiffpublish.NewKubeWriter(dyn, skiffpublish.Options{SandboxShards: 4, ShardFormat: format})
 
 	live, dead := shardedHost("node-live", 300), shardedHost("node-dead", 40)
 	for _, inv := range []*v1beta1.NodeInventory{live, dead} {
@@ -102,8 +103,8 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 				t.Errorf("shard %s: %d packed and %d listed sandboxes, want them all %s", sh.Name, len(packed), len(sh.Spec.Sandboxes), format)
 			}
 			for _, e := range append(sh.Spec.Sandboxes, packed...) {
-				if skiffpublish.ShardOf(e.ID, 4) != int(sh.Spec.Index) {
-					t.Errorf("sandbox %s is in shard %d, hashes to %d", e.ID, sh.Spec.Index, skiffpublish.ShardOf(e.ID, 4))
+				if v1beta1.ShardOf(e.ID, 4) != int(sh.Spec.Index) {
+					t.Errorf("sandbox %s is in shard %d, hashes to %d", e.ID, sh.Spec.Index, v1beta1.ShardOf(e.ID, 4))
 				}
 			}
 		}
@@ -174,7 +175,7 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 			changed = append(changed, name)
 		}
 	}
-	if want := v1beta1.ShardName("node-live", skiffpublish.ShardOf(gone, 4)); !slices.Equal(changed, []string{want}) {
+	if want := v1beta1.ShardName("node-live", v1beta1.ShardOf(gone, 4)); !slices.Equal(changed, []string{want}) {
 		t.Fatalf("shards rewritten for one sandbox gone: %v, want only %s", changed, want)
 	}
 	nodes = eventually("the sandbox gone", func(n map[string]*v1beta1.NodeInventory) bool {
@@ -219,7 +220,7 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 	// packed strings go (server-side apply drops what it no longer
 	// sends), and readers join the same sandboxes.
 	format = skiffpublish.ShardsStructured
-	w = skiffpublish.NewKubeWriter(dyn, 4, format)
+	w = skiffpublish.NewKubeWriter(dyn, skiffpublish.Options{SandboxShards: 4, ShardFormat: format})
 	if err := w.Apply(ctx, live); err != nil {
 		t.Fatal(err)
 	}
@@ -227,18 +228,10 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 	eventually("node-live whole from structured shards", func(n map[string]*v1beta1.NodeInventory) bool {
 		return len(n) == 1 && n["node-live"] != nil && maps.Equal(ids(n["node-live"]), ids(live))
 	})
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-live"}, &stored); err != nil {
-		t.Fatal(err)
-	}
 
 	// The inventory deleted and made again (its shards with it, as the
 	// garbage collector would): the next write restores every shard.
-	if err := env.Client.Delete(ctx, &stored); err != nil {
-		t.Fatal(err)
-	}
-	if err := env.Client.DeleteAllOf(ctx, &v1beta1.NodeInventoryShard{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteInventory(t, env, "node-live")
 	at := metav1.Now()
 	live.PublishedAt = &at
 	if err := w.Stamp(ctx, live); err == nil {
@@ -250,4 +243,230 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 	eventually("node-live restored whole", func(n map[string]*v1beta1.NodeInventory) bool {
 		return n["node-live"] != nil && len(n["node-live"].Spec.Sandboxes) == 299
 	})
+}
+
+// A host that carries its changes in its inventory (publish.Options.
+// MaxChanges) writes no shard for a change: the inventory carries it, and
+// readers see it applied to the shards. Past the bound, or on a publish
+// with nothing newer (a stamp), the host folds: it rewrites the shards
+// that differ under a new fold number, and the inventory carries nothing.
+// A restarted host writes every shard again before it carries changes.
+func TestControlPlaneChangesCarried(t *testing.T) {
+	if os.Getenv("SKIFF_MUTATE") != "" {
+		t.Skip("SKIFF_MUTATE is set: make mutate requires the unit tests alone to kill every mutant")
+	}
+	env := kubetest.Start(t)
+	ctx := t.Context()
+	dyn := dynamic.NewForConfigOrDie(env.Config)
+	opts := skiffpublish.Options{SandboxShards: 4, ShardFormat: skiffpublish.ShardsPacked, MaxChanges: 3}
+	w := skiffpublish.NewKubeWriter(dyn, opts)
+	host := shardedHost("node-c", 40)
+	if err := w.Apply(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	// stored is the inventory's changes and its shards' folds and
+	// resourceVersions, as stored.
+	type shardState struct {
+		rv   string
+		fold int64
+	}
+	stored := func() (*v1beta1.SandboxChanges, map[string]shardState) {
+		t.Helper()
+		var inv v1beta1.NodeInventory
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-c"}, &inv); err != nil {
+			t.Fatal(err)
+		}
+		var list v1beta1.NodeInventoryShardList
+		if err := env.Client.List(ctx, &list); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]shardState{}
+		for _, sh := range list.Items {
+			out[sh.Name] = shardState{sh.ResourceVersion, sh.Spec.Fold}
+		}
+		return inv.Spec.SandboxChanges, out
+	}
+	changes, first := stored()
+	if changes != nil || len(first) != 4 {
+		t.Fatalf("first write: changes %+v, %d shards; want none and 4", changes, len(first))
+	}
+	fold0 := first[v1beta1.ShardName("node-c", 0)].fold
+	for name, sh := range first {
+		if sh.fold == 0 || sh.fold != fold0 {
+			t.Fatalf("first write: shard %s of fold %d, want every shard of one fold > 0 (%d)", name, sh.fold, fold0)
+		}
+	}
+
+	c := env.StartCache(t, &v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{})
+	src := kubeinventory.New(c, kubeinventory.NewOptions())
+	// seen waits until the reader's node-c has host's sandboxes, each with
+	// its metadata.
+	seen := func(what string) {
+		t.Helper()
+		want := map[string]string{}
+		for _, e := range host.Spec.Sandboxes {
+			want[e.ID] = e.Metadata["i"]
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			inv, err := src.NodeInventory(ctx, "node-c")
+			got := map[string]string{}
+			if err == nil {
+				for _, e := range inv.Spec.Sandboxes {
+					got[e.ID] = e.Metadata["i"]
+				}
+			}
+			if err == nil && maps.Equal(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the reader has %d sandboxes (%v), want %d", what, len(got), err, len(want))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	seen("first write")
+
+	// Three changes: one gone, one changed, one new. No shard is written;
+	// the inventory carries them on top of the first fold.
+	host.Spec.Sandboxes = slices.Delete(host.Spec.Sandboxes, 3, 4)
+	host.Spec.Sandboxes[5].Metadata = map[string]string{"i": "changed"}
+	extra := shardedHost("node-c", 41).Spec.Sandboxes[40]
+	host.Spec.Sandboxes = append(host.Spec.Sandboxes, extra)
+	if err := w.Apply(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	changes, shards := stored()
+	if !maps.Equal(shards, first) {
+		t.Fatal("three changes, within the bound, rewrote shards")
+	}
+	if changes == nil || changes.Fold != fold0 || len(changes.Removed) != 1 || changes.Packed == "" {
+		t.Fatalf("stored changes %+v, want 2 entries and 1 removed on top of fold %d", changes, fold0)
+	}
+	if entries, err := changes.Entries(); err != nil || len(entries) != 2 {
+		t.Fatalf("stored changes: %d entries, %v; want 2", len(entries), err)
+	}
+	seen("three changes carried")
+
+	// A fourth change: past the bound, the host folds.
+	host.Spec.Sandboxes[6].Metadata = map[string]string{"i": "changed too"}
+	if err := w.Apply(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	changes, shards = stored()
+	if changes != nil {
+		t.Fatalf("after a fold the inventory carries %+v", changes)
+	}
+	fold1 := int64(0)
+	for name, sh := range shards {
+		if sh != first[name] {
+			fold1 = max(fold1, sh.fold)
+		}
+	}
+	if fold1 <= fold0 {
+		t.Fatalf("shards after the fold: %v, before: %v; want some rewritten by a later fold", shards, first)
+	}
+	seen("folded")
+
+	// One change carried, then a publish with nothing newer: a stamp,
+	// which folds it.
+	host.Spec.Sandboxes = slices.Delete(host.Spec.Sandboxes, 0, 1)
+	if err := w.Apply(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	if changes, _ := stored(); changes == nil || changes.Fold != fold1 || len(changes.Removed) != 1 {
+		t.Fatalf("one sandbox gone: stored changes %+v, want it removed on top of fold %d", changes, fold1)
+	}
+	seen("one change carried")
+	at := metav1.Now()
+	host.PublishedAt = &at
+	if err := w.Stamp(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	changes, folded := stored()
+	if changes != nil || maps.Equal(folded, shards) {
+		t.Fatalf("a stamp of an inventory carrying changes: stored changes %+v, shards unchanged %v; want a fold", changes, maps.Equal(folded, shards))
+	}
+	seen("folded by a stamp")
+	if err := w.Stamp(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	if _, again := stored(); !maps.Equal(again, folded) {
+		t.Fatal("a stamp of an inventory carrying nothing rewrote shards")
+	}
+
+	// The host restarts while its inventory carries a change: its first
+	// write rewrites every shard, under a fold after all of its
+	// predecessor's, before the inventory (which then carries nothing),
+	// and only then carries changes.
+	host.Spec.Sandboxes[4].Metadata = map[string]string{"i": "carried over the restart"}
+	if err := w.Apply(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	if changes, _ := stored(); changes == nil {
+		t.Fatal("a change before the restart was not carried")
+	}
+	w = skiffpublish.NewKubeWriter(dyn, opts)
+	host.Spec.Sandboxes[1].Metadata = map[string]string{"i": "after the restart"}
+	if err := w.Apply(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	changes, restarted := stored()
+	var fold2 int64
+	for name, sh := range restarted {
+		if sh == folded[name] {
+			t.Errorf("shard %s not written by the restarted host's first write", name)
+		}
+		fold2 = max(fold2, sh.fold)
+	}
+	if changes != nil || fold2 <= fold1 {
+		t.Fatalf("restarted host's first write: changes %+v, fold %d after %d", changes, fold2, fold1)
+	}
+	// The shards came first: the inventory, which carried changes, was
+	// written after every one of them (its resourceVersion is newer).
+	var inv v1beta1.NodeInventory
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-c"}, &inv); err != nil {
+		t.Fatal(err)
+	}
+	invRV, _ := strconv.ParseUint(inv.ResourceVersion, 10, 64)
+	for name, sh := range restarted {
+		if rv, _ := strconv.ParseUint(sh.rv, 10, 64); rv >= invRV {
+			t.Errorf("restarted host's first write: shard %s (rv %d) written after the inventory (rv %d)", name, rv, invRV)
+		}
+	}
+	seen("restarted")
+	host.Spec.Sandboxes[2].Metadata = map[string]string{"i": "carried again"}
+	if err := w.Apply(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	if changes, shards := stored(); changes == nil || changes.Fold != fold2 || !maps.Equal(shards, restarted) {
+		t.Fatalf("a change after the restart: stored changes %+v (want on top of fold %d), shards rewritten: %v", changes, fold2, !maps.Equal(shards, restarted))
+	}
+	seen("carried after the restart")
+
+	// The inventory deleted and made again (its shards with it, as the
+	// garbage collector would): the next write, of a change the host
+	// would carry, restores every shard.
+	deleteInventory(t, env, "node-c")
+	host.Spec.Sandboxes[3].Metadata = map[string]string{"i": "after the replacement"}
+	if err := w.Apply(ctx, host); err != nil {
+		t.Fatal(err)
+	}
+	if _, shards := stored(); len(shards) != 4 {
+		t.Fatalf("after the inventory was replaced: %d shards stored, want 4", len(shards))
+	}
+	seen("restored after the inventory was replaced")
+}
+
+// deleteInventory deletes node's inventory and every shard, as deleting
+// the inventory and the garbage collector after it would.
+func deleteInventory(t *testing.T, env *kubetest.Env, node string) {
+	t.Helper()
+	inv := &v1beta1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := env.Client.Delete(t.Context(), inv); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.DeleteAllOf(t.Context(), &v1beta1.NodeInventoryShard{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -91,6 +91,9 @@ type joined struct {
 	// parts are each shard's entries (by index), so that the next join
 	// decodes only the shards that changed.
 	parts [][]v1beta1.SandboxEntry
+	// changes is the resourceVersion of the inventory whose
+	// spec.sandboxChanges are applied in sandboxes; "": none.
+	changes string
 }
 
 // reference is what a list computed: the reference and, during a recovery,
@@ -304,9 +307,10 @@ func (s *Source) prune(nodes []v1beta1.NodeInventory) {
 }
 
 // join puts the entries of inv's shards (found by lookup; nil: missing;
-// their spec.sandboxes, then the valid entries of their spec.packed) after
-// its own spec.sandboxes, and makes its resourceVersion the newest
-// of its own and its shards'. A shard whose spec names another node or
+// their spec.sandboxes, then the valid entries of their spec.packed),
+// with inv's spec.sandboxChanges applied to them, after its own
+// spec.sandboxes, and makes its resourceVersion the newest of its own and
+// its shards'. A shard whose spec names another node or
 // index than its name is ignored: hosts cannot write one (api/policies),
 // and a reader does not take one's word for it. inv is a copy the caller
 // may change (its Spec and ObjectMeta are its own); with deep its
@@ -332,17 +336,25 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 			newest = max(newest, rv)
 		}
 	}
+	changes := ""
+	if !inv.Spec.SandboxChanges.Empty() {
+		changes = inv.ResourceVersion
+	}
 	s.mu.Lock()
 	j := s.joins[inv.Name]
 	s.mu.Unlock()
-	if j == nil || !slices.Equal(j.rvs, rvs) {
+	if j == nil || !slices.Equal(j.rvs, rvs) || j.changes != changes {
 		// Built outside the lock: packed entries are decoded here, once
-		// per version of their shard.
+		// per version of their shard or inventory.
 		j = joinShards(shards, rvs, newest, j)
+		if changes != "" {
+			j.applyChanges(inv.Name, shards, inv.Spec.SandboxChanges, changes)
+		}
 		s.mu.Lock()
 		s.joins[inv.Name] = j
 		s.mu.Unlock()
 	}
+	inv.Spec.SandboxChanges = nil // they are in the joined sandboxes
 
 	own := inv.Spec.Sandboxes
 	switch {
@@ -398,6 +410,82 @@ func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, p
 		j.sandboxes = append(j.sandboxes, part...)
 	}
 	return j
+}
+
+// applyChanges applies changes, those of the inventory of node at
+// resourceVersion rv, to j's sandboxes: each applies to the shard its ID
+// falls in, while that shard (shards, by index; nil: missing) was written
+// by a fold no later than the changes' (a later one holds them already).
+// A removed ID leaves its shard; a changed entry replaces the shard's
+// entry of its ID, or joins the shard, before the first entry with a
+// greater ID. j.parts stay the shards' own entries.
+func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard, changes *v1beta1.SandboxChanges, rv string) {
+	j.changes = rv
+	entries, err := changes.Entries()
+	if err != nil {
+		slog.Warn("a NodeInventory's changed sandboxes are not all readable; the others are joined", "node", node, "resourceVersion", rv, "error", err)
+	}
+	n := len(shards)
+	applies := func(k int) bool { return shards[k] == nil || shards[k].Spec.Fold <= changes.Fold }
+	touched := make([]bool, n)
+	removed := make(map[string]struct{}, len(changes.Removed))
+	for _, id := range changes.Removed {
+		if k := v1beta1.ShardOf(id, n); applies(k) {
+			removed[id], touched[k] = struct{}{}, true
+		}
+	}
+	// changed: the last entry of each ID that applies; byShard: those
+	// entries by shard, in their order.
+	changed := make(map[string]int, len(entries))
+	for i := range entries {
+		if _, gone := removed[entries[i].ID]; !gone && applies(v1beta1.ShardOf(entries[i].ID, n)) {
+			changed[entries[i].ID] = i
+		}
+	}
+	byShard := make([][]int, n)
+	for i := range entries {
+		if c, ok := changed[entries[i].ID]; ok && c == i {
+			k := v1beta1.ShardOf(entries[i].ID, n)
+			byShard[k], touched[k] = append(byShard[k], i), true
+		}
+	}
+	if len(changed) == 0 && len(removed) == 0 {
+		return
+	}
+	out := make([]v1beta1.SandboxEntry, 0, len(j.sandboxes)+len(changed))
+	for k, part := range j.parts {
+		if !touched[k] {
+			out = append(out, part...)
+			continue
+		}
+		// The entries new to the shard, merged in by ID: a host lists its
+		// sandboxes sorted by ID, so the joined shard is in the order the
+		// host's next fold writes it.
+		in := make(map[string]struct{}, len(part))
+		for i := range part {
+			in[part[i].ID] = struct{}{}
+		}
+		var adds []v1beta1.SandboxEntry
+		for _, i := range byShard[k] {
+			if _, ok := in[entries[i].ID]; !ok {
+				adds = append(adds, entries[i])
+			}
+		}
+		for i := 0; i < len(part) || len(adds) > 0; {
+			if len(adds) > 0 && (i == len(part) || adds[0].ID < part[i].ID) {
+				out, adds = append(out, adds[0]), adds[1:]
+				continue
+			}
+			id := part[i].ID
+			if c, ok := changed[id]; ok {
+				out = append(out, entries[c])
+			} else if _, gone := removed[id]; !gone {
+				out = append(out, part[i])
+			}
+			i++
+		}
+	}
+	j.sandboxes = out
 }
 
 // get reads one inventory and applies the lookup filter: the stamp against

@@ -537,3 +537,99 @@ func packed(t *testing.T, sh *v1beta1.NodeInventoryShard) *v1beta1.NodeInventory
 	sh.Spec.Sandboxes, sh.Spec.Packed = nil, p
 	return sh
 }
+
+// An inventory's spec.sandboxChanges apply on top of its shards: a
+// changed entry replaces its shard's entry of the same ID or joins that
+// shard in ID order, a removed ID leaves, an invalid entry is
+// dropped; a shard written by a later fold than the changes' holds them
+// already and is joined as it is. The joined inventory carries no changes,
+// and a new version of the inventory is joined again.
+func TestJoinChanges(t *testing.T) {
+	const n = 4
+	// idIn is an ID of name's that falls in shard k: name, then digits,
+	// padded with z.
+	idIn := func(k int, name string) string {
+		for i := 0; ; i++ {
+			id := fmt.Sprintf("%s%d", name, i)
+			id += strings.Repeat("z", 20-len(id))
+			if v1beta1.ShardOf(id, n) == k {
+				return id
+			}
+		}
+	}
+	entry := func(id, meta string) v1beta1.SandboxEntry {
+		return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm, StartedAt: metav1.NewTime(now), Metadata: map[string]string{"k": meta}}
+	}
+	a, b := []string{idIn(0, "a"), idIn(1, "a"), idIn(2, "a"), idIn(3, "a")}, []string{idIn(0, "b"), idIn(1, "b"), idIn(2, "b"), idIn(3, "b")}
+	var objs []client.Object
+	for k := range n {
+		sh := &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: v1beta1.ShardName("h", k)},
+			Spec: v1beta1.NodeInventoryShardSpec{Node: "h", Index: int32(k), Fold: 5,
+				Sandboxes: []v1beta1.SandboxEntry{entry(a[k], "old"), entry(b[k], "old")}}}
+		if k == 3 {
+			sh.Spec.Fold = 9 // rewritten by a fold after the changes'
+		}
+		objs = append(objs, packed(t, sh))
+	}
+	bad := entry(idIn(1, "bad"), "new")
+	bad.State = v1beta1.SandboxRunning // without a team: the schema would refuse it
+	changed, err := v1beta1.PackSandboxes([]v1beta1.SandboxEntry{
+		entry(a[0], "new"), entry(idIn(1, "c"), "new"), bad, entry(idIn(2, "0"), "new"), entry(idIn(3, "c"), "new"), entry(a[3], "new"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := node("h", ago(0))
+	inv.Spec.SandboxShards = n
+	inv.Spec.SandboxChanges = &v1beta1.SandboxChanges{Fold: 5, Packed: changed, Removed: []string{b[2], b[3]}}
+	scheme := runtime.NewScheme()
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, inv)...).Build()
+	src := New(reader, withClock(NewOptions()))
+	check := func(step string, want []string) {
+		t.Helper()
+		one, err := src.NodeInventory(t.Context(), "h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := src.ListNodesShared(t.Context())
+		if err != nil || len(all) != 1 {
+			t.Fatalf("ListNodesShared: %d, %v", len(all), err)
+		}
+		for _, got := range []*v1beta1.NodeInventory{one, &all[0]} {
+			var entries []string
+			for _, e := range got.Spec.Sandboxes {
+				entries = append(entries, e.ID[:2]+"="+e.Metadata["k"])
+			}
+			if !slices.Equal(entries, want) {
+				t.Errorf("%s: joined %v, want %v", step, entries, want)
+			}
+			if got.Spec.SandboxChanges != nil {
+				t.Errorf("%s: the joined inventory still carries its changes", step)
+			}
+		}
+	}
+	short := func(id, meta string) string { return id[:2] + "=" + meta }
+	check("changes on top of the shards", []string{
+		short(a[0], "new"), short(b[0], "old"), // replaced in place
+		short(a[1], "old"), short(b[1], "old"), short(idIn(1, "c"), "new"), // joined after; the invalid one dropped
+		short(idIn(2, "0"), "new"), short(a[2], "old"), // merged in by ID; b[2] removed
+		short(a[3], "old"), short(b[3], "old"), // shard 3 is newer than the changes: as it is
+	})
+
+	// The host folds: the inventory carries no changes, and the shards
+	// are joined as they are.
+	if err := reader.Get(t.Context(), client.ObjectKeyFromObject(inv), inv); err != nil {
+		t.Fatal(err)
+	}
+	inv.Spec.SandboxChanges = nil
+	if err := reader.Update(t.Context(), inv); err != nil {
+		t.Fatal(err)
+	}
+	check("no changes", []string{
+		short(a[0], "old"), short(b[0], "old"), short(a[1], "old"), short(b[1], "old"),
+		short(a[2], "old"), short(b[2], "old"), short(a[3], "old"), short(b[3], "old"),
+	})
+}

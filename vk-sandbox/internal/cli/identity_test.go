@@ -26,7 +26,7 @@ func TestPublishesWithTheHostsOwnIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := publish.NewKubeWriter(dynamic.NewForConfigOrDie(cfg), publish.DefaultSandboxShards, publish.ShardsPacked)
+	w := publish.NewKubeWriter(dynamic.NewForConfigOrDie(cfg), publish.NewOptions())
 	inv := func(name string) *v1beta1.NodeInventory {
 		return &v1beta1.NodeInventory{
 			ObjectMeta:  metav1.ObjectMeta{Name: name},

@@ -95,7 +95,7 @@ func serve(ctx context.Context, o *Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	applier := publish.New(publish.Config{
-		Source: host, Writer: publish.NewKubeWriter(dyn, o.Publish.SandboxShards, o.Publish.ShardFormat), Changes: fan.Subscribe(), NodeName: o.NodeName,
+		Source: host, Writer: publish.NewKubeWriter(dyn, o.Publish), Changes: fan.Subscribe(), NodeName: o.NodeName,
 		Options: o.Publish, Log: log.With("component", "publisher"), Metrics: publish.NewMetrics(reg),
 	})
 	podMetrics := provider.NewMetrics(reg)
