@@ -85,8 +85,9 @@ type joined struct {
 	rvs []string
 	// rv is the newest of them, as a number.
 	rv uint64
-	// sandboxes are the shards' entries in shard order, sharing memory
-	// with the cached shards: only read.
+	// sandboxes are the shards' entries in shard order, with the
+	// inventory's changes applied, sharing memory with the cached shards:
+	// only read.
 	sandboxes []v1beta1.SandboxEntry
 	// parts are each shard's entries (by index), so that the next join
 	// decodes only the shards that changed.
@@ -349,6 +350,8 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 		j = joinShards(shards, rvs, newest, j)
 		if changes != "" {
 			j.applyChanges(inv.Name, shards, inv.Spec.SandboxChanges, changes)
+		} else {
+			j.flatten()
 		}
 		s.mu.Lock()
 		s.joins[inv.Name] = j
@@ -384,12 +387,12 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 
 // joinShards is the memo of a node's shards (by index; nil: missing or
 // ignored): their spec.sandboxes, then the entries of their spec.packed
-// that pass SandboxEntry.Validate, as the schema checks a listed one. A
+// that pass SandboxEntry.Validate, as the schema checks a listed one, by
+// shard (its parts; flatten or applyChanges then makes its sandboxes). A
 // shard at the same resourceVersion as in prev is taken from it, not
 // decoded again.
 func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, prev *joined) *joined {
 	j := &joined{rvs: rvs, rv: rv, parts: make([][]v1beta1.SandboxEntry, len(shards))}
-	total := 0
 	for k, sh := range shards {
 		switch {
 		case sh == nil:
@@ -403,13 +406,20 @@ func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, p
 			}
 			j.parts[k] = part
 		}
-		total += len(j.parts[k])
+	}
+	return j
+}
+
+// flatten makes j's sandboxes its parts' entries, in shard order.
+func (j *joined) flatten() {
+	total := 0
+	for _, part := range j.parts {
+		total += len(part)
 	}
 	j.sandboxes = make([]v1beta1.SandboxEntry, 0, total)
 	for _, part := range j.parts {
 		j.sandboxes = append(j.sandboxes, part...)
 	}
-	return j
 }
 
 // applyChanges applies changes, those of the inventory of node at
@@ -418,7 +428,8 @@ func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, p
 // by a fold no later than the changes' (a later one holds them already).
 // A removed ID leaves its shard; a changed entry replaces the shard's
 // entry of its ID, or joins the shard, before the first entry with a
-// greater ID. j.parts stay the shards' own entries.
+// greater ID. j.parts stay the shards' own entries; j.sandboxes are
+// made anew.
 func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard, changes *v1beta1.SandboxChanges, rv string) {
 	j.changes = rv
 	entries, err := changes.Entries()
@@ -450,9 +461,14 @@ func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard,
 		}
 	}
 	if len(changed) == 0 && len(removed) == 0 {
+		j.flatten()
 		return
 	}
-	out := make([]v1beta1.SandboxEntry, 0, len(j.sandboxes)+len(changed))
+	total := len(changed)
+	for _, part := range j.parts {
+		total += len(part)
+	}
+	out := make([]v1beta1.SandboxEntry, 0, total)
 	for k, part := range j.parts {
 		if !touched[k] {
 			out = append(out, part...)
