@@ -38,33 +38,50 @@ func BenchmarkJoinChanges(b *testing.B) {
 		shards[name] = &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: strconv.Itoa(k + 1)},
 			Spec: v1beta1.NodeInventoryShardSpec{Node: "h", Index: int32(k), Packed: packed}}
 	}
-	var changes []v1beta1.SandboxEntry
-	for i := range changed + added {
-		at := i * 7 // spread over the shards
-		if i >= changed {
-			at = perHost + i
+	// Versions of the changes: each carries 128 (100 entries changed, 28
+	// new), and in "rolling" 40 of them are new since the version before
+	// (a host's 2 s of churn), as a host's changes grow between folds; in
+	// "all-new" none carry over.
+	versions := func(carried int) []string {
+		var out []string
+		for v := range 8 {
+			var changes []v1beta1.SandboxEntry
+			first := v * (changed + added - carried)
+			for i := first; i < first+changed+added; i++ {
+				at := (i * 7) % perHost // spread over the shards
+				if i%(changed+added) >= changed {
+					at = perHost + i
+				}
+				changes = append(changes, entry(at, fmt.Sprint("v", i)))
+			}
+			packed, err := v1beta1.PackSandboxes(changes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out = append(out, packed)
 		}
-		changes = append(changes, entry(at, "new"))
+		return out
 	}
-	packed, err := v1beta1.PackSandboxes(changes)
-	if err != nil {
-		b.Fatal(err)
-	}
-	inv := v1beta1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: "h"},
-		Spec: v1beta1.NodeInventorySpec{SandboxShards: n, SandboxChanges: &v1beta1.SandboxChanges{Packed: packed}}}
-	src := New(nil, NewOptions())
 	lookup := func(name string) (*v1beta1.NodeInventoryShard, error) { return shards[name], nil }
-	b.ReportAllocs()
-	version := 1000
-	for b.Loop() {
-		version++
-		one := inv
-		one.ResourceVersion = strconv.Itoa(version) // a new version: joined again
-		if err := src.join(&one, lookup, false); err != nil {
-			b.Fatal(err)
-		}
-		if len(one.Spec.Sandboxes) != perHost+added {
-			b.Fatalf("joined %d sandboxes, want %d", len(one.Spec.Sandboxes), perHost+added)
-		}
+	for _, bc := range []struct {
+		name     string
+		versions []string
+	}{{"all-new", versions(0)}, {"rolling", versions(changed + added - 40)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			src := New(nil, NewOptions())
+			b.ReportAllocs()
+			version := 1000
+			for b.Loop() {
+				version++
+				one := v1beta1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: "h", ResourceVersion: strconv.Itoa(version)},
+					Spec: v1beta1.NodeInventorySpec{SandboxShards: n, SandboxChanges: &v1beta1.SandboxChanges{Packed: bc.versions[version%len(bc.versions)]}}}
+				if err := src.join(&one, lookup, false); err != nil {
+					b.Fatal(err)
+				}
+				if len(one.Spec.Sandboxes) < perHost {
+					b.Fatalf("joined %d sandboxes, want at least %d", len(one.Spec.Sandboxes), perHost)
+				}
+			}
+		})
 	}
 }

@@ -95,6 +95,9 @@ type joined struct {
 	// changes is the resourceVersion of the inventory whose
 	// spec.sandboxChanges are applied in sandboxes; "": none.
 	changes string
+	// decoder decodes the changes, keeping their entries for the next
+	// version's (passed on from one joined to the next).
+	decoder *packedDecoder
 }
 
 // reference is what a list computed: the reference and, during a recovery,
@@ -392,7 +395,10 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 // shard at the same resourceVersion as in prev is taken from it, not
 // decoded again.
 func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, prev *joined) *joined {
-	j := &joined{rvs: rvs, rv: rv, parts: make([][]v1beta1.SandboxEntry, len(shards))}
+	j := &joined{rvs: rvs, rv: rv, parts: make([][]v1beta1.SandboxEntry, len(shards)), decoder: &packedDecoder{}}
+	if prev != nil {
+		j.decoder = prev.decoder
+	}
 	for k, sh := range shards {
 		switch {
 		case sh == nil:
@@ -432,7 +438,11 @@ func (j *joined) flatten() {
 // made anew.
 func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard, changes *v1beta1.SandboxChanges, rv string) {
 	j.changes = rv
-	entries, err := changes.Entries()
+	packed, err := j.decoder.decode(changes.Packed)
+	if err != nil {
+		err = fmt.Errorf("spec.sandboxChanges.packed: %w", err)
+	}
+	entries := append(slices.Clip(changes.Sandboxes), packed...)
 	if err != nil {
 		slog.Warn("a NodeInventory's changed sandboxes are not all readable; the others are joined", "node", node, "resourceVersion", rv, "error", err)
 	}
