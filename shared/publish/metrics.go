@@ -9,10 +9,13 @@ import (
 // Metrics are the publisher's Prometheus metrics. A nil *Metrics records
 // nothing.
 type Metrics struct {
-	attempts  *prometheus.CounterVec
-	duration  prometheus.Histogram
-	lastStamp prometheus.Gauge
-	sandboxes prometheus.Gauge
+	attempts    *prometheus.CounterVec
+	duration    prometheus.Histogram
+	lastStamp   prometheus.Gauge
+	sandboxes   prometheus.Gauge
+	shardWrites prometheus.Counter
+	folds       prometheus.Counter
+	carried     prometheus.Gauge
 }
 
 // NewMetrics registers the publisher's metrics with reg.
@@ -29,11 +32,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "inventory_published_timestamp_seconds", Help: "The publishedAt of the last NodeInventory written, in Unix seconds."}),
 		sandboxes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
 			Name: "inventory_sandboxes", Help: "Sandboxes in the last NodeInventory written."}),
+		shardWrites: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
+			Name: "inventory_shard_writes_total", Help: "NodeInventoryShards written (each a server-side apply of one shard whose sandboxes changed)."}),
+		folds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
+			Name: "inventory_folds_total", Help: "Publishes that wrote the changes the NodeInventory carried into its shards (past --publish-max-changes, or with nothing newer to publish)."}),
+		carried: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
+			Name: "inventory_carried_changes", Help: "Changed sandboxes the last NodeInventory written carries in spec.sandboxChanges, not yet in its shards."}),
 	}
 	for _, o := range []outcome{written, unchanged, notSynced, failed} {
 		m.attempts.WithLabelValues(o.String())
 	}
-	reg.MustRegister(m.attempts, m.duration, m.lastStamp, m.sandboxes)
+	reg.MustRegister(m.attempts, m.duration, m.lastStamp, m.sandboxes, m.shardWrites, m.folds, m.carried)
 	return m
 }
 
@@ -53,4 +62,22 @@ func (m *Metrics) published(stamp time.Time, sandboxes int) {
 	}
 	m.lastStamp.Set(float64(stamp.Unix()))
 	m.sandboxes.Set(float64(sandboxes))
+}
+
+func (m *Metrics) shardWritten() {
+	if m != nil {
+		m.shardWrites.Inc()
+	}
+}
+
+// inventoryWritten records a write of the inventory carrying count
+// changes, after a fold or not.
+func (m *Metrics) inventoryWritten(count int, folded bool) {
+	if m == nil {
+		return
+	}
+	m.carried.Set(float64(count))
+	if folded {
+		m.folds.Inc()
+	}
 }

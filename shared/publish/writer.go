@@ -73,6 +73,8 @@ type KubeWriter struct {
 	maxChanges int
 	// now is the clock fold numbers start from.
 	now func() time.Time
+	// metrics may be nil.
+	metrics *Metrics
 
 	mu      sync.Mutex
 	written map[string]*hostState // by inventory name
@@ -122,6 +124,13 @@ func NewKubeWriter(client dynamic.Interface, opts Options) *KubeWriter {
 		now:        time.Now,
 		written:    map[string]*hostState{},
 	}
+}
+
+// WithMetrics makes w count its shard writes and folds, and the changes
+// its inventory carries, in m; it returns w.
+func (w *KubeWriter) WithMetrics(m *Metrics) *KubeWriter {
+	w.metrics = m
+	return w
 }
 
 // Apply server-side-applies inv. With shards, it either writes the
@@ -184,6 +193,10 @@ func (w *KubeWriter) write(ctx context.Context, inv *v1beta1.NodeInventory, fold
 	w.rememberChanges(inv.Name, count, err)
 	if err != nil {
 		return err
+	}
+	if n > 0 && w.maxChanges > 0 {
+		// A write that carries no changes folded whatever it carried.
+		w.metrics.inventoryWritten(count, !carried && owner != "")
 	}
 	if out.GetUID() != owner {
 		// A new inventory (the first write, or the stored one was replaced
@@ -316,6 +329,7 @@ func (w *KubeWriter) applyShards(ctx context.Context, node string, parts [][]v1b
 		if err != nil {
 			return err
 		}
+		w.metrics.shardWritten()
 	}
 	return nil
 }

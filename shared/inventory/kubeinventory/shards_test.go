@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -259,7 +260,26 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 	ctx := t.Context()
 	dyn := dynamic.NewForConfigOrDie(env.Config)
 	opts := skiffpublish.Options{SandboxShards: 4, ShardFormat: skiffpublish.ShardsPacked, MaxChanges: 3}
-	w := skiffpublish.NewKubeWriter(dyn, opts)
+	reg := prometheus.NewRegistry()
+	w := skiffpublish.NewKubeWriter(dyn, opts).WithMetrics(skiffpublish.NewMetrics(reg))
+	// metrics are the writer's shard writes, folds and carried changes.
+	metrics := func() [3]float64 {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out [3]float64
+		for _, f := range families {
+			for i, name := range []string{"inventory_shard_writes_total", "inventory_folds_total", "inventory_carried_changes"} {
+				if f.GetName() == "skiff_vk_sandbox_"+name {
+					m := f.GetMetric()[0]
+					out[i] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+		return out
+	}
 	host := shardedHost("node-c", 40)
 	if err := w.Apply(ctx, host); err != nil {
 		t.Fatal(err)
@@ -347,6 +367,9 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 		t.Fatalf("stored changes: %d entries, %v; want 2", len(entries), err)
 	}
 	seen("three changes carried")
+	if got := metrics(); got != [3]float64{4, 0, 3} {
+		t.Errorf("shard writes, folds, carried changes: %v, want the first write's 4 shards, no fold, 3 carried", got)
+	}
 
 	// A fourth change: past the bound, the host folds.
 	host.Spec.Sandboxes[6].Metadata = map[string]string{"i": "changed too"}
@@ -367,6 +390,9 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 		t.Fatalf("shards after the fold: %v, before: %v; want some rewritten by a later fold", shards, first)
 	}
 	seen("folded")
+	if got := metrics(); got[1] != 1 || got[2] != 0 || got[0] <= 4 {
+		t.Errorf("shard writes, folds, carried changes: %v, want shards written by one fold, none carried", got)
+	}
 
 	// One change carried, then a publish with nothing newer: a stamp,
 	// which folds it.

@@ -94,9 +94,10 @@ func serve(ctx context.Context, o *Options) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pubMetrics := publish.NewMetrics(reg)
 	applier := publish.New(publish.Config{
-		Source: host, Writer: publish.NewKubeWriter(dyn, o.Publish), Changes: fan.Subscribe(), NodeName: o.NodeName,
-		Options: o.Publish, Log: log.With("component", "publisher"), Metrics: publish.NewMetrics(reg),
+		Source: host, Writer: publish.NewKubeWriter(dyn, o.Publish).WithMetrics(pubMetrics), Changes: fan.Subscribe(), NodeName: o.NodeName,
+		Options: o.Publish, Log: log.With("component", "publisher"), Metrics: pubMetrics,
 	})
 	podMetrics := provider.NewMetrics(reg)
 
