@@ -50,7 +50,9 @@ join keeps a shard naming another node ~ if sh == nil || sh.Spec.Node != inv.Nam
 join keeps a shard naming another index ~ if sh == nil || sh.Spec.Node != inv.Name || int(sh.Spec.Index) != k { ~ if sh == nil || sh.Spec.Node != inv.Name {
 join never refreshed (memo kept) ~ if j == nil || !slices.Equal(j.rvs, rvs) || ~ if j == nil || !slices.Equal(j.rvs, j.rvs) ||
 join version the last shard's, not the newest ~ newest = max(newest, rv) ~ newest = rv
-join version ignores the inventory's own ~ inv.ResourceVersion = strconv.FormatUint(max(j.rv, rv), 10) ~ inv.ResourceVersion = strconv.FormatUint(max(j.rv, 0*rv), 10)
+join version ignores the inventory's own ~ v := max(j.rv, rv) ~ v := max(j.rv, 0*rv)
+join version not moved by a late shard ~ v = max(v, prev.returned+1) ~ v = max(v, prev.returned)
+join version not remembered ~ j.returned = max(j.returned, v) ~ _ = v
 join shares the cache's entries with ListNodes ~ j.sandboxes[i].DeepCopyInto(&all[len(own)+i]) ~ all[len(own)+i] = j.sandboxes[i]
 join drops the inventory's own entries ~ copy(all, own) ~ _ = own
 join drops the packed entries ~ part, err := sh.Spec.Entries() ~ part, err := sh.Spec.Sandboxes, error(nil)

@@ -98,6 +98,10 @@ type joined struct {
 	// decoder decodes the changes, keeping their entries for the next
 	// version's (passed on from one joined to the next).
 	decoder *packedDecoder
+	// returned is the newest resourceVersion a join of these sandboxes
+	// gave the node (under Source.mu): a join that builds them again
+	// gives a newer one.
+	returned uint64
 }
 
 // reference is what a list computed: the reference and, during a recovery,
@@ -313,12 +317,16 @@ func (s *Source) prune(nodes []v1beta1.NodeInventory) {
 // join puts the entries of inv's shards (found by lookup; nil: missing;
 // their spec.sandboxes, then the valid entries of their spec.packed),
 // with inv's spec.sandboxChanges applied to them, after its own
-// spec.sandboxes, and makes its resourceVersion the newest of its own and
-// its shards'. A shard whose spec names another node or
-// index than its name is ignored: hosts cannot write one (api/policies),
-// and a reader does not take one's word for it. inv is a copy the caller
-// may change (its Spec and ObjectMeta are its own); with deep its
-// sandboxes become deep copies too, else they share the cached shards'.
+// spec.sandboxes. It makes inv's resourceVersion the newest of its own
+// and its shards', or, when what is joined changed without a newer one
+// (a shard that reached the cache after the inventory written after it),
+// one more than the version the node was last given: readers that skip a
+// node whose version did not change see every change. A shard whose spec
+// names another node or index than its name is ignored: hosts cannot
+// write one (api/policies), and a reader does not take one's word for
+// it. inv is a copy the caller may change (its Spec and ObjectMeta are
+// its own); with deep its sandboxes become deep copies too, else they
+// share the cached shards'.
 func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1beta1.NodeInventoryShard, error), deep bool) error {
 	n := int(min(inv.Spec.SandboxShards, v1beta1.MaxInventoryShards))
 	if n <= 0 {
@@ -347,7 +355,9 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 	s.mu.Lock()
 	j := s.joins[inv.Name]
 	s.mu.Unlock()
+	prev, rebuilt := j, false
 	if j == nil || !slices.Equal(j.rvs, rvs) || j.changes != changes {
+		rebuilt = true
 		// Built outside the lock: packed entries are decoded here, once
 		// per version of their shard or inventory.
 		j = joinShards(shards, rvs, newest, j)
@@ -378,13 +388,23 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 	default:
 		inv.Spec.Sandboxes = j.sandboxes
 	}
-	switch rv, err := strconv.ParseUint(inv.ResourceVersion, 10, 64); {
-	case j.rv == 0: // no joined shard has a readable version
-	case err != nil:
-		inv.ResourceVersion = strconv.FormatUint(j.rv, 10)
-	default:
-		inv.ResourceVersion = strconv.FormatUint(max(j.rv, rv), 10)
+	rv, err := strconv.ParseUint(inv.ResourceVersion, 10, 64)
+	if err != nil && j.rv == 0 {
+		return nil // nothing has a readable version
 	}
+	v := max(j.rv, rv)
+	s.mu.Lock()
+	if rebuilt && prev != nil {
+		// What was joined may have changed: a version the readers have
+		// not seen, even when a shard written before the inventory
+		// reached this cache after it (its version is older).
+		v = max(v, prev.returned+1)
+	} else {
+		v = max(v, j.returned)
+	}
+	j.returned = max(j.returned, v)
+	s.mu.Unlock()
+	inv.ResourceVersion = strconv.FormatUint(v, 10)
 	return nil
 }
 

@@ -482,11 +482,17 @@ func TestJoinShards(t *testing.T) {
 	s0, s2 := shard("a-s0", "a", 0), packed(t, shard("a-s2", "a", 2))
 	check("as made", []string{"own", "x0", "x1", "x2"}, max(rvOf(s0), rvOf(s2)))
 
-	// A shard written again is joined again; its version is now the newest.
+	// A shard written again (twice, so that its version is more than one
+	// past any before) is joined again; its version is now the newest.
 	rvOf(s0)
-	s0.Spec.Sandboxes = append(s0.Spec.Sandboxes, entry("x3"))
-	if err := reader.Update(t.Context(), s0); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{"x3", ""} {
+		if id != "" {
+			s0.Spec.Sandboxes = append(s0.Spec.Sandboxes, entry(id))
+		}
+		s0.Annotations = map[string]string{"write": id}
+		if err := reader.Update(t.Context(), s0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	check("after a shard changed", []string{"own", "x0", "x1", "x3", "x2"}, rvOf(s0))
 
@@ -525,6 +531,25 @@ func TestJoinShards(t *testing.T) {
 	if err != nil || len(cands) != 5 {
 		t.Fatalf("WarmCandidates = %+v, %v; want the 5 joined", cands, err)
 	}
+
+	// A shard written before the inventory but reaching the cache after
+	// it (its version older than the inventory's): the joined version
+	// still moves on, once, so that readers that skip an unchanged
+	// version see the change. (The fake client counts each object's
+	// versions apart, so the shard's stays below the inventory's.)
+	before := rvOf(stamped)
+	if rvOf(s2) >= before {
+		t.Fatalf("shard a-s2 at version %d, not below the inventory's %d", rvOf(s2), before)
+	}
+	s2.Spec.Packed = packed(t, shard("a-s2", "a", 2, "x2", "x4")).Spec.Packed
+	if err := reader.Update(t.Context(), s2); err != nil {
+		t.Fatal(err)
+	}
+	if rvOf(s2) >= before {
+		t.Fatalf("shard a-s2 at version %d after its write, not below the inventory's %d", rvOf(s2), before)
+	}
+	check("after a shard older than the inventory changed", []string{"own", "x0", "x1", "x3", "x2", "x4"}, before+1)
+	check("and again, nothing changed", []string{"own", "x0", "x1", "x3", "x2", "x4"}, before+1)
 }
 
 // packed moves sh's sandboxes into spec.packed, as vk-sandbox writes them.
