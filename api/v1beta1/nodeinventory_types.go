@@ -194,7 +194,14 @@ type SandboxChanges struct {
 // c.Packed that pass SandboxEntry.Validate, with an error for those it
 // dropped. It never writes to c.Sandboxes.
 func (c *SandboxChanges) Entries() ([]SandboxEntry, error) {
-	packed, err := unpackSandboxes(c.Packed)
+	return c.EntriesUnpackedBy(UnpackSandboxes)
+}
+
+// EntriesUnpackedBy is Entries with unpack decoding c.Packed into its
+// valid entries (as a reader that keeps what it decoded of the last
+// version does).
+func (c *SandboxChanges) EntriesUnpackedBy(unpack func(packed string) ([]SandboxEntry, error)) ([]SandboxEntry, error) {
+	packed, err := unpack(c.Packed)
 	if err != nil {
 		err = fmt.Errorf("spec.sandboxChanges.packed: %w", err)
 	}

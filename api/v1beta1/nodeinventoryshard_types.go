@@ -107,7 +107,7 @@ func PackSandboxes(entries []SandboxEntry) (string, error) {
 // SandboxEntry.Validate, and one error for what did not: packed that does
 // not decode (then no entry), or the entries dropped.
 func (s *NodeInventoryShardSpec) UnpackedSandboxes() ([]SandboxEntry, error) {
-	entries, err := unpackSandboxes(s.Packed)
+	entries, err := UnpackSandboxes(s.Packed)
 	if err != nil {
 		return entries, fmt.Errorf("shard %d of node %s: spec.packed: %w", s.Index, s.Node, err)
 	}
@@ -123,11 +123,11 @@ func (s *NodeInventoryShardSpec) Entries() ([]SandboxEntry, error) {
 	return listedThenPacked(s.Sandboxes, packed), err
 }
 
-// unpackSandboxes decodes packed (PackSandboxes' encoding) and returns
-// the entries that pass SandboxEntry.Validate, at most MaxShardEntries,
-// and one error for what did not: packed that does not decode (then no
-// entry), or the entries dropped.
-func unpackSandboxes(packed string) ([]SandboxEntry, error) {
+// UnpackSandboxes decodes packed (PackSandboxes' encoding; "" is none)
+// and returns its valid entries (ValidEntries), and one error for what it
+// did not keep: packed that does not decode (then no entry), or the
+// entries dropped.
+func UnpackSandboxes(packed string) ([]SandboxEntry, error) {
 	if packed == "" {
 		return nil, nil
 	}
@@ -135,6 +135,14 @@ func unpackSandboxes(packed string) ([]SandboxEntry, error) {
 	if err := json.Unmarshal([]byte(packed), &entries); err != nil {
 		return nil, err
 	}
+	return ValidEntries(entries)
+}
+
+// ValidEntries returns the entries that pass SandboxEntry.Validate, at
+// most MaxShardEntries, compacted in entries' own array, and one error
+// for what it dropped. Readers of packed entries, which the apiserver
+// does not check, keep only these.
+func ValidEntries(entries []SandboxEntry) ([]SandboxEntry, error) {
 	var errs []error
 	kept := entries[:0]
 	for i := range entries {

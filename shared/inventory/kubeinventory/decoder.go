@@ -2,29 +2,27 @@ package kubeinventory
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 )
 
 // packedDecoder decodes packed sandbox entries (v1beta1.PackSandboxes'
-// encoding) as a shard's spec.packed is decoded
-// (NodeInventoryShardSpec.UnpackedSandboxes), and keeps the entries of its last decode by
-// their JSON text: a decode of the next version of the same packed field
-// (a host's changes, which mostly carry over from one publish to the
-// next) decodes and checks only the entries whose text is new. The
-// entries it returns share their metadata with those it keeps: only read
-// them. It is safe for concurrent use (one decode at a time).
+// encoding) as v1beta1.UnpackSandboxes does, and keeps the entries of its
+// last decode by their JSON text: a decode of the next version of the
+// same packed field (a host's changes, which mostly carry over from one
+// publish to the next) decodes only the entries whose text is new, and
+// checks every entry (v1beta1.ValidEntries) each time. The entries it
+// returns share their metadata with those it keeps: only read them. It is
+// safe for concurrent use (one decode at a time).
 type packedDecoder struct {
 	mu   sync.Mutex
 	last map[string]v1beta1.SandboxEntry
 }
 
-// decode returns the entries of packed that pass SandboxEntry.Validate, at
-// most v1beta1.MaxShardEntries, and an error for what did not (then, for
-// packed that does not decode, no entry).
+// decode returns what v1beta1.UnpackSandboxes(packed) returns: the valid
+// entries, and an error for what it did not keep (then, for packed that
+// does not decode, no entry).
 func (d *packedDecoder) decode(packed string) ([]v1beta1.SandboxEntry, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -33,12 +31,11 @@ func (d *packedDecoder) decode(packed string) ([]v1beta1.SandboxEntry, error) {
 		// Not the compact array of objects PackSandboxes writes: the whole
 		// decode says what is wrong with it.
 		d.last = nil
-		return (&v1beta1.NodeInventoryShardSpec{Packed: packed}).UnpackedSandboxes()
+		return v1beta1.UnpackSandboxes(packed)
 	}
 	next := make(map[string]v1beta1.SandboxEntry, len(spans))
 	entries := make([]v1beta1.SandboxEntry, 0, len(spans))
-	var errs []error
-	for i, sp := range spans {
+	for _, sp := range spans {
 		text := packed[sp[0]:sp[1]]
 		e, seen := d.last[text]
 		if !seen {
@@ -47,24 +44,12 @@ func (d *packedDecoder) decode(packed string) ([]v1beta1.SandboxEntry, error) {
 				d.last = nil
 				return nil, err
 			}
-			if err := e.Validate(); err != nil {
-				errs = append(errs, fmt.Errorf("entry %d: %w", i, err))
-				continue
-			}
 		}
 		next[text] = e
 		entries = append(entries, e)
 	}
 	d.last = next
-	kept := len(entries)
-	if kept > v1beta1.MaxShardEntries {
-		errs = append(errs, fmt.Errorf("%d entries, past the %d a host may have: the first %d kept", kept, v1beta1.MaxShardEntries, v1beta1.MaxShardEntries))
-		entries = entries[:v1beta1.MaxShardEntries]
-	}
-	if len(errs) > 0 {
-		return entries, fmt.Errorf("%d dropped: %w", len(spans)-len(entries), errors.Join(errs...))
-	}
-	return entries, nil
+	return v1beta1.ValidEntries(entries)
 }
 
 // splitPacked returns where each element of packed starts and ends, when

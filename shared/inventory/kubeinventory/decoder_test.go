@@ -28,12 +28,12 @@ func mustPack(t testing.TB, entries ...v1beta1.SandboxEntry) string {
 }
 
 // sameDecode fails t unless the decoder's answer for packed is the
-// whole decode's (a shard's spec.packed): the same entries, and an error
+// whole decode's (v1beta1.UnpackSandboxes): the same entries, and an error
 // just when it has one.
 func sameDecode(t *testing.T, d *packedDecoder, packed string) []v1beta1.SandboxEntry {
 	t.Helper()
 	got, gotErr := d.decode(packed)
-	want, wantErr := (&v1beta1.NodeInventoryShardSpec{Packed: packed}).UnpackedSandboxes()
+	want, wantErr := v1beta1.UnpackSandboxes(packed)
 	if (gotErr == nil) != (wantErr == nil) {
 		t.Fatalf("Decode(%q): error %v, the whole decode's %v", packed, gotErr, wantErr)
 	}

@@ -436,13 +436,18 @@ func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, p
 	return j
 }
 
-// flatten makes j's sandboxes its parts' entries, in shard order.
-func (j *joined) flatten() {
+// partsLen is how many entries j's shards hold.
+func (j *joined) partsLen() int {
 	total := 0
 	for _, part := range j.parts {
 		total += len(part)
 	}
-	j.sandboxes = make([]v1beta1.SandboxEntry, 0, total)
+	return total
+}
+
+// flatten makes j's sandboxes its parts' entries, in shard order.
+func (j *joined) flatten() {
+	j.sandboxes = make([]v1beta1.SandboxEntry, 0, j.partsLen())
 	for _, part := range j.parts {
 		j.sandboxes = append(j.sandboxes, part...)
 	}
@@ -458,11 +463,7 @@ func (j *joined) flatten() {
 // made anew.
 func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard, changes *v1beta1.SandboxChanges, rv string) {
 	j.changes = rv
-	packed, err := j.decoder.decode(changes.Packed)
-	if err != nil {
-		err = fmt.Errorf("spec.sandboxChanges.packed: %w", err)
-	}
-	entries := append(slices.Clip(changes.Sandboxes), packed...)
+	entries, err := changes.EntriesUnpackedBy(j.decoder.decode)
 	if err != nil {
 		slog.Warn("a NodeInventory's changed sandboxes are not all readable; the others are joined", "node", node, "resourceVersion", rv, "error", err)
 	}
@@ -478,15 +479,17 @@ func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard,
 	// changed: the last entry of each ID that applies; byShard: those
 	// entries by shard, in their order.
 	changed := make(map[string]int, len(entries))
+	shardOf := make([]int, len(entries))
 	for i := range entries {
-		if _, gone := removed[entries[i].ID]; !gone && applies(v1beta1.ShardOf(entries[i].ID, n)) {
+		shardOf[i] = v1beta1.ShardOf(entries[i].ID, n)
+		if _, gone := removed[entries[i].ID]; !gone && applies(shardOf[i]) {
 			changed[entries[i].ID] = i
 		}
 	}
 	byShard := make([][]int, n)
 	for i := range entries {
 		if c, ok := changed[entries[i].ID]; ok && c == i {
-			k := v1beta1.ShardOf(entries[i].ID, n)
+			k := shardOf[i]
 			byShard[k], touched[k] = append(byShard[k], i), true
 		}
 	}
@@ -494,11 +497,7 @@ func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard,
 		j.flatten()
 		return
 	}
-	total := len(changed)
-	for _, part := range j.parts {
-		total += len(part)
-	}
-	out := make([]v1beta1.SandboxEntry, 0, total)
+	out := make([]v1beta1.SandboxEntry, 0, j.partsLen()+len(changed))
 	for k, part := range j.parts {
 		if !touched[k] {
 			out = append(out, part...)
