@@ -9,13 +9,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	// The native runtime starts each sandbox by running this binary as
+	// "sandboxd init" (see package nsinit, which the runtime imports).
 	"github.com/skiff-dev/skiff/sandboxd/internal/cli"
-	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 )
-
-// The native runtime starts each sandbox by running this binary as
-// "sandboxd init"; that process must become the sandbox, nothing else.
-func init() { native.MaybeInit() }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -40,7 +40,6 @@ import (
 const asSandboxd = "SKIFF_E2E_AS_SANDBOXD"
 
 func init() {
-	native.MaybeInit()
 	if os.Getenv(asSandboxd) == "1" {
 		cmd := cli.NewCommand()
 		cmd.SetArgs(os.Args[1:])

@@ -16,9 +16,10 @@
 // processes are not killed when sandboxd dies, so a restarted sandboxd
 // finds, pauses, resumes, measures and stops the sandboxes of the one before.
 //
-// A binary that uses this package must call MaybeInit first thing in main
-// (or in an init function): libcontainer starts each sandbox by running the
-// binary itself with the argument "init".
+// libcontainer starts each sandbox by running the binary that uses this
+// package with the argument "init"; the package's import of nsinit turns
+// such a run into the sandbox's init before the rest of the binary is
+// initialised.
 package native
 
 import (
@@ -49,21 +50,15 @@ import (
 	"github.com/skiff-dev/skiff/shared/cgroups"
 
 	// The cgroup device controller (libcontainer refuses device rules
-	// without it) and the C half of "init" that enters the namespaces.
+	// without it).
 	_ "github.com/opencontainers/cgroups/devices"
-	_ "github.com/opencontainers/runc/libcontainer/nsenter"
+
+	// A binary with this runtime is each of its sandboxes' init (nsinit).
+	_ "github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native/nsinit"
 )
 
 // Name is the --runtime value of this runtime.
 const Name = "native"
-
-// MaybeInit runs libcontainer's container init and never returns when the
-// process was started as one (argument "init"); otherwise it does nothing.
-func MaybeInit() {
-	if len(os.Args) > 1 && os.Args[1] == "init" {
-		libcontainer.Init()
-	}
-}
 
 // Options configure the runtime.
 type Options struct {
@@ -106,9 +101,14 @@ type Runtime struct {
 	golden     *diskimage.Golden // empty disk images, one per size (disk.go)
 	cgroups    cgroupDirs        // where Stats reads (usage.go)
 
-	mu       sync.Mutex
-	slots    map[int]string                     // slot → sandbox ID
-	prepared map[string]*libcontainer.Container // prepared, not yet started
+	mu    sync.Mutex
+	slots map[int]string // slot → sandbox ID
+	// live holds the sandboxes this process created, until they stop:
+	// libcontainer keeps each one's state in memory as well as on disk,
+	// so they are not read back from disk (and their whole configuration
+	// decoded) on every status, wait and kill. Those of a previous
+	// sandboxd are loaded from disk.
+	live map[string]*libcontainer.Container
 	// reaped gets the wait status of the init of each sandbox this
 	// process started, once it exits (exit.go).
 	reaped map[string]chan *os.ProcessState
@@ -143,7 +143,7 @@ func New(opts Options) (*Runtime, error) {
 		containers: filepath.Join(opts.Dir, "containers"),
 		sandboxes:  filepath.Join(opts.Dir, "sandboxes"),
 		slots:      map[int]string{},
-		prepared:   map[string]*libcontainer.Container{},
+		live:       map[string]*libcontainer.Container{},
 		reaped:     map[string]chan *os.ProcessState{},
 		envd:       sandboxrt.EnvdCopies{Dir: filepath.Join(opts.Dir, "bin"), Perm: 0o711},
 		golden:     &diskimage.Golden{Dir: filepath.Join(opts.Dir, "disks"), Format: diskFormat},
@@ -271,14 +271,9 @@ func (r *Runtime) StartPrepared(ctx context.Context, id string, lim sandboxrt.Li
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	c, ok := r.prepared[id]
-	delete(r.prepared, id)
-	r.mu.Unlock()
-	if !ok {
-		if c, err = r.load(id); err != nil {
-			return err
-		}
+	c, err := r.load(id)
+	if err != nil {
+		return err
 	}
 	st, err := c.Status()
 	if err != nil {
@@ -365,6 +360,9 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 	if err != nil {
 		return fmt.Errorf("sandbox %s: create container: %w", spec.ID, err)
 	}
+	r.mu.Lock()
+	r.live[spec.ID] = c
+	r.mu.Unlock()
 	args := append([]string{envdPath}, spec.EnvdArgs...)
 	var extra []*os.File
 	if spec.NetNS != "" && spec.EnvdPort > 0 {
@@ -408,9 +406,6 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
 	if !run {
-		r.mu.Lock()
-		r.prepared[spec.ID] = c
-		r.mu.Unlock()
 		return nil
 	}
 	if err := c.Exec(); err != nil {
@@ -521,6 +516,12 @@ func writeFile(rootfs, name string, content []byte, uid int) error {
 }
 
 func (r *Runtime) load(id string) (*libcontainer.Container, error) {
+	r.mu.Lock()
+	c := r.live[id]
+	r.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
 	c, err := libcontainer.Load(r.containers, id)
 	if errors.Is(err, libcontainer.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", sandboxrt.ErrNotFound, id)
@@ -683,12 +684,14 @@ func diskLimit(mib int64) int64 {
 
 // Stop implements sandboxrt.Runtime.
 func (r *Runtime) Stop(ctx context.Context, id string) error {
+	// The sandbox is read (from memory, if this process started it)
+	// before it leaves live: a load after that reads the disk.
+	c, err := r.load(id)
 	r.mu.Lock()
-	delete(r.prepared, id)
+	delete(r.live, id)
 	delete(r.reaped, id)
 	r.mu.Unlock()
 	var errs []error
-	c, err := r.load(id)
 	switch {
 	case errors.Is(err, sandboxrt.ErrNotFound):
 		// A start cut short (sandboxd killed during it) may have made

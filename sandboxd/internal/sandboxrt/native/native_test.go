@@ -19,7 +19,6 @@ import (
 )
 
 func init() {
-	native.MaybeInit()
 	if err := native.ReexecSealed(); err != nil {
 		panic(err)
 	}
