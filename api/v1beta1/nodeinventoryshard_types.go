@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -189,6 +190,19 @@ const MaxShardEntries = 4096
 // 253).
 func ShardName(node string, index int) string {
 	return node + "-s" + strconv.Itoa(index)
+}
+
+// ShardNode is the node a shard's name (ShardName) is of, if it is one.
+func ShardNode(name string) (string, bool) {
+	i := strings.LastIndex(name, "-s")
+	if i <= 0 {
+		return "", false
+	}
+	k, err := strconv.Atoi(name[i+2:])
+	if err != nil || k < 0 || ShardName(name[:i], k) != name {
+		return "", false
+	}
+	return name[:i], true
 }
 
 // MaxShardedNodeName is the longest node name whose shards have valid

@@ -42,3 +42,20 @@ func TestShardEntries(t *testing.T) {
 		t.Errorf("Entries of a listed shard = %v, %v", ids(got), err)
 	}
 }
+
+// ShardNode reads back the node of every name ShardName makes, and no
+// other name.
+func TestShardNode(t *testing.T) {
+	for _, node := range []string{"n", "host-s3", "a-s-b", "node-7"} {
+		for _, k := range []int{0, 7, 15} {
+			if got, ok := ShardNode(ShardName(node, k)); !ok || got != node {
+				t.Errorf("ShardNode(ShardName(%q, %d)) = %q, %v", node, k, got, ok)
+			}
+		}
+	}
+	for _, name := range []string{"", "node", "-s1", "node-s", "node-s01", "node-s-1", "node-s+1", "node-sx"} {
+		if got, ok := ShardNode(name); ok {
+			t.Errorf("ShardNode(%q) = %q, true; want no node", name, got)
+		}
+	}
+}

@@ -65,11 +65,35 @@ func OpenKube(ctx context.Context, cfg *rest.Config, opts cache.Options, stale k
 		k.kinds = append(k.kinds, kind)
 	}
 	// The freshness filter's reference follows every publish (see
-	// kubeinventory.Source.Observe), whatever the binary lists.
-	if err := k.OnInventoryChange(ctx, func() { _ = k.Source.Observe(context.Background()) }); err != nil {
-		return nil, err
+	// kubeinventory.Source.Observe), whatever the binary lists; a
+	// shard's event moves no stamp.
+	invInf, err := c.GetInformer(ctx, &v1beta1.NodeInventory{})
+	if err != nil {
+		return nil, fmt.Errorf("get the NodeInventory informer: %w", err)
+	}
+	if _, err := invInf.AddEventHandler(onEvent(func() { _ = k.Source.Observe(context.Background()) })); err != nil {
+		return nil, fmt.Errorf("watch NodeInventory events: %w", err)
+	}
+	// The fleet's joins read only the shards of nodes that had a shard
+	// event since (kubeinventory.Source.TrackShardEvents).
+	shardInf, err := c.GetInformer(ctx, &v1beta1.NodeInventoryShard{})
+	if err != nil {
+		return nil, fmt.Errorf("get the NodeInventoryShard informer: %w", err)
+	}
+	k.Source.TrackShardEvents()
+	if _, err := shardInf.AddEventHandler(k.Source.ShardEventHandler(nil)); err != nil {
+		return nil, fmt.Errorf("watch NodeInventoryShard events: %w", err)
 	}
 	return k, nil
+}
+
+// onEvent calls f on every event: add, update and delete.
+func onEvent(f func()) toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { f() },
+		UpdateFunc: func(any, any) { f() },
+		DeleteFunc: func(any) { f() },
+	}
 }
 
 var cacheLogOnce sync.Once
@@ -84,18 +108,20 @@ func SendCacheLogs(log *slog.Logger) {
 func (k *KubeFleet) Host() string { return k.host }
 
 // OnInventoryChange calls f on every NodeInventory and NodeInventoryShard
-// event: add, update and delete.
+// event: add, update and delete. A shard's event reaches Source before f
+// runs, so what f reads of the fleet has the shard (the handlers of one
+// informer run in no set order).
 func (k *KubeFleet) OnInventoryChange(ctx context.Context, f func()) error {
 	for _, obj := range []client.Object{&v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{}} {
 		inf, err := k.Cache.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("get the %T informer: %w", obj, err)
 		}
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { f() },
-			UpdateFunc: func(any, any) { f() },
-			DeleteFunc: func(any) { f() },
-		}); err != nil {
+		h := onEvent(f)
+		if _, shard := obj.(*v1beta1.NodeInventoryShard); shard {
+			h = k.Source.ShardEventHandler(f)
+		}
+		if _, err := inf.AddEventHandler(h); err != nil {
 			return fmt.Errorf("watch %T events: %w", obj, err)
 		}
 	}

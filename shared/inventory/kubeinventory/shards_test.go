@@ -1,11 +1,13 @@
 package kubeinventory_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
@@ -120,21 +123,28 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 	opts := kubeinventory.NewOptions()
 	opts.StaleAfter = 3 * time.Second
 	src := kubeinventory.New(c, opts)
-	// eventually waits until node's joined inventory, as ListNodes and
-	// NodeInventory read it, satisfies ok.
+	tracked := trackedSource(t, c, opts)
+	// eventually waits until node's joined inventory, as ListNodes reads
+	// it, satisfies ok, for a Source that reads every shard and for one
+	// that reads only those with events (as the servers' does).
 	eventually := func(what string, ok func(nodes map[string]*v1beta1.NodeInventory) bool) map[string]*v1beta1.NodeInventory {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			invs, err := src.ListNodes(ctx)
-			if err != nil {
-				t.Fatal(err)
+			var nodes map[string]*v1beta1.NodeInventory
+			all := true
+			for _, src := range []*kubeinventory.Source{tracked, src} {
+				invs, err := src.ListNodes(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				nodes = map[string]*v1beta1.NodeInventory{}
+				for i := range invs {
+					nodes[invs[i].Name] = &invs[i]
+				}
+				all = all && ok(nodes)
 			}
-			nodes := map[string]*v1beta1.NodeInventory{}
-			for i := range invs {
-				nodes[invs[i].Name] = &invs[i]
-			}
-			if ok(nodes) {
+			if all {
 				return nodes
 			}
 			if time.Now().After(deadline) {
@@ -319,8 +329,11 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 
 	c := env.StartCache(t, &v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{})
 	src := kubeinventory.New(c, kubeinventory.NewOptions())
-	// seen waits until the reader's node-c has host's sandboxes, each with
-	// its metadata.
+	tracked := trackedSource(t, c, kubeinventory.NewOptions())
+	// seen waits until the readers' node-c has host's sandboxes, each with
+	// its metadata: for a Source that reads every shard and for one that
+	// reads only those with events (as the servers' does), by name and in
+	// lists.
 	seen := func(what string) {
 		t.Helper()
 		want := map[string]string{}
@@ -328,21 +341,31 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 			want[e.ID] = e.Metadata["i"]
 		}
 		deadline := time.Now().Add(30 * time.Second)
-		for {
-			inv, err := src.NodeInventory(ctx, "node-c")
-			got := map[string]string{}
-			if err == nil {
-				for _, e := range inv.Spec.Sandboxes {
-					got[e.ID] = e.Metadata["i"]
+		for _, src := range []*kubeinventory.Source{src, tracked} {
+			for _, list := range []bool{false, true} {
+				for {
+					inv, err := src.NodeInventory(ctx, "node-c")
+					if list {
+						var invs []v1beta1.NodeInventory
+						if invs, err = src.ListNodesShared(ctx); err == nil && len(invs) == 1 {
+							inv = &invs[0]
+						}
+					}
+					got := map[string]string{}
+					if err == nil {
+						for _, e := range inv.Spec.Sandboxes {
+							got[e.ID] = e.Metadata["i"]
+						}
+					}
+					if err == nil && maps.Equal(got, want) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: the reader has %d sandboxes (%v), want %d", what, len(got), err, len(want))
+					}
+					time.Sleep(50 * time.Millisecond)
 				}
 			}
-			if err == nil && maps.Equal(got, want) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the reader has %d sandboxes (%v), want %d", what, len(got), err, len(want))
-			}
-			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	seen("first write")
@@ -494,5 +517,155 @@ func deleteInventory(t *testing.T, env *kubetest.Env, node string) {
 	}
 	if err := env.Client.DeleteAllOf(t.Context(), &v1beta1.NodeInventoryShard{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// trackedSource is a Source over c that reads only the shards of nodes
+// with shard events since their last join, told of c's shard events as
+// fleetsource tells the servers'.
+func trackedSource(t *testing.T, c cache.Cache, opts kubeinventory.Options) *kubeinventory.Source {
+	t.Helper()
+	src := kubeinventory.New(c, opts)
+	src.TrackShardEvents()
+	inf, err := c.GetInformer(t.Context(), &v1beta1.NodeInventoryShard{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inf.AddEventHandler(src.ShardEventHandler(nil)); err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// countingReader counts the shards read from it, one by one or listed.
+type countingReader struct {
+	client.Reader
+	gets, lists atomic.Int64
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*v1beta1.NodeInventoryShard); ok {
+		r.gets.Add(1)
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := list.(*v1beta1.NodeInventoryShardList); ok {
+		r.lists.Add(1)
+	}
+	return r.Reader.List(ctx, list, opts...)
+}
+
+// A Source told of shard events reads, on a list, the shards of the nodes
+// with shard events since their last join and no others; a node's changes
+// carried in its inventory are joined without reading its shards.
+func TestControlPlaneShardEventsTracked(t *testing.T) {
+	if os.Getenv("SKIFF_MUTATE") != "" {
+		t.Skip("SKIFF_MUTATE is set: make mutate requires the unit tests alone to kill every mutant")
+	}
+	env := kubetest.Start(t)
+	ctx := t.Context()
+	w := skiffpublish.NewKubeWriter(dynamic.NewForConfigOrDie(env.Config), skiffpublish.Options{SandboxShards: 4, ShardFormat: skiffpublish.ShardsPacked, MaxChanges: 64})
+	hosts := []*v1beta1.NodeInventory{shardedHost("node-a", 100), shardedHost("node-b", 100), shardedHost("node-c", 100)}
+	for _, inv := range hosts {
+		if err := w.Apply(ctx, inv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := env.StartCache(t, &v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{})
+	reader := &countingReader{Reader: c}
+	src := kubeinventory.New(reader, kubeinventory.NewOptions())
+	src.TrackShardEvents()
+	inf, err := c.GetInformer(ctx, &v1beta1.NodeInventoryShard{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inf.AddEventHandler(src.ShardEventHandler(nil)); err != nil {
+		t.Fatal(err)
+	}
+	// until lists until ok holds of the joined nodes and returns the
+	// shards the last list read.
+	until := func(what string, ok func(map[string]map[string]bool) bool) int64 {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			before := reader.gets.Load()
+			invs, err := src.ListNodesShared(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]map[string]bool{}
+			for i := range invs {
+				got[invs[i].Name] = ids(&invs[i])
+			}
+			if ok(got) {
+				return reader.gets.Load() - before
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 30s", what)
+			}
+		}
+	}
+	whole := func(got map[string]map[string]bool) bool {
+		for _, h := range hosts {
+			if !maps.Equal(got[h.Name], ids(h)) {
+				return false
+			}
+		}
+		return true
+	}
+	// settled waits until a list reads no shard: once the shard events
+	// it waits for have all arrived (the informer delivers them after
+	// its cache has the shards), a tracked Source reads nothing more.
+	settled := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); until(what, whole) != 0; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: every list reads shards, with no shard event since the last", what)
+			}
+		}
+	}
+	settled("every host joined")
+
+	// A change carried in node-b's inventory: no shard is written, and
+	// none is read.
+	hosts[1].Spec.Sandboxes = slices.Delete(hosts[1].Spec.Sandboxes, 3, 4)
+	if err := w.Apply(ctx, hosts[1]); err != nil {
+		t.Fatal(err)
+	}
+	if n := until("node-b's change carried", whole); n != 0 {
+		t.Errorf("joining a change carried in the inventory read %d shards, want 0", n)
+	}
+
+	// node-c's shards rewritten (a fold: more changes than MaxChanges):
+	// its shards are read, and only its.
+	hosts[2].Spec.Sandboxes = hosts[2].Spec.Sandboxes[:10]
+	if err := w.Apply(ctx, hosts[2]); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		before := reader.gets.Load()
+		invs, err := src.ListNodesShared(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]map[string]bool{}
+		for i := range invs {
+			got[invs[i].Name] = ids(&invs[i])
+		}
+		n := reader.gets.Load() - before
+		if whole(got) {
+			break
+		}
+		if n != 0 && n != 4 {
+			t.Errorf("a list after node-c's fold read %d shards, want node-c's 4 (or none before the events)", n)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node-c's fold: not within 30s")
+		}
+	}
+	settled("after the fold")
+	if reader.lists.Load() != 0 {
+		t.Errorf("the tracked Source listed every shard %d times", reader.lists.Load())
 	}
 }

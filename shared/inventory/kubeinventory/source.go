@@ -36,7 +36,9 @@
 // only: a stale host's shards leave with it. The joined inventory's
 // resourceVersion is the newest of its own and its shards', so that a
 // reader that skips an unchanged node by its resourceVersion sees a change
-// to any shard.
+// to any shard. A Source told of every shard event (TrackShardEvents, as
+// package fleetsource wires the servers') reads the shards only of the
+// nodes with a shard event since their last join.
 package kubeinventory
 
 import (
@@ -52,6 +54,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,6 +78,14 @@ type Source struct {
 	mu sync.Mutex
 	// joins are the sharded nodes' joined sandboxes, by node name.
 	joins map[string]*joined
+	// With tracked (TrackShardEvents), shardGens holds, by node, the
+	// event counter at the node's last shard event, and epoch the counter
+	// at the last event whose node was not known: a join whose node's
+	// stamp (shardStamp) did not move since it was built reads no shard.
+	tracked   bool
+	events    uint64
+	epoch     uint64
+	shardGens map[string]uint64
 }
 
 // joined is one node's sandboxes joined from its shards, kept while the
@@ -102,6 +113,12 @@ type joined struct {
 	// gave the node (under Source.mu): a join that builds them again
 	// gives a newer one.
 	returned uint64
+	// shards are the shards joined (by index; nil: missing or ignored),
+	// for the folds of a later version's changes; stamp is the node's
+	// shard stamp they were read at (under Source.mu), for a tracked
+	// Source.
+	shards []*v1beta1.NodeInventoryShard
+	stamp  uint64
 }
 
 // reference is what a list computed: the reference and, during a recovery,
@@ -160,7 +177,90 @@ func New(reader client.Reader, opts Options) *Source {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Source{reader: reader, staleAfter: opts.StaleAfter, grace: opts.PublishInterval, clock: opts.Clock, joins: map[string]*joined{}}
+	return &Source{reader: reader, staleAfter: opts.StaleAfter, grace: opts.PublishInterval, clock: opts.Clock, joins: map[string]*joined{}, shardGens: map[string]uint64{}}
+}
+
+// TrackShardEvents tells the Source that its reader is an informer cache
+// whose every NodeInventoryShard event reaches ShardEvent before anything
+// that reads the Source acts on that event (ShardEventHandler), so that a
+// join reads the shards only of the nodes that had a shard event since
+// their last join. A list then costs the nodes that changed, not a copy
+// of every shard of the fleet (3,200 at 200 hosts) on every refresh.
+// Without it, every join looks at every shard of its node. Call it before
+// the first read.
+func (s *Source) TrackShardEvents() {
+	s.mu.Lock()
+	s.tracked = true
+	s.mu.Unlock()
+}
+
+// ShardEvent records an event of a NodeInventoryShard: obj is the shard,
+// or the tombstone of a deleted one. Anything else counts as an event of
+// every node.
+func (s *Source) ShardEvent(obj any) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events++
+	sh, ok := obj.(*v1beta1.NodeInventoryShard)
+	if !ok || sh == nil {
+		s.epoch = s.events
+		return
+	}
+	// The node its name says and the node it says: a join ignores a
+	// shard whose spec does not match its name, so either may have
+	// changed.
+	s.shardGens[sh.Spec.Node] = s.events
+	if node, ok := v1beta1.ShardNode(sh.Name); ok {
+		s.shardGens[node] = s.events
+	}
+}
+
+// ShardEventHandler calls ShardEvent on every NodeInventoryShard event,
+// then then (if not nil): a reader that acts on shard events registers
+// its action through it, so that the Source knows of the event before the
+// action reads it.
+func (s *Source) ShardEventHandler(then func()) toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			s.ShardEvent(obj)
+			if then != nil {
+				then()
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			s.ShardEvent(old)
+			s.ShardEvent(obj)
+			if then != nil {
+				then()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			s.ShardEvent(obj)
+			if then != nil {
+				then()
+			}
+		},
+	}
+}
+
+// shardStamp is node's shard stamp (under mu): it moves on every event of
+// one of the node's shards.
+func (s *Source) shardStamp(node string) uint64 { return max(s.shardGens[node], s.epoch) }
+
+// getShard is a lookup of one shard in the reader: a shallow copy of the
+// cached object, only read; nil when there is none.
+func (s *Source) getShard(ctx context.Context) func(name string) (*v1beta1.NodeInventoryShard, error) {
+	return func(name string) (*v1beta1.NodeInventoryShard, error) {
+		sh := &v1beta1.NodeInventoryShard{}
+		err := s.reader.Get(ctx, client.ObjectKey{Name: name}, sh, client.UnsafeDisableDeepCopy)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return sh, err
+	}
 }
 
 // Observe advances the reference from the inventories as they are now,
@@ -215,15 +315,7 @@ func (s *Source) NodeInventory(ctx context.Context, name string) (*v1beta1.NodeI
 		return nil, err
 	}
 	if inv.Spec.SandboxShards > 0 {
-		lookup := func(name string) (*v1beta1.NodeInventoryShard, error) {
-			sh := &v1beta1.NodeInventoryShard{} // a shallow copy of the cached object: read, never written
-			err := s.reader.Get(ctx, client.ObjectKey{Name: name}, sh, client.UnsafeDisableDeepCopy)
-			if apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return sh, err
-		}
-		if err := s.join(inv, lookup, true); err != nil {
+		if err := s.join(inv, s.getShard(ctx), true); err != nil {
 			return nil, fmt.Errorf("get the shards of node inventory %s: %w", name, err)
 		}
 	}
@@ -277,6 +369,20 @@ func (s *Source) joinAll(ctx context.Context, nodes []v1beta1.NodeInventory, dee
 		s.prune(nodes)
 		return nil
 	}
+	s.mu.Lock()
+	tracked := s.tracked
+	s.mu.Unlock()
+	if tracked {
+		// Only the nodes with shard events since their last join look.
+		lookup := s.getShard(ctx)
+		for i := range nodes {
+			if err := s.join(&nodes[i], lookup, deep); err != nil {
+				return err
+			}
+		}
+		s.prune(nodes)
+		return nil
+	}
 	var list v1beta1.NodeInventoryShardList
 	// Shallow copies of the cached shards, only read.
 	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
@@ -312,6 +418,11 @@ func (s *Source) prune(nodes []v1beta1.NodeInventory) {
 			delete(s.joins, name)
 		}
 	}
+	for name := range s.shardGens {
+		if _, ok := keep[name]; !ok {
+			delete(s.shardGens, name) // with its join: the next one reads the shards
+		}
+	}
 }
 
 // join puts the entries of inv's shards (found by lookup; nil: missing;
@@ -332,42 +443,62 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 	if n <= 0 {
 		return nil
 	}
-	shards := make([]*v1beta1.NodeInventoryShard, n)
-	rvs := make([]string, n)
-	var newest uint64
-	for k := range n {
-		sh, err := lookup(v1beta1.ShardName(inv.Name, k))
-		if err != nil {
-			return err
-		}
-		if sh == nil || sh.Spec.Node != inv.Name || int(sh.Spec.Index) != k {
-			continue
-		}
-		shards[k], rvs[k] = sh, sh.ResourceVersion
-		if rv, err := strconv.ParseUint(sh.ResourceVersion, 10, 64); err == nil {
-			newest = max(newest, rv)
-		}
-	}
 	changes := ""
 	if !inv.Spec.SandboxChanges.Empty() {
 		changes = inv.ResourceVersion
 	}
 	s.mu.Lock()
 	j := s.joins[inv.Name]
+	stamp, clean := s.shardStamp(inv.Name), false
+	if j != nil {
+		// With tracked events, a node none of whose shards had an event
+		// since its join was read has the same shards.
+		clean = s.tracked && j.stamp == stamp && len(j.rvs) == n
+	}
 	s.mu.Unlock()
+	var (
+		shards []*v1beta1.NodeInventoryShard
+		rvs    []string
+		newest uint64
+	)
+	if clean {
+		shards, rvs, newest = j.shards, j.rvs, j.rv
+	} else {
+		shards, rvs = make([]*v1beta1.NodeInventoryShard, n), make([]string, n)
+		for k := range n {
+			sh, err := lookup(v1beta1.ShardName(inv.Name, k))
+			if err != nil {
+				return err
+			}
+			if sh == nil || sh.Spec.Node != inv.Name || int(sh.Spec.Index) != k {
+				continue
+			}
+			shards[k], rvs[k] = sh, sh.ResourceVersion
+			if rv, err := strconv.ParseUint(sh.ResourceVersion, 10, 64); err == nil {
+				newest = max(newest, rv)
+			}
+		}
+	}
 	prev, rebuilt := j, false
 	if j == nil || !slices.Equal(j.rvs, rvs) || j.changes != changes {
 		rebuilt = true
 		// Built outside the lock: packed entries are decoded here, once
 		// per version of their shard or inventory.
 		j = joinShards(shards, rvs, newest, j)
+		j.shards = shards
 		if changes != "" {
 			j.applyChanges(inv.Name, shards, inv.Spec.SandboxChanges, changes)
 		} else {
 			j.flatten()
 		}
 		s.mu.Lock()
+		j.stamp = stamp
 		s.joins[inv.Name] = j
+		s.mu.Unlock()
+	} else if !clean {
+		// Read again and the same: the next join need not read them.
+		s.mu.Lock()
+		j.stamp = stamp
 		s.mu.Unlock()
 	}
 	inv.Spec.SandboxChanges = nil // they are in the joined sandboxes
