@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,8 @@ import (
 type StaticSource struct {
 	mu    sync.RWMutex
 	nodes map[string]*v1beta1.NodeInventory
+	// version is the last resourceVersion Apply gave.
+	version uint64
 }
 
 var _ Source = (*StaticSource)(nil)
@@ -34,10 +37,18 @@ func NewStaticSource(invs ...*v1beta1.NodeInventory) *StaticSource {
 }
 
 // Apply adds a copy of inv, or replaces the inventory of the same name.
+// A copy without a resourceVersion gets a new one.
 func (s *StaticSource) Apply(inv *v1beta1.NodeInventory) {
 	c := inv.DeepCopy()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c.ResourceVersion == "" {
+		// As a kube-apiserver does, a new version on every write, so
+		// that readers that skip an unchanged node by its version (the
+		// proxy's index, the warm-pool driver) see every change.
+		s.version++
+		c.ResourceVersion = strconv.FormatUint(s.version, 10)
+	}
 	s.nodes[c.Name] = c
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
 	"github.com/skiff-dev/skiff/shared/inventory"
 	"github.com/skiff-dev/skiff/shared/placement"
+	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
 
 // Defaults of Config.
@@ -102,6 +103,10 @@ type Driver struct {
 	// their pool, so that a pass neither kills them again nor trims a
 	// live one in their place. By ID, with when.
 	gone map[string]time.Time
+
+	// memoMu holds memo, what the last pass kept of each node.
+	memoMu sync.Mutex
+	memo   map[string]*nodeWarm
 
 	wg sync.WaitGroup
 	// runMu makes Runs one at a time: a lost lease's Run ends (and waits
@@ -186,17 +191,35 @@ func (d *Driver) Sync(ctx context.Context) error {
 	}
 	byPool := map[string][]warmEntry{}
 	seen := d.watched()
-	for i := range nodes {
-		n := &nodes[i]
-		for _, e := range inventory.Owned(n) {
-			if _, ok := seen[e.ID]; ok {
-				seen[e.ID] = true
-			}
-			if e.State == v1beta1.SandboxWarm && e.Pool != "" && !d.isGone(e.ID) {
-				byPool[e.Pool] = append(byPool[e.Pool], warmEntry{node: n.Name, id: e.ID, started: e.StartedAt.Time})
+	d.memoMu.Lock()
+	memo := d.remember(nodes)
+	for _, m := range memo {
+		for _, w := range m.warm {
+			if !d.isGone(w.id) {
+				byPool[w.pool] = append(byPool[w.pool], w.warmEntry)
 			}
 		}
 	}
+	if len(seen) > 0 {
+		// A sandbox ID ends in its node's tag: only the nodes of a
+		// watched ID's tag can list it.
+		byTag := make(map[sandboxid.Tag][]*nodeWarm, len(memo))
+		for _, m := range memo {
+			byTag[m.tag] = append(byTag[m.tag], m)
+		}
+		for id := range seen {
+			if len(id) != sandboxid.Len {
+				continue
+			}
+			for _, m := range byTag[sandboxid.Tag(id[sandboxid.Len-sandboxid.TagLen:])] {
+				if m.lists(id) {
+					seen[id] = true
+					break
+				}
+			}
+		}
+	}
+	d.memoMu.Unlock()
 	d.forgetPending(seen)
 	d.forgetGone(seen)
 
@@ -222,6 +245,60 @@ func (d *Driver) Sync(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// nodeWarm is what a pass keeps of one node at one joined resourceVersion
+// (which moves with any change to what the node lists): its owned warm
+// sandboxes of a pool, and the IDs it owns, gathered when a pass first
+// asks. A pass reads again only the nodes whose version moved, not every
+// sandbox of the fleet on every inventory event.
+type nodeWarm struct {
+	rv    string
+	tag   sandboxid.Tag
+	warm  []poolWarm
+	owned []v1beta1.SandboxEntry // the cache's entries, only read
+	ids   map[string]struct{}
+}
+
+// poolWarm is a warm sandbox of pool.
+type poolWarm struct {
+	pool string
+	warmEntry
+}
+
+// lists reports whether the node owns the sandbox id.
+func (m *nodeWarm) lists(id string) bool {
+	if m.ids == nil {
+		m.ids = make(map[string]struct{}, len(m.owned))
+		for i := range m.owned {
+			m.ids[m.owned[i].ID] = struct{}{}
+		}
+	}
+	_, ok := m.ids[id]
+	return ok
+}
+
+// remember returns what the pass keeps of each of nodes, in their order:
+// the last pass's for a node at the same resourceVersion, else read anew.
+// It forgets the nodes not in nodes. Under memoMu.
+func (d *Driver) remember(nodes []v1beta1.NodeInventory) []*nodeWarm {
+	next := make(map[string]*nodeWarm, len(nodes))
+	out := make([]*nodeWarm, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		m := d.memo[n.Name]
+		if m == nil || n.ResourceVersion == "" || m.rv != n.ResourceVersion {
+			m = &nodeWarm{rv: n.ResourceVersion, tag: sandboxid.NodeTag(n.Name), owned: inventory.Owned(n)}
+			for _, e := range m.owned {
+				if e.State == v1beta1.SandboxWarm && e.Pool != "" {
+					m.warm = append(m.warm, poolWarm{pool: e.Pool, warmEntry: warmEntry{node: n.Name, id: e.ID, started: e.StartedAt.Time}})
+				}
+			}
+		}
+		next[n.Name], out[i] = m, m
+	}
+	d.memo = next
+	return out
 }
 
 // listed says, of the sandboxes the driver waits on (its pending warms

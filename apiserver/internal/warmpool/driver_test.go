@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -298,5 +299,63 @@ func TestParseStatic(t *testing.T) {
 	}
 	if _, err := ParseStatic([]string{"base=1", "base=2"}); err == nil {
 		t.Error("two pools of one template accepted")
+	}
+}
+
+// A pass reads again only the nodes whose inventory changed (a new
+// resourceVersion) and keeps what it read of the others; what it keeps
+// still finds the warms it waits on.
+func TestDriverRereadsOnlyChangedNodes(t *testing.T) {
+	h := newHosts("k1-a", "k1-b")
+	ps := &pools{}
+	ps.set(pool(4))
+	st := &statuses{last: map[string]v1beta1.SandboxWarmPoolStatus{}}
+	d := New(Config{Pools: ps, Source: h.src, Fleet: h, Status: st})
+	settle(t, d)
+	kept := func() map[string]*nodeWarm {
+		d.memoMu.Lock()
+		defer d.memoMu.Unlock()
+		return maps.Clone(d.memo)
+	}
+	before := kept()
+	if err := d.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	after := kept()
+	for name, m := range before {
+		if after[name] != m {
+			t.Errorf("node %s read again with no change", name)
+		}
+	}
+
+	// k1-a's warm sandbox claimed: only k1-a is read again, and the pool
+	// refills.
+	h.mu.Lock()
+	inv := h.nodes["k1-a"]
+	for i := range inv.Spec.Sandboxes {
+		if e := &inv.Spec.Sandboxes[i]; e.State == v1beta1.SandboxWarm {
+			e.State, e.Team = v1beta1.SandboxRunning, "team-a"
+			break
+		}
+	}
+	h.src.Apply(inv)
+	h.mu.Unlock()
+	if err := d.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	after = kept()
+	if after["k1-a"] == before["k1-a"] || after["k1-b"] != before["k1-b"] {
+		t.Errorf("after a change to k1-a: k1-a kept %v, k1-b kept %v; want k1-a read again, k1-b kept",
+			after["k1-a"] == before["k1-a"], after["k1-b"] == before["k1-b"])
+	}
+	settle(t, d)
+	if w := h.warm("pools/base"); w["k1-a"]+w["k1-b"] != 4 {
+		t.Fatalf("after a claim: %v, want 4 again", w)
+	}
+	d.mu.Lock()
+	pending := len(d.pending)
+	d.mu.Unlock()
+	if pending != 0 {
+		t.Errorf("%d warms still pending though the inventories list them", pending)
 	}
 }
