@@ -101,27 +101,7 @@ func fleet(b *testing.B, env *kubetest.Env, nodes, sandboxes int) client.Reader 
 	b.Helper()
 	ctx := b.Context()
 	start := time.Now()
-	work := make(chan int)
-	errs := make(chan error, nodes)
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for i := range work {
-				errs <- env.Client.Create(ctx, benchInventory(i, sandboxes))
-			}
-		})
-	}
-	for i := range nodes {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			b.Fatalf("create inventory: %v", err)
-		}
-	}
+	inParallel(b, nodes, func(i int) error { return env.Client.Create(ctx, benchInventory(i, sandboxes)) })
 	// One delete per inventory: a delete-collection of 100 MB of inventories
 	// outlasts the apiserver's request timeout.
 	b.Cleanup(func() {
@@ -166,4 +146,30 @@ func benchInventory(i, sandboxes int) *v1beta1.NodeInventory {
 		inv.Spec.Sandboxes[j] = sb
 	}
 	return inv
+}
+
+// inParallel runs f(0) to f(n-1), four at a time, and fails b on the
+// first error.
+func inParallel(b *testing.B, n int, f func(i int) error) {
+	b.Helper()
+	work, errs := make(chan int), make(chan error, n)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := range work {
+				errs <- f(i)
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
 }

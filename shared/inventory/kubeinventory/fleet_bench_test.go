@@ -3,7 +3,6 @@ package kubeinventory_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,26 +32,7 @@ func BenchmarkListNodesSharedSharded(b *testing.B) {
 	ctx := b.Context()
 	w := skiffpublish.NewKubeWriter(dynamic.NewForConfigOrDie(env.Config), skiffpublish.Options{SandboxShards: 16, ShardFormat: skiffpublish.ShardsPacked})
 	start := time.Now()
-	work, errs := make(chan int), make(chan error, hosts)
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for i := range work {
-				errs <- w.Apply(ctx, shardedHost(fmt.Sprintf("bench-host-%03d", i), perHost))
-			}
-		})
-	}
-	for i := range hosts {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	inParallel(b, hosts, func(i int) error { return w.Apply(ctx, shardedHost(fmt.Sprintf("bench-host-%03d", i), perHost)) })
 	c := env.StartCache(b, &v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{})
 	b.Logf("published %d hosts of %d shards and synced a cache in %s", hosts, 16, time.Since(start).Round(time.Millisecond))
 	var one v1beta1.NodeInventoryShard
@@ -61,15 +41,7 @@ func BenchmarkListNodesSharedSharded(b *testing.B) {
 	}
 
 	everyShard := kubeinventory.New(c, kubeinventory.NewOptions())
-	tracked := kubeinventory.New(c, kubeinventory.NewOptions())
-	tracked.TrackShardEvents()
-	inf, err := c.GetInformer(ctx, &v1beta1.NodeInventoryShard{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := inf.AddEventHandler(tracked.ShardEventHandler(nil)); err != nil {
-		b.Fatal(err)
-	}
+	tracked := trackedSource(b, c, c, kubeinventory.NewOptions())
 	list := func(b *testing.B, src *kubeinventory.Source) {
 		invs, err := src.ListNodesShared(context.Background())
 		if err != nil || len(invs) != hosts || len(invs[0].Spec.Sandboxes) != perHost {

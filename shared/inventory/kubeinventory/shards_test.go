@@ -123,7 +123,7 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 	opts := kubeinventory.NewOptions()
 	opts.StaleAfter = 3 * time.Second
 	src := kubeinventory.New(c, opts)
-	tracked := trackedSource(t, c, opts)
+	tracked := trackedSource(t, c, c, opts)
 	// eventually waits until node's joined inventory, as ListNodes reads
 	// it, satisfies ok, for a Source that reads every shard and for one
 	// that reads only those with events (as the servers' does).
@@ -329,7 +329,7 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 
 	c := env.StartCache(t, &v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{})
 	src := kubeinventory.New(c, kubeinventory.NewOptions())
-	tracked := trackedSource(t, c, kubeinventory.NewOptions())
+	tracked := trackedSource(t, c, c, kubeinventory.NewOptions())
 	// seen waits until the readers' node-c has host's sandboxes, each with
 	// its metadata: for a Source that reads every shard and for one that
 	// reads only those with events (as the servers' does), by name and in
@@ -520,12 +520,12 @@ func deleteInventory(t *testing.T, env *kubetest.Env, node string) {
 	}
 }
 
-// trackedSource is a Source over c that reads only the shards of nodes
-// with shard events since their last join, told of c's shard events as
-// fleetsource tells the servers'.
-func trackedSource(t *testing.T, c cache.Cache, opts kubeinventory.Options) *kubeinventory.Source {
+// trackedSource is a Source over reader (c, or a wrapper of it) that reads
+// only the shards of nodes with shard events since their last join, told
+// of c's shard events as fleetsource tells the servers'.
+func trackedSource(t testing.TB, c cache.Cache, reader client.Reader, opts kubeinventory.Options) *kubeinventory.Source {
 	t.Helper()
-	src := kubeinventory.New(c, opts)
+	src := kubeinventory.New(reader, opts)
 	src.TrackShardEvents()
 	inf, err := c.GetInformer(t.Context(), &v1beta1.NodeInventoryShard{})
 	if err != nil {
@@ -575,31 +575,29 @@ func TestControlPlaneShardEventsTracked(t *testing.T) {
 	}
 	c := env.StartCache(t, &v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{})
 	reader := &countingReader{Reader: c}
-	src := kubeinventory.New(reader, kubeinventory.NewOptions())
-	src.TrackShardEvents()
-	inf, err := c.GetInformer(ctx, &v1beta1.NodeInventoryShard{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inf.AddEventHandler(src.ShardEventHandler(nil)); err != nil {
-		t.Fatal(err)
+	src := trackedSource(t, c, reader, kubeinventory.NewOptions())
+	// list lists the nodes' sandbox IDs and returns them and the shards
+	// the list read.
+	list := func() (map[string]map[string]bool, int64) {
+		t.Helper()
+		before := reader.gets.Load()
+		invs, err := src.ListNodesShared(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]map[string]bool{}
+		for i := range invs {
+			got[invs[i].Name] = ids(&invs[i])
+		}
+		return got, reader.gets.Load() - before
 	}
 	// until lists until ok holds of the joined nodes and returns the
 	// shards the last list read.
 	until := func(what string, ok func(map[string]map[string]bool) bool) int64 {
 		t.Helper()
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			before := reader.gets.Load()
-			invs, err := src.ListNodesShared(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := map[string]map[string]bool{}
-			for i := range invs {
-				got[invs[i].Name] = ids(&invs[i])
-			}
-			if ok(got) {
-				return reader.gets.Load() - before
+			if got, n := list(); ok(got) {
+				return n
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: not within 30s", what)
@@ -644,16 +642,7 @@ func TestControlPlaneShardEventsTracked(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		before := reader.gets.Load()
-		invs, err := src.ListNodesShared(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]map[string]bool{}
-		for i := range invs {
-			got[invs[i].Name] = ids(&invs[i])
-		}
-		n := reader.gets.Load() - before
+		got, n := list()
 		if whole(got) {
 			break
 		}
