@@ -283,12 +283,13 @@ func (h *host) images(t *testing.T) int {
 
 // startTicker starts a process in sandbox id that holds a word only in its
 // memory (the file it read it from is removed) and writes it with a count
-// to /tmp/tick every 100 ms; the same process, restored elsewhere, goes on
+// to /tmp/tick every 100 ms, whole (a new file renamed over it: a reader
+// never sees it truncated); the same process, restored elsewhere, goes on
 // writing the same word.
 func (h *host) startTicker(id, token string) string {
 	h.t.Helper()
 	word := fmt.Sprintf("word-%d", time.Now().UnixNano())
-	h.mustRun(id, token, "root", "echo "+word+` > /tmp/word && setsid sh -c 'w=$(cat /tmp/word); rm /tmp/word; n=0; while :; do n=$((n+1)); echo "$w $n" > /tmp/tick; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`)
+	h.mustRun(id, token, "root", "echo "+word+` > /tmp/word && setsid sh -c 'w=$(cat /tmp/word); rm /tmp/word; n=0; while :; do n=$((n+1)); echo "$w $n" > /tmp/tick.new; mv /tmp/tick.new /tmp/tick; sleep 0.1; done' </dev/null >/dev/null 2>&1 &`)
 	return word
 }
 
