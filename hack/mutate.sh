@@ -62,8 +62,14 @@ changes never applied ~ if changes != "" {\n\t\t\tj.applyChanges( ~ if false {\n
 changes applied to a shard a later fold wrote ~ return shards[k] == nil || shards[k].Spec.Fold <= changes.Fold ~ return true
 changes memo kept for a new inventory version ~ || j.changes != changes { ~ {
 changes' removed IDs ignored ~ removed[id], touched[k] = struct{}{}, true ~ touched[k] = true
-changed entry joins beside the one it replaces ~ if c, ok := changed[id]; ok { ~ if c, ok := changed[id]; ok && false {
-new entries after the shard's, not merged by ID ~ (i == len(part) || adds[0].ID < part[i].ID) ~ (i == len(part))
+changed entry joins beside the one it replaces ~ if len(cs) > 0 && entries[cs[0]].ID == id { ~ if len(cs) > 0 && entries[cs[0]].ID == id && false {
+new entries after the shard's, not merged by ID ~ (i == len(part) || entries[cs[0]].ID < part[i].ID) ~ (i == len(part))
+unsorted shard merged as it is ~ if !j.sorted[k] { ~ if false {
+changes merged in the inventory's order, not by ID ~ slices.SortFunc(cs, byID) ~ _ = byID
+tracked join reads every shard ~ clean = s.tracked && j.stamp == stamp && len(j.rvs) == n ~ clean = false
+tracked join never reads the shards again ~ clean = s.tracked && j.stamp == stamp && len(j.rvs) == n ~ clean = s.tracked
+shard events not recorded ~ s.events++\n\tsh, ok := ~ s.events++\n\treturn\n\tsh, ok :=
+an event of no known node marks none ~ s.epoch = s.events\n ~ _ = s.events\n
 joined inventory keeps its changes ~ inv.Spec.SandboxChanges = nil ~ _ = inv.Spec.SandboxChanges
 MUTANTS
 )

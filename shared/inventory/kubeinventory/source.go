@@ -48,6 +48,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +104,8 @@ type joined struct {
 	// parts are each shard's entries (by index), so that the next join
 	// decodes only the shards that changed.
 	parts [][]v1beta1.SandboxEntry
+	// sorted says, by index, whether a part's entries are sorted by ID.
+	sorted []bool
 	// changes is the resourceVersion of the inventory whose
 	// spec.sandboxChanges are applied in sandboxes; "": none.
 	changes string
@@ -546,7 +549,7 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 // shard at the same resourceVersion as in prev is taken from it, not
 // decoded again.
 func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, prev *joined) *joined {
-	j := &joined{rvs: rvs, rv: rv, parts: make([][]v1beta1.SandboxEntry, len(shards)), decoder: &packedDecoder{}}
+	j := &joined{rvs: rvs, rv: rv, parts: make([][]v1beta1.SandboxEntry, len(shards)), sorted: make([]bool, len(shards)), decoder: &packedDecoder{}}
 	if prev != nil {
 		j.decoder = prev.decoder
 	}
@@ -555,13 +558,14 @@ func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, p
 		case sh == nil:
 			continue
 		case prev != nil && k < len(prev.rvs) && rvs[k] != "" && prev.rvs[k] == rvs[k]:
-			j.parts[k] = prev.parts[k]
+			j.parts[k], j.sorted[k] = prev.parts[k], prev.sorted[k]
 		default:
 			part, err := sh.Spec.Entries()
 			if err != nil {
 				slog.Warn("a NodeInventoryShard's packed sandboxes are not all readable; the others are joined", "shard", sh.Name, "resourceVersion", sh.ResourceVersion, "error", err)
 			}
 			j.parts[k] = part
+			j.sorted[k] = slices.IsSortedFunc(part, func(a, b v1beta1.SandboxEntry) int { return strings.Compare(a.ID, b.ID) })
 		}
 	}
 	return j
@@ -608,7 +612,7 @@ func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard,
 		}
 	}
 	// changed: the last entry of each ID that applies; byShard: those
-	// entries by shard, in their order.
+	// entries by shard, sorted by ID.
 	changed := make(map[string]int, len(entries))
 	shardOf := make([]int, len(entries))
 	for i := range entries {
@@ -628,33 +632,30 @@ func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard,
 		j.flatten()
 		return
 	}
+	byID := func(a, b int) int { return strings.Compare(entries[a].ID, entries[b].ID) }
 	out := make([]v1beta1.SandboxEntry, 0, j.partsLen()+len(changed))
 	for k, part := range j.parts {
 		if !touched[k] {
 			out = append(out, part...)
 			continue
 		}
-		// The entries new to the shard, merged in by ID: a host lists its
-		// sandboxes sorted by ID, so the joined shard is in the order the
-		// host's next fold writes it.
-		in := make(map[string]struct{}, len(part))
-		for i := range part {
-			in[part[i].ID] = struct{}{}
+		// One pass over the shard and its changes, both by ID: a host
+		// lists its sandboxes sorted by ID, so the joined shard is in the
+		// order the host's next fold writes. A shard that is not sorted
+		// is joined sorted.
+		if !j.sorted[k] {
+			part = slices.SortedStableFunc(slices.Values(part), func(a, b v1beta1.SandboxEntry) int { return strings.Compare(a.ID, b.ID) })
 		}
-		var adds []v1beta1.SandboxEntry
-		for _, i := range byShard[k] {
-			if _, ok := in[entries[i].ID]; !ok {
-				adds = append(adds, entries[i])
-			}
-		}
-		for i := 0; i < len(part) || len(adds) > 0; {
-			if len(adds) > 0 && (i == len(part) || adds[0].ID < part[i].ID) {
-				out, adds = append(out, adds[0]), adds[1:]
+		cs := byShard[k]
+		slices.SortFunc(cs, byID)
+		for i := 0; i < len(part) || len(cs) > 0; {
+			if len(cs) > 0 && (i == len(part) || entries[cs[0]].ID < part[i].ID) {
+				out, cs = append(out, entries[cs[0]]), cs[1:] // new to the shard
 				continue
 			}
 			id := part[i].ID
-			if c, ok := changed[id]; ok {
-				out = append(out, entries[c])
+			if len(cs) > 0 && entries[cs[0]].ID == id {
+				out, cs = append(out, entries[cs[0]]), cs[1:] // in place of the shard's
 			} else if _, gone := removed[id]; !gone {
 				out = append(out, part[i])
 			}

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -657,4 +658,99 @@ func TestJoinChanges(t *testing.T) {
 		short(a[0], "old"), short(b[0], "old"), short(a[1], "old"), short(b[1], "old"),
 		short(a[2], "old"), short(b[2], "old"), short(a[3], "old"), short(b[3], "old"),
 	})
+}
+
+// A shard whose entries are not sorted by ID (a host writes them sorted;
+// a reader does not take its word for it) is joined sorted, each changed
+// entry in place of the shard's and once.
+func TestJoinChangesUnsortedShard(t *testing.T) {
+	const n = 1
+	id := func(p string) string { return p + strings.Repeat("z", 20-len(p)) }
+	entry := func(id, meta string) v1beta1.SandboxEntry {
+		return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm, StartedAt: metav1.NewTime(now), Metadata: map[string]string{"k": meta}}
+	}
+	sh := &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: v1beta1.ShardName("h", 0)},
+		Spec: v1beta1.NodeInventoryShardSpec{Node: "h", Index: 0, Fold: 1,
+			Sandboxes: []v1beta1.SandboxEntry{entry(id("d"), "old"), entry(id("b"), "old"), entry(id("a"), "old")}}}
+	changed, err := v1beta1.PackSandboxes([]v1beta1.SandboxEntry{entry(id("c"), "new"), entry(id("b"), "new")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := node("h", ago(0))
+	inv.Spec.SandboxShards = n
+	inv.Spec.SandboxChanges = &v1beta1.SandboxChanges{Fold: 1, Packed: changed, Removed: []string{id("a")}}
+	scheme := runtime.NewScheme()
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	src := New(fake.NewClientBuilder().WithScheme(scheme).WithObjects(packed(t, sh), inv).Build(), withClock(NewOptions()))
+	got, err := src.NodeInventory(t.Context(), "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joined []string
+	for _, e := range got.Spec.Sandboxes {
+		joined = append(joined, e.ID[:1]+"="+e.Metadata["k"])
+	}
+	if want := []string{"b=new", "c=new", "d=old"}; !slices.Equal(joined, want) {
+		t.Errorf("joined %v, want %v", joined, want)
+	}
+}
+
+// A tracked Source reads a node's shards again only after a shard event
+// of the node (or one whose node it cannot tell); without one it keeps
+// the shards it joined, whatever the reader holds.
+func TestJoinTracked(t *testing.T) {
+	entry := func(id, meta string) v1beta1.SandboxEntry {
+		return v1beta1.SandboxEntry{ID: id + strings.Repeat("z", 20-len(id)), Template: "base", State: v1beta1.SandboxWarm, StartedAt: metav1.NewTime(now), Metadata: map[string]string{"k": meta}}
+	}
+	shard := func(meta string) *v1beta1.NodeInventoryShard {
+		return &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: v1beta1.ShardName("h", 0)},
+			Spec: v1beta1.NodeInventoryShardSpec{Node: "h", Index: 0, Sandboxes: []v1beta1.SandboxEntry{entry("a", meta)}}}
+	}
+	inv := node("h", ago(0))
+	inv.Spec.SandboxShards = 1
+	scheme := runtime.NewScheme()
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(shard("v1"), inv).Build()
+	src := New(reader, withClock(NewOptions()))
+	src.TrackShardEvents()
+	joined := func() string {
+		t.Helper()
+		all, err := src.ListNodesShared(t.Context())
+		if err != nil || len(all) != 1 || len(all[0].Spec.Sandboxes) != 1 {
+			t.Fatalf("ListNodesShared: %+v, %v", all, err)
+		}
+		return all[0].Spec.Sandboxes[0].Metadata["k"]
+	}
+	update := func(meta string) *v1beta1.NodeInventoryShard {
+		t.Helper()
+		sh := &v1beta1.NodeInventoryShard{}
+		if err := reader.Get(t.Context(), client.ObjectKey{Name: v1beta1.ShardName("h", 0)}, sh); err != nil {
+			t.Fatal(err)
+		}
+		sh.Spec.Sandboxes = []v1beta1.SandboxEntry{entry("a", meta)}
+		if err := reader.Update(t.Context(), sh); err != nil {
+			t.Fatal(err)
+		}
+		return sh
+	}
+	if got := joined(); got != "v1" {
+		t.Fatalf("first join: %s, want v1", got)
+	}
+	sh := update("v2")
+	if got := joined(); got != "v1" {
+		t.Errorf("with no shard event: %s, want the shard joined before (v1)", got)
+	}
+	src.ShardEvent(sh)
+	if got := joined(); got != "v2" {
+		t.Errorf("after the shard's event: %s, want v2", got)
+	}
+	update("v3")
+	src.ShardEvent(toolscache.DeletedFinalStateUnknown{Key: "unknown"})
+	if got := joined(); got != "v3" {
+		t.Errorf("after an event of no known node: %s, want v3", got)
+	}
 }
