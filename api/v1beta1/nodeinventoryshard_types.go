@@ -192,6 +192,10 @@ func ShardName(node string, index int) string {
 	return node + "-s" + strconv.Itoa(index)
 }
 
+// CompareSandboxIDs orders entries by ID, the order a host lists its
+// sandboxes in (and the one a reader's join relies on).
+func CompareSandboxIDs(a, b SandboxEntry) int { return strings.Compare(a.ID, b.ID) }
+
 // ShardNode is the node a shard's name (ShardName) is of, if it is one.
 func ShardNode(name string) (string, bool) {
 	i := strings.LastIndex(name, "-s")

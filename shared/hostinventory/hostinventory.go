@@ -358,7 +358,7 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 			}
 		}
 	}
-	slices.SortFunc(spec.Sandboxes, func(a, b v1beta1.SandboxEntry) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(spec.Sandboxes, v1beta1.CompareSandboxIDs)
 	for _, p := range pools {
 		spec.Pools = append(spec.Pools, *p)
 	}

@@ -48,7 +48,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -375,27 +374,21 @@ func (s *Source) joinAll(ctx context.Context, nodes []v1beta1.NodeInventory, dee
 	s.mu.Lock()
 	tracked := s.tracked
 	s.mu.Unlock()
-	if tracked {
-		// Only the nodes with shard events since their last join look.
-		lookup := s.getShard(ctx)
-		for i := range nodes {
-			if err := s.join(&nodes[i], lookup, deep); err != nil {
-				return err
-			}
+	// Tracked, only the nodes with shard events since their last join
+	// look, one shard at a time; else every shard is listed at once.
+	lookup := s.getShard(ctx)
+	if !tracked {
+		var list v1beta1.NodeInventoryShardList
+		// Shallow copies of the cached shards, only read.
+		if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+			return fmt.Errorf("list node inventory shards: %w", err)
 		}
-		s.prune(nodes)
-		return nil
+		byName := make(map[string]*v1beta1.NodeInventoryShard, len(list.Items))
+		for i := range list.Items {
+			byName[list.Items[i].Name] = &list.Items[i]
+		}
+		lookup = func(name string) (*v1beta1.NodeInventoryShard, error) { return byName[name], nil }
 	}
-	var list v1beta1.NodeInventoryShardList
-	// Shallow copies of the cached shards, only read.
-	if err := s.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("list node inventory shards: %w", err)
-	}
-	byName := make(map[string]*v1beta1.NodeInventoryShard, len(list.Items))
-	for i := range list.Items {
-		byName[list.Items[i].Name] = &list.Items[i]
-	}
-	lookup := func(name string) (*v1beta1.NodeInventoryShard, error) { return byName[name], nil }
 	for i := range nodes {
 		if err := s.join(&nodes[i], lookup, deep); err != nil {
 			return err
@@ -565,7 +558,7 @@ func joinShards(shards []*v1beta1.NodeInventoryShard, rvs []string, rv uint64, p
 				slog.Warn("a NodeInventoryShard's packed sandboxes are not all readable; the others are joined", "shard", sh.Name, "resourceVersion", sh.ResourceVersion, "error", err)
 			}
 			j.parts[k] = part
-			j.sorted[k] = slices.IsSortedFunc(part, func(a, b v1beta1.SandboxEntry) int { return strings.Compare(a.ID, b.ID) })
+			j.sorted[k] = slices.IsSortedFunc(part, v1beta1.CompareSandboxIDs)
 		}
 	}
 	return j
@@ -632,7 +625,7 @@ func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard,
 		j.flatten()
 		return
 	}
-	byID := func(a, b int) int { return strings.Compare(entries[a].ID, entries[b].ID) }
+	byID := func(a, b int) int { return v1beta1.CompareSandboxIDs(entries[a], entries[b]) }
 	out := make([]v1beta1.SandboxEntry, 0, j.partsLen()+len(changed))
 	for k, part := range j.parts {
 		if !touched[k] {
@@ -644,7 +637,7 @@ func (j *joined) applyChanges(node string, shards []*v1beta1.NodeInventoryShard,
 		// order the host's next fold writes. A shard that is not sorted
 		// is joined sorted.
 		if !j.sorted[k] {
-			part = slices.SortedStableFunc(slices.Values(part), func(a, b v1beta1.SandboxEntry) int { return strings.Compare(a.ID, b.ID) })
+			part = slices.SortedStableFunc(slices.Values(part), v1beta1.CompareSandboxIDs)
 		}
 		cs := byShard[k]
 		slices.SortFunc(cs, byID)
