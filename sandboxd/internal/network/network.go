@@ -80,6 +80,9 @@ const (
 	maxIDLen     = 64
 	// sandboxIface is the sandbox end of its veth pair.
 	sandboxIface = "eth0"
+	// addrGenModeNone is IN6_ADDR_GEN_MODE_NONE (linux/if_link.h): an
+	// interface in this mode gets no IPv6 link-local address.
+	addrGenModeNone = 1
 )
 
 // Options configure a Manager.
@@ -411,6 +414,14 @@ func (m *Manager) configure(sb *Sandbox, hostNS netns.NsHandle, host *netlink.Ha
 	hostEnd, err := host.LinkByName(sb.HostIface)
 	if err != nil {
 		return fmt.Errorf("find host interface %s: %w", sb.HostIface, err)
+	}
+	// No IPv6 on the host end either (it would get a link-local address
+	// when it comes up). Beyond being unused, each IPv6 address of a host
+	// interface costs a walk of the host's whole conntrack table when the
+	// interface goes (masquerade's address notifier, run for every
+	// removed IPv6 address, beside its device notifier's walk).
+	if err := host.LinkSetIP6AddrGenMode(hostEnd, addrGenModeNone); err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
+		return fmt.Errorf("turn off IPv6 addresses of host interface %s: %w", sb.HostIface, err)
 	}
 	if err := host.AddrAdd(hostEnd, addr(sb.Block.Host)); err != nil {
 		return fmt.Errorf("address host interface %s: %w", sb.HostIface, err)

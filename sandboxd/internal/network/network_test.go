@@ -202,6 +202,14 @@ func TestSandboxSide(t *testing.T) {
 		if len(sb.HostIface) > 15 || !strings.HasPrefix(sb.HostIface, e.opts.IfacePrefix) {
 			t.Errorf("HostIface = %q", sb.HostIface)
 		}
+		// The host end has its block's host address and nothing else: an
+		// IPv6 link-local address would cost a walk of the conntrack
+		// table when it goes.
+		if hostEnd, err := netlink.LinkByName(sb.HostIface); err != nil {
+			t.Errorf("%s: %v", sb.HostIface, err)
+		} else if addrs, err := netlink.AddrList(hostEnd, netlink.FAMILY_ALL); err != nil || len(addrs) != 1 || addrs[0].IPNet.String() != sb.Block.Host.String()+"/30" {
+			t.Errorf("%s: addresses = %v, %v; want only %s/30", sb.HostIface, addrs, err, sb.Block.Host)
+		}
 		inNS(t, sb.NetNS, func() error {
 			eth0, err := netlink.LinkByName("eth0")
 			if err != nil {
