@@ -1,11 +1,9 @@
 package system_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"runtime"
 	"sync"
@@ -22,29 +20,12 @@ import (
 func TestMoreDefaultSandboxesThanCores(t *testing.T) {
 	sys := systemtest.Start(t, "team-a")
 	n := runtime.NumCPU()*8/2 + 4
-	client := &http.Client{Timeout: 60 * time.Second}
 	// Not t.Context(): the kills run in Cleanup, after it ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	api := newAPIClient(sys.Keys["team-a"])
 	call := func(method, url string, body any) (int, []byte, error) {
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, err := http.NewRequestWithContext(ctx, method, url, rd)
-		if err != nil {
-			return 0, nil, err
-		}
-		req.Header.Set("X-API-Key", sys.Keys["team-a"])
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, b, err
+		return api.call(ctx, method, url, body, nil)
 	}
 
 	// Four at a time, paced under the team's 5 creates a second.

@@ -1,9 +1,7 @@
 package system_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os/exec"
 	"syscall"
@@ -19,29 +17,14 @@ import (
 func TestSandboxdIsRestartedNotTornDown(t *testing.T) {
 	sys := systemtest.Start(t, "team-a")
 	key, table := sys.Keys["team-a"], sys.Config().NFTTable
+	api := newAPIClient(key)
 	call := func(method, url string, body any, header map[string]string) (int, []byte) {
 		t.Helper()
-		var rd io.Reader
-		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
-		}
-		req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("X-API-Key", key)
-		req.Header.Set("Content-Type", "application/json")
-		for k, v := range header {
-			req.Header.Set(k, v)
-		}
-		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		code, b, err := api.call(t.Context(), method, url, body, header)
 		if err != nil {
 			return 0, []byte(err.Error())
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		return code, b
 	}
 	tableThere := func() bool {
 		return exec.Command("nft", "list", "table", "inet", table).Run() == nil

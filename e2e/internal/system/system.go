@@ -102,6 +102,12 @@ type Config struct {
 	Env []string
 	// Progress receives a line per step; nil discards them.
 	Progress io.Writer
+	// Disposable says that nothing starts on State again (a test's or a
+	// benchmark's system): when Stop cannot kill the sandboxes through
+	// sandboxd, it ends their processes and unmounts what they held
+	// itself, and removes the host resources all the same, rather than
+	// keep them for a next start that never comes.
+	Disposable bool
 }
 
 // System is a running system.
@@ -263,7 +269,9 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 // host resources sandboxd keeps for its next start. When the sandboxes
 // could not be killed (sandboxd was down), it keeps those resources — the
 // nftables table above all, which isolates the sandboxes still running —
-// for the next start's sandboxd to re-adopt them.
+// for the next start's sandboxd to re-adopt them, unless the system is
+// Disposable: then it ends the sandboxes itself and removes them anyway,
+// and returns the error of the kill along with any other.
 func (s *System) Stop(ctx context.Context) error {
 	s.stopSupervising()
 	if s.front != nil {
@@ -273,8 +281,12 @@ func (s *System) Stop(ctx context.Context) error {
 	if len(s.procs) > 0 { // sandboxd was started
 		if err := s.killSandboxes(ctx); err != nil {
 			s.stopProcesses()
-			return fmt.Errorf("kill the sandboxes: %w (kept nftables table %s, cgroup %s and %s for the next start, which re-adopts the sandboxes)",
-				err, s.cfg.NFTTable, s.cfg.CgroupParent, s.cfg.RunDir)
+			if !s.cfg.Disposable {
+				return fmt.Errorf("kill the sandboxes: %w (kept nftables table %s, cgroup %s and %s for the next start, which re-adopts the sandboxes)",
+					err, s.cfg.NFTTable, s.cfg.CgroupParent, s.cfg.RunDir)
+			}
+			errs = append(errs, fmt.Errorf("kill the sandboxes through sandboxd: %w (ended their processes and removed what they held instead)", err),
+				s.endSandboxes())
 		}
 	}
 	s.stopProcesses()
@@ -504,7 +516,8 @@ func FreeAddr() (string, error) {
 // loopback ports, and host resources of its own (nftables table, cgroup,
 // veth names, a /22 of sandbox addresses at random), so that it shares the
 // machine with make up or another such system. The rest is the Config's
-// zero value: sandboxd's defaults and no per-team limits.
+// zero value: sandboxd's defaults and no per-team limits. It is
+// Disposable: its Stop leaves nothing of it on the host.
 func LocalConfig(bin, state string, teams ...string) (Config, error) {
 	addrs := make([]string, 6)
 	for i := range addrs {
@@ -520,5 +533,6 @@ func LocalConfig(bin, state string, teams ...string) (Config, error) {
 		Teams: teams, NodeName: "test-host",
 		NFTTable: "skiff_sys_" + suffix, CgroupParent: "skiff-sys-" + suffix, IfacePrefix: "y" + suffix,
 		SandboxCIDR: fmt.Sprintf("10.%d.%d.0/22", 100+mrand.IntN(100), mrand.IntN(64)*4),
+		Disposable:  true,
 	}, nil
 }

@@ -1,0 +1,181 @@
+package system
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/skiff-dev/skiff/shared/cgroups"
+)
+
+// endSandboxes does what sandboxd could not, for a Disposable system whose
+// sandboxd is stopped: it ends every process in the sandboxes' cgroups,
+// removes those cgroups, and unmounts everything under State and RunDir
+// (the sandboxes' roots and disks, the files of their network namespaces),
+// so that Stop can remove the rest and the caller the directories.
+func (s *System) endSandboxes() error {
+	var errs []error
+	if s.cfg.CgroupParent != "" {
+		paths, err := cgroups.Paths(s.cfg.CgroupParent)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, p := range paths {
+			errs = append(errs, killCgroupTree(p, 10*time.Second), removeCgroupChildren(p))
+		}
+	}
+	for _, dir := range []string{s.cfg.State, s.cfg.RunDir} {
+		if dir != "" {
+			errs = append(errs, unmountUnder(dir))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killCgroupTree sends SIGKILL to every process in the cgroup at dir and
+// below, until none is left or within passes. A frozen cgroup (a paused
+// sandbox) is thawed first: on cgroup v1 a frozen process does not die.
+func killCgroupTree(dir string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		pids, err := cgroupTreePIDs(dir)
+		if err != nil || len(pids) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v of cgroup %s outlived SIGKILL for %s", pids, dir, within)
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cgroupTreePIDs lists the processes of the cgroup at dir and below; none
+// when dir is not there. It thaws each frozen cgroup it passes.
+func cgroupTreePIDs(dir string) ([]int, error) {
+	var pids []int
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		_ = os.WriteFile(filepath.Join(path, "cgroup.freeze"), []byte("0"), 0)      // v2
+		_ = os.WriteFile(filepath.Join(path, "freezer.state"), []byte("THAWED"), 0) // v1
+		data, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		for f := range strings.FieldsSeq(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	return pids, err
+}
+
+// removeCgroupChildren removes the (empty) cgroups below dir, deepest
+// first; dir itself stays, for cgroups.Remove.
+func removeCgroupChildren(dir string) error {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err == nil && d.IsDir() && path != dir {
+			dirs = append(dirs, path)
+		}
+		return err
+	})
+	var errs []error
+	for _, d := range slices.Backward(dirs) { // WalkDir lists parents first
+		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+		}
+	}
+	return errors.Join(err, errors.Join(errs...))
+}
+
+// unmountUnder detaches every mount at or below dir in this process's
+// mount namespace, deepest first.
+func unmountUnder(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	mounts, err := mountPoints()
+	if err != nil {
+		return err
+	}
+	var under []string
+	for _, m := range mounts {
+		if m == abs || strings.HasPrefix(m, abs+"/") {
+			under = append(under, m)
+		}
+	}
+	// Deeper mounts first; one mounted twice is unmounted twice.
+	slices.SortStableFunc(under, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	var errs []error
+	for _, m := range under {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountPoints lists the mount points of this process's mount namespace
+// (the fifth field of /proc/self/mountinfo, unescaped).
+func mountPoints() ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		points = append(points, unescapeMountinfo(fields[4]))
+	}
+	return points, sc.Err()
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
