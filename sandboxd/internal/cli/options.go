@@ -267,7 +267,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CgroupParent, "cgroup-parent", o.CgroupParent, "Cgroup under which each sandbox gets its own, relative: below sandboxd's cgroup on cgroup v1, beside it on v2.")
 
 	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "Directory of the sandboxes' network namespaces (netns/<id>); a tmpfs such as /run, since they end with the boot.")
-	fs.StringVar(&o.IfacePrefix, "iface-prefix", o.IfacePrefix, "Start of the host end's name of every sandbox's veth, 1 to 8 of [a-z0-9_-]; no other interface of the host may start with it.")
+	fs.StringVar(&o.IfacePrefix, "iface-prefix", o.IfacePrefix, "Start of the name of every sandbox's veth host end (in the router namespace) and of the host's link to that namespace (<prefix>-rt), 1 to 8 of [a-z0-9_-]; no other interface of the host may start with it.")
 	fs.StringVar(&o.NFTTable, "nft-table", o.NFTTable, "The nftables table (family inet) of the sandboxes' isolation and NAT rules; sandboxd owns it and reinstalls it at start.")
 	fs.StringSliceVar(&o.DenyCIDRs, "deny-cidr", o.DenyCIDRs, "IPv4 prefixes no sandbox reaches, beside the private, shared (CGNAT), link-local and cloud metadata ranges always denied "+
 		"(repeat or comma-separate).")

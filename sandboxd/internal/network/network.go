@@ -1,16 +1,22 @@
 // Package network gives each sandbox its own network namespace.
 //
 // A sandbox's namespace is bind-mounted at RunDir/netns/<id>, as `ip netns
-// add` does, and linked to the host by a veth pair. The host end is named
-// IfacePrefix plus a hash of the sandbox ID, holds the Host address of the
-// sandbox's /30 block (ipam.Block) and is its gateway; the sandbox end is
-// eth0 with the block's Sandbox address, and a default route through its
-// gateway. Where its packets may go is the host's nftables' decision alone,
-// so that it can change while the sandbox runs (gVisor's netstack takes the
-// namespace's routes once, when it starts).
+// add` does, and linked by a veth pair to the router namespace (router.go),
+// which one lasting veth pair links to the host. The host end of the
+// sandbox's pair, in the router namespace, is named IfacePrefix plus a hash
+// of the sandbox ID, holds the Host address of the sandbox's /30 block
+// (ipam.Block) and is its gateway; the sandbox end is eth0 with the block's
+// Sandbox address, and a default route through its gateway. The router
+// drops, statelessly, what goes from one sandbox to another, is not IPv4
+// or has a spoofed source, and passes the rest to the host. Where its
+// packets may go is the host's nftables' decision alone, so that it can
+// change while the sandbox runs (gVisor's netstack takes the namespace's
+// routes once, when it starts).
 //
-// One nftables table (family inet) isolates the sandboxes, which it knows by
-// the name prefix of their host interfaces:
+// One nftables table (family inet) in the host's namespace isolates the
+// sandboxes, which it knows by the name prefix of their interfaces: the
+// host's end of the router's link (and the host ends of sandboxes a
+// sandboxd before the router namespace set up) start with IfacePrefix:
 //
 //   - forward: a packet from a sandbox is dropped when it goes to another
 //     sandbox or anywhere in the pool, has a source address that is not
@@ -249,6 +255,9 @@ func (m *Manager) Init(ctx context.Context) error {
 	if err := enableForwarding(); err != nil {
 		return err
 	}
+	if err := m.initRouter(); err != nil {
+		return err
+	}
 	err := m.nftBatch(func(cc *nftables.Conn) error {
 		kept := make(map[string][]nftables.SetElement)
 		for _, set := range m.keptSets() {
@@ -283,6 +292,9 @@ func (m *Manager) Remove(ctx context.Context) error {
 	}
 	ids, err := m.List()
 	if err != nil || len(ids) > 0 {
+		return err
+	}
+	if err := m.removeRouter(); err != nil {
 		return err
 	}
 	if err := unix.Unmount(m.nsDir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
@@ -329,30 +341,25 @@ func (m *Manager) Setup(ctx context.Context, id string, b ipam.Block, allowInter
 			return
 		}
 		if linked {
-			err = errors.Join(err, deleteLink(sb.HostIface))
+			err = errors.Join(err, m.deleteSandboxLink(sb.HostIface))
 		}
 		err = errors.Join(err, removeNS(sb.NetNS))
 	}()
 
 	// A netlink socket stays in the namespace it was opened in: this one,
-	// opened here, configures the host end from the sandbox's thread.
-	host, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	// opened in the router namespace, configures the host end from the
+	// sandbox's thread.
+	router, routerNS, err := m.routerHandle()
 	if err != nil {
 		return nil, fmt.Errorf("open netlink for sandbox %s: %w", id, err)
 	}
-	defer host.Close()
+	defer router.Close()
+	defer routerNS.Close()
 	err = onNSThread(
 		func() error { return unix.Unshare(unix.CLONE_NEWNET) },
-		func(hostNS netns.NsHandle) error { return m.configure(sb, hostNS, host, &linked) },
+		func(netns.NsHandle) error { return m.configure(sb, routerNS, router, &linked) },
 	)
 	if err != nil {
-		return nil, fmt.Errorf("set up network of sandbox %s: %w", id, err)
-	}
-	// The egress filters listen on the host's loopback, where its rules
-	// send some of the sandbox's traffic (policy.go): a packet from the
-	// host end to 127.0.0.1 is routed only with route_localnet. Packets the
-	// sandbox itself sends to 127.0.0.1 are dropped (the input chain).
-	if err := writeSysctl("net/ipv4/conf/"+sb.HostIface+"/route_localnet", "1"); err != nil {
 		return nil, fmt.Errorf("set up network of sandbox %s: %w", id, err)
 	}
 	// Removing the address as well when internet access is off overwrites
@@ -365,9 +372,10 @@ func (m *Manager) Setup(ctx context.Context, id string, b ipam.Block, allowInter
 
 // configure runs on a thread in the sandbox's new namespace. It pins the
 // namespace to its file, sets its sysctls, brings up lo, creates the veth
-// pair with its host end in hostNS, and addresses and brings up both ends,
-// the host end through host, a netlink handle in hostNS.
-func (m *Manager) configure(sb *Sandbox, hostNS netns.NsHandle, host *netlink.Handle, linked *bool) error {
+// pair with its host end in the router namespace routerNS (router.go), and
+// addresses and brings up both ends, the host end through router, a
+// netlink handle in routerNS.
+func (m *Manager) configure(sb *Sandbox, routerNS netns.NsHandle, router *netlink.Handle, linked *bool) error {
 	if err := unix.Mount("/proc/thread-self/ns/net", sb.NetNS, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind-mount namespace: %w", err)
 	}
@@ -398,7 +406,7 @@ func (m *Manager) configure(sb *Sandbox, hostNS netns.NsHandle, host *netlink.Ha
 	// otherwise; without XDP they serve no purpose but cost time and memory.
 	attrs.NumTxQueues, attrs.NumRxQueues = 1, 1
 	eth0 := netlink.NewVeth(attrs)
-	eth0.PeerName, eth0.PeerNamespace = sb.HostIface, netlink.NsFd(hostNS)
+	eth0.PeerName, eth0.PeerNamespace = sb.HostIface, netlink.NsFd(routerNS)
 	eth0.PeerNumTxQueues, eth0.PeerNumRxQueues = 1, 1
 	if err := in.LinkAdd(eth0); err != nil {
 		return fmt.Errorf("create veth pair %s: %w", sb.HostIface, err)
@@ -411,22 +419,22 @@ func (m *Manager) configure(sb *Sandbox, hostNS netns.NsHandle, host *netlink.Ha
 		return fmt.Errorf("add default route: %w", err)
 	}
 
-	hostEnd, err := host.LinkByName(sb.HostIface)
+	hostEnd, err := router.LinkByName(sb.HostIface)
 	if err != nil {
 		return fmt.Errorf("find host interface %s: %w", sb.HostIface, err)
 	}
 	// No IPv6 on the host end either (it would get a link-local address
-	// when it comes up). Beyond being unused, each IPv6 address of a host
-	// interface costs a walk of the host's whole conntrack table when the
-	// interface goes (masquerade's address notifier, run for every
-	// removed IPv6 address, beside its device notifier's walk).
-	if err := host.LinkSetIP6AddrGenMode(hostEnd, addrGenModeNone); err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
+	// when it comes up): sandboxes have IPv4 only. (In the host's
+	// namespace, each IPv6 address of an interface cost a walk of the
+	// whole conntrack table when the interface went: masquerade's address
+	// notifier runs for every removed IPv6 address.)
+	if err := router.LinkSetIP6AddrGenMode(hostEnd, addrGenModeNone); err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
 		return fmt.Errorf("turn off IPv6 addresses of host interface %s: %w", sb.HostIface, err)
 	}
-	if err := host.AddrAdd(hostEnd, addr(sb.Block.Host)); err != nil {
+	if err := router.AddrAdd(hostEnd, addr(sb.Block.Host)); err != nil {
 		return fmt.Errorf("address host interface %s: %w", sb.HostIface, err)
 	}
-	if err := host.LinkSetUp(hostEnd); err != nil {
+	if err := router.LinkSetUp(hostEnd); err != nil {
 		return fmt.Errorf("bring up host interface %s: %w", sb.HostIface, err)
 	}
 	// eth0 came up before its peer, without a carrier, so it transmits
@@ -460,7 +468,7 @@ func (m *Manager) Teardown(ctx context.Context, id string, b ipam.Block) error {
 			errs = append(errs, fmt.Errorf("remove rules of sandbox %s: %w", id, err))
 		}
 	}
-	if err := deleteLink(m.hostIface(id)); err != nil {
+	if err := m.deleteSandboxLink(m.hostIface(id)); err != nil {
 		errs = append(errs, fmt.Errorf("delete veth pair of sandbox %s: %w", id, err))
 	}
 	if err := removeNS(m.nsPath(id)); err != nil {
@@ -603,17 +611,37 @@ func defaultRoute(linkIndex int, gw netip.Addr) *netlink.Route {
 	}
 }
 
-// deleteLink deletes the host interface name, and with it its veth peer; an
-// interface that is not there is not an error.
-func deleteLink(name string) error {
-	link, err := netlink.LinkByName(name)
+// deleteSandboxLink deletes a sandbox's host interface, and with it its
+// veth peer: in the router namespace, or in the host's, where a sandboxd
+// before the router namespace put them.
+func (m *Manager) deleteSandboxLink(name string) error {
+	router, routerNS, err := m.routerHandle()
+	if err != nil {
+		if isNSMount(m.routerPath()) {
+			return err
+		}
+		return deleteLink(&netlink.Handle{}, name) // no router: not yet, or removed
+	}
+	defer router.Close()
+	defer routerNS.Close()
+	if err := deleteLink(router, name); err != nil {
+		return err
+	}
+	return deleteLink(&netlink.Handle{}, name)
+}
+
+// deleteLink deletes the interface name through h (the zero Handle: in this
+// thread's namespace), and with it its veth peer; an interface that is not
+// there is not an error.
+func deleteLink(h *netlink.Handle, name string) error {
+	link, err := h.LinkByName(name)
 	if _, ok := errors.AsType[netlink.LinkNotFoundError](err); ok {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+	if err := h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 		return err
 	}
 	return nil

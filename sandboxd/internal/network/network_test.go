@@ -83,21 +83,55 @@ func (e *env) sweep() {
 			_ = removeNS(e.m.nsPath(id))
 		}
 	}
-	links, err := netlink.LinkList()
+	// Sandboxes' interfaces left in the router namespace or the host's;
+	// the host's end of the link to the router goes with Remove.
+	if router, ns, err := e.m.routerHandle(); err == nil {
+		e.sweepLinks(router, "")
+		router.Close()
+		ns.Close()
+	}
+	e.sweepLinks(&netlink.Handle{}, e.m.hostLink())
+	if err := errors.Join(e.m.Remove(context.Background()), e.m.Close()); err != nil {
+		e.tb.Error(err)
+	}
+	if _, err := netlink.LinkByName(e.m.hostLink()); err == nil {
+		e.tb.Errorf("the router's link %s is still there", e.m.hostLink())
+	}
+	if _, err := os.Stat(e.m.routerPath()); err == nil {
+		e.tb.Errorf("the router namespace %s is still there", e.m.routerPath())
+	}
+	if tableExists(e.tb, e.opts.Table) {
+		e.tb.Errorf("nftables table %s is still there", e.opts.Table)
+	}
+}
+
+// router is a netlink handle in the router namespace, closed when the test
+// ends: where the host ends of the sandboxes' veth pairs are.
+func (e *env) router() *netlink.Handle {
+	e.tb.Helper()
+	h, ns, err := e.m.routerHandle()
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	e.tb.Cleanup(func() {
+		h.Close()
+		ns.Close()
+	})
+	return h
+}
+
+// sweepLinks reports and deletes the interfaces of the sandboxes' prefix
+// that h lists, but keep.
+func (e *env) sweepLinks(h *netlink.Handle, keep string) {
+	links, err := h.LinkList()
 	if err != nil {
 		e.tb.Error(err)
 	}
 	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, e.opts.IfacePrefix) {
-			e.tb.Errorf("leaked interface %s", l.Attrs().Name)
-			_ = netlink.LinkDel(l)
+		if name := l.Attrs().Name; strings.HasPrefix(name, e.opts.IfacePrefix) && name != keep {
+			e.tb.Errorf("leaked interface %s", name)
+			_ = h.LinkDel(l)
 		}
-	}
-	if err := errors.Join(e.m.Remove(context.Background()), e.m.Close()); err != nil {
-		e.tb.Error(err)
-	}
-	if tableExists(e.tb, e.opts.Table) {
-		e.tb.Errorf("nftables table %s is still there", e.opts.Table)
 	}
 }
 
@@ -143,7 +177,7 @@ func (e *env) outside() *outside {
 	}
 	hostIface := fmt.Sprintf("nx%s%d", e.tag, e.outsides) // not of the sandboxes' prefix
 	e.tb.Cleanup(func() {
-		if err := errors.Join(deleteLink(hostIface), removeNS(o.ns)); err != nil {
+		if err := errors.Join(deleteLink(&netlink.Handle{}, hostIface), removeNS(o.ns)); err != nil {
 			e.tb.Error(err)
 		}
 	})
@@ -195,6 +229,7 @@ func (e *env) outside() *outside {
 func TestSandboxSide(t *testing.T) {
 	e := newEnv(t)
 	on, off := e.setup("on", true), e.setup("off", false)
+	router := e.router()
 	for _, sb := range []*Sandbox{on, off} {
 		if want := filepath.Join(e.opts.RunDir, "netns", sb.ID); sb.NetNS != want {
 			t.Errorf("NetNS = %s, want %s", sb.NetNS, want)
@@ -202,12 +237,14 @@ func TestSandboxSide(t *testing.T) {
 		if len(sb.HostIface) > 15 || !strings.HasPrefix(sb.HostIface, e.opts.IfacePrefix) {
 			t.Errorf("HostIface = %q", sb.HostIface)
 		}
-		// The host end has its block's host address and nothing else: an
-		// IPv6 link-local address would cost a walk of the conntrack
-		// table when it goes.
-		if hostEnd, err := netlink.LinkByName(sb.HostIface); err != nil {
+		// The host end is in the router namespace, not the host's, and
+		// has its block's host address and nothing else.
+		if _, err := netlink.LinkByName(sb.HostIface); err == nil {
+			t.Errorf("%s is in the host's namespace", sb.HostIface)
+		}
+		if hostEnd, err := router.LinkByName(sb.HostIface); err != nil {
 			t.Errorf("%s: %v", sb.HostIface, err)
-		} else if addrs, err := netlink.AddrList(hostEnd, netlink.FAMILY_ALL); err != nil || len(addrs) != 1 || addrs[0].IPNet.String() != sb.Block.Host.String()+"/30" {
+		} else if addrs, err := router.AddrList(hostEnd, netlink.FAMILY_ALL); err != nil || len(addrs) != 1 || addrs[0].IPNet.String() != sb.Block.Host.String()+"/30" {
 			t.Errorf("%s: addresses = %v, %v; want only %s/30", sb.HostIface, addrs, err, sb.Block.Host)
 		}
 		inNS(t, sb.NetNS, func() error {
@@ -266,8 +303,8 @@ func TestHostReachesSandbox(t *testing.T) {
 		}
 		peer, ok := accept(l, time.Second)
 		c.Close()
-		if !ok || peer.Addr() != sb.Block.Host {
-			t.Fatalf("sandbox %s saw %v, %v; want a connection from its gateway %s", sb.ID, peer, ok, sb.Block.Host)
+		if !ok || peer.Addr() != hostLinkAddr {
+			t.Fatalf("sandbox %s saw %v, %v; want a connection from the host's end of the router's link, %s", sb.ID, peer, ok, hostLinkAddr)
 		}
 	}
 }
@@ -322,19 +359,63 @@ func TestSandboxesIsolated(t *testing.T) {
 	}
 }
 
+// TestRouterTracksNoConnections: the sandboxes' traffic, to the outside
+// and from the host, leaves no conntrack entry in the router namespace,
+// where the sandboxes' interfaces come and go: the kernel then skips its
+// walk of the conntrack table when one goes (router.go).
+func TestRouterTracksNoConnections(t *testing.T) {
+	e := newEnv(t)
+	sb := e.setup("on", true)
+	out := e.outside()
+	l := listenIn(t, out.ns, out.addr)
+	c, err := dialIn(sb.NetNS, l.Addr().String())
+	if err != nil {
+		t.Fatalf("sandbox to the outside: %v", err)
+	}
+	defer c.Close()
+	if _, ok := accept(l, time.Second); !ok {
+		t.Fatal("the outside saw no connection")
+	}
+	in := listenIn(t, sb.NetNS, sb.Block.Sandbox)
+	hc, err := net.DialTimeout("tcp4", in.Addr().String(), time.Second)
+	if err != nil {
+		t.Fatalf("host to sandbox: %v", err)
+	}
+	defer hc.Close()
+	count := func(path string) string {
+		var n []byte
+		err := onNSThread(enterPath(path), func(netns.NsHandle) error {
+			var err error
+			n, err = os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_count")
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(n))
+	}
+	if n := count(e.m.routerPath()); n != "0" {
+		t.Errorf("the router namespace tracks %s connections, want 0", n)
+	}
+	// The host does track them: the count is not 0 for want of traffic.
+	if n := count("/proc/self/ns/net"); n == "0" {
+		t.Error("the host tracks no connection either: the test's traffic did not pass")
+	}
+}
+
 // TestHostClosedToSandboxes: a sandbox cannot connect to a port the host
 // listens on (standing in for sandboxd's admin port) at any of the host's
-// addresses.
+// addresses, that of its end of the router's link included.
 func TestHostClosedToSandboxes(t *testing.T) {
 	e := newEnv(t)
-	a, b := e.setup("a", true), e.setup("b", true)
+	a := e.setup("a", true)
 	l, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4zero})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).AddrPort().Port()
-	targets := []netip.Addr{a.Block.Host, b.Block.Host}
+	targets := []netip.Addr{hostLinkAddr}
 	if other, ok := hostAddr(t, e.opts.Pool); ok {
 		targets = append(targets, other)
 	}
@@ -585,7 +666,8 @@ func TestTeardownAndRestart(t *testing.T) {
 	if _, err := os.Stat(s1.NetNS); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("namespace file after Teardown: %v", err)
 	}
-	if _, err := netlink.LinkByName(s1.HostIface); err == nil {
+	router := e.router()
+	if _, err := router.LinkByName(s1.HostIface); err == nil {
 		t.Errorf("interface %s is left after Teardown", s1.HostIface)
 	}
 	if got := egressAddrs(t, e.opts.Table); len(got) != 0 {
@@ -602,7 +684,7 @@ func TestTeardownAndRestart(t *testing.T) {
 	if _, err := m2.Setup(ctx, s2.ID, s2.Block, true); !errors.Is(err, os.ErrExist) {
 		t.Errorf("second Setup of %s = %v, want ErrExist", s2.ID, err)
 	}
-	if _, err := netlink.LinkByName(s2.HostIface); err != nil {
+	if _, err := router.LinkByName(s2.HostIface); err != nil {
 		t.Errorf("failed second Setup removed the interface: %v", err)
 	}
 	if _, err := os.Stat(s2.NetNS); err != nil {
@@ -613,10 +695,10 @@ func TestTeardownAndRestart(t *testing.T) {
 	clash := "clash" + e.tag
 	dummy := netlink.NewVeth(netlink.LinkAttrs{Name: m2.hostIface(clash), TxQLen: -1})
 	dummy.PeerName = "ny" + e.tag
-	if err := netlink.LinkAdd(dummy); err != nil {
+	if err := router.LinkAdd(dummy); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = netlink.LinkDel(dummy) }()
+	defer func() { _ = router.LinkDel(dummy) }()
 	b, _ := e.ipam.Allocate(clash)
 	if _, err := m2.Setup(ctx, clash, b, true); err == nil || !strings.Contains(err.Error(), clash) {
 		t.Fatalf("Setup with a clashing interface = %v, want an error naming the sandbox", err)
@@ -624,10 +706,10 @@ func TestTeardownAndRestart(t *testing.T) {
 	if _, err := os.Stat(m2.nsPath(clash)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("namespace file after a failed Setup: %v", err)
 	}
-	if _, err := netlink.LinkByName(dummy.Name); err != nil {
+	if _, err := router.LinkByName(dummy.Name); err != nil {
 		t.Errorf("failed Setup deleted an interface it did not create: %v", err)
 	}
-	_ = netlink.LinkDel(dummy)
+	_ = router.LinkDel(dummy)
 
 	s3 := e.setup("three", true)
 	if ids, _ := m2.List(); !slices.Equal(ids, []string{s3.ID, s2.ID}) {
