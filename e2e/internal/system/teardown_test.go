@@ -38,7 +38,7 @@ func TestDisposableStopLeavesNothing(t *testing.T) {
 	}
 	pids := map[int]bool{} // the same in each hierarchy of cgroup v1
 	for _, p := range paths {
-		filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+		_ = filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
 				data, _ := os.ReadFile(filepath.Join(path, "cgroup.procs"))
 				for f := range strings.FieldsSeq(string(data)) {
