@@ -1,7 +1,6 @@
 package system
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/skiff-dev/skiff/shared/cgroups"
+	"github.com/skiff-dev/skiff/shared/mountinfo"
 )
 
 // endSandboxes does what sandboxd could not, for a Disposable system whose
@@ -119,17 +119,12 @@ func unmountUnder(dir string) error {
 	if err != nil {
 		return err
 	}
-	mounts, err := mountPoints()
+	under, err := mountinfo.Under(abs)
 	if err != nil {
 		return err
 	}
-	var under []string
-	for _, m := range mounts {
-		if m == abs || strings.HasPrefix(m, abs+"/") {
-			under = append(under, m)
-		}
-	}
-	// Deeper mounts first; one mounted twice is unmounted twice.
+	// Deeper mounts first, and of one mount point the last mount first.
+	slices.Reverse(under)
 	slices.SortStableFunc(under, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	var errs []error
 	for _, m := range under {
@@ -138,44 +133,4 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// mountPoints lists the mount points of this process's mount namespace
-// (the fifth field of /proc/self/mountinfo, unescaped).
-func mountPoints() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		points = append(points, unescapeMountinfo(fields[4]))
-	}
-	return points, sc.Err()
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/skiff-dev/skiff/e2e/internal/systemtest"
 	"github.com/skiff-dev/skiff/shared/cgroups"
+	"github.com/skiff-dev/skiff/shared/mountinfo"
 )
 
 // A test's or benchmark's system (Disposable) leaves nothing on the host
@@ -92,15 +93,9 @@ func TestDisposableStopLeavesNothing(t *testing.T) {
 // mountsUnder lists the mount points at or below dir.
 func mountsUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Under(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var under []string
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			under = append(under, f[4])
-		}
-	}
-	return under
+	return mounts
 }

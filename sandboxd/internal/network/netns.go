@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -121,4 +122,27 @@ func enableForwarding() error {
 		return nil
 	}
 	return writeSysctl(name, "1")
+}
+
+type sysctl struct{ name, value string }
+
+// setUpNamespace sets sysctls in the calling thread's network namespace,
+// brings up its lo, and returns a netlink handle in it, for the caller to
+// close.
+func setUpNamespace(sysctls []sysctl) (*netlink.Handle, error) {
+	for _, s := range sysctls {
+		if err := writeSysctl(s.name, s.value); err != nil {
+			return nil, err
+		}
+	}
+	in, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink: %w", err)
+	}
+	// lo always has index 1 in a namespace.
+	if err := in.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: 1}}); err != nil {
+		in.Close()
+		return nil, fmt.Errorf("bring up lo: %w", err)
+	}
+	return in, nil
 }

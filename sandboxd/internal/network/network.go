@@ -379,26 +379,17 @@ func (m *Manager) configure(sb *Sandbox, routerNS netns.NsHandle, router *netlin
 	if err := unix.Mount("/proc/thread-self/ns/net", sb.NetNS, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind-mount namespace: %w", err)
 	}
-	for _, s := range []struct{ name, value string }{
+	in, err := setUpNamespace([]sysctl{
 		{"net/ipv4/ip_unprivileged_port_start", "0"},
 		{"net/ipv4/ping_group_range", "0 2147483647"},
 		// eth0 is created after this and gets no IPv6: sandboxes have
 		// IPv4 only, and lo keeps its ::1.
 		{"net/ipv6/conf/default/disable_ipv6", "1"},
-	} {
-		if err := writeSysctl(s.name, s.value); err != nil {
-			return err
-		}
-	}
-	in, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	})
 	if err != nil {
-		return fmt.Errorf("open netlink: %w", err)
+		return err
 	}
 	defer in.Close()
-	// lo always has index 1 in a new namespace.
-	if err := in.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: 1}}); err != nil {
-		return fmt.Errorf("bring up lo: %w", err)
-	}
 
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name, attrs.MTU, attrs.Flags = sandboxIface, m.mtu, net.FlagUp

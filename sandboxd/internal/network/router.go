@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -129,24 +128,16 @@ func (m *Manager) initRouter() error {
 // lo, its end of the link (made with the host's end in hostNS if missing)
 // and its default route to the host.
 func (m *Manager) configureRouter(hostNS netns.NsHandle) error {
-	for _, s := range []struct{ name, value string }{
+	in, err := setUpNamespace([]sysctl{
 		{"net/ipv4/ip_forward", "1"},
 		// No IPv6 on any interface: sandboxes have IPv4 only.
 		{"net/ipv6/conf/all/disable_ipv6", "1"},
 		{"net/ipv6/conf/default/disable_ipv6", "1"},
-	} {
-		if err := writeSysctl(s.name, s.value); err != nil {
-			return err
-		}
-	}
-	in, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	})
 	if err != nil {
-		return fmt.Errorf("open netlink: %w", err)
+		return err
 	}
 	defer in.Close()
-	if err := in.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: 1}}); err != nil {
-		return fmt.Errorf("bring up lo: %w", err)
-	}
 	up, err := in.LinkByName(routerUplink)
 	if _, ok := errors.AsType[netlink.LinkNotFoundError](err); ok {
 		attrs := netlink.NewLinkAttrs()
@@ -223,32 +214,12 @@ func (m *Manager) writeRouterRules() error {
 	if err != nil {
 		return err
 	}
-	t := &nftables.Table{Name: routerTable, Family: nftables.TableFamilyINet}
-	cc.AddTable(t) // adding first makes the deletion succeed when the table is new
-	cc.DelTable(t)
-	cc.AddTable(t)
-	forward := cc.AddChain(&nftables.Chain{
-		Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
-	})
-	input := cc.AddChain(&nftables.Chain{
-		Name: "input", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter,
-	})
-	add := func(c *nftables.Chain, exprs ...[]expr.Any) {
-		cc.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: slices.Concat(exprs...)})
-	}
+	forward, input, add := replaceTable(cc, &nftables.Table{Name: routerTable, Family: nftables.TableFamilyINet})
 	fromSandbox, toSandbox := ifname(expr.MetaKeyIIFNAME, m.prefix), ifname(expr.MetaKeyOIFNAME, m.prefix)
 	drop := verdict(expr.VerdictDrop, "")
 	add(forward, fromSandbox, toSandbox, drop)
-	add(forward, fromSandbox, []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-	}, drop)
-	add(forward, fromSandbox, []expr.Any{ // fib saddr . iif oif missing
-		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
-	}, drop)
+	add(forward, fromSandbox, notIPv4(), drop)
+	add(forward, fromSandbox, spoofed(), drop)
 	add(input, fromSandbox, drop)
 	return cc.Flush()
 }

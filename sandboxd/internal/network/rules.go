@@ -76,9 +76,7 @@ func (m *Manager) nftBatch(queue func(*nftables.Conn) error) error {
 // what the rules do.
 func (m *Manager) writeRules(cc *nftables.Conn, kept map[string][]nftables.SetElement) error {
 	t := m.table
-	cc.AddTable(t) // adding first makes the deletion succeed when the table is new
-	cc.DelTable(t)
-	cc.AddTable(t)
+	forward, input, add := replaceTable(cc, t)
 	set := m.egressSet()
 	for _, s := range m.keptSets() {
 		if err := cc.AddSet(s, kept[s.Name]); err != nil {
@@ -88,24 +86,13 @@ func (m *Manager) writeRules(cc *nftables.Conn, kept map[string][]nftables.SetEl
 	if err := cc.AddSet(m.rulesMap(), nil); err != nil {
 		return err
 	}
-	forward := cc.AddChain(&nftables.Chain{
-		Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
-	})
 	fromSandbox := cc.AddChain(&nftables.Chain{Name: fromSandboxChain, Table: t})
 	userRules := cc.AddChain(&nftables.Chain{Name: userRulesChain, Table: t})
 	egressOK := cc.AddChain(&nftables.Chain{Name: egressChain, Table: t})
-	input := cc.AddChain(&nftables.Chain{
-		Name: "input", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter,
-	})
 	postrouting := cc.AddChain(&nftables.Chain{
 		Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
 	})
-	add := func(c *nftables.Chain, exprs ...[]expr.Any) {
-		cc.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: slices.Concat(exprs...)})
-	}
 	fromSandboxIf := ifname(expr.MetaKeyIIFNAME, m.prefix)
 	toSandboxIf := ifname(expr.MetaKeyOIFNAME, m.prefix)
 
@@ -117,14 +104,8 @@ func (m *Manager) writeRules(cc *nftables.Conn, kept map[string][]nftables.SetEl
 	ruled := m.ruledSet()
 	toUserRules := verdict(expr.VerdictGoto, userRulesChain)
 	add(fromSandbox, toSandboxIf, drop)
-	add(fromSandbox, []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-	}, drop)
-	add(fromSandbox, []expr.Any{ // fib saddr . iif oif missing
-		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
-	}, drop)
+	add(fromSandbox, notIPv4(), drop)
+	add(fromSandbox, spoofed(), drop)
 	add(fromSandbox, ipIn(ipDstOffset, m.pool), drop)
 	// The resolvers on port 53, then what the operator allows, then what
 	// is denied; the rest is the internet.
@@ -179,6 +160,44 @@ func (m *Manager) writeRules(cc *nftables.Conn, kept map[string][]nftables.SetEl
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 	}, ipIn(ipSrcOffset, m.pool), ipNotIn(ipDstOffset, m.pool), []expr.Any{&expr.Masq{}})
 	return nil
+}
+
+// replaceTable queues the replacement of table t by an empty one with a
+// forward and an input chain (filter), and returns them and a function
+// that queues a rule of expressions in a chain of t.
+func replaceTable(cc *nftables.Conn, t *nftables.Table) (forward, input *nftables.Chain, add func(*nftables.Chain, ...[]expr.Any)) {
+	cc.AddTable(t) // adding first makes the deletion succeed when the table is new
+	cc.DelTable(t)
+	cc.AddTable(t)
+	forward = cc.AddChain(&nftables.Chain{
+		Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter,
+	})
+	input = cc.AddChain(&nftables.Chain{
+		Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter,
+	})
+	add = func(c *nftables.Chain, exprs ...[]expr.Any) {
+		cc.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: slices.Concat(exprs...)})
+	}
+	return forward, input, add
+}
+
+// notIPv4 matches a packet that is not IPv4.
+func notIPv4() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}
+}
+
+// spoofed matches a packet whose source address is not routed back through
+// the interface it came in on: "fib saddr . iif oif missing".
+func spoofed() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+	}
 }
 
 type listener struct {

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/skiff-dev/skiff/shared/mountinfo"
 )
 
 // BaseName is the name of the built-in template, the one the e2b SDKs start
@@ -383,7 +385,7 @@ func removeLeftovers(cacheDir string, progress io.Writer) {
 // it: removing a tree with the host's /dev or /proc inside would reach out
 // of it.
 func removeBuildDir(dir string) error {
-	mounts, err := mountsUnder(dir)
+	mounts, err := mountinfo.Under(dir)
 	if err != nil {
 		return fmt.Errorf("left %s in place: %w", dir, err)
 	}
@@ -391,49 +393,6 @@ func removeBuildDir(dir string) error {
 		return fmt.Errorf("left %s in place: %s is mounted", dir, mounts[0])
 	}
 	return os.RemoveAll(dir)
-}
-
-// mountsUnder lists the mount points at or below dir.
-func mountsUnder(dir string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	return parseMountsUnder(data, dir), nil
-}
-
-func parseMountsUnder(mountinfo []byte, dir string) []string {
-	var out []string
-	for line := range strings.Lines(string(mountinfo)) {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func isDir(p string) bool {

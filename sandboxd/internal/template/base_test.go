@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skiff-dev/skiff/shared/mountinfo"
 )
 
 func TestAddEntry(t *testing.T) {
@@ -168,21 +170,6 @@ func TestBaseOptions(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	if _, err := findDebootstrap(""); err == nil || !strings.Contains(err.Error(), "apt-get install debootstrap") {
 		t.Errorf("debootstrap not in PATH: %v", err)
-	}
-}
-
-func TestParseMountsUnder(t *testing.T) {
-	info := `22 1 0:21 / / rw - ext4 /dev/vda rw
-30 22 0:5 / /cache/.build-1/proc rw - proc proc rw
-31 22 0:6 / /cache/.build-1/dev/pts rw - devpts devpts rw
-32 22 0:7 / /cache/.build-10 rw - tmpfs tmpfs rw
-33 22 0:8 / /cache/with\040space/.build-2/sys rw - sysfs sysfs rw
-`
-	if got := parseMountsUnder([]byte(info), "/cache/.build-1"); !slices.Equal(got, []string{"/cache/.build-1/proc", "/cache/.build-1/dev/pts"}) {
-		t.Errorf("mounts = %q", got)
-	}
-	if got := parseMountsUnder([]byte(info), "/cache/with space/.build-2"); len(got) != 1 {
-		t.Errorf("escaped mounts = %q", got)
 	}
 }
 
@@ -463,7 +450,7 @@ func TestBuildBase(t *testing.T) {
 	if err != nil || string(out) != "user /home/user\n42\ngit curl\n" || stderr.Len() > 0 {
 		t.Errorf("bash -l as user = %q, %v; stderr %q", out, err, stderr.String())
 	}
-	if mounts, _ := mountsUnder(root); len(mounts) > 0 {
+	if mounts, _ := mountinfo.Under(root); len(mounts) > 0 {
 		t.Errorf("mounts left behind: %q", mounts)
 	}
 

@@ -1,0 +1,54 @@
+// Package mountinfo reads the mount points of this process's mount
+// namespace from /proc/self/mountinfo.
+package mountinfo
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Under lists the mount points at or below dir (an absolute, clean path),
+// in the order the kernel lists them: a mount before those on top of it.
+func Under(dir string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	return ParseUnder(data, dir), nil
+}
+
+// ParseUnder is Under of mountinfo, the text of a mountinfo file.
+func ParseUnder(mountinfo []byte, dir string) []string {
+	var out []string
+	for line := range strings.Lines(string(mountinfo)) {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescape(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
