@@ -25,8 +25,9 @@ func cleanupCommand(o *Options) *cobra.Command {
 		Use:   "cleanup",
 		Short: "Remove what a stopped sandboxd keeps on the host for its next start",
 		Long: `Remove what sandboxd keeps on the host between runs when no sandbox is
-left: its nftables table, the sandboxes' parent cgroup, and the mount of the
-network namespaces' folder under --run-dir. Give it the flags serve ran with.
+left: its nftables table, the sandboxes' parent cgroup, the router namespace
+with its link to the host (<iface-prefix>-rt), and the mount of the network
+namespaces' folder under --run-dir. Give it the flags serve ran with.
 
 A stopped sandboxd leaves these in place on purpose: its sandboxes keep
 running without it, isolated by that table, and the next serve re-adopts
@@ -81,7 +82,7 @@ func runCleanup(ctx context.Context, o *Options, out io.Writer) error {
 	if err := nm.Remove(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "removed nftables table inet %s and the mount of %s\n", o.NFTTable, filepath.Join(o.RunDir, "netns"))
+	fmt.Fprintf(out, "removed nftables table inet %s, the router namespace and its link %s-rt, and the mount of %s\n", o.NFTTable, o.IfacePrefix, filepath.Join(o.RunDir, "netns"))
 	if err := cgroups.Remove(o.CgroupParent); err != nil {
 		return fmt.Errorf("remove the sandboxes' parent cgroup %s: %w", o.CgroupParent, err)
 	}

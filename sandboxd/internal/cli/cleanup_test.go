@@ -3,13 +3,16 @@ package cli
 import (
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/network"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/shared/cgroups"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
@@ -26,12 +29,27 @@ func TestCleanup(t *testing.T) {
 		t.Fatal("nft is needed (apt-get install nftables)")
 	}
 	suffix := fmt.Sprintf("%04x", rand.IntN(0xffff))
-	table, cgroup := "skiff_cleanup_"+suffix, "skiff-cleanup-"+suffix
+	table, cgroup, prefix := "skiff_cleanup_"+suffix, "skiff-cleanup-"+suffix, "c"+suffix
+	cidr := fmt.Sprintf("10.%d.%d.0/24", 100+rand.IntN(100), rand.IntN(256))
 	state, runDir := t.TempDir(), t.TempDir()
-	if out, err := exec.Command("nft", "add", "table", "inet", table).CombinedOutput(); err != nil {
-		t.Fatalf("nft add table: %v: %s", err, out)
+	// What serve's Init leaves: the table, the netns mount, the router
+	// namespace and its link to the host.
+	o := NewOptions()
+	o.NFTTable, o.RunDir, o.IfacePrefix, o.SandboxCIDR = table, runDir, prefix, cidr
+	nm, err := network.New(o.NetworkOptions())
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "inet", table).Run() })
+	if err := nm.Init(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	_ = nm.Close()
+	t.Cleanup(func() {
+		_ = exec.Command("nft", "delete", "table", "inet", table).Run()
+		_ = exec.Command("ip", "link", "delete", prefix+"-rt").Run()
+		_ = syscall.Unmount(filepath.Join(runDir, "netns", ".router"), syscall.MNT_DETACH)
+		_ = syscall.Unmount(filepath.Join(runDir, "netns"), syscall.MNT_DETACH)
+	})
 	paths, err := cgroups.Paths(cgroup)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +60,7 @@ func TestCleanup(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { _ = cgroups.Remove(cgroup) })
-	args := []string{"--state-dir", state, "cleanup", "--nft-table", table, "--cgroup-parent", cgroup, "--run-dir", runDir}
+	args := []string{"--state-dir", state, "cleanup", "--nft-table", table, "--cgroup-parent", cgroup, "--run-dir", runDir, "--iface-prefix", prefix, "--sandbox-cidr", cidr}
 
 	// A sandboxd serving on the state directory.
 	lock, err := lockStateDir(state)
@@ -86,6 +104,12 @@ func TestCleanup(t *testing.T) {
 	}
 	if err := exec.Command("nft", "list", "table", "inet", table).Run(); err == nil {
 		t.Error("the table is still there")
+	}
+	if _, err := net.InterfaceByName(prefix + "-rt"); err == nil {
+		t.Errorf("the router's link %s-rt is still there", prefix)
+	}
+	if _, err := os.Stat(filepath.Join(runDir, "netns", ".router")); !os.IsNotExist(err) {
+		t.Errorf("the router namespace's file: %v, want gone", err)
 	}
 	for _, p := range paths {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
