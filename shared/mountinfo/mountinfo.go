@@ -3,14 +3,27 @@
 package mountinfo
 
 import (
+	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
 
-// Under lists the mount points at or below dir (an absolute, clean path),
-// in the order the kernel lists them: a mount before those on top of it.
+// Under lists the mount points at or below dir, in the order the kernel
+// lists them: a mount before those on top of it. dir is made absolute and
+// its symbolic links resolved first, as the kernel lists mount points.
 func Under(dir string) ([]string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err

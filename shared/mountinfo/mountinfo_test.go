@@ -1,6 +1,8 @@
 package mountinfo
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -25,5 +27,13 @@ func TestUnder(t *testing.T) {
 	got, err := Under("/proc")
 	if err != nil || !slices.Contains(got, "/proc") {
 		t.Errorf("Under(/proc) = %q, %v; want /proc among them", got, err)
+	}
+	// Through a symbolic link, as the kernel lists it.
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink("/proc", link); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Under(link); err != nil || !slices.Contains(got, "/proc") {
+		t.Errorf("Under(%s -> /proc) = %q, %v; want /proc among them", link, got, err)
 	}
 }

@@ -278,6 +278,7 @@ func (s *System) Stop(ctx context.Context) error {
 		s.front.close()
 	}
 	var errs []error
+	ended := false // by endSandboxes
 	if len(s.procs) > 0 { // sandboxd was started
 		if err := s.killSandboxes(ctx); err != nil {
 			s.stopProcesses()
@@ -287,9 +288,15 @@ func (s *System) Stop(ctx context.Context) error {
 			}
 			errs = append(errs, fmt.Errorf("kill the sandboxes through sandboxd: %w (ended their processes and removed what they held instead)", err),
 				s.endSandboxes())
+			ended = true
 		}
 	}
 	s.stopProcesses()
+	if s.cfg.Disposable && !ended {
+		// Whatever the killed sandboxes left mounted, before the caller
+		// removes the directories.
+		errs = append(errs, unmountUnder(s.cfg.State), unmountUnder(s.cfg.RunDir))
+	}
 	if s.cfg.NFTTable != "" {
 		if out, err := exec.Command("nft", "delete", "table", "inet", s.cfg.NFTTable).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
 			errs = append(errs, fmt.Errorf("nft delete table %s: %w: %s", s.cfg.NFTTable, err, out))

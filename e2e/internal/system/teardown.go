@@ -32,18 +32,18 @@ func (s *System) endSandboxes() error {
 			errs = append(errs, killCgroupTree(p, 10*time.Second), removeCgroupChildren(p))
 		}
 	}
-	for _, dir := range []string{s.cfg.State, s.cfg.RunDir} {
-		if dir != "" {
-			errs = append(errs, unmountUnder(dir))
-		}
-	}
+	errs = append(errs, unmountUnder(s.cfg.State), unmountUnder(s.cfg.RunDir))
 	return errors.Join(errs...)
 }
 
 // killCgroupTree sends SIGKILL to every process in the cgroup at dir and
-// below, until none is left or within passes. A frozen cgroup (a paused
-// sandbox) is thawed first: on cgroup v1 a frozen process does not die.
+// below, until none is left or within passes: through cgroup.kill where
+// there is one (cgroup v2, Linux 5.14), which cannot hit a process that
+// left meanwhile and whose pid was reused, else by pid. A frozen cgroup (a
+// paused sandbox) is thawed first: on cgroup v1 a frozen process does not
+// die.
 func killCgroupTree(dir string, within time.Duration) error {
+	_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 	deadline := time.Now().Add(within)
 	for {
 		pids, err := cgroupTreePIDs(dir)
@@ -115,11 +115,10 @@ func removeCgroupChildren(dir string) error {
 // unmountUnder detaches every mount at or below dir in this process's
 // mount namespace, deepest first.
 func unmountUnder(dir string) error {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
+	if dir == "" {
+		return nil // not this system's
 	}
-	under, err := mountinfo.Under(abs)
+	under, err := mountinfo.Under(dir)
 	if err != nil {
 		return err
 	}

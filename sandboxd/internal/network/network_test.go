@@ -307,6 +307,16 @@ func TestHostReachesSandbox(t *testing.T) {
 			t.Fatalf("sandbox %s saw %v, %v; want a connection from the host's end of the router's link, %s", sb.ID, peer, ok, hostLinkAddr)
 		}
 	}
+	// An address of the pool that no sandbox has is unreachable at once
+	// (the router's route), not a timeout.
+	free, err := e.ipam.Allocate("free" + e.tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.ipam.Release("free" + e.tag)
+	if _, err := net.DialTimeout("tcp4", netip.AddrPortFrom(free.Sandbox, 49983).String(), 5*time.Second); !errors.Is(err, syscall.EHOSTUNREACH) {
+		t.Errorf("dial of a free address of the pool = %v, want EHOSTUNREACH", err)
+	}
 }
 
 // TestFirstConnection: sandboxd's first connection to a sandbox right after

@@ -152,6 +152,11 @@ func (m *Manager) configureRouter(hostNS netns.NsHandle) error {
 	if err != nil {
 		return fmt.Errorf("find %s: %w", routerUplink, err)
 	}
+	if m.mtu > 0 && up.Attrs().MTU != m.mtu {
+		if err := in.LinkSetMTU(up, m.mtu); err != nil {
+			return fmt.Errorf("set the MTU of %s: %w", routerUplink, err)
+		}
+	}
 	if err := in.AddrReplace(up, &netlink.Addr{IPNet: hostRoute(routerLinkAddr)}); err != nil {
 		return fmt.Errorf("address %s: %w", routerUplink, err)
 	}
@@ -164,6 +169,13 @@ func (m *Manager) configureRouter(hostNS netns.NsHandle) error {
 	})
 	if err != nil {
 		return fmt.Errorf("add the router's default route: %w", err)
+	}
+	// An address of the pool that no sandbox has is unreachable here (an
+	// ICMP error at once), rather than sent back to the host by the
+	// default route; the sandboxes' /30s are more specific.
+	err = in.RouteReplace(&netlink.Route{Type: unix.RTN_UNREACHABLE, Dst: poolNet(m.pool)})
+	if err != nil {
+		return fmt.Errorf("add the pool's unreachable route: %w", err)
 	}
 	return nil
 }
@@ -189,17 +201,38 @@ func (m *Manager) configureHostLink() error {
 	if err := writeSysctl("net/ipv4/conf/"+m.hostLink()+"/route_localnet", "1"); err != nil {
 		return err
 	}
+	if m.mtu > 0 && link.Attrs().MTU != m.mtu {
+		if err := netlink.LinkSetMTU(link, m.mtu); err != nil {
+			return fmt.Errorf("set the MTU: %w", err)
+		}
+	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return fmt.Errorf("bring up: %w", err)
 	}
 	err = netlink.RouteReplace(&netlink.Route{
 		LinkIndex: link.Attrs().Index, Gw: routerLinkAddr.AsSlice(), Flags: int(netlink.FLAG_ONLINK),
-		Src: hostLinkAddr.AsSlice(), Dst: &net.IPNet{IP: m.pool.Addr().AsSlice(), Mask: net.CIDRMask(m.pool.Bits(), 32)},
+		Src: hostLinkAddr.AsSlice(), Dst: poolNet(m.pool),
 	})
 	if err != nil {
 		return fmt.Errorf("route %s to the router: %w", m.pool, err)
 	}
+	// A route of an earlier --sandbox-cidr goes.
+	routes, err := netlink.RouteList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return err
+	}
+	for _, r := range routes {
+		if r.Gw != nil && r.Gw.Equal(routerLinkAddr.AsSlice()) && r.Dst != nil && r.Dst.String() != m.pool.String() {
+			if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("remove the route of %s: %w", r.Dst, err)
+			}
+		}
+	}
 	return nil
+}
+
+func poolNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}
 }
 
 // writeRouterRules replaces the router namespace's table: stateless rules
@@ -225,8 +258,10 @@ func (m *Manager) writeRouterRules() error {
 }
 
 // removeRouter deletes the link to the router (and with it the router's
-// end) and the router namespace's file. The namespace goes with the last
-// sandbox interface in it.
+// end) and the router namespace's file, the one thing that keeps the
+// namespace: the kernel then destroys it, with any sandbox interface still
+// in it. (So does unmounting RunDir/netns while sandboxes run: their
+// networks go with it, and a new Init makes an empty router.)
 func (m *Manager) removeRouter() error {
 	var errs []error
 	if err := deleteLink(&netlink.Handle{}, m.hostLink()); err != nil {

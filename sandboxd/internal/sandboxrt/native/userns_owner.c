@@ -17,9 +17,9 @@
 // The clone makes its system calls without errno (raw_syscall): it shares
 // the calling thread's thread-local storage, errno included. It changes its
 // own credentials only, with raw system calls (glibc's setresuid would
-// change those of every thread of sandboxd). A change of effective uid
-// makes a process's memory "not dumpable"; that memory is sandboxd's, so
-// skiff_userns_new sets it dumpable again, as it was, once done.
+// change those of every thread of sandboxd). It makes the memory it shares
+// with sandboxd "not dumpable" while it runs as the sandbox's uid, and the
+// last clone to end sets sandboxd's setting back (owner_begin, owner_end).
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -110,6 +110,12 @@ static int owner_main(void *arg)
 		owner_fail(o, SKIFF_USERNS_SETUID, r);
 		return 1;
 	}
+	/* Not dumpable, whatever fs.suid_dumpable made of the change of uid
+	 * (owner_begin). */
+	if ((r = raw_syscall(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0)) < 0) {
+		owner_fail(o, SKIFF_USERNS_SETUID, r);
+		return 1;
+	}
 	/* After the change of credentials, which clears it: gone with the
 	 * calling thread, should sandboxd die meanwhile. */
 	if ((r = raw_syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0)) < 0) {
@@ -148,14 +154,29 @@ static int write_map(pid_t pid, const char *name, const char *map, int len)
 	return 0;
 }
 
-/* sandboxd's own dumpable setting, read once: a call reading it while
- * another's clone has cleared it would restore the cleared one. */
+/* sandboxd's own dumpable setting, and the clones alive. While one is, the
+ * memory it shares with sandboxd stays not dumpable: the clone runs as a
+ * sandbox's host uid, which must not be able to read or write that memory,
+ * nor open sandboxd's files, through /proc. The last clone to end sets the
+ * setting back. */
+static pthread_mutex_t owners_mu = PTHREAD_MUTEX_INITIALIZER;
+static int owners_alive;
 static int dumpable = -1;
-static pthread_once_t dumpable_once = PTHREAD_ONCE_INIT;
 
-static void read_dumpable(void)
+static void owner_begin(void)
 {
-	dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+	pthread_mutex_lock(&owners_mu);
+	if (owners_alive++ == 0)
+		dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+	pthread_mutex_unlock(&owners_mu);
+}
+
+static void owner_end(void)
+{
+	pthread_mutex_lock(&owners_mu);
+	if (--owners_alive == 0 && dumpable >= 0)
+		prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
+	pthread_mutex_unlock(&owners_mu);
 }
 
 int skiff_userns_new(unsigned int id, unsigned int count, int *step)
@@ -175,7 +196,7 @@ int skiff_userns_new(unsigned int id, unsigned int count, int *step)
 	o->parent = getpid();
 	o->state = 0;
 	o->release = 0;
-	pthread_once(&dumpable_once, read_dumpable);
+	owner_begin();
 
 	/* The clone starts with every signal blocked (Go's handlers are not
 	 * for it), and exits with no signal to anyone (exit signal 0). */
@@ -185,6 +206,7 @@ int skiff_userns_new(unsigned int id, unsigned int count, int *step)
 	ret = pid < 0 ? -errno : 0;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (pid < 0) {
+		owner_end();
 		munmap(stack, OWNER_STACK);
 		return ret;
 	}
@@ -228,7 +250,6 @@ out:
 			;
 	}
 	munmap(stack, OWNER_STACK);
-	if (dumpable >= 0)
-		prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
+	owner_end();
 	return ret;
 }
