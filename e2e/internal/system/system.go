@@ -278,7 +278,7 @@ func (s *System) Stop(ctx context.Context) error {
 		s.front.close()
 	}
 	var errs []error
-	ended := false // by endSandboxes
+	ended := false        // by endSandboxes
 	if len(s.procs) > 0 { // sandboxd was started
 		if err := s.killSandboxes(ctx); err != nil {
 			s.stopProcesses()
