@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -136,7 +137,11 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := nm.Init(ctx); err != nil {
+	if err := nm.Init(ctx); errors.Is(err, network.ErrNetworksLost) {
+		// Their sandboxes are found at recovery; torn down (killed, or
+		// at their deadline), they lose nothing more.
+		log.Warn("sandboxes lost their network: the router namespace's file was unmounted while they ran", "error", err)
+	} else if err != nil {
 		return err
 	}
 	defer nm.Close()

@@ -241,7 +241,10 @@ func masked(ps []netip.Prefix) []netip.Prefix {
 // The egress set survives the replacement, so running sandboxes keep their
 // internet access across a restart of sandboxd; so do the other sets of
 // keptSets. A sandbox's own rules (SetPolicy) do not: until they are set
-// again, what it sends beyond its resolvers is refused.
+// again, what it sends beyond its resolvers is refused. It makes or finds
+// the router namespace (router.go); when that was gone while sandboxes
+// had namespaces, it does all the rest and returns ErrNetworksLost, naming
+// them.
 func (m *Manager) Init(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -255,10 +258,11 @@ func (m *Manager) Init(ctx context.Context) error {
 	if err := enableForwarding(); err != nil {
 		return err
 	}
-	if err := m.initRouter(); err != nil {
+	lost, err := m.initRouter()
+	if err != nil {
 		return err
 	}
-	err := m.nftBatch(func(cc *nftables.Conn) error {
+	err = m.nftBatch(func(cc *nftables.Conn) error {
 		kept := make(map[string][]nftables.SetElement)
 		for _, set := range m.keptSets() {
 			elems, err := m.keptMembers(cc, set.Name)
@@ -271,6 +275,9 @@ func (m *Manager) Init(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("install nftables table %s: %w", m.table.Name, err)
+	}
+	if len(lost) > 0 {
+		return fmt.Errorf("%w: %s", ErrNetworksLost, strings.Join(lost, ", "))
 	}
 	return nil
 }

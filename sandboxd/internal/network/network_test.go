@@ -727,6 +727,31 @@ func TestTeardownAndRestart(t *testing.T) {
 	}
 }
 
+// TestRouterGone: a router namespace unmounted while a sandbox ran took
+// the sandbox's interfaces with it; the next Init makes a new router, says
+// which sandbox lost its network, and Teardown still cleans it up.
+func TestRouterGone(t *testing.T) {
+	e := newEnv(t)
+	sb := e.setup("lost", true)
+	if err := removeNS(e.m.routerPath()); err != nil {
+		t.Fatal(err)
+	}
+	err := e.m.Init(t.Context())
+	if !errors.Is(err, ErrNetworksLost) || !strings.Contains(err.Error(), sb.ID) {
+		t.Fatalf("Init = %v, want ErrNetworksLost naming %s", err, sb.ID)
+	}
+	if !isNSMount(e.m.routerPath()) {
+		t.Fatal("Init made no new router namespace")
+	}
+	// Once torn down, nothing is lost.
+	if err := e.m.Teardown(t.Context(), sb.ID, sb.Block); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Init(t.Context()); err != nil {
+		t.Fatalf("Init after the teardown = %v", err)
+	}
+}
+
 func TestNewValidates(t *testing.T) {
 	pool := netip.MustParsePrefix("10.213.0.0/24")
 	for _, o := range []Options{

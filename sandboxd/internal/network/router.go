@@ -79,25 +79,44 @@ func (m *Manager) routerHandle() (*netlink.Handle, netns.NsHandle, error) {
 	return h, ns, nil
 }
 
+// ErrNetworksLost is returned, wrapped, by Init when it found the router
+// namespace gone while sandboxes still had namespaces and no interface on
+// the host either: their interfaces went with the router (its file was
+// unmounted while they ran). Init has done the rest of its work; those
+// sandboxes reach nothing, and nothing reaches them, until torn down.
+var ErrNetworksLost = errors.New("the router namespace was gone: sandboxes lost their network")
+
 // initRouter makes the router namespace and its link to the host, or finds
 // them (sandboxd restarted; the sandboxes' interfaces in it stay), and
-// sets their addresses, routes, settings and rules again.
-func (m *Manager) initRouter() error {
+// sets their addresses, routes, settings and rules again. It returns the
+// sandboxes whose interfaces a router it had to make again took with it.
+func (m *Manager) initRouter() (lost []string, err error) {
 	path := m.routerPath()
 	if !isNSMount(path) {
+		// Sandboxes of a sandboxd before the router namespace have their
+		// host ends in the host's namespace, and lost nothing.
+		ids, err := m.List()
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			if _, err := netlink.LinkByName(m.hostIface(id)); err != nil {
+				lost = append(lost, id)
+			}
+		}
 		if err := removeNS(path); err != nil {
-			return err
+			return nil, err
 		}
 		// The link of a router namespace that is gone (its file was
 		// unmounted: a reboot of the host, make up's stop) lingers until
 		// the kernel has destroyed that namespace, which it does in the
 		// background.
 		if err := deleteLink(&netlink.Handle{}, m.hostLink()); err != nil {
-			return fmt.Errorf("delete the link %s of a router namespace gone: %w", m.hostLink(), err)
+			return nil, fmt.Errorf("delete the link %s of a router namespace gone: %w", m.hostLink(), err)
 		}
 		f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 		if err != nil {
-			return fmt.Errorf("create the router namespace's file: %w", err)
+			return nil, fmt.Errorf("create the router namespace's file: %w", err)
 		}
 		_ = f.Close()
 		err = onNSThread(
@@ -108,20 +127,20 @@ func (m *Manager) initRouter() error {
 		)
 		if err != nil {
 			_ = removeNS(path)
-			return fmt.Errorf("create the router namespace: %w", err)
+			return nil, fmt.Errorf("create the router namespace: %w", err)
 		}
 	}
-	err := onNSThread(enterPath(path), func(hostNS netns.NsHandle) error { return m.configureRouter(hostNS) })
+	err = onNSThread(enterPath(path), func(hostNS netns.NsHandle) error { return m.configureRouter(hostNS) })
 	if err != nil {
-		return fmt.Errorf("set up the router namespace: %w", err)
+		return nil, fmt.Errorf("set up the router namespace: %w", err)
 	}
 	if err := m.configureHostLink(); err != nil {
-		return fmt.Errorf("set up the router's link %s: %w", m.hostLink(), err)
+		return nil, fmt.Errorf("set up the router's link %s: %w", m.hostLink(), err)
 	}
 	if err := m.writeRouterRules(); err != nil {
-		return fmt.Errorf("install the router namespace's nftables table: %w", err)
+		return nil, fmt.Errorf("install the router namespace's nftables table: %w", err)
 	}
-	return nil
+	return lost, nil
 }
 
 // configureRouter runs on a thread in the router namespace: its settings,
