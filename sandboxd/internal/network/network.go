@@ -362,6 +362,9 @@ func (m *Manager) Setup(ctx context.Context, id string, b ipam.Block, allowInter
 	}
 	defer router.Close()
 	defer routerNS.Close()
+	if err := m.deleteStale(router, b); err != nil {
+		return nil, fmt.Errorf("set up network of sandbox %s: %w", id, err)
+	}
 	err = onNSThread(
 		func() error { return unix.Unshare(unix.CLONE_NEWNET) },
 		func(netns.NsHandle) error { return m.configure(sb, routerNS, router, &linked) },
@@ -446,10 +449,19 @@ func (m *Manager) configure(sb *Sandbox, routerNS netns.NsHandle, router *netlin
 }
 
 // Teardown removes sandbox id's network: its address from the egress set,
-// its rules (SetPolicy), its veth pair, and its namespace's bind mount and file. The namespace
-// itself goes when the last process in it exits. Teardown of a sandbox with
-// nothing left succeeds. If b is the zero Block (not known), the egress set
-// is left alone; the next Setup of its address overwrites the entry.
+// its rules (SetPolicy), and its namespace's bind mount and file. The
+// namespace itself goes when the last process in it exits, and its veth
+// pair with it: the kernel destroys the namespaces that end in batches,
+// each batch's interfaces under one hold of its global network lock
+// (RTNL) and one wait for RCU, where deleting the pair here held that lock
+// through a wait of its own for every sandbox, and made the other
+// sandboxes' setups and teardowns queue behind it (contention on RTNL was
+// the largest lock wait at c = 20). A pair whose namespace file was
+// already gone (a teardown cut short) is deleted here. A pair left by a
+// namespace something still holds is deleted by the Setup of its block.
+// Teardown of a sandbox with nothing left succeeds. If b is the zero
+// Block (not known), the egress set is left alone; the next Setup of its
+// address overwrites the entry.
 func (m *Manager) Teardown(ctx context.Context, id string, b ipam.Block) error {
 	if !validID(id) {
 		return fmt.Errorf("tear down network of sandbox %q: invalid ID", id)
@@ -466,8 +478,10 @@ func (m *Manager) Teardown(ctx context.Context, id string, b ipam.Block) error {
 			errs = append(errs, fmt.Errorf("remove rules of sandbox %s: %w", id, err))
 		}
 	}
-	if err := m.deleteSandboxLink(m.hostIface(id)); err != nil {
-		errs = append(errs, fmt.Errorf("delete veth pair of sandbox %s: %w", id, err))
+	if !isNSMount(m.nsPath(id)) {
+		if err := m.deleteSandboxLink(m.hostIface(id)); err != nil {
+			errs = append(errs, fmt.Errorf("delete veth pair of sandbox %s: %w", id, err))
+		}
 	}
 	if err := removeNS(m.nsPath(id)); err != nil {
 		errs = append(errs, fmt.Errorf("remove network namespace of sandbox %s: %w", id, err))

@@ -86,6 +86,9 @@ func (e *env) sweep() {
 	// Sandboxes' interfaces left in the router namespace or the host's;
 	// the host's end of the link to the router goes with Remove.
 	if router, ns, err := e.m.routerHandle(); err == nil {
+		// A torn-down sandbox's pair goes with its namespace, which the
+		// kernel destroys in the background once nothing holds it.
+		waitNoLinks(e.tb, router, e.opts.IfacePrefix, 10*time.Second)
 		e.sweepLinks(router, "")
 		router.Close()
 		ns.Close()
@@ -118,6 +121,22 @@ func (e *env) router() *netlink.Handle {
 		ns.Close()
 	})
 	return h
+}
+
+// waitNoLinks waits, at most within, until h lists no interface starting
+// with prefix.
+func waitNoLinks(tb testing.TB, h *netlink.Handle, prefix string, within time.Duration) {
+	tb.Helper()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		links, err := h.LinkList()
+		if err != nil {
+			tb.Error(err)
+			return
+		}
+		if !slices.ContainsFunc(links, func(l netlink.Link) bool { return strings.HasPrefix(l.Attrs().Name, prefix) }) {
+			return
+		}
+	}
 }
 
 // sweepLinks reports and deletes the interfaces of the sandboxes' prefix
@@ -677,8 +696,15 @@ func TestTeardownAndRestart(t *testing.T) {
 		t.Errorf("namespace file after Teardown: %v", err)
 	}
 	router := e.router()
-	if _, err := router.LinkByName(s1.HostIface); err == nil {
-		t.Errorf("interface %s is left after Teardown", s1.HostIface)
+	// The pair goes with the namespace, in the background.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := router.LinkByName(s1.HostIface); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("interface %s is left 10 s after Teardown", s1.HostIface)
+			break
+		}
 	}
 	if got := egressAddrs(t, e.opts.Table); len(got) != 0 {
 		t.Errorf("egress set after Teardown = %v", got)
@@ -725,6 +751,41 @@ func TestTeardownAndRestart(t *testing.T) {
 	if ids, _ := m2.List(); !slices.Equal(ids, []string{s3.ID, s2.ID}) {
 		t.Errorf("List = %v, want [%s %s]", ids, s3.ID, s2.ID)
 	}
+}
+
+// TestStalePair: a torn-down sandbox's veth pair goes with its namespace,
+// so one that something still holds keeps the pair, and with it the
+// sandbox's block in the router; the next Setup of that block deletes it.
+func TestStalePair(t *testing.T) {
+	e := newEnv(t)
+	old := e.setup("old", true)
+	held, err := netns.GetFromPath(old.NetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := e.m.Teardown(t.Context(), old.ID, old.Block); err != nil {
+		t.Fatal(err)
+	}
+	router := e.router()
+	if _, err := router.LinkByName(old.HostIface); err != nil {
+		t.Fatalf("the held namespace's pair is gone already (%v): the test shows nothing", err)
+	}
+	id := "new" + e.tag
+	sb, err := e.m.Setup(t.Context(), id, old.Block, true)
+	if err != nil {
+		t.Fatalf("Setup of a stale pair's block: %v", err)
+	}
+	t.Cleanup(func() { _ = e.m.Teardown(context.Background(), id, old.Block) })
+	if _, err := router.LinkByName(old.HostIface); err == nil {
+		t.Errorf("the stale pair %s is still there", old.HostIface)
+	}
+	l := listenIn(t, sb.NetNS, sb.Block.Sandbox)
+	c, err := net.DialTimeout("tcp4", l.Addr().String(), time.Second)
+	if err != nil {
+		t.Fatalf("host to the new sandbox: %v", err)
+	}
+	c.Close()
 }
 
 // TestRouterGone: a router namespace unmounted while a sandbox ran took

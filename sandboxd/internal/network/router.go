@@ -7,12 +7,15 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 )
 
 // The router namespace sits between the sandboxes and the host. The host
@@ -301,4 +304,26 @@ func isNSMount(path string) bool {
 
 func hostRoute(a netip.Addr) *net.IPNet {
 	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}
+}
+
+// deleteStale deletes the veth pair of an earlier sandbox that still holds
+// block b in the router: Teardown leaves a pair to its namespace's end,
+// and a namespace that something still holds keeps it.
+func (m *Manager) deleteStale(router *netlink.Handle, b ipam.Block) error {
+	routes, err := router.RouteGet(b.Sandbox.AsSlice())
+	if err != nil {
+		return nil // unreachable: no pair has the block
+	}
+	for _, r := range routes {
+		link, err := router.LinkByIndex(r.LinkIndex)
+		if err != nil {
+			continue
+		}
+		if name := link.Attrs().Name; strings.HasPrefix(name, m.prefix) {
+			if err := deleteLink(router, name); err != nil {
+				return fmt.Errorf("delete the stale veth pair %s holding %s: %w", name, b.Prefix, err)
+			}
+		}
+	}
+	return nil
 }
