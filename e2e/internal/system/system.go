@@ -278,7 +278,6 @@ func (s *System) Stop(ctx context.Context) error {
 		s.front.close()
 	}
 	var errs []error
-	ended := false        // by endSandboxes
 	if len(s.procs) > 0 { // sandboxd was started
 		if err := s.killSandboxes(ctx); err != nil {
 			s.stopProcesses()
@@ -288,13 +287,13 @@ func (s *System) Stop(ctx context.Context) error {
 			}
 			errs = append(errs, fmt.Errorf("kill the sandboxes through sandboxd: %w (ended their processes and removed what they held instead)", err),
 				s.endSandboxes())
-			ended = true
 		}
 	}
 	s.stopProcesses()
-	if s.cfg.Disposable && !ended {
-		// Whatever the killed sandboxes left mounted, before the caller
-		// removes the directories.
+	if s.cfg.Disposable {
+		// Whatever the sandboxes left mounted (their roots and disks, the
+		// files of their network namespaces), before the caller removes
+		// the directories.
 		errs = append(errs, unmountUnder(s.cfg.State), unmountUnder(s.cfg.RunDir))
 	}
 	if s.cfg.NFTTable != "" {

@@ -17,10 +17,9 @@ import (
 )
 
 // endSandboxes does what sandboxd could not, for a Disposable system whose
-// sandboxd is stopped: it ends every process in the sandboxes' cgroups,
-// removes those cgroups, and unmounts everything under State and RunDir
-// (the sandboxes' roots and disks, the files of their network namespaces),
-// so that Stop can remove the rest and the caller the directories.
+// sandboxd is stopped: it ends every process in the sandboxes' cgroups and
+// removes those cgroups, so that Stop can unmount what they held and remove
+// the rest.
 func (s *System) endSandboxes() error {
 	var errs []error
 	if s.cfg.CgroupParent != "" {
@@ -32,7 +31,6 @@ func (s *System) endSandboxes() error {
 			errs = append(errs, killCgroupTree(p, 10*time.Second), removeCgroupChildren(p))
 		}
 	}
-	errs = append(errs, unmountUnder(s.cfg.State), unmountUnder(s.cfg.RunDir))
 	return errors.Join(errs...)
 }
 

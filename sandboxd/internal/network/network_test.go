@@ -124,17 +124,21 @@ func (e *env) router() *netlink.Handle {
 }
 
 // waitNoLinks waits, at most within, until h lists no interface starting
-// with prefix.
-func waitNoLinks(tb testing.TB, h *netlink.Handle, prefix string, within time.Duration) {
+// with prefix (a whole name of 15 characters is one interface), and
+// reports whether none is left.
+func waitNoLinks(tb testing.TB, h *netlink.Handle, prefix string, within time.Duration) bool {
 	tb.Helper()
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
 		links, err := h.LinkList()
 		if err != nil {
 			tb.Error(err)
-			return
+			return false
 		}
 		if !slices.ContainsFunc(links, func(l netlink.Link) bool { return strings.HasPrefix(l.Attrs().Name, prefix) }) {
-			return
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
 		}
 	}
 }
@@ -697,14 +701,8 @@ func TestTeardownAndRestart(t *testing.T) {
 	}
 	router := e.router()
 	// The pair goes with the namespace, in the background.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := router.LinkByName(s1.HostIface); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("interface %s is left 10 s after Teardown", s1.HostIface)
-			break
-		}
+	if !waitNoLinks(t, router, s1.HostIface, 10*time.Second) {
+		t.Errorf("interface %s is left 10 s after Teardown", s1.HostIface)
 	}
 	if got := egressAddrs(t, e.opts.Table); len(got) != 0 {
 		t.Errorf("egress set after Teardown = %v", got)
