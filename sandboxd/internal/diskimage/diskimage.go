@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -153,6 +154,63 @@ func Mount(image, mnt, data string) error {
 		}
 		return err
 	}
+}
+
+// MountKept mounts an image that may have been mounted before, as Mount
+// does, unless a loop device still serves it: then it mounts that
+// device's filesystem again. An unmount in this mount namespace ends the
+// filesystem only if no other namespace holds a copy of the mount; a
+// namespace made while it was mounted (a sandbox's, until its init
+// pivots, on a host whose mounts are private) keeps it alive, its last
+// writes not yet in the image. A second filesystem built from the
+// image's blocks would miss them, and two would write over each other.
+//
+// Finding the device reads every loop device's backing file, so images
+// made a moment ago, which nothing can serve, use Mount.
+func MountKept(image, mnt, data string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(image, &st); err != nil {
+		return err
+	}
+	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range devs {
+		backing, err := os.ReadFile(f)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		var bst unix.Stat_t
+		if unix.Stat(strings.TrimSuffix(string(backing), "\n"), &bst) != nil || bst.Dev != st.Dev || bst.Ino != st.Ino {
+			continue
+		}
+		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+		switch err := mountServed(dev, &st, mnt, data); {
+		case err == nil:
+			return nil
+		case !errors.Is(err, errNotServing):
+			return err
+		}
+	}
+	return Mount(image, mnt, data)
+}
+
+var errNotServing = errors.New("no longer serves the image")
+
+// mountServed mounts the filesystem on dev, a loop device found serving
+// the image st, if it still does: opening it keeps it from detaching.
+func mountServed(dev string, st *unix.Stat_t, mnt, data string) error {
+	loop, err := os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errNotServing
+	}
+	defer loop.Close()
+	info, err := unix.IoctlLoopGetStatus64(int(loop.Fd()))
+	if err != nil || info.Device != st.Dev || info.Inode != st.Ino {
+		return errNotServing
+	}
+	if err := unix.Mount(dev, mnt, "ext4", unix.MS_NODEV|unix.MS_NOSUID, data); err != nil {
+		return fmt.Errorf("mount %s again: %w", dev, err)
+	}
+	return nil
 }
 
 func configureAndMount(dev string, backing *os.File, mnt, data string) error {

@@ -403,7 +403,7 @@ func (s *Store) mount(v *Volume) error {
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		return err
 	}
-	if err := diskimage.Mount(s.imagePath(v.ID), mnt, imageFormat.MountData); err != nil {
+	if err := diskimage.MountKept(s.imagePath(v.ID), mnt, imageFormat.MountData); err != nil {
 		return fmt.Errorf("mount volume %s: %w", v.Name, err)
 	}
 	return nil

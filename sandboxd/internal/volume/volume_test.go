@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -197,7 +199,12 @@ func TestImageVolume(t *testing.T) {
 	if used := s.Used(v); used < 4<<20 || used > 40<<20 {
 		t.Errorf("Used = %d, want about 4 MiB and the filesystem's own", used)
 	}
-	// A reboot unmounts it; Root mounts it again, with its files.
+	// A reboot unmounts it; Root mounts it again, with its files. A mount
+	// namespace made while it was mounted (a sandbox starting, on a host
+	// whose mounts are private) still holds the filesystem, its last
+	// writes unwritten: the new mount must be that filesystem, not a
+	// second one built from the image's stale blocks.
+	holdCopy(t)
 	if err := unix.Unmount(s.mountPath(v.ID), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -216,4 +223,19 @@ func TestImageVolume(t *testing.T) {
 	if _, err := os.Stat(s.imagePath(v.ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the image after Delete: %v", err)
 	}
+}
+
+// holdCopy starts a process in a mount namespace of its own, holding a
+// private copy of every mount of this one until the test ends.
+func holdCopy(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
 }

@@ -642,7 +642,7 @@ func (r *Runtime) SalvageLayer(ctx context.Context, id, dir string) error {
 	if m.DiskLimit > 0 {
 		mnt := filepath.Join(root, diskMount)
 		if !sandboxrt.IsMountPoint(mnt) {
-			if err := diskimage.Mount(filepath.Join(root, diskImage), mnt, diskFormat.MountData); err != nil {
+			if err := diskimage.MountKept(filepath.Join(root, diskImage), mnt, diskFormat.MountData); err != nil {
 				return fmt.Errorf("sandbox %s: mount its disk: %w", id, err)
 			}
 			defer func() {
