@@ -83,3 +83,7 @@ replace (
 )
 
 replace github.com/skiff-dev/skiff/wire => ../wire
+
+// runc with Skiff's patches (a seccomp filter compiled once per host, not in
+// every sandbox's init): third_party/runc/SKIFF.md, hack/runc-fork.
+replace github.com/opencontainers/runc => ../third_party/runc

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,7 +100,7 @@ func (s *sandbox) run(t *testing.T, user, script string) sandboxtest.Result {
 
 func TestSandboxRunsEnvdAsInitWithUsers(t *testing.T) {
 	rt, dir := newRuntime(t)
-	s := start(t, rt, dir, nil)
+	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sandboxtest.InstallHog(t, sp.Rootfs) })
 
 	if got := s.run(t, "user", "id -u; id -g; pwd; hostname"); got.Stdout != "1000\n1000\n/home/user\n"+s.spec.Hostname+"\n" {
 		t.Errorf("as user: %+v", got)
@@ -142,6 +143,17 @@ func TestSandboxRunsEnvdAsInitWithUsers(t *testing.T) {
 	}
 	if got := s.run(t, "root", "grep Seccomp: /proc/self/status"); !strings.Contains(got.Stdout, "Seccomp:\t2") {
 		t.Errorf("no seccomp filter: %q", got.Stdout)
+	}
+	// The filter is Docker's default profile, patched as runc patches it:
+	// no new user namespace without CAP_SYS_ADMIN (unshare(CLONE_NEWUSER),
+	// which the kernel alone would allow), no reboot, and ENOSYS, not
+	// EPERM, for a system call newer than the profile, so that programs
+	// fall back.
+	if runtime.GOARCH == "amd64" {
+		// unshare(CLONE_NEWUSER), reboot(0), number 1000, getpid
+		if got := s.run(t, "root", "/usr/bin/hog syscall 272:0x10000000 169 1000 39"); got.Stdout != "EPERM EPERM ENOSYS none\n" {
+			t.Errorf("system calls under the filter: got %+v, want EPERM EPERM ENOSYS none", got)
+		}
 	}
 	if st, err := rt.Status(context.Background(), s.spec.ID); err != nil || st != sandboxrt.Running {
 		t.Errorf("status = %v, %v", st, err)

@@ -9,10 +9,12 @@
 //	hog mem MiB [hold]      anonymous memory, touched
 //	hog procs N [hold]      processes (sleep 600, from PATH)
 //	hog threads N [hold]    threads, each blocked in the kernel
+//	hog syscall NR[:ARG]... raw system calls, for the seccomp tests
 //
 // Each prints one line, "got=<how many> err=<what stopped it, or none>",
 // and with "hold" then keeps what it took until it is killed (at most ten
-// minutes, so a forgotten hog ends by itself).
+// minutes, so a forgotten hog ends by itself). "syscall" prints, for each
+// call, the name of the error it got or "none", on one line.
 package main
 
 import (
@@ -23,6 +25,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -32,6 +35,10 @@ import (
 const maxHold = 10 * time.Minute
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "syscall" {
+		syscalls(os.Args[2:])
+		return
+	}
 	if len(os.Args) < 3 {
 		fmt.Fprintln(os.Stderr, "usage: hog inotify|sigpending|mqueue|mem N [hold]")
 		os.Exit(2)
@@ -60,6 +67,33 @@ func main() {
 	if hold {
 		time.Sleep(maxHold)
 	}
+}
+
+// syscalls makes each call of calls, NR or NR:ARG (numbers as strconv
+// reads them: 0x for hexadecimal), with the other arguments zero.
+func syscalls(calls []string) {
+	var out []string
+	for _, c := range calls {
+		nr, arg, _ := strings.Cut(c, ":")
+		n, err := strconv.ParseUint(nr, 0, 64)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "hog: not a system call number:", nr)
+			os.Exit(2)
+		}
+		var a uint64
+		if arg != "" {
+			if a, err = strconv.ParseUint(arg, 0, 64); err != nil {
+				fmt.Fprintln(os.Stderr, "hog: not an argument:", arg)
+				os.Exit(2)
+			}
+		}
+		name := "none"
+		if _, _, e := unix.RawSyscall6(uintptr(n), uintptr(a), 0, 0, 0, 0, 0); e != 0 {
+			name = unix.ErrnoName(e)
+		}
+		out = append(out, name)
+	}
+	fmt.Println(strings.Join(out, " "))
 }
 
 func inotify(n int) (int, error) {

@@ -1,0 +1,5 @@
+package configs
+
+type NamespaceType string
+
+type Namespaces []Namespace

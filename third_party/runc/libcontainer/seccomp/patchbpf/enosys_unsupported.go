@@ -1,0 +1,3 @@
+//go:build !linux || !cgo || !seccomp
+
+package patchbpf

@@ -1,0 +1,2 @@
+// Package system provides wrappers for Linux system operations.
+package system
