@@ -56,11 +56,12 @@ kube-bins: ## Build etcd, kube-apiserver and kubectl from Go modules into the ca
 	hack/kube/build.sh
 
 .PHONY: generate
-generate: $(addprefix $(BIN)/,controller-gen crd-ref-docs buf openapi-gen protoc-gen-go protoc-gen-connect-go) ## Regenerate deepcopy, CRDs (api/crds), the aggregated API's OpenAPI, protobuf code, docs/api.md, docs/configuration.md and the chart's copies, schema and values table.
+generate: $(addprefix $(BIN)/,controller-gen crd-ref-docs buf openapi-gen protoc-gen-go protoc-gen-connect-go) ## Regenerate deepcopy, CRDs (api/crds), the aggregated API's OpenAPI, protobuf code, docs/api.md, docs/configuration.md, the chart's copies, schema and values table, and third_party/runc.
 	for m in $(MODULES); do (cd $$m && go generate ./...); done
 	$(BIN)/crd-ref-docs --source-path=api/v1beta1 --config=hack/crd-ref-docs/config.yaml \
 		--renderer=markdown --output-path=docs/api.md --log-level=ERROR
 	cd hack/flagdocs && GOWORK=off go run . $(ROOT) docs/configuration.md
+	hack/runc-fork/update.sh >/dev/null
 	$(MAKE) chart-sources
 
 # The chart's CRDs and admission policies are copies of api/'s (Helm reads
@@ -136,8 +137,9 @@ envd: ## Build the static envd binary into bin/envd.
 	cd envd && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o $(BIN)/envd ./cmd/envd
 
 .PHONY: sandboxd
-sandboxd: envd ## Build sandboxd (cgo, seccomp) into bin/sandboxd, beside the envd it runs in sandboxes.
+sandboxd: envd ## Build sandboxd (cgo, seccomp) into bin/sandboxd, beside the envd it runs in sandboxes and sandboxd-init, each sandbox's init (static).
 	cd sandboxd && CGO_ENABLED=1 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)/sandboxd ./cmd/sandboxd
+	cd sandboxd && CGO_ENABLED=1 go build -trimpath -tags 'seccomp netgo osusergo' -ldflags '-s -w -linkmode external -extldflags -static' -o $(BIN)/sandboxd-init ./cmd/sandboxd-init
 
 .PHONY: build
 build: sandboxd ## Build every binary into bin/: sandboxd, envd, sandbox-apiserver, sandbox-envd-proxy, vk-sandbox.

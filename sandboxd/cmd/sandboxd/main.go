@@ -9,8 +9,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	// The native runtime starts each sandbox by running this binary as
-	// "sandboxd init" (see package nsinit, which the runtime imports).
+	// Without sandboxd-init, the native runtime starts each sandbox by
+	// running this binary as "sandboxd init" (see package nsinit, which
+	// the runtime imports).
 	"github.com/skiff-dev/skiff/sandboxd/internal/cli"
 )
 

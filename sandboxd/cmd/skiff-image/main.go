@@ -4,7 +4,7 @@
 // sandboxd's base template is) with what the binaries need at run time
 // (libseccomp for sandboxd, debootstrap and wget for the base template's
 // build, e2fsprogs for the sandboxes' disks, ca-certificates), no more, and
-// sandbox-apiserver, sandbox-envd-proxy, sandboxd, envd, vk-sandbox (and
+// sandbox-apiserver, sandbox-envd-proxy, sandboxd, sandboxd-init, envd, vk-sandbox (and
 // runsc, when given) in /usr/local/bin. make image runs it, as root.
 //
 // Load the result with docker load, ctr images import, kind load
@@ -25,7 +25,7 @@ import (
 )
 
 // binaries are the programs of bin/ the image holds.
-var binaries = []string{"sandbox-apiserver", "sandbox-envd-proxy", "sandboxd", "envd", "vk-sandbox"}
+var binaries = []string{"sandbox-apiserver", "sandbox-envd-proxy", "sandboxd", "sandboxd-init", "envd", "vk-sandbox"}
 
 // packages are added to debootstrap's minbase: what the binaries need at
 // run time, and no more (the sandboxes have their own root filesystems).

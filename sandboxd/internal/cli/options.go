@@ -39,6 +39,12 @@ const (
 	// DefaultEnvdPath is where packages install the static envd when it
 	// does not sit beside sandboxd's own binary.
 	DefaultEnvdPath = "/usr/local/lib/skiff/envd"
+	// DefaultInitBinaryPath is where packages install sandboxd-init when
+	// it does not sit beside sandboxd's own binary.
+	DefaultInitBinaryPath = "/usr/local/lib/skiff/" + native.InitBinaryName
+	// OwnBinary, as --init-binary, runs each sandbox's init from
+	// sandboxd's own binary.
+	OwnBinary = "self"
 )
 
 // GlobalOptions are the flags of every subcommand: the root command's
@@ -105,6 +111,9 @@ type Options struct {
 	SandboxCIDR string
 	// Envd is the static envd binary every sandbox runs as its init.
 	Envd string
+	// InitBinary is the binary libcontainer runs as each native sandbox's
+	// init before it becomes envd (sandboxd-init), or OwnBinary.
+	InitBinary string
 	// EnvdReadyTimeout bounds how long a new sandbox's envd may take to
 	// answer /health.
 	EnvdReadyTimeout time.Duration
@@ -235,6 +244,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SandboxCIDR, "sandbox-cidr", o.SandboxCIDR, "IPv4 pool of sandbox addresses, a /30 per sandbox: a prefix between /8 and /29 with room for --max-sandboxes. "+
 		"It must not overlap the host's networks.")
 	fs.StringVar(&o.Envd, "envd", o.Envd, "The static envd binary every sandbox runs as its init; empty: envd beside sandboxd's binary, else "+DefaultEnvdPath+".")
+	fs.StringVar(&o.InitBinary, "init-binary", o.InitBinary, "The binary each sandbox of the native runtime starts as, before it becomes envd: the "+native.InitBinaryName+" of sandboxd's own build. "+
+		"Empty: "+native.InitBinaryName+" beside sandboxd's binary, else "+DefaultInitBinaryPath+", else sandboxd's own binary, which starts sandboxes more slowly ("+OwnBinary+" chooses that).")
 	fs.DurationVar(&o.EnvdReadyTimeout, "envd-ready-timeout", o.EnvdReadyTimeout, "How long a new sandbox's envd may take to answer before its Create fails (and is undone); greater than 0.")
 	fs.BoolVar(&o.SnapshotMemory, "snapshot-memory", o.SnapshotMemory, "Keep a sandbox's memory and processes in its snapshots and forks, where the runtime can (gvisor: runsc checkpoint; the native runtime keeps files only): "+
 		"a sandbox from such a snapshot runs on from where its source was. false keeps files only, which takes less disk and time.")
@@ -296,6 +307,9 @@ func (o *Options) Complete() error {
 	}
 	if o.Envd == "" {
 		o.Envd = defaultEnvd()
+	}
+	if o.InitBinary == "" {
+		o.InitBinary = besideOrInstalled(native.InitBinaryName, DefaultInitBinaryPath, OwnBinary)
 	}
 	if o.Global.StateDir == "" {
 		return nil // Validate reports it
@@ -539,14 +553,21 @@ func prefixes(list []string) ([]netip.Prefix, error) {
 
 // defaultEnvd is envd beside sandboxd's own binary when there is one, else
 // DefaultEnvdPath.
-func defaultEnvd() string {
+func defaultEnvd() string { return besideOrInstalled("envd", DefaultEnvdPath, DefaultEnvdPath) }
+
+// besideOrInstalled is the file name beside sandboxd's own binary when
+// there is one, else installed when that exists, else otherwise.
+func besideOrInstalled(name, installed, otherwise string) string {
 	if exe, err := selfexe.Path(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "envd")
+		p := filepath.Join(filepath.Dir(exe), name)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			return p
 		}
 	}
-	return DefaultEnvdPath
+	if fi, err := os.Stat(installed); err == nil && fi.Mode().IsRegular() {
+		return installed
+	}
+	return otherwise
 }
 
 // hostMemoryMiB is MemTotal from /proc/meminfo, or 0 when unreadable.

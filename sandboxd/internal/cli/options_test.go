@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -191,7 +192,7 @@ func TestServeFlags(t *testing.T) {
 		"max-timeout", "default-cpu", "default-memory", "default-disk", "metrics-interval", "metrics-samples", "runtime", "runsc", "runsc-platform",
 		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr", "enable-pprof",
 		"log-level", "log-format", "snapshot-memory", "peer-ca", "egress-proxy-port", "dns-filter-port", "resolv-conf",
-		"volume-dir", "volume-shared", "volume-size",
+		"volume-dir", "volume-shared", "volume-size", "init-binary",
 	} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
@@ -200,8 +201,26 @@ func TestServeFlags(t *testing.T) {
 	if serve.InheritedFlags().Lookup("state-dir") == nil {
 		t.Error("serve does not inherit --state-dir")
 	}
-	if n != 48 {
-		t.Errorf("serve has %d flags of its own, want 48: a new flag goes into this test and the docs", n)
+	if n != 49 {
+		t.Errorf("serve has %d flags of its own, want 49: a new flag goes into this test and the docs", n)
+	}
+}
+
+// The init binary: beside sandboxd's binary (the test binary has none),
+// else installed, else sandboxd's own.
+func TestInitBinaryDefault(t *testing.T) {
+	installed := filepath.Join(t.TempDir(), "sandboxd-init")
+	if got := besideOrInstalled("sandboxd-init", installed, OwnBinary); got != OwnBinary {
+		t.Errorf("with none: %q, want %q", got, OwnBinary)
+	}
+	if err := os.WriteFile(installed, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := besideOrInstalled("sandboxd-init", installed, OwnBinary); got != installed {
+		t.Errorf("with one installed: %q, want %q", got, installed)
+	}
+	if got := besideOrInstalled("sandboxd-init", filepath.Dir(installed), OwnBinary); got != OwnBinary {
+		t.Errorf("with a directory installed: %q, want %q", got, OwnBinary)
 	}
 }
 

@@ -68,8 +68,9 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	slog.SetDefault(log) // the relay and libraries log through the default
-	if o.Runtime == native.Name {
+	if o.Runtime == native.Name && o.InitBinary == OwnBinary {
 		// Once, so that no sandbox start copies the binary (see there).
+		// With sandboxd-init, libcontainer never copies this one.
 		if err := native.ReexecSealed(); err != nil {
 			return err
 		}
@@ -312,6 +313,11 @@ func (o *Options) newRuntime(log *slog.Logger) (closingRuntime, error) {
 		opts := native.DefaultOptions(filepath.Join(stateDir, native.Name))
 		opts.UIDBase, opts.PidsLimit, opts.CgroupParent, opts.Logger = o.UIDBase, o.PidsLimit, o.CgroupParent, log
 		opts.Slots = o.MaxSandboxes
+		if o.InitBinary != OwnBinary {
+			opts.InitBinary = o.InitBinary
+		} else {
+			log.Warn("sandboxes start from sandboxd's own binary, more slowly than from " + native.InitBinaryName + " (--init-binary)")
+		}
 		return native.New(opts)
 	case gvisor.Name:
 		runsc, err := exec.LookPath(o.Runsc)

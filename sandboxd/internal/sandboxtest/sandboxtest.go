@@ -41,9 +41,30 @@ var buildHog = sync.OnceValues(func() (string, error) {
 	return buildStatic("github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest/hog", "hog")
 })
 
+// buildInit builds sandboxd-init as make does, but without the commit in
+// its build (go test stamps none in the test binary, with which it must
+// agree: nsinit.Build).
+var buildInit = sync.OnceValues(func() (string, error) {
+	return buildStatic("github.com/skiff-dev/skiff/sandboxd/cmd/sandboxd-init", "sandboxd-init",
+		"CGO_ENABLED=1", "-buildvcs=false", "-tags", "seccomp netgo osusergo", "-ldflags", "-linkmode external -extldflags -static")
+})
+
+// InitBinary returns the path of a sandboxd-init of the test binary's own
+// build, built once per test binary.
+func InitBinary(t testing.TB) string {
+	t.Helper()
+	p, err := buildInit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // buildStatic builds the static binary of package pkg from the workspace
-// into the test cache as name, and returns its path.
-func buildStatic(pkg, name string) (string, error) {
+// into the test cache as name, and returns its path. With no args it is a
+// pure Go build (CGO_ENABLED=0); args are, first, environment variables
+// (NAME=value) and then go build's flags.
+func buildStatic(pkg, name string, args ...string) (string, error) {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		return "", err
@@ -57,8 +78,12 @@ func buildStatic(pkg, name string) (string, error) {
 		return "", err
 	}
 	_ = tmp.Close()
-	cmd := exec.Command("go", "build", "-trimpath", "-o", tmp.Name(), pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	env := []string{"CGO_ENABLED=0"}
+	for len(args) > 0 && strings.Contains(args[0], "=") && !strings.HasPrefix(args[0], "-") {
+		env, args = append(env, args[0]), args[1:]
+	}
+	cmd := exec.Command("go", append(append([]string{"build", "-trimpath", "-o", tmp.Name()}, args...), pkg)...)
+	cmd.Env = append(os.Environ(), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		_ = os.Remove(tmp.Name())
 		return "", fmt.Errorf("build %s: %w\n%s", name, err, out)

@@ -16,10 +16,10 @@
 // processes are not killed when sandboxd dies, so a restarted sandboxd
 // finds, pauses, resumes, measures and stops the sandboxes of the one before.
 //
-// libcontainer starts each sandbox by running the binary that uses this
-// package with the argument "init"; the package's import of nsinit turns
-// such a run into the sandbox's init before the rest of the binary is
-// initialised.
+// libcontainer starts each sandbox by running a binary with the argument
+// "init": sandboxd-init (Options.InitBinary), or else the binary that uses
+// this package, whose import of nsinit turns such a run into the sandbox's
+// init.
 package native
 
 import (
@@ -76,6 +76,10 @@ type Options struct {
 	CgroupParent string
 	// PidsLimit caps the processes of one sandbox.
 	PidsLimit int64
+	// InitBinary is the binary libcontainer runs as each sandbox's init,
+	// sandboxd-init (cmd/sandboxd-init) of the same build; empty: this
+	// process's own binary, which starts sandboxes more slowly.
+	InitBinary string
 	// Logger receives what goes wrong in the background.
 	Logger *slog.Logger
 }
@@ -159,6 +163,9 @@ func New(opts Options) (*Runtime, error) {
 		}
 	}
 	if err := checkSearchable(opts.Dir); err != nil {
+		return nil, fmt.Errorf("native runtime: %w", err)
+	}
+	if err := useInitBinary(opts.InitBinary); err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
 	ids, err := r.List(context.Background())

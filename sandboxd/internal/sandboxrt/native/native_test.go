@@ -53,6 +53,33 @@ func newRuntime(t testing.TB, edit ...func(*native.Options)) (*native.Runtime, s
 // start starts a sandbox on a busybox root and waits for its envd.
 func start(t *testing.T, rt *native.Runtime, dir string, edit func(*sandboxrt.Spec)) *sandbox {
 	t.Helper()
+	spec := newSpec(t, dir)
+	if edit != nil {
+		edit(spec)
+	}
+	if err := rt.Start(context.Background(), spec); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	return started(t, rt, dir, spec)
+}
+
+// started stops the sandbox of spec when the test ends, and waits for its
+// envd.
+func started(t *testing.T, rt *native.Runtime, dir string, spec *sandboxrt.Spec) *sandbox {
+	t.Helper()
+	t.Cleanup(func() {
+		if err := rt.Stop(context.Background(), spec.ID); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	e := sandboxtest.NewEnvd("http://127.0.0.1:49983", sandboxtest.NetnsDialer(spec.NetNS))
+	e.WaitHealthy(t, 10*time.Second)
+	return &sandbox{rt: rt, dir: dir, spec: spec, envd: e}
+}
+
+// newSpec is the spec of a small sandbox on a busybox root.
+func newSpec(t *testing.T, dir string) *sandboxrt.Spec {
+	t.Helper()
 	id, err := sandboxid.New(sandboxid.NodeTag("native-test"))
 	if err != nil {
 		t.Fatal(err)
@@ -71,20 +98,7 @@ func start(t *testing.T, rt *native.Runtime, dir string, edit func(*sandboxrt.Sp
 		Files:     map[string][]byte{"/etc/hosts": []byte("127.0.0.1 localhost\n")},
 		Log:       filepath.Join(dir, id+".log"),
 	}
-	if edit != nil {
-		edit(spec)
-	}
-	if err := rt.Start(context.Background(), spec); err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Stop(context.Background(), id); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	e := sandboxtest.NewEnvd("http://127.0.0.1:49983", sandboxtest.NetnsDialer(ns))
-	e.WaitHealthy(t, 10*time.Second)
-	return &sandbox{rt: rt, dir: dir, spec: spec, envd: e}
+	return spec
 }
 
 func (s *sandbox) run(t *testing.T, user, script string) sandboxtest.Result {

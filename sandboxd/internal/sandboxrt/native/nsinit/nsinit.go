@@ -1,15 +1,14 @@
 // Package nsinit makes a binary that imports it able to become a native
-// sandbox's init: libcontainer starts every sandbox by executing the binary
-// that asked for it as "<binary> init", and that process must become the
-// sandbox and nothing else.
+// sandbox's init: libcontainer starts every sandbox by executing a binary
+// as "<binary> init", and that process must become the sandbox and nothing
+// else. sandboxd runs sandboxd-init (cmd/sandboxd-init), a small binary of
+// little more than this package, or without one a copy of its own.
 //
-// It does so from this package's init, not from package main's: Go runs a
-// package's init as soon as everything it imports is initialised, in order
-// of import path, and this package imports nothing but libcontainer. So the
-// init does not first run the package initialisation of the rest of
-// sandboxd (protobuf descriptors, Prometheus, gRPC of the OTLP exporter,
-// regular expressions), which it never uses; that was about a fifth of the
-// init's CPU on every sandbox start.
+// It does so from this package's init, not from package main's, so that at
+// least the packages Go would initialise after this one are never
+// initialised in an init. (Go initialises packages in order of import path
+// among those whose imports are done, which in sandboxd's binary still puts
+// most of its packages first; hence sandboxd-init.)
 package nsinit
 
 import (
@@ -27,3 +26,9 @@ func init() {
 		libcontainer.Init()
 	}
 }
+
+// Build names the build of libcontainer this binary holds (our fork's
+// name: hack/runc-fork), for sandboxd to check that its init binary holds
+// the same: libcontainer's parent and init speak a protocol of their own
+// build.
+func Build() string { return libcontainer.Fork }
