@@ -16,7 +16,9 @@
 // on the build machines. A record is fsynced when the store's sync policy
 // says so (SetSync; by default always). sandboxd asks it only for what could
 // outlive the host's uptime: a running sandbox's processes die with the
-// host, so its record is as good as gone too.
+// host, so its record is as good as gone too. Likewise a deletion is made
+// durable only for a record that may have been: one found on disk at Open,
+// or written durably since.
 package store
 
 import (
@@ -143,6 +145,13 @@ type Store struct {
 	// its record's newest file.
 	seq   uint64
 	files map[string]string
+	// stable holds the records of which a file may be on stable storage:
+	// those found at Open and those written durably since. Deleting one
+	// syncs the directory, so that it does not come back after a power
+	// loss; deleting any other, which a power loss takes anyway, does not.
+	stable map[string]bool
+	// syncDir makes the directory's entries durable (a test counts it).
+	syncDir func(dir string) error
 }
 
 // SetSync sets which records are written durably (fsync of the file and the
@@ -174,13 +183,14 @@ func Open(dir string) (*Store, error) {
 			return nil, fmt.Errorf("remove leftover %s: %w", t, err)
 		}
 	}
-	s := &Store{dir: dir, files: map[string]string{}}
+	s := &Store{dir: dir, files: map[string]string{}, stable: map[string]bool{}, syncDir: syncDir}
 	versions, err := s.versions()
 	if err != nil {
 		return nil, err
 	}
 	for id, vs := range versions {
 		s.files[id] = vs[0].name
+		s.stable[id] = true
 		s.seq = max(s.seq, vs[0].seq)
 	}
 	return s, nil
@@ -271,7 +281,8 @@ func (s *Store) Put(r *Record) error {
 	if !durable {
 		return nil
 	}
-	return syncDir(s.dir)
+	s.stable[r.ID] = true
+	return s.syncDir(s.dir)
 }
 
 // Get reads one record.
@@ -296,6 +307,7 @@ func (s *Store) Get(id string) (*Record, error) {
 }
 
 // Delete removes a record; removing one that does not exist is not an error.
+// It returns once the removal is durable, if the record may have been.
 func (s *Store) Delete(id string) error {
 	if err := checkID(id); err != nil {
 		return err
@@ -310,7 +322,11 @@ func (s *Store) Delete(id string) error {
 		return fmt.Errorf("delete record %s: %w", id, err)
 	}
 	delete(s.files, id)
-	return syncDir(s.dir)
+	if !s.stable[id] {
+		return nil
+	}
+	delete(s.stable, id)
+	return s.syncDir(s.dir)
 }
 
 // Load reads every record, sorted by ID. Of a record's files it takes the

@@ -290,3 +290,56 @@ func writeForever(dir string, durable bool) {
 		fmt.Println(v)
 	}
 }
+
+// A deletion is made durable (the directory synced) only for a record that
+// may be on stable storage: one written durably, or found at Open; not for
+// one only ever written without a sync, which a power loss takes anyway.
+func TestDeleteSyncsOnlyWhatMayBeStable(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetSync(func(r *Record) bool { return r.State == "paused" })
+	syncs := 0
+	s.syncDir = func(d string) error { syncs++; return syncDir(d) }
+	running, paused, resumed := record(1), record(2), record(3)
+	paused.State, resumed.State = "paused", "paused"
+	for _, r := range []*Record{running, paused, resumed} {
+		if err := s.Put(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resumed.State = "running" // its paused version may still be on disk
+	if err := s.Put(resumed); err != nil {
+		t.Fatal(err)
+	}
+	if syncs != 2 {
+		t.Fatalf("%d syncs for two durable writes", syncs)
+	}
+	for _, c := range []struct {
+		r    *Record
+		want int
+	}{{running, 0}, {paused, 1}, {resumed, 1}} {
+		syncs = 0
+		if err := s.Delete(c.r.ID); err != nil {
+			t.Fatal(err)
+		}
+		if syncs != c.want {
+			t.Errorf("deleting %s (last %s): %d syncs, want %d", c.r.ID, c.r.State, syncs, c.want)
+		}
+	}
+	// What a restart finds may have been durable.
+	if err := s.Put(running); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncs = 0
+	again.syncDir = func(d string) error { syncs++; return syncDir(d) }
+	if err := again.Delete(running.ID); err != nil || syncs != 1 {
+		t.Errorf("deleting a record found at Open: %v, %d syncs, want 1", err, syncs)
+	}
+}
