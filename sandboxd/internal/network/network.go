@@ -276,6 +276,20 @@ func (m *Manager) Init(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("install nftables table %s: %w", m.table.Name, err)
 	}
+	// What the host's TCP remembers of the pool's addresses (tcpmetrics.go),
+	// left by sandboxes that ended before: a cache, so that of the live
+	// ones goes too, harmlessly.
+	peers, err := tcpMetricsPeers()
+	if err != nil {
+		return err
+	}
+	for _, a := range peers {
+		if m.pool.Contains(a) {
+			if err := forgetTCPMetrics(a); err != nil {
+				return err
+			}
+		}
+	}
 	if len(lost) > 0 {
 		return fmt.Errorf("%w: %s", ErrNetworksLost, strings.Join(lost, ", "))
 	}
@@ -485,6 +499,11 @@ func (m *Manager) Teardown(ctx context.Context, id string, b ipam.Block) error {
 	}
 	if err := removeNS(m.nsPath(id)); err != nil {
 		errs = append(errs, fmt.Errorf("remove network namespace of sandbox %s: %w", id, err))
+	}
+	if b.Sandbox.Is4() {
+		// Best effort: a cache entry left behind costs time, not
+		// correctness, and Init forgets those of the pool.
+		_ = forgetTCPMetrics(b.Sandbox)
 	}
 	return errors.Join(errs...)
 }

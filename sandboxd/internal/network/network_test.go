@@ -1075,3 +1075,61 @@ func randLetters(n int) string {
 	}
 	return string(b)
 }
+
+// TestTCPMetricsForgotten: what the host's TCP learns of a sandbox's
+// address (an entry of the kernel's TCP metrics cache, written when the
+// host closes a connection to it) goes with the sandbox's teardown, and
+// Init forgets those of the pool's addresses that are left.
+func TestTCPMetricsForgotten(t *testing.T) {
+	e := newEnv(t)
+	learned := func(a netip.Addr) bool {
+		t.Helper()
+		peers, err := tcpMetricsPeers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(peers, a)
+	}
+	// talk connects from the host to sb and closes first: the host's
+	// socket goes through TIME_WAIT, where TCP saves what it measured.
+	talk := func(sb *Sandbox) {
+		t.Helper()
+		l := listenIn(t, sb.NetNS, sb.Block.Sandbox)
+		c, err := net.DialTimeout("tcp4", l.Addr().String(), time.Second)
+		if err != nil {
+			t.Fatalf("host to sandbox: %v", err)
+		}
+		peer, ok := acceptConn(l, time.Second)
+		if !ok {
+			t.Fatal("the sandbox saw no connection")
+		}
+		_ = c.Close()
+		_, _ = peer.Read(make([]byte, 1)) // the host's FIN
+		_ = peer.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for !learned(sb.Block.Sandbox) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the host's TCP metrics have no entry for %s after a connection", sb.Block.Sandbox)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	a, b := e.setup("a", true), e.setup("b", true)
+	talk(a)
+	talk(b)
+	if err := e.m.Teardown(t.Context(), a.ID, a.Block); err != nil {
+		t.Fatal(err)
+	}
+	if learned(a.Block.Sandbox) {
+		t.Errorf("the host's TCP metrics of %s outlived its sandbox", a.Block.Sandbox)
+	}
+	if !learned(b.Block.Sandbox) {
+		t.Errorf("tearing down %s forgot %s too", a.Block.Sandbox, b.Block.Sandbox)
+	}
+	if err := e.m.Init(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if learned(b.Block.Sandbox) {
+		t.Errorf("Init kept the host's TCP metrics of %s, in the pool", b.Block.Sandbox)
+	}
+}
