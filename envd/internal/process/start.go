@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"sync"
@@ -243,21 +242,16 @@ func rankedForOOM(attrs *syscall.SysProcAttr, start func() (int, error)) func() 
 }
 
 // canTrace reports whether a child may ask to be traced here, found once
-// by starting this binary traced and killing it at its exec. Callers hold
-// their OS thread and run inside the reaper's Spawn.
+// by a child that asks and then executes the empty path, which no file can
+// have: it reports the exec's ENOENT if the kernel granted the request,
+// and the request's own error if not, and ForkExec reaps it. Nothing is
+// executed
+// (executing this binary to be killed at its exec cost each sandbox's
+// first start a quarter of a millisecond). Callers hold their OS thread
+// and run inside the reaper's Spawn.
 var canTrace = sync.OnceValue(func() bool {
-	exe, err := os.Executable()
-	if err != nil {
-		return false
-	}
-	probe := exec.Command(exe, "--version")
-	probe.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
-	if err := probe.Start(); err != nil {
-		return false
-	}
-	_ = probe.Process.Kill()
-	_ = probe.Wait()
-	return true
+	_, err := syscall.ForkExec("", []string{"envd-trace-probe"}, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Ptrace: true}})
+	return errors.Is(err, syscall.ENOENT)
 })
 
 // releaseAtExec waits for the traced child pid to stop at its exec, gives
