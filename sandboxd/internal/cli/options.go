@@ -42,7 +42,7 @@ const (
 	// DefaultInitBinaryPath is where packages install sandboxd-init when
 	// it does not sit beside sandboxd's own binary.
 	DefaultInitBinaryPath = "/usr/local/lib/skiff/" + native.InitBinaryName
-	// OwnBinary, as --init-binary, runs each sandbox's init from
+	// OwnBinary is the --init-binary that runs each sandbox's init from
 	// sandboxd's own binary.
 	OwnBinary = "self"
 )

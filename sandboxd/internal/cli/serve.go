@@ -326,7 +326,7 @@ func (o *Options) newRuntime(log *slog.Logger) (closingRuntime, error) {
 		if o.InitBinary != OwnBinary {
 			opts.InitBinary = o.InitBinary
 		} else {
-			log.Warn("sandboxes start from sandboxd's own binary, more slowly than from " + native.InitBinaryName + " (--init-binary)")
+			log.Warn("sandboxes start from sandboxd's own binary, more slowly than from its init binary (--init-binary)", "init-binary", native.InitBinaryName)
 		}
 		return native.New(opts)
 	case gvisor.Name:
