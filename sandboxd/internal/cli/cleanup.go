@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/network"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/shared/cgroups"
 )
@@ -26,8 +27,9 @@ func cleanupCommand(o *Options) *cobra.Command {
 		Short: "Remove what a stopped sandboxd keeps on the host for its next start",
 		Long: `Remove what sandboxd keeps on the host between runs when no sandbox is
 left: its nftables table, the sandboxes' parent cgroup, the router namespace
-with its link to the host (<iface-prefix>-rt), and the mount of the network
-namespaces' folder under --run-dir. Give it the flags serve ran with.
+with its link to the host (<iface-prefix>-rt), the mount of the network
+namespaces' folder under --run-dir, and the spare disks a crashed sandboxd
+left mounted. Give it the flags serve ran with.
 
 A stopped sandboxd leaves these in place on purpose: its sandboxes keep
 running without it, isolated by that table, and the next serve re-adopts
@@ -73,6 +75,11 @@ func runCleanup(ctx context.Context, o *Options, out io.Writer) error {
 		if len(recs) > 0 {
 			return fmt.Errorf("%d sandboxes are recorded in %s: kill them through sandboxd's API first, or start sandboxd, which re-adopts them; nothing was removed", len(recs), records)
 		}
+	}
+	// A sandboxd that stopped cleanly discarded its spare disks; one that
+	// crashed left them mounted.
+	if err := native.DiscardSpares(native.SparesDir(filepath.Join(stateDir, native.Name))); err != nil {
+		return err
 	}
 	nm, err := network.New(o.NetworkOptions())
 	if err != nil {

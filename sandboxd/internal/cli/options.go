@@ -114,6 +114,9 @@ type Options struct {
 	// InitBinary is the binary libcontainer runs as each native sandbox's
 	// init before it becomes envd (sandboxd-init), or OwnBinary.
 	InitBinary string
+	// SpareDisks is how many emptied disks of each size the native
+	// runtime keeps mounted for the next sandboxes.
+	SpareDisks int
 	// EnvdReadyTimeout bounds how long a new sandbox's envd may take to
 	// answer /health.
 	EnvdReadyTimeout time.Duration
@@ -197,6 +200,7 @@ func NewOptions() *Options {
 		RunscPlatform:     "systrap",
 		UIDBase:           nativeDefaults.UIDBase,
 		PidsLimit:         nativeDefaults.PidsLimit,
+		SpareDisks:        nativeDefaults.SpareDisks,
 		PidsReserve:       hostlimits.DefaultPidsReserve,
 		CgroupParent:      nativeDefaults.CgroupParent,
 		RunDir:            DefaultRunDir,
@@ -272,6 +276,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"[uid-base, uid-base + 65536 × --max-sandboxes), which must stay below 2^32. Two sandboxds on one machine (a local fleet) need disjoint ranges: "+
 		"with the same base their sandboxes share host uids, and so the kernel's per-user limits (inotify instances, pending signals).")
 	fs.Int64Var(&o.PidsLimit, "pids-limit", o.PidsLimit, "Most processes (threads count) in one sandbox; at least 1.")
+	fs.IntVar(&o.SpareDisks, "spare-disks", o.SpareDisks, "Disks of ended sandboxes kept mounted, emptied, for the next sandboxes of the same disk size (native runtime), per size: a start then skips making, attaching and mounting one, "+
+		"and an end unmounting and deleting it. A disk with more than a few thousand files is not kept. 0 keeps none; at most 64.")
 	fs.Int64Var(&o.PidsReserve, "host-pids-reserve", o.PidsReserve, "Processes kept for the host: all sandboxes together may have the smaller of kernel.pid_max and kernel.threads-max "+
 		"less this (the pids.max of --cgroup-parent). At start kernel.pid_max is raised, when lower, to --max-sandboxes × --pids-limit + this (at most 4194304); "+
 		"serve refuses to start when it cannot, or when the sandboxes' share is below one --pids-limit. Not negative.")
@@ -459,6 +465,9 @@ func (o *Options) validateRuntime() []error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--runtime %q: not one of %q", o.Runtime, []string{native.Name, gvisor.Name}))
+	}
+	if o.SpareDisks < 0 || o.SpareDisks > 64 {
+		errs = append(errs, fmt.Errorf("--spare-disks must be between 0 and 64, got %d", o.SpareDisks))
 	}
 	if o.PidsLimit < 1 {
 		errs = append(errs, fmt.Errorf("--pids-limit must be at least 1, got %d", o.PidsLimit))

@@ -72,6 +72,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"unknown runtime", func(o *Options) { o.Runtime = "kata" }, "--runtime"},
 		{"gvisor without runsc", func(o *Options) { o.Runtime, o.Runsc = "gvisor", "" }, "--runsc"},
 		{"no pids", func(o *Options) { o.PidsLimit = 0 }, "--pids-limit"},
+		{"spare disks", func(o *Options) { o.SpareDisks = 65 }, "--spare-disks"},
+		{"negative spare disks", func(o *Options) { o.SpareDisks = -1 }, "--spare-disks"},
 		{"negative reserve", func(o *Options) { o.PidsReserve = -1 }, "--host-pids-reserve"},
 		{"bad deny", func(o *Options) { o.DenyCIDRs = []string{"10.0.0.0/33"} }, "--deny-cidr"},
 		{"ipv6 allow", func(o *Options) { o.AllowCIDRs = []string{"fd00::/8"} }, "--allow-cidr"},
@@ -192,7 +194,7 @@ func TestServeFlags(t *testing.T) {
 		"max-timeout", "default-cpu", "default-memory", "default-disk", "metrics-interval", "metrics-samples", "runtime", "runsc", "runsc-platform",
 		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr", "enable-pprof",
 		"log-level", "log-format", "snapshot-memory", "peer-ca", "egress-proxy-port", "dns-filter-port", "resolv-conf",
-		"volume-dir", "volume-shared", "volume-size", "init-binary",
+		"volume-dir", "volume-shared", "volume-size", "init-binary", "spare-disks",
 	} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
@@ -201,8 +203,8 @@ func TestServeFlags(t *testing.T) {
 	if serve.InheritedFlags().Lookup("state-dir") == nil {
 		t.Error("serve does not inherit --state-dir")
 	}
-	if n != 49 {
-		t.Errorf("serve has %d flags of its own, want 49: a new flag goes into this test and the docs", n)
+	if n != 50 {
+		t.Errorf("serve has %d flags of its own, want 50: a new flag goes into this test and the docs", n)
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -76,6 +77,9 @@ type Options struct {
 	CgroupParent string
 	// PidsLimit caps the processes of one sandbox.
 	PidsLimit int64
+	// SpareDisks is how many emptied disks of each size the runtime keeps
+	// mounted for the next sandboxes (spare.go); 0 keeps none.
+	SpareDisks int
 	// InitBinary is the binary libcontainer runs as each sandbox's init,
 	// sandboxd-init (cmd/sandboxd-init) of the same build; empty: this
 	// process's own binary, which starts sandboxes more slowly.
@@ -92,6 +96,7 @@ func DefaultOptions(dir string) Options {
 		Slots:        4096,
 		CgroupParent: "skiff",
 		PidsLimit:    4096,
+		SpareDisks:   8,
 		Logger:       slog.Default(),
 	}
 }
@@ -116,6 +121,12 @@ type Runtime struct {
 	// reaped gets the wait status of the init of each sandbox this
 	// process started, once it exits (exit.go).
 	reaped map[string]chan *os.ProcessState
+
+	// Spare disks (spare.go): directories in spareDir, by disk size.
+	spareDir string
+	spareSeq atomic.Uint64
+	spareMu  sync.Mutex
+	spares   map[int64][]string
 }
 
 var (
@@ -151,10 +162,12 @@ func New(opts Options) (*Runtime, error) {
 		reaped:     map[string]chan *os.ProcessState{},
 		envd:       sandboxrt.EnvdCopies{Dir: filepath.Join(opts.Dir, "bin"), Perm: 0o711},
 		golden:     &diskimage.Golden{Dir: filepath.Join(opts.Dir, "disks"), Format: diskFormat},
+		spareDir:   SparesDir(opts.Dir),
+		spares:     map[int64][]string{},
 	}
 	// A sandbox's root reaches its root filesystem and envd through these
 	// directories before it pivots: they must be searchable, not readable.
-	for _, d := range []string{opts.Dir, r.containers, r.sandboxes} {
+	for _, d := range []string{opts.Dir, r.containers, r.sandboxes, r.spareDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("native runtime: %w", err)
 		}
@@ -166,6 +179,10 @@ func New(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
 	if err := useInitBinary(opts.InitBinary); err != nil {
+		return nil, fmt.Errorf("native runtime: %w", err)
+	}
+	// Spares a crash left were perhaps not emptied.
+	if err := r.discardSpares(); err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
 	ids, err := r.List(context.Background())
@@ -201,9 +218,9 @@ func checkSearchable(dir string) error {
 	}
 }
 
-// Close releases what the runtime holds for itself: nothing today.
+// Close releases what the runtime holds for itself: its spare disks.
 // Sandboxes keep running.
-func (r *Runtime) Close() error { return nil }
+func (r *Runtime) Close() error { return r.discardSpares() }
 
 // Options returns the options the runtime was made with.
 func (r *Runtime) Options() Options { return r.opts }
@@ -448,16 +465,23 @@ const envdPath = "/usr/bin/envd"
 // extra files.
 func (r *Runtime) prepareRoot(spec *sandboxrt.Spec, m *meta, userns *os.File) error {
 	dir := r.dir(spec.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return fmt.Errorf("create sandbox directory: %w", err)
+	// The writable layer is on the sandbox's own filesystem (disk.go): a
+	// spare one (spare.go), with the directory it is in, or a new one;
+	// without a disk size, on the state directory's.
+	spare := spec.DiskMiB > 0 && r.takeDisk(spec.ID, diskLimit(spec.DiskMiB))
+	if !spare {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return fmt.Errorf("create sandbox directory: %w", err)
+		}
 	}
 	if err := r.writeMeta(spec.ID, m); err != nil {
 		return err
 	}
-	// The writable layer is on the sandbox's own filesystem (disk.go), or
-	// without a disk size on the state directory's.
 	layers := dir
-	if spec.DiskMiB > 0 {
+	switch {
+	case spare:
+		layers = filepath.Join(dir, diskMount)
+	case spec.DiskMiB > 0:
 		var err error
 		if layers, err = r.attachDisk(dir, spec.DiskMiB); err != nil {
 			return err
@@ -718,6 +742,10 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 	rootfs := filepath.Join(r.dir(id), "rootfs")
 	if err := unix.Unmount(rootfs, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		errs = append(errs, fmt.Errorf("sandbox %s: unmount root: %w", id, err))
+	}
+	if len(errs) == 0 && r.keepDisk(id) {
+		r.releaseSlot(id)
+		return nil
 	}
 	if err := detachDisk(r.dir(id)); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
