@@ -45,6 +45,9 @@ type fakeNode struct {
 	// ignores both.
 	traffic map[string]string
 	old     bool
+	// frac is added to t0 as a sandbox's start, for sandboxd's clock,
+	// which is not in whole seconds.
+	frac time.Duration
 }
 
 func newFakeNode(name string, templates ...string) *fakeNode {
@@ -101,7 +104,7 @@ func (n *fakeNode) Create(_ context.Context, req *connect.Request[sandboxdv1.Cre
 	}
 	sb := &sandboxdv1.Sandbox{
 		Id: id, Template: m.GetTemplate(), State: sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING, Team: m.GetTeam(),
-		Metadata: m.GetMetadata(), StartedAt: timestamppb.New(t0), EndAt: timestamppb.New(t0.Add(m.GetTimeout().AsDuration())),
+		Metadata: m.GetMetadata(), StartedAt: timestamppb.New(t0.Add(n.frac)), EndAt: timestamppb.New(t0.Add(n.frac + m.GetTimeout().AsDuration())),
 		Resources: m.GetResources(), EnvdVersion: "0.2.0", AutoPause: m.GetAutoPause(),
 		AllowInternetAccess: m.AllowInternetAccess == nil || m.GetAllowInternetAccess(),
 	}

@@ -179,11 +179,24 @@ func (b *Backend) remember(id, team, node string, sb *e2bapi.Sandbox) {
 	if sb != nil {
 		cp := *sb
 		cp.EnvdAccessToken, cp.TrafficAccessToken = "", "" // never kept: List does not return them
+		// In whole seconds, as the inventory will list them (metav1.Time):
+		// a sandbox's start must not move when the inventory takes over
+		// from this write, or a listing paged meanwhile orders it twice
+		// (its cursor is the last sandbox's start time and ID).
+		cp.StartedAt, cp.EndAt = wholeSeconds(cp.StartedAt), wholeSeconds(cp.EndAt)
 		c = &cp
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.recent[id] = recentWrite{node: node, team: team, at: b.now(), sb: c}
+}
+
+// wholeSeconds is t as a metav1.Time keeps it through JSON.
+func wholeSeconds(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Truncate(time.Second)
 }
 
 // maxSkippedClaims bounds the extra candidates a create asks for to step

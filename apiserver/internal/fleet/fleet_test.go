@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
 	"github.com/skiff-dev/skiff/apiserver/internal/metrics"
@@ -642,5 +644,54 @@ func TestListAgreesWithGet(t *testing.T) {
 	}
 	if got.EnvdVersion == "" || got.DiskMB != 10240 {
 		t.Errorf("get: envd %q, disk %d", got.EnvdVersion, got.DiskMB)
+	}
+}
+
+// A sandbox's listed start does not move when the inventory (whole
+// seconds, as metav1.Time goes through JSON) takes over from this
+// replica's write (sandboxd's clock): the listing's cursor is the last
+// sandbox's start and ID, and a start that moved between two pages listed
+// a sandbox on both (the SDK suite's pagination test, through the fleet).
+func TestListedStartStaysWhenTheInventoryTakesOver(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	a.frac = 700 * time.Millisecond
+	h := newHarness(t, a)
+	var ids []string
+	for range 3 {
+		sb, err := h.b.Create(t.Context(), "team1", params("base"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	starts := func() map[string]time.Time {
+		t.Helper()
+		list, err := h.b.List(t.Context(), "team1", []e2bapi.State{e2bapi.StateRunning})
+		if err != nil || len(list) != len(ids) {
+			t.Fatalf("List = %v, %v", list, err)
+		}
+		out := map[string]time.Time{}
+		for _, sb := range list {
+			out[sb.ID] = sb.StartedAt
+		}
+		return out
+	}
+	before := starts()
+	inv := a.inventory()
+	data, err := json.Marshal(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded v1beta1.NodeInventory
+	if err := json.Unmarshal(data, &decoded); err != nil {
+		t.Fatal(err)
+	}
+	h.src.Apply(&decoded)
+	h.advance(fleet.DefaultRecentTTL) // the inventory alone now
+	after := starts()
+	for _, id := range ids {
+		if !before[id].Equal(after[id]) {
+			t.Errorf("%s started at %v while this replica's write listed it, at %v once the inventory did", id, before[id], after[id])
+		}
 	}
 }
