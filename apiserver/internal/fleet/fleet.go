@@ -179,11 +179,6 @@ func (b *Backend) remember(id, team, node string, sb *e2bapi.Sandbox) {
 	if sb != nil {
 		cp := *sb
 		cp.EnvdAccessToken, cp.TrafficAccessToken = "", "" // never kept: List does not return them
-		// In whole seconds, as the inventory will list them (metav1.Time):
-		// a sandbox's start must not move when the inventory takes over
-		// from this write, or a listing paged meanwhile orders it twice
-		// (its cursor is the last sandbox's start time and ID).
-		cp.StartedAt, cp.EndAt = wholeSeconds(cp.StartedAt), wholeSeconds(cp.EndAt)
 		c = &cp
 	}
 	b.mu.Lock()
@@ -191,7 +186,12 @@ func (b *Backend) remember(id, team, node string, sb *e2bapi.Sandbox) {
 	b.recent[id] = recentWrite{node: node, team: team, at: b.now(), sb: c}
 }
 
-// wholeSeconds is t as a metav1.Time keeps it through JSON.
+// wholeSeconds is t as a metav1.Time keeps it through JSON: the
+// inventory's precision, which every sandbox this backend returns has
+// (toSandbox), so that a sandbox's times do not change when the inventory
+// takes over from this replica's write (a listing paged meanwhile, whose
+// cursor is the last sandbox's start and ID, listed a sandbox twice), nor
+// differ between a list and a GET.
 func wholeSeconds(t time.Time) time.Time {
 	if t.IsZero() {
 		return t

@@ -25,6 +25,7 @@ import (
 
 // harness is a fleet of fake nodes behind a StaticSource.
 type harness struct {
+	t     *testing.T
 	src   *inventory.StaticSource
 	nodes map[string]*fakeNode // by endpoint
 	b     *fleet.Backend
@@ -41,7 +42,7 @@ func newHarness(t *testing.T, nodes ...*fakeNode) *harness {
 // newHarnessWithMetrics is newHarness with a Backend that counts into m.
 func newHarnessWithMetrics(t *testing.T, m *metrics.Metrics, nodes ...*fakeNode) *harness {
 	t.Helper()
-	h := &harness{src: inventory.NewStaticSource(), nodes: map[string]*fakeNode{}, now: t0}
+	h := &harness{t: t, src: inventory.NewStaticSource(), nodes: map[string]*fakeNode{}, now: t0}
 	for _, n := range nodes {
 		h.nodes[n.endpoint()] = n
 		h.publish(n)
@@ -71,8 +72,19 @@ func newHarnessWithMetrics(t *testing.T, m *metrics.Metrics, nodes ...*fakeNode)
 }
 
 // publish applies n's inventory to the source, as its host's publisher
-// would.
-func (h *harness) publish(n *fakeNode) { h.src.Apply(n.inventory()) }
+// would, through JSON as the API server and the informer pass it.
+func (h *harness) publish(n *fakeNode) {
+	h.t.Helper()
+	data, err := json.Marshal(n.inventory())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var inv v1beta1.NodeInventory
+	if err := json.Unmarshal(data, &inv); err != nil {
+		h.t.Fatal(err)
+	}
+	h.src.Apply(&inv)
+}
 
 func (h *harness) advance(d time.Duration) {
 	h.mu.Lock()
@@ -601,6 +613,7 @@ func TestHostUnreachable(t *testing.T) {
 // template, times, metadata, state.
 func TestListAgreesWithGet(t *testing.T) {
 	a := newFakeNode("node-a", "base")
+	a.frac = 700 * time.Millisecond // sandboxd's clock is not in whole seconds
 	h := newHarness(t, a)
 	sb, err := h.b.Create(t.Context(), "team1", params("base"))
 	if err != nil {
@@ -634,8 +647,8 @@ func TestListAgreesWithGet(t *testing.T) {
 		{"template", l.TemplateID, got.TemplateID},
 		{"state", l.State, got.State},
 		{"node", l.Node, got.Node},
-		{"startedAt", l.StartedAt.Unix(), got.StartedAt.Unix()},
-		{"endAt", l.EndAt.Unix(), got.EndAt.Unix()},
+		{"startedAt", l.StartedAt.UnixNano(), got.StartedAt.UnixNano()},
+		{"endAt", l.EndAt.UnixNano(), got.EndAt.UnixNano()},
 		{"metadata", maps.Equal(l.Metadata, got.Metadata), true},
 	} {
 		if f.list != f.want {
@@ -677,16 +690,7 @@ func TestListedStartStaysWhenTheInventoryTakesOver(t *testing.T) {
 		return out
 	}
 	before := starts()
-	inv := a.inventory()
-	data, err := json.Marshal(inv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var decoded v1beta1.NodeInventory
-	if err := json.Unmarshal(data, &decoded); err != nil {
-		t.Fatal(err)
-	}
-	h.src.Apply(&decoded)
+	h.publish(a)
 	h.advance(fleet.DefaultRecentTTL) // the inventory alone now
 	after := starts()
 	for _, id := range ids {
