@@ -188,7 +188,8 @@ func (b *Backend) remember(id, team, node string, sb *e2bapi.Sandbox) {
 
 // wholeSeconds is t as a metav1.Time keeps it through JSON: the
 // inventory's precision, which every sandbox this backend returns has
-// (toSandbox), so that a sandbox's times do not change when the inventory
+// (toSandbox, fromEntry: a static source, make up's, keeps sandboxd's
+// milliseconds), so that a sandbox's times do not change when the inventory
 // takes over from this replica's write (a listing paged meanwhile, whose
 // cursor is the last sandbox's start and ID, listed a sandbox twice), nor
 // differ between a list and a GET.

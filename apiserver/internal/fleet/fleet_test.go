@@ -25,10 +25,13 @@ import (
 
 // harness is a fleet of fake nodes behind a StaticSource.
 type harness struct {
-	t     *testing.T
-	src   *inventory.StaticSource
-	nodes map[string]*fakeNode // by endpoint
-	b     *fleet.Backend
+	t *testing.T
+	// direct publishes inventories as they are, as make up's static
+	// source does, not through JSON.
+	direct bool
+	src    *inventory.StaticSource
+	nodes  map[string]*fakeNode // by endpoint
+	b      *fleet.Backend
 
 	mu  sync.Mutex
 	now time.Time
@@ -75,6 +78,10 @@ func newHarnessWithMetrics(t *testing.T, m *metrics.Metrics, nodes ...*fakeNode)
 // would, through JSON as the API server and the informer pass it.
 func (h *harness) publish(n *fakeNode) {
 	h.t.Helper()
+	if h.direct {
+		h.src.Apply(n.inventory())
+		return
+	}
 	data, err := json.Marshal(n.inventory())
 	if err != nil {
 		h.t.Fatal(err)
@@ -612,9 +619,20 @@ func TestHostUnreachable(t *testing.T) {
 // list: envd version (the node's, left out of the entry), resources, disk,
 // template, times, metadata, state.
 func TestListAgreesWithGet(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "inventory through JSON", true: "static inventory"}[direct], func(t *testing.T) {
+			testListAgreesWithGet(t, direct)
+		})
+	}
+}
+
+func testListAgreesWithGet(t *testing.T, direct bool) {
 	a := newFakeNode("node-a", "base")
 	a.frac = 700 * time.Millisecond // sandboxd's clock is not in whole seconds
-	h := newHarness(t, a)
+	h := newHarness(t)
+	h.nodes[a.endpoint()] = a
+	h.direct = direct
+	h.publish(a)
 	sb, err := h.b.Create(t.Context(), "team1", params("base"))
 	if err != nil {
 		t.Fatal(err)
