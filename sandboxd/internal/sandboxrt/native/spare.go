@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -146,12 +147,9 @@ func empty(dir string, keep ...string) error {
 	if err != nil {
 		return err
 	}
-next:
 	for _, e := range entries {
-		for _, k := range keep {
-			if e.Name() == k {
-				continue next
-			}
+		if slices.Contains(keep, e.Name()) {
+			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 			return err
