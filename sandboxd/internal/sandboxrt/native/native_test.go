@@ -342,3 +342,59 @@ func TestSealedRunKnowsItsBinaryOnDisk(t *testing.T) {
 		t.Errorf("selfexe.Path() = %s (%v, %d bytes); the running copy has %d bytes", onDisk, disk.Mode(), disk.Size(), self.Size())
 	}
 }
+
+// Stop returns once every process of the sandbox is gone, not only its
+// init: it waits for the init's reaping, which the kernel does after the
+// rest of its pid namespace has exited. Both ways are checked: the
+// runtime that started the sandbox (its reaper) and a new one (polling).
+func TestStopWaitsForEveryProcess(t *testing.T) {
+	for _, restarted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "started here", true: "after a restart"}[restarted], func(t *testing.T) {
+			rt, dir := newRuntime(t)
+			s := start(t, rt, dir, nil)
+			s.run(t, "root", "for i in $(seq 40); do sleep 1000 & done")
+			procs := filepath.Join("/sys/fs/cgroup/pids", ownCgroup(t, "pids"), rt.Options().CgroupParent, s.spec.ID, "cgroup.procs")
+			data, err := os.ReadFile(procs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pids := strings.Fields(string(data))
+			if len(pids) < 41 {
+				t.Fatalf("the sandbox has %d processes, want envd and 40 sleeps", len(pids))
+			}
+			starts := map[string]string{}
+			for _, pid := range pids {
+				starts[pid] = startTime(t, pid)
+			}
+			if restarted {
+				if rt, err = native.New(rt.Options()); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = rt.Close() })
+			}
+			if err := rt.Stop(context.Background(), s.spec.ID); err != nil {
+				t.Fatal(err)
+			}
+			for pid, start := range starts {
+				if now := startTime(t, pid); now == start {
+					t.Errorf("process %s of the sandbox still runs after Stop", pid)
+				}
+			}
+		})
+	}
+}
+
+// startTime is field 22 of /proc/pid/stat, "" once the process is gone.
+func startTime(t *testing.T, pid string) string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if errors.Is(err, os.ErrNotExist) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The command (field 2) may hold spaces; the fields after it do not.
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	return fields[19]
+}
