@@ -98,13 +98,21 @@ func needsSetupDev(config *configs.Config) bool {
 }
 
 func doSetupDev(rootFd *os.File, config *configs.Config) error {
-	if err := createDevices(rootFd, config); err != nil {
+	// /dev is resolved in the root once (Skiff), not once for every node
+	// and link made in it: each of them is made through this handle, as it
+	// was through the handle of its parent resolved again.
+	devDir, err := pathrs.MkdirAllInRoot(rootFd, "/dev", 0o755)
+	if err != nil {
+		return fmt.Errorf("error opening /dev: %w", err)
+	}
+	defer devDir.Close()
+	if err := createDevices(rootFd, devDir, config); err != nil {
 		return fmt.Errorf("error creating device nodes: %w", err)
 	}
-	if err := setupPtmx(rootFd); err != nil {
+	if err := setupPtmx(devDir); err != nil {
 		return fmt.Errorf("error setting up ptmx: %w", err)
 	}
-	if err := setupDevSymlinks(rootFd); err != nil {
+	if err := setupDevSymlinks(devDir); err != nil {
 		return fmt.Errorf("error setting up /dev symlinks: %w", err)
 	}
 	return nil
@@ -905,7 +913,7 @@ func checkProcMount(rootfs, dest string, m mountEntry) error {
 	return fmt.Errorf("%q cannot be mounted because it is inside /proc", dest)
 }
 
-func setupDevSymlinks(rootFd *os.File) error {
+func setupDevSymlinks(devDir *os.File) error {
 	// In theory, these should be links to /proc/thread-self, but systems
 	// expect these to be /proc/self and this matches how most distributions
 	// work.
@@ -922,9 +930,17 @@ func setupDevSymlinks(rootFd *os.File) error {
 	}
 	for _, link := range links {
 		target, devName := link[0], link[1]
-		if err := pathrs.SymlinkInRoot(target, rootFd, devName); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := symlinkIn(devDir, target, filepath.Base(devName)); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
+	}
+	return nil
+}
+
+// symlinkIn makes the symlink name in dir, pointing to target. (Skiff)
+func symlinkIn(dir *os.File, target, name string) error {
+	if err := unix.Symlinkat(target, int(dir.Fd()), name); err != nil {
+		return &os.PathError{Op: "symlinkat", Path: dir.Name() + "/" + name, Err: err}
 	}
 	return nil
 }
@@ -958,7 +974,7 @@ func reOpenDevNull() error {
 }
 
 // Create the device nodes in the container.
-func createDevices(rootFd *os.File, config *configs.Config) error {
+func createDevices(rootFd, devDir *os.File, config *configs.Config) error {
 	useBindMount := userns.RunningInUserNS() || config.Namespaces.Contains(configs.NEWUSER)
 	for _, node := range config.Devices {
 
@@ -969,6 +985,14 @@ func createDevices(rootFd *os.File, config *configs.Config) error {
 
 		// containers running in a user namespace are not allowed to mknod
 		// devices so we can just bind mount it from the host.
+		//
+		// A node right in /dev is made through devDir. (Skiff)
+		if node.Path != "" && filepath.Dir(pathrs.LexicallyCleanPath(node.Path)) == "/dev" {
+			if err := createDeviceNodeIn(devDir, filepath.Base(node.Path), node, useBindMount); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := createDeviceNode(rootFd, node, useBindMount); err != nil {
 			return err
 		}
@@ -999,7 +1023,12 @@ func createDeviceNode(rootFd *os.File, node *devices.Device, bind bool) error {
 		return fmt.Errorf("mkdir parent of device inode %q: %w", node.Path, err)
 	}
 	defer destDir.Close()
+	return createDeviceNodeIn(destDir, destName, node, bind)
+}
 
+// createDeviceNodeIn creates the device node as destName in destDir.
+// (Skiff: split from createDeviceNode.)
+func createDeviceNodeIn(destDir *os.File, destName string, node *devices.Device, bind bool) error {
 	if bind {
 		return bindMountDeviceNode(destDir, destName, node)
 	}
@@ -1150,11 +1179,11 @@ func setReadonly() error {
 	return mount("", "/", "", flags, "")
 }
 
-func setupPtmx(rootFd *os.File) error {
-	if err := pathrs.UnlinkInRoot(rootFd, "/dev/ptmx", 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+func setupPtmx(devDir *os.File) error {
+	if err := unix.Unlinkat(int(devDir.Fd()), "ptmx", 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return &os.PathError{Op: "unlinkat", Path: devDir.Name() + "/ptmx", Err: err}
 	}
-	return pathrs.SymlinkInRoot("pts/ptmx", rootFd, "/dev/ptmx")
+	return symlinkIn(devDir, "pts/ptmx", "ptmx")
 }
 
 // pivotRoot will call pivot_root such that rootfs becomes the new root

@@ -169,6 +169,23 @@ func TestSandboxRunsEnvdAsInitWithUsers(t *testing.T) {
 			t.Errorf("system calls under the filter: got %+v, want EPERM EPERM ENOSYS none", got)
 		}
 	}
+	// /dev: the host's devices (bind mounts: no mknod in a user
+	// namespace), and the links runc makes (made through one handle of
+	// /dev by our fork's patch 0003).
+	want := "/dev/null 1:3\n/dev/zero 1:5\n/dev/full 1:7\n/dev/random 1:8\n/dev/urandom 1:9\n/dev/tty 5:0\n" +
+		"fd /proc/self/fd\nstdin /proc/self/fd/0\nstdout /proc/self/fd/1\nstderr /proc/self/fd/2\nptmx pts/ptmx\n"
+	if _, err := os.Stat("/proc/kcore"); err == nil {
+		want += "core /proc/kcore\n"
+	} else {
+		want += "core\n"
+	}
+	want += "written 4\n"
+	script := "for n in null zero full random urandom tty; do stat -c '%n %t:%T' /dev/$n; done; " +
+		"for l in fd stdin stdout stderr ptmx core; do echo $l $(readlink /dev/$l); done; " +
+		"echo x > /dev/null && echo written $(head -c 4 /dev/zero | wc -c)"
+	if got := s.run(t, "root", script); got.Stdout != want {
+		t.Errorf("/dev:\n%s%s\nwant:\n%s", got.Stdout, got.Stderr, want)
+	}
 	if st, err := rt.Status(context.Background(), s.spec.ID); err != nil || st != sandboxrt.Running {
 		t.Errorf("status = %v, %v", st, err)
 	}
