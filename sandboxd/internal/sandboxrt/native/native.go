@@ -426,7 +426,11 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
-	if err := r.mountBootID(spec.ID, pid); err != nil {
+	bootDir := r.dir(spec.ID)
+	if spec.DiskMiB > 0 {
+		bootDir = filepath.Join(bootDir, diskMount)
+	}
+	if err := mountBootID(bootDir, pid); err != nil {
 		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
 	}
 	if !run {
