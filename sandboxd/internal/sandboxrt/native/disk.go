@@ -24,28 +24,18 @@ const (
 	diskImage = "disk.img"
 )
 
-// diskFormat: an ext4 with the smallest journal (4 MiB), without blocks
-// reserved for root (the sandbox's root is its only user), without the
-// group descriptors reserved for growing it online (resize_inode: nothing
-// resizes a sandbox's disk, and at 10 GiB they were 4.1 of the image's 4.3
-// MiB, copied for every sandbox; now 236 KiB), whose inode tables are left
-// for the kernel to set up lazily; mounted with discard, which gives
-// deleted blocks back to the host, and noinit_itable, which keeps the
-// kernel from zeroing every inode table in the background.
-//
-// The journal is not for crashes (a host crash ends a native sandbox
-// anyway) but for speed: without one, ext4 will not reuse an inode freed in
-// the last 5 seconds (300 when its inode table block is still dirty), and
-// finds that out by looking up each such inode's block in turn
-// (recently_deleted) for every inode it allocates. A spare disk (spare.go)
-// gets a new sandbox's files right after the last one's were deleted, so
-// every create walked the inodes of many sandboxes before: 3.4% of the
-// machine's CPU at c = 20, against 0.8% with a journal, whose own cost was
-// 0.25%. The journal's blocks are written as it wraps, so the image takes
-// up to 4 MiB more of the host's disk than what the sandbox wrote.
+// diskFormat: an ext4 without a journal (a host crash ends a native
+// sandbox anyway), without blocks reserved for root (the sandbox's root is
+// its only user), without the group descriptors reserved for growing it
+// online (resize_inode: nothing resizes a sandbox's disk, and at 10 GiB
+// they were 4.1 of the image's 4.3 MiB, copied for every sandbox; now 228
+// KiB), whose inode tables are left for the kernel to set up lazily;
+// mounted with discard, which gives deleted blocks back to the host, and
+// noinit_itable, which keeps the kernel from zeroing every inode table in
+// the background.
 var diskFormat = diskimage.Format{
-	Name:      "v3",
-	MkfsArgs:  []string{"-q", "-F", "-m", "0", "-O", "^resize_inode", "-J", "size=4", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard"},
+	Name:      "v2",
+	MkfsArgs:  []string{"-q", "-F", "-m", "0", "-O", "^has_journal,^resize_inode", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard"},
 	MountData: "discard,noinit_itable",
 }
 
