@@ -33,6 +33,21 @@ const (
 // ASCII letters, digits, underscore, plus, minus, period. The id must be
 // unique and non-existent for the given root path.
 func Create(root, id string, config *configs.Config) (*Container, error) {
+	return create(root, id, config, nil)
+}
+
+// CreateWithCgroupPaths is Create for a container whose cgroup paths the
+// caller knows: those manager.NewWithPaths takes (on cgroup v1, one for
+// each controller). Create finds them itself, which on cgroup v1 reads
+// /proc/self/cgroup again for every controller. (Skiff)
+func CreateWithCgroupPaths(root, id string, config *configs.Config, paths map[string]string) (*Container, error) {
+	if len(paths) == 0 {
+		return nil, errors.New("no cgroup paths")
+	}
+	return create(root, id, config, paths)
+}
+
+func create(root, id string, config *configs.Config, cgroupPaths map[string]string) (*Container, error) {
 	if root == "" {
 		return nil, errors.New("root not set")
 	}
@@ -55,7 +70,7 @@ func Create(root, id string, config *configs.Config) (*Container, error) {
 		return nil, err
 	}
 
-	cm, err := manager.New(config.Cgroups)
+	cm, err := manager.NewWithPaths(config.Cgroups, cgroupPaths)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"github.com/moby/profiles/seccomp"
 	"github.com/opencontainers/cgroups"
 	devconfig "github.com/opencontainers/cgroups/devices/config"
+	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	lcseccomp "github.com/opencontainers/runc/libcontainer/seccomp"
 	"github.com/opencontainers/runc/libcontainer/specconv"
@@ -94,6 +96,47 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd, usernsPath str
 		},
 		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 	}, nil
+}
+
+// cgroupPaths are the cgroup paths of sandbox id, as libcontainer.Create
+// would find them (on cgroup v1 one per controller, each below sandboxd's
+// own cgroup in that hierarchy), from its parent's found once: Create reads
+// /proc/self/cgroup again for every controller of every sandbox (on this
+// v1 host eleven times, a tenth of sandboxd's system calls of a
+// lifecycle). Were sandboxd moved to another cgroup while it runs, its
+// sandboxes would go on being made below the cgroups it started in.
+func (r *Runtime) cgroupPaths(id string) (map[string]string, error) {
+	parents, err := r.cgroupParents()
+	if err != nil {
+		return nil, err
+	}
+	paths := make(map[string]string, len(parents))
+	for controller, parent := range parents {
+		paths[controller] = filepath.Join(parent, id)
+	}
+	return paths, nil
+}
+
+// findCgroupParents asks libcontainer's cgroup manager where a cgroup
+// below the sandboxes' parent would be, and keeps the parent of each.
+// Nothing is made.
+func (r *Runtime) findCgroupParents() (map[string]string, error) {
+	const probe = "probe"
+	m, err := manager.New(&cgroups.Cgroup{Path: filepath.Join(r.opts.CgroupParent, probe), Resources: &cgroups.Resources{}})
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: %w", err)
+	}
+	parents := map[string]string{}
+	for controller, path := range m.GetPaths() {
+		if filepath.Base(path) != probe {
+			return nil, fmt.Errorf("cgroups: libcontainer puts %s's cgroup at %s", controller, path)
+		}
+		parents[controller] = filepath.Dir(path)
+	}
+	if len(parents) == 0 {
+		return nil, errors.New("cgroups: libcontainer finds no controller")
+	}
+	return parents, nil
 }
 
 // defaultSeccomp is Docker's default profile for the default capabilities,

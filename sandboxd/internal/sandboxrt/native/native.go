@@ -109,6 +109,9 @@ type Runtime struct {
 	envd       sandboxrt.EnvdCopies
 	golden     *diskimage.Golden // empty disk images, one per size (disk.go)
 	cgroups    cgroupDirs        // where Stats reads (usage.go)
+	// cgroupParents is, by controller, the directory of the sandboxes'
+	// parent cgroup, as libcontainer finds it (config.go).
+	cgroupParents func() (map[string]string, error)
 
 	mu    sync.Mutex
 	slots map[int]string // slot → sandbox ID
@@ -165,6 +168,7 @@ func New(opts Options) (*Runtime, error) {
 		spareDir:   SparesDir(opts.Dir),
 		spares:     map[int64][]string{},
 	}
+	r.cgroupParents = sync.OnceValues(r.findCgroupParents)
 	// A sandbox's root reaches its root filesystem and envd through these
 	// directories before it pivots: they must be searchable, not readable.
 	for _, d := range []string{opts.Dir, r.containers, r.sandboxes, r.spareDir} {
@@ -380,7 +384,11 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 		return fmt.Errorf("sandbox %s: open log: %w", spec.ID, err)
 	}
 	defer log.Close()
-	c, err := libcontainer.Create(r.containers, spec.ID, cfg)
+	paths, err := r.cgroupPaths(spec.ID)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	c, err := libcontainer.CreateWithCgroupPaths(r.containers, spec.ID, cfg, paths)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: create container: %w", spec.ID, err)
 	}

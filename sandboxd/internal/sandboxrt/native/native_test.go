@@ -415,3 +415,54 @@ func startTime(t *testing.T, pid string) string {
 	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
 	return fields[19]
 }
+
+// A sandbox's processes are in its own cgroup, below sandboxd's in every
+// hierarchy: where libcontainer.Create would have put them had it found
+// the paths itself (the runtime finds them once).
+func TestSandboxCgroups(t *testing.T) {
+	rt, dir := newRuntime(t)
+	s := start(t, rt, dir, nil)
+	own := cgroupLines(t, "self")
+	var pid string
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if lines := cgroupLines(t, e.Name()); lines != nil && strings.HasSuffix(lines[len(lines)-1][2], "/"+s.spec.ID) {
+			pid = e.Name()
+			break
+		}
+	}
+	if pid == "" {
+		t.Fatal("no process in the sandbox's cgroup")
+	}
+	sandbox := cgroupLines(t, pid)
+	if len(sandbox) != len(own) || len(own) == 0 {
+		t.Fatalf("the sandbox's process is in %d hierarchies, this process in %d", len(sandbox), len(own))
+	}
+	for i, l := range own {
+		want := filepath.Join(l[2], rt.Options().CgroupParent, s.spec.ID)
+		if sandbox[i][1] != l[1] || sandbox[i][2] != want {
+			t.Errorf("hierarchy %q: the sandbox is in %s, want %s", l[1], sandbox[i][2], want)
+		}
+	}
+}
+
+// cgroupLines are the lines of /proc/<pid>/cgroup, split at their first
+// two colons; nil once the process is gone.
+func cgroupLines(t *testing.T, pid string) [][]string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + pid + "/cgroup")
+	if err != nil {
+		return nil
+	}
+	var lines [][]string
+	for l := range strings.Lines(strings.TrimSpace(string(data))) {
+		lines = append(lines, strings.SplitN(strings.TrimSpace(l), ":", 3))
+	}
+	return lines
+}
