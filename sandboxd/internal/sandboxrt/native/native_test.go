@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/runc/libcontainer/system"
+
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt/native"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
@@ -379,9 +382,17 @@ func TestStopWaitsForEveryProcess(t *testing.T) {
 			if len(pids) < 41 {
 				t.Fatalf("the sandbox has %d processes, want envd and 40 sleeps", len(pids))
 			}
-			starts := map[string]string{}
+			starts := map[int]uint64{}
 			for _, pid := range pids {
-				starts[pid] = startTime(t, pid)
+				n, err := strconv.Atoi(pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := system.Stat(n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				starts[n] = st.StartTime
 			}
 			if restarted {
 				if rt, err = native.New(rt.Options()); err != nil {
@@ -393,27 +404,12 @@ func TestStopWaitsForEveryProcess(t *testing.T) {
 				t.Fatal(err)
 			}
 			for pid, start := range starts {
-				if now := startTime(t, pid); now == start {
-					t.Errorf("process %s of the sandbox still runs after Stop", pid)
+				if st, err := system.Stat(pid); err == nil && st.StartTime == start {
+					t.Errorf("process %d of the sandbox still runs after Stop", pid)
 				}
 			}
 		})
 	}
-}
-
-// startTime is field 22 of /proc/pid/stat, "" once the process is gone.
-func startTime(t *testing.T, pid string) string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/" + pid + "/stat")
-	if errors.Is(err, os.ErrNotExist) {
-		return ""
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The command (field 2) may hold spaces; the fields after it do not.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	return fields[19]
 }
 
 // A sandbox's processes are in its own cgroup, below sandboxd's in every
@@ -422,47 +418,28 @@ func startTime(t *testing.T, pid string) string {
 func TestSandboxCgroups(t *testing.T) {
 	rt, dir := newRuntime(t)
 	s := start(t, rt, dir, nil)
-	own := cgroupLines(t, "self")
-	var pid string
-	entries, err := os.ReadDir("/proc")
+	own, err := cgroups.ParseCgroupFile("/proc/self/cgroup")
+	if err != nil || len(own) == 0 {
+		t.Fatalf("this process's cgroups: %v, %v", own, err)
+	}
+	procs, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", ownCgroup(t, "pids"), rt.Options().CgroupParent, s.spec.ID, "cgroup.procs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		if lines := cgroupLines(t, e.Name()); lines != nil && strings.HasSuffix(lines[len(lines)-1][2], "/"+s.spec.ID) {
-			pid = e.Name()
-			break
-		}
+	pids := strings.Fields(string(procs))
+	if len(pids) == 0 {
+		t.Fatal("no process in the sandbox's pids cgroup")
 	}
-	if pid == "" {
-		t.Fatal("no process in the sandbox's cgroup")
+	sandbox, err := cgroups.ParseCgroupFile("/proc/" + pids[0] + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
 	}
-	sandbox := cgroupLines(t, pid)
-	if len(sandbox) != len(own) || len(own) == 0 {
+	if len(sandbox) != len(own) {
 		t.Fatalf("the sandbox's process is in %d hierarchies, this process in %d", len(sandbox), len(own))
 	}
-	for i, l := range own {
-		want := filepath.Join(l[2], rt.Options().CgroupParent, s.spec.ID)
-		if sandbox[i][1] != l[1] || sandbox[i][2] != want {
-			t.Errorf("hierarchy %q: the sandbox is in %s, want %s", l[1], sandbox[i][2], want)
+	for controller, path := range own {
+		if want := filepath.Join(path, rt.Options().CgroupParent, s.spec.ID); sandbox[controller] != want {
+			t.Errorf("hierarchy %q: the sandbox is in %s, want %s", controller, sandbox[controller], want)
 		}
 	}
-}
-
-// cgroupLines are the lines of /proc/<pid>/cgroup, split at their first
-// two colons; nil once the process is gone.
-func cgroupLines(t *testing.T, pid string) [][]string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/" + pid + "/cgroup")
-	if err != nil {
-		return nil
-	}
-	var lines [][]string
-	for l := range strings.Lines(strings.TrimSpace(string(data))) {
-		lines = append(lines, strings.SplitN(strings.TrimSpace(l), ":", 3))
-	}
-	return lines
 }
