@@ -379,6 +379,17 @@ func (l *lanes) outage(t *testing.T, d time.Duration, during func(elapsed time.D
 	logf("lane D: the kube-apiserver was down %s", time.Since(start).Round(100*time.Millisecond))
 }
 
+// viewAge is how old the newest publish a replica has seen is (its
+// freshness reference), or why that is not known.
+func (l *lanes) viewAge(r *replica) string {
+	m := hosttest.Metric(r.admin, "skiff_apiserver_fleet_reference_timestamp_seconds")
+	ref, err := strconv.ParseFloat(m, 64)
+	if err != nil {
+		return fmt.Sprintf("(reference %q: %v)", m, err)
+	}
+	return time.Since(time.Unix(int64(ref), 0)).Round(time.Second).String()
+}
+
 // e2bListed reports whether every running replica's e2b list shows
 // every sandbox of ids (the kube list needs the kube-apiserver), as "" or
 // what is missing.
@@ -455,7 +466,9 @@ func (l *lanes) laneD(t *testing.T) {
 				return "replica 1 does not lead"
 			}
 			if n := len(f.warm()); n != warmReplicas {
-				return fmt.Sprintf("%d warm sandboxes", n)
+				// How old replica 1's view of the fleet is tells a cache that
+				// does not watch again from a driver that does not act.
+				return fmt.Sprintf("%d warm sandboxes; replica 1's newest publish seen %s ago", n, l.viewAge(r1))
 			}
 			return ""
 		})
@@ -472,8 +485,8 @@ func (l *lanes) laneD(t *testing.T) {
 		back := time.Now()
 		// A replica has seen A publish since the outage once its freshness
 		// reference (the newest stamp it has seen, a metric) is past the
-		// outage. The replicas' informers resync within client-go's
-		// reflector backoff, which grows to [30 s, 60 s) over outages.
+		// outage. The replicas' informers watch again within
+		// fleetsource.RetryMax of the kube-apiserver's return.
 		after := float64(back.Truncate(time.Second).Unix())
 		seen, left := map[*replica]time.Time{}, map[*replica]time.Duration{}
 		f.eventually(2*time.Minute, "each replica sees A publish, then B leaves", func() string {

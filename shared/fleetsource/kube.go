@@ -47,8 +47,14 @@ type KubeFleet struct {
 // OpenKube builds the informer cache at cfg with opts and opens an informer
 // for NodeInventory, NodeInventoryShard and each of also, so that a kind whose CRD is not
 // installed is named as such now rather than at sync. stale is the
-// freshness filter.
+// freshness filter. Unless opts sets NewInformer, the informers retry the
+// lists and watches a kube-apiserver out of reach or starting fails at
+// most RetryMax apart, rather than in client-go's backoff of up to a
+// minute.
 func OpenKube(ctx context.Context, cfg *rest.Config, opts cache.Options, stale kubeinventory.Options, also ...client.Object) (*KubeFleet, error) {
+	if opts.NewInformer == nil {
+		opts.NewInformer = retrying(retryLog())
+	}
 	c, err := cache.New(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("new informer cache for %s: %w", cfg.Host, err)

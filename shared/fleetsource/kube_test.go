@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/fleetsource"
@@ -75,4 +76,74 @@ func TestOpenKubeFollowsTheInventories(t *testing.T) {
 	if kf.Host() != env.Config.Host {
 		t.Errorf("Host() = %q, want %q", kf.Host(), env.Config.Host)
 	}
+}
+
+// After an outage of the kube-apiserver long enough for client-go's
+// reflector to back off to half a minute, the cache watches again within
+// RetryMax of the kube-apiserver's return, not within the backoff: a change
+// made then reaches the fleet within a few seconds. (With client-go's own
+// backoff, which this outage grows to 25-50 s, it does not, mostly.)
+func TestOpenKubeWatchesAgainSoonAfterAnOutage(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	kf, err := fleetsource.OpenKube(ctx, env.Config, cache.Options{Scheme: scheme(t)}, kubeinventory.NewOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kf.Start(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := kf.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	}()
+	inv := &v1beta1.NodeInventory{
+		ObjectMeta:  metav1.ObjectMeta{Name: "host-a"},
+		PublishedAt: &metav1.Time{Time: time.Now()},
+		Spec:        v1beta1.NodeInventorySpec{Endpoint: "127.0.0.1:27777"},
+	}
+	if err := env.Client.Create(ctx, inv); err != nil {
+		t.Fatal(err)
+	}
+	endpoint := func() string {
+		var got v1beta1.NodeInventory
+		if err := kf.Cache.Get(ctx, client.ObjectKey{Name: "host-a"}, &got); err != nil {
+			return err.Error()
+		}
+		return got.Spec.Endpoint
+	}
+	for endpoint() != inv.Spec.Endpoint {
+		if ctx.Err() != nil {
+			t.Fatalf("host-a never reached the cache: %s", endpoint())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	const outage = 40 * time.Second
+	env.StopAPIServer(t)
+	time.Sleep(outage)
+	env.StartAPIServer(t)
+	back := time.Now()
+	inv.Spec.Endpoint = "127.0.0.1:27778"
+	for {
+		err := env.Client.Update(ctx, inv)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("update host-a after the outage: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	bound := fleetsource.RetryMax + 5*time.Second
+	for endpoint() != inv.Spec.Endpoint {
+		if time.Since(back) > bound {
+			t.Fatalf("%s after the kube-apiserver came back from %s down, the cache still has endpoint %s (want %s): it does not watch again",
+				bound, outage, endpoint(), inv.Spec.Endpoint)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the cache saw a change %s after the kube-apiserver came back from %s down", time.Since(back).Round(100*time.Millisecond), outage)
 }
