@@ -99,8 +99,9 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd, usernsPath str
 }
 
 // cgroupPaths are the cgroup paths of sandbox id, as libcontainer.Create
-// would find them (on cgroup v1 one per controller, each below sandboxd's
-// own cgroup in that hierarchy), from its parent's found once: Create reads
+// would find them (on cgroup v1 one per controller of sandboxControllers,
+// each below sandboxd's own cgroup in that hierarchy), from its parent's
+// found once: Create reads
 // /proc/self/cgroup again for every controller of every sandbox (on this
 // v1 host eleven times, a tenth of sandboxd's system calls of a
 // lifecycle). Were sandboxd moved to another cgroup while it runs, its
@@ -117,9 +118,22 @@ func (r *Runtime) cgroupPaths(id string) (map[string]string, error) {
 	return paths, nil
 }
 
+// sandboxControllers are the cgroup v1 hierarchies in which each sandbox
+// gets a cgroup of its own: those of the controllers sandboxd limits or
+// reads it through (cpu and cpuacct: its vCPUs and usage; memory; pids;
+// devices: the device rules; freezer: pause). In the others (cpuset, blkio,
+// hugetlb, net_cls, net_prio, perf_event, rdma, misc, name=systemd, and the
+// empty unified hierarchy of a hybrid host) its processes stay in
+// sandboxd's cgroup, as they would inherit it: a cgroup there would limit
+// and report nothing, and cost a directory made and removed in each for
+// every sandbox (and cpuset's copy of its parent's CPUs and memory nodes),
+// and the kernel's memory for it while the sandbox lives. On cgroup v2
+// there is one hierarchy, and every sandbox has its cgroup in it.
+var sandboxControllers = []string{"cpu", "cpuacct", "memory", "pids", "devices", "freezer"}
+
 // findCgroupParents asks libcontainer's cgroup manager where a cgroup
-// below the sandboxes' parent would be, and keeps the parent of each.
-// Nothing is made.
+// below the sandboxes' parent would be, and keeps the parent of each of
+// sandboxControllers (on cgroup v2, of the one hierarchy). Nothing is made.
 func (r *Runtime) findCgroupParents() (map[string]string, error) {
 	const probe = "probe"
 	m, err := manager.New(&cgroups.Cgroup{Path: filepath.Join(r.opts.CgroupParent, probe), Resources: &cgroups.Resources{}})
@@ -127,7 +141,11 @@ func (r *Runtime) findCgroupParents() (map[string]string, error) {
 		return nil, fmt.Errorf("cgroups: %w", err)
 	}
 	parents := map[string]string{}
+	v2 := cgroups.IsCgroup2UnifiedMode()
 	for controller, path := range m.GetPaths() {
+		if !v2 && !slices.Contains(sandboxControllers, controller) {
+			continue
+		}
 		if filepath.Base(path) != probe {
 			return nil, fmt.Errorf("cgroups: libcontainer puts %s's cgroup at %s", controller, path)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -412,9 +413,10 @@ func TestStopWaitsForEveryProcess(t *testing.T) {
 	}
 }
 
-// A sandbox's processes are in its own cgroup, below sandboxd's in every
-// hierarchy: where libcontainer.Create would have put them had it found
-// the paths itself (the runtime finds them once).
+// A sandbox's processes are in its own cgroup, below sandboxd's, in each
+// hierarchy of a controller sandboxd uses: where libcontainer.Create would
+// have put them had it found the paths itself (the runtime finds them
+// once); in the other hierarchies they stay in sandboxd's.
 func TestSandboxCgroups(t *testing.T) {
 	rt, dir := newRuntime(t)
 	s := start(t, rt, dir, nil)
@@ -437,9 +439,22 @@ func TestSandboxCgroups(t *testing.T) {
 	if len(sandbox) != len(own) {
 		t.Fatalf("the sandbox's process is in %d hierarchies, this process in %d", len(sandbox), len(own))
 	}
+	// Its own cgroup in the hierarchies of the controllers sandboxd uses
+	// (cgroup v2's one), this process's in the others.
+	uses := []string{"cpu", "cpuacct", "memory", "pids", "devices", "freezer"}
+	v2, joined := cgroups.IsCgroup2UnifiedMode(), 0
 	for controller, path := range own {
-		if want := filepath.Join(path, rt.Options().CgroupParent, s.spec.ID); sandbox[controller] != want {
+		want := path
+		if v2 || slices.Contains(uses, controller) {
+			want = filepath.Join(path, rt.Options().CgroupParent, s.spec.ID)
+			joined++
+		}
+		if sandbox[controller] != want {
 			t.Errorf("hierarchy %q: the sandbox is in %s, want %s", controller, sandbox[controller], want)
 		}
 	}
+	if want := len(uses); !v2 && joined != want {
+		t.Errorf("the sandbox has a cgroup of its own in %d hierarchies, want %d (%v): this host mounts %v", joined, want, uses, own)
+	}
 }
+
