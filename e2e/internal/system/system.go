@@ -169,8 +169,18 @@ func Start(ctx context.Context, cfg Config) (_ *System, err error) {
 			if s.front != nil {
 				s.front.close()
 			}
+			if cfg.Disposable {
+				_ = unmountUnder(cfg.RunDir)
+			}
 		}
 	}()
+	if cfg.Disposable {
+		// sandboxd's --run-dir is a tmpfs on a host (/run): so is a
+		// disposable system's, which Stop unmounts with the rest.
+		if err := mountTmpfs(cfg.RunDir); err != nil {
+			return nil, err
+		}
+	}
 	var cert *tls.Certificate
 	if cfg.Domain != "" {
 		if cfg.DomainPort == "" {

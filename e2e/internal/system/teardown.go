@@ -131,3 +131,23 @@ func unmountUnder(dir string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// mountTmpfs makes dir, searchable by others (sandboxes reach their start's
+// fifo through it), and mounts a tmpfs there unless one is there already.
+func mountTmpfs(dir string) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("make run dir: %w", err)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("run dir: %w", err)
+	}
+	const tmpfsMagic = 0x01021994
+	if st.Type == tmpfsMagic {
+		return nil
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0711"); err != nil {
+		return fmt.Errorf("mount a tmpfs on the run dir %s: %w", dir, err)
+	}
+	return nil
+}

@@ -34,7 +34,8 @@ const (
 	// DefaultStateDir is where sandboxd keeps its records and templates.
 	DefaultStateDir = "/var/lib/skiff/sandboxd"
 	// DefaultRunDir holds what lives as long as the host's boot: the
-	// sandboxes' network namespaces.
+	// sandboxes' network namespaces and the native runtime's state of the
+	// running sandboxes.
 	DefaultRunDir = "/run/skiff/sandboxd"
 	// DefaultEnvdPath is where packages install the static envd when it
 	// does not sit beside sandboxd's own binary.
@@ -157,7 +158,8 @@ type Options struct {
 	PidsReserve  int64
 	CgroupParent string
 
-	// RunDir holds the sandboxes' network namespaces; IfacePrefix starts
+	// RunDir holds the sandboxes' network namespaces and the native
+	// runtime's state of running sandboxes; IfacePrefix starts
 	// their veths' names and NFTTable holds their rules. DenyCIDRs and
 	// AllowCIDRs change what sandboxes may reach.
 	RunDir      string
@@ -283,7 +285,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"serve refuses to start when it cannot, or when the sandboxes' share is below one --pids-limit. Not negative.")
 	fs.StringVar(&o.CgroupParent, "cgroup-parent", o.CgroupParent, "Cgroup under which each sandbox gets its own, relative: below sandboxd's cgroup on cgroup v1, beside it on v2.")
 
-	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "Directory of the sandboxes' network namespaces (netns/<id>); a tmpfs such as /run, since they end with the boot.")
+	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "Directory of what ends with the host's boot: the sandboxes' network namespaces (netns/<id>) and the native runtime's state of each running sandbox (native/containers/<id>); a tmpfs such as /run.")
 	fs.StringVar(&o.IfacePrefix, "iface-prefix", o.IfacePrefix, "Start of the name of every sandbox's veth host end (in the router namespace) and of the host's link to that namespace (<prefix>-rt), 1 to 8 of [a-z0-9_-]; no other interface of the host may start with it.")
 	fs.StringVar(&o.NFTTable, "nft-table", o.NFTTable, "The nftables table (family inet) of the sandboxes' isolation and NAT rules; sandboxd owns it and reinstalls it at start.")
 	fs.StringSliceVar(&o.DenyCIDRs, "deny-cidr", o.DenyCIDRs, "IPv4 prefixes no sandbox reaches, beside the private, shared (CGNAT), link-local and cloud metadata ranges always denied "+

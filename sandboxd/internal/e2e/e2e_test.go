@@ -96,7 +96,7 @@ func TestCreateRunKill(t *testing.T) {
 	for _, p := range []string{
 		filepath.Join(h.netOpts.RunDir, "netns", sb.GetId()),
 		filepath.Join(h.state, "native", "sandboxes", sb.GetId()),
-		filepath.Join(h.state, "native", "containers", sb.GetId()),
+		h.containerDir(sb.GetId()),
 	} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left after kill: %v", p, err)
@@ -328,7 +328,7 @@ func TestKill9KeepsEverySandbox(t *testing.T) {
 	for _, p := range []string{
 		filepath.Join(h.netOpts.RunDir, "netns", idD),
 		filepath.Join(h.state, "native", "sandboxes", idD),
-		filepath.Join(h.state, "native", "containers", idD),
+		h.containerDir(idD),
 		filepath.Join("/sys/fs/cgroup/pids", ownCgroup(t, "pids"), h.cgroupParent, idD),
 		filepath.Join("/sys/fs/cgroup/memory", ownCgroup(t, "memory"), h.cgroupParent, idD),
 	} {

@@ -362,11 +362,17 @@ func bearer(token string) connect.UnaryInterceptorFunc {
 	}
 }
 
+// containerDir is where the native runtime keeps libcontainer's state of
+// sandbox id: under --run-dir.
+func (h *host) containerDir(id string) string {
+	return filepath.Join(h.netOpts.RunDir, native.Name, "containers", id)
+}
+
 // initPid is the host pid of a sandbox's init (envd), from the native
 // runtime's state.
 func (h *host) initPid(id string) int {
 	h.t.Helper()
-	data, err := os.ReadFile(filepath.Join(h.state, native.Name, "containers", id, "state.json"))
+	data, err := os.ReadFile(filepath.Join(h.containerDir(id), "state.json"))
 	if err != nil {
 		h.t.Fatal(err)
 	}

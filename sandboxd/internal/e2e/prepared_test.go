@@ -87,7 +87,7 @@ func TestPreparedSandboxes(t *testing.T) {
 // containers lists the sandboxes the native runtime holds state for.
 func (h *host) containers() []string {
 	h.t.Helper()
-	entries, err := os.ReadDir(filepath.Join(h.state, "native", "containers"))
+	entries, err := os.ReadDir(filepath.Dir(h.containerDir("x")))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		h.t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func (h *host) waitPrepared(known ...string) string {
 	}
 	// Prepared once its container's state is written (after its network).
 	waitFor(h.t.(*testing.T), 10*time.Second, "the prepared sandbox's container", func() bool {
-		_, err := os.Stat(filepath.Join(h.state, "native", "containers", id, "state.json"))
+		_, err := os.Stat(filepath.Join(h.containerDir(id), "state.json"))
 		return err == nil
 	})
 	return id
@@ -142,7 +142,7 @@ func (h *host) gone(id string) bool {
 	for _, p := range []string{
 		filepath.Join(h.netOpts.RunDir, "netns", id),
 		filepath.Join(h.state, "native", "sandboxes", id),
-		filepath.Join(h.state, "native", "containers", id),
+		h.containerDir(id),
 	} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			return false

@@ -23,6 +23,7 @@
 package native
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,9 +64,18 @@ const Name = "native"
 
 // Options configure the runtime.
 type Options struct {
-	// Dir holds the runtime's state: libcontainer's per sandbox, and each
-	// sandbox's upper layer and mount point.
+	// Dir holds the runtime's state: each sandbox's upper layer, disk and
+	// mount point, and what it needs across a host's reboot.
 	Dir string
+	// RunDir holds what ends with the host's boot: libcontainer's state of
+	// each sandbox (containers/<id>: its configuration, its init's pid and
+	// start time, the fifo its start waits on), on a tmpfs such as /run, as
+	// runc's and containerd's are. Empty: Dir. Libcontainer rewrites its
+	// state several times in a sandbox's start, and on a filesystem
+	// without a journal each new inode costs the more the more were
+	// removed in the last half minute (ext4 skips recently freed ones);
+	// after a reboot the tmpfs is empty, as no sandbox runs.
+	RunDir string
 	// UIDBase is the first host uid (and gid) given to sandboxes: slot i
 	// maps the sandbox's 0..65535 to UIDBase + i*65536 onwards. The ranges
 	// must not be used by anything else on the host.
@@ -105,10 +115,13 @@ func DefaultOptions(dir string) Options {
 type Runtime struct {
 	opts       Options
 	containers string // libcontainer's root
-	sandboxes  string // <Dir>/sandboxes/<id>/{rootfs,disk.img,disk/{upper,work},meta.json}
-	envd       sandboxrt.EnvdCopies
-	golden     *diskimage.Golden // empty disk images, one per size (disk.go)
-	cgroups    cgroupDirs        // where Stats reads (usage.go)
+	// legacy is where a sandboxd before RunDir kept libcontainer's state
+	// (<Dir>/containers): its sandboxes are found there.
+	legacy    string
+	sandboxes string // <Dir>/sandboxes/<id>/{rootfs,disk.img,disk/{upper,work},meta.json}
+	envd      sandboxrt.EnvdCopies
+	golden    *diskimage.Golden // empty disk images, one per size (disk.go)
+	cgroups   cgroupDirs        // where Stats reads (usage.go)
 	// cgroupParents is, by controller, the directory of the sandboxes'
 	// parent cgroup, as libcontainer finds it (config.go).
 	cgroupParents func() (map[string]string, error)
@@ -158,7 +171,8 @@ func New(opts Options) (*Runtime, error) {
 	}
 	r := &Runtime{
 		opts:       opts,
-		containers: filepath.Join(opts.Dir, "containers"),
+		containers: filepath.Join(cmp.Or(opts.RunDir, opts.Dir), "containers"),
+		legacy:     filepath.Join(opts.Dir, "containers"),
 		sandboxes:  filepath.Join(opts.Dir, "sandboxes"),
 		slots:      map[int]string{},
 		live:       map[string]*libcontainer.Container{},
@@ -179,8 +193,10 @@ func New(opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("native runtime: %w", err)
 		}
 	}
-	if err := checkSearchable(opts.Dir); err != nil {
-		return nil, fmt.Errorf("native runtime: %w", err)
+	for _, d := range []string{opts.Dir, r.containers} {
+		if err := checkSearchable(d); err != nil {
+			return nil, fmt.Errorf("native runtime: %w", err)
+		}
 	}
 	if err := useInitBinary(opts.InitBinary); err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
@@ -566,6 +582,9 @@ func (r *Runtime) load(id string) (*libcontainer.Container, error) {
 		return c, nil
 	}
 	c, err := libcontainer.Load(r.containers, id)
+	if errors.Is(err, libcontainer.ErrNotExist) && r.legacy != r.containers {
+		c, err = libcontainer.Load(r.legacy, id)
+	}
 	if errors.Is(err, libcontainer.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", sandboxrt.ErrNotFound, id)
 	}
@@ -826,8 +845,11 @@ func kill(ctx context.Context, c *libcontainer.Container, reaped chan *os.Proces
 // List implements sandboxrt.Runtime.
 func (r *Runtime) List(_ context.Context) ([]string, error) {
 	var ids []string
-	for _, d := range []string{r.sandboxes, r.containers} {
+	for _, d := range []string{r.sandboxes, r.containers, r.legacy} {
 		entries, err := os.ReadDir(d)
+		if errors.Is(err, fs.ErrNotExist) && d == r.legacy {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("native runtime: %w", err)
 		}

@@ -3,6 +3,7 @@ package native_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -458,3 +459,42 @@ func TestSandboxCgroups(t *testing.T) {
 	}
 }
 
+// With RunDir, libcontainer's state of a sandbox is there, not in Dir; a
+// runtime with RunDir still finds, runs and stops a sandbox that a runtime
+// without one (a sandboxd before RunDir) left its state for in Dir.
+func TestRunDirHoldsLibcontainerState(t *testing.T) {
+	runDir := filepath.Join(sandboxtest.Dir(t), "run")
+	rt, dir := newRuntime(t, func(o *native.Options) { o.RunDir = runDir })
+	s := start(t, rt, dir, nil)
+	if _, err := os.Stat(filepath.Join(runDir, "containers", s.spec.ID, "state.json")); err != nil {
+		t.Errorf("libcontainer's state is not in RunDir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(rt.Options().Dir, "containers", s.spec.ID)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("libcontainer's state of a sandbox in Dir as well: %v", err)
+	}
+
+	old, dir := newRuntime(t)
+	legacy := start(t, old, dir, nil)
+	_ = old.Close()
+	opts := old.Options()
+	opts.RunDir = filepath.Join(dir, "run")
+	rt, err := native.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	ids, err := rt.List(context.Background())
+	if err != nil || !slices.Contains(ids, legacy.spec.ID) {
+		t.Fatalf("List with RunDir: %v, %v; want %s, whose state is in Dir", ids, err, legacy.spec.ID)
+	}
+	if st, err := rt.Status(context.Background(), legacy.spec.ID); err != nil || st != sandboxrt.Running {
+		t.Fatalf("Status with RunDir of a sandbox whose state is in Dir: %v, %v", st, err)
+	}
+	legacy.run(t, "root", "true")
+	if err := rt.Stop(context.Background(), legacy.spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(opts.Dir, "containers", legacy.spec.ID)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("its state in Dir after Stop: %v", err)
+	}
+}
