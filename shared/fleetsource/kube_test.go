@@ -26,6 +26,30 @@ func scheme(t *testing.T) *runtime.Scheme {
 	return s
 }
 
+// openKube opens and starts the fleet of env, calling before (if not nil)
+// before the start; the test's end stops it.
+func openKube(ctx context.Context, t *testing.T, env *kubetest.Env, before func(*fleetsource.KubeFleet) error) *fleetsource.KubeFleet {
+	t.Helper()
+	kf, err := fleetsource.OpenKube(ctx, env.Config, cache.Options{Scheme: scheme(t)}, kubeinventory.NewOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != nil {
+		if err := before(kf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := kf.Start(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := kf.Stop(); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return kf
+}
+
 // On a real kube-apiserver: Start returns once the cache has synced, the
 // fleet is the fresh NodeInventories, and every NodeInventory event reaches
 // OnInventoryChange.
@@ -33,22 +57,10 @@ func TestOpenKubeFollowsTheInventories(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	kf, err := fleetsource.OpenKube(ctx, env.Config, cache.Options{Scheme: scheme(t)}, kubeinventory.NewOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
 	var changes atomic.Int32
-	if err := kf.OnInventoryChange(ctx, func() { changes.Add(1) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := kf.Start(ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := kf.Stop(); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	}()
+	kf := openKube(ctx, t, env, func(kf *fleetsource.KubeFleet) error {
+		return kf.OnInventoryChange(ctx, func() { changes.Add(1) })
+	})
 	inv := &v1beta1.NodeInventory{
 		ObjectMeta:  metav1.ObjectMeta{Name: "host-a"},
 		PublishedAt: &metav1.Time{Time: time.Now()},
@@ -87,18 +99,7 @@ func TestOpenKubeWatchesAgainSoonAfterAnOutage(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	kf, err := fleetsource.OpenKube(ctx, env.Config, cache.Options{Scheme: scheme(t)}, kubeinventory.NewOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kf.Start(ctx, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := kf.Stop(); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	}()
+	kf := openKube(ctx, t, env, nil)
 	inv := &v1beta1.NodeInventory{
 		ObjectMeta:  metav1.ObjectMeta{Name: "host-a"},
 		PublishedAt: &metav1.Time{Time: time.Now()},
