@@ -106,7 +106,7 @@ func DefaultOptions(dir string) Options {
 		Slots:        4096,
 		CgroupParent: "skiff",
 		PidsLimit:    4096,
-		SpareDisks:   8,
+		SpareDisks:   32,
 		Logger:       slog.Default(),
 	}
 }
