@@ -98,6 +98,11 @@ func retry[T any](ctx context.Context, r *retryLW, verb string, f func() (T, err
 			r.ended(verb, err == nil)
 			return v, err
 		}
+		if ctx.Err() != nil {
+			// The informer stops: its connection's end is no failure of
+			// the kube-apiserver's.
+			return v, err
+		}
 		r.failed(verb, err)
 		if d, ok := apierrors.SuggestsClientDelay(err); ok {
 			wait = max(wait, min(time.Duration(d)*time.Second, RetryMax))

@@ -75,4 +75,7 @@ func TestRetryLWRetriesOnlyTransientFailures(t *testing.T) {
 	if _, err := r.WatchWithContext(ctx, metav1.ListOptions{}); !errors.Is(err, syscall.ECONNREFUSED) || calls != 1 {
 		t.Fatalf("a refused watch after the informer stopped: %v after %d calls, want the refusal after 1", err, calls)
 	}
+	if r.failures != 0 {
+		t.Errorf("a failure after the informer stopped counted as the kube-apiserver's (%d)", r.failures)
+	}
 }
