@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/skiff-dev/skiff/shared/cgroups"
+	"github.com/skiff-dev/skiff/shared/testing/loopback"
 )
 
 // Binaries are the programs a System runs, all in one directory.
@@ -518,15 +519,8 @@ func teamKey(ctx context.Context, apiserver, keysFile, team string) (string, err
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment
-// ago.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// ago, and not handed out before in this process (loopback.FreeAddr).
+func FreeAddr() (string, error) { return loopback.FreeAddr() }
 
 // LocalConfig is a system for a test or benchmark: the servers on free
 // loopback ports, and host resources of its own (nftables table, cgroup,

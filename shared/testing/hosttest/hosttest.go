@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +30,7 @@ import (
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
 	"github.com/skiff-dev/skiff/shared/testing/forwardtest"
+	"github.com/skiff-dev/skiff/shared/testing/loopback"
 )
 
 // Options describe a host.
@@ -233,15 +233,15 @@ func UIDBase() uint32 {
 	return 1_000_000_000 + uint32(rand.IntN(700))*64*65536
 }
 
-// FreeAddr returns a loopback address with a port free a moment ago.
+// FreeAddr returns a loopback address with a port free a moment ago, and
+// not handed out before in this process (loopback.FreeAddr).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // Daemon is a process a test starts, stops and kills, in a session of its
