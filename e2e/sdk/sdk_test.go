@@ -14,6 +14,7 @@ import (
 
 	"github.com/skiff-dev/skiff/e2e/internal/systemtest"
 	"github.com/skiff-dev/skiff/shared/testing/egresstest"
+	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
 // world starts the web servers and DNS server the outbound-rules cases
@@ -82,12 +83,7 @@ func TestSDKDomain(t *testing.T) {
 	if _, err := os.Stat("node_modules/e2b"); err != nil {
 		t.Fatal("the SDKs are not installed: run `npm ci` in e2e/sdk (make sdk-deps does)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	_ = l.Close()
+	_, port, _ := net.SplitHostPort(hosttest.FreeAddr(t))
 	sys := systemtest.StartWith(t, systemtest.Options{Domain: "skiff.localhost", DomainPort: port}, "team-a", "team-b")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

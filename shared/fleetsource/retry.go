@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,10 +49,7 @@ const (
 // over a ListerWatcher that retries transient failures (see RetryMax).
 func retrying(log logr.Logger) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
-		kind := fmt.Sprintf("%T", obj)
-		if len(kind) > 0 && kind[0] == '*' {
-			kind = kind[1:]
-		}
+		kind := strings.TrimPrefix(fmt.Sprintf("%T", obj), "*")
 		r := &retryLW{lw: toolscache.ToListerWatcherWithContext(lw), kind: kind, log: log}
 		return toolscache.NewSharedIndexInformer(r, obj, resync, idx)
 	}

@@ -362,11 +362,14 @@ func bearer(token string) connect.UnaryInterceptorFunc {
 	}
 }
 
-// containerDir is where the native runtime keeps libcontainer's state of
-// sandbox id: under --run-dir.
-func (h *host) containerDir(id string) string {
-	return filepath.Join(h.netOpts.RunDir, native.Name, "containers", id)
+// containersDir is where the native runtime keeps libcontainer's state of
+// each sandbox: under --run-dir.
+func (h *host) containersDir() string {
+	return filepath.Join(h.netOpts.RunDir, native.Name, "containers")
 }
+
+// containerDir is libcontainer's state of sandbox id.
+func (h *host) containerDir(id string) string { return filepath.Join(h.containersDir(), id) }
 
 // initPid is the host pid of a sandbox's init (envd), from the native
 // runtime's state.

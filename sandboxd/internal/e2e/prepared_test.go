@@ -87,7 +87,7 @@ func TestPreparedSandboxes(t *testing.T) {
 // containers lists the sandboxes the native runtime holds state for.
 func (h *host) containers() []string {
 	h.t.Helper()
-	entries, err := os.ReadDir(filepath.Dir(h.containerDir("x")))
+	entries, err := os.ReadDir(h.containersDir())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		h.t.Fatal(err)
 	}

@@ -845,7 +845,11 @@ func kill(ctx context.Context, c *libcontainer.Container, reaped chan *os.Proces
 // List implements sandboxrt.Runtime.
 func (r *Runtime) List(_ context.Context) ([]string, error) {
 	var ids []string
-	for _, d := range []string{r.sandboxes, r.containers, r.legacy} {
+	dirs := []string{r.sandboxes, r.containers}
+	if r.legacy != r.containers {
+		dirs = append(dirs, r.legacy)
+	}
+	for _, d := range dirs {
 		entries, err := os.ReadDir(d)
 		if errors.Is(err, fs.ErrNotExist) && d == r.legacy {
 			continue
