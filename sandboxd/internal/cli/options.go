@@ -115,6 +115,9 @@ type Options struct {
 	// InitBinary is the binary libcontainer runs as each native sandbox's
 	// init before it becomes envd (sandboxd-init), or OwnBinary.
 	InitBinary string
+	// GoInit has every native sandbox set up by libcontainer's Go init
+	// rather than the init in C.
+	GoInit bool
 	// SpareDisks is how many emptied disks of each size the native
 	// runtime keeps mounted for the next sandboxes.
 	SpareDisks int
@@ -250,6 +253,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SandboxCIDR, "sandbox-cidr", o.SandboxCIDR, "IPv4 pool of sandbox addresses, a /30 per sandbox: a prefix between /8 and /29 with room for --max-sandboxes. "+
 		"It must not overlap the host's networks.")
 	fs.StringVar(&o.Envd, "envd", o.Envd, "The static envd binary every sandbox runs as its init; empty: envd beside sandboxd's binary, else "+DefaultEnvdPath+".")
+	fs.BoolVar(&o.GoInit, "go-init", o.GoInit, "Set up every native sandbox with libcontainer's init in Go. By default a sandbox without volumes is set up by its init in C (the runc fork's patch 0005): the same steps, without starting Go's runtime in every sandbox.")
 	fs.StringVar(&o.InitBinary, "init-binary", o.InitBinary, "The binary each sandbox of the native runtime starts as, before it becomes envd: the "+native.InitBinaryName+" of sandboxd's own build. "+
 		"Empty: "+native.InitBinaryName+" beside sandboxd's binary, else "+DefaultInitBinaryPath+", else sandboxd's own binary, which starts sandboxes more slowly ("+OwnBinary+" chooses that).")
 	fs.DurationVar(&o.EnvdReadyTimeout, "envd-ready-timeout", o.EnvdReadyTimeout, "How long a new sandbox's envd may take to answer before its Create fails (and is undone); greater than 0.")

@@ -194,7 +194,7 @@ func TestServeFlags(t *testing.T) {
 		"max-timeout", "default-cpu", "default-memory", "default-disk", "metrics-interval", "metrics-samples", "runtime", "runsc", "runsc-platform",
 		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr", "enable-pprof",
 		"log-level", "log-format", "snapshot-memory", "peer-ca", "egress-proxy-port", "dns-filter-port", "resolv-conf",
-		"volume-dir", "volume-shared", "volume-size", "init-binary", "spare-disks",
+		"volume-dir", "volume-shared", "volume-size", "init-binary", "go-init", "spare-disks",
 	} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
@@ -203,8 +203,8 @@ func TestServeFlags(t *testing.T) {
 	if serve.InheritedFlags().Lookup("state-dir") == nil {
 		t.Error("serve does not inherit --state-dir")
 	}
-	if n != 50 {
-		t.Errorf("serve has %d flags of its own, want 50: a new flag goes into this test and the docs", n)
+	if n != 51 {
+		t.Errorf("serve has %d flags of its own, want 51: a new flag goes into this test and the docs", n)
 	}
 }
 

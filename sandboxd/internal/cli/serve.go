@@ -323,7 +323,7 @@ func (o *Options) newRuntime(log *slog.Logger) (closingRuntime, error) {
 		opts := native.DefaultOptions(filepath.Join(stateDir, native.Name))
 		opts.RunDir = filepath.Join(o.RunDir, native.Name)
 		opts.UIDBase, opts.PidsLimit, opts.CgroupParent, opts.Logger = o.UIDBase, o.PidsLimit, o.CgroupParent, log
-		opts.Slots, opts.SpareDisks = o.MaxSandboxes, o.SpareDisks
+		opts.Slots, opts.SpareDisks, opts.GoInit = o.MaxSandboxes, o.SpareDisks, o.GoInit
 		if o.InitBinary != OwnBinary {
 			opts.InitBinary = o.InitBinary
 		} else {

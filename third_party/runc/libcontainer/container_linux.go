@@ -647,7 +647,23 @@ func (c *Container) newInitProcess(p *Process, cmd *exec.Cmd, comm *processComm)
 			nsMaps[ns.Type] = ns.Path
 		}
 	}
-	data, err := c.bootstrapData(c.config.Namespaces.CloneFlags(), nsMaps)
+	config := c.newInitConfig(p)
+	// The init done in C, when it can do this one (Skiff).
+	var plan []byte
+	if CInit {
+		var err error
+		if p.PidfdSocket != nil {
+			err = errNoCInit("a pidfd socket")
+		} else {
+			plan, err = cInitPlan(config)
+		}
+		if errors.As(err, new(errNoCInit)) {
+			logrus.Debugf("container %s: Go init: %v", c.ID(), err)
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	data, err := c.bootstrapData(c.config.Namespaces.CloneFlags(), nsMaps, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -657,12 +673,13 @@ func (c *Container) newInitProcess(p *Process, cmd *exec.Cmd, comm *processComm)
 			cmd:           cmd,
 			comm:          comm,
 			manager:       c.cgroupManager,
-			config:        c.newInitConfig(p),
+			config:        config,
 			process:       p,
 			bootstrapData: data,
 			container:     c,
 		},
 		intelRdtManager: c.intelRdtManager,
+		cInit:           plan != nil,
 	}
 	c.initProcess = init
 	return init, nil
@@ -673,7 +690,7 @@ func (c *Container) newSetnsProcess(p *Process, cmd *exec.Cmd, comm *processComm
 	state := c.currentState()
 	// for setns process, we don't have to set cloneflags as the process namespaces
 	// will only be set via setns syscall
-	data, err := c.bootstrapData(0, state.NamespacePaths)
+	data, err := c.bootstrapData(0, state.NamespacePaths, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -1057,7 +1074,7 @@ type netlinkError struct{ error }
 // such as one that uses nsenter package to bootstrap the container's
 // init process correctly, i.e. with correct namespaces, uid/gid
 // mapping etc.
-func (c *Container) bootstrapData(cloneFlags uintptr, nsMaps map[configs.NamespaceType]string) (_ io.Reader, Err error) {
+func (c *Container) bootstrapData(cloneFlags uintptr, nsMaps map[configs.NamespaceType]string, cInitPlan []byte) (_ io.Reader, Err error) {
 	// create the netlink message
 	r := nl.NewNetlinkRequest(int(InitMsg), 0)
 
@@ -1169,6 +1186,14 @@ func (c *Container) bootstrapData(cloneFlags uintptr, nsMaps map[configs.Namespa
 		r.AddData(&Bytemsg{
 			Type:  TimeOffsetsAttr,
 			Value: offsetSpec.Bytes(),
+		})
+	}
+
+	// The plan of an init done in C (Skiff).
+	if cInitPlan != nil {
+		r.AddData(&Bytemsg{
+			Type:  SkiffInitPlanAttr,
+			Value: cInitPlan,
 		})
 	}
 

@@ -632,6 +632,8 @@ func (p *setnsProcess) execSetns() error {
 type initProcess struct {
 	containerProcess
 	intelRdtManager *intelrdt.Manager
+	// cInit is whether the init is done in C from its plan (Skiff).
+	cInit bool
 }
 
 // getChildPid receives the final child's pid over the provided pipe.
@@ -902,8 +904,11 @@ func (p *initProcess) start() (retErr error) {
 		}
 	}
 
-	if err := utils.WriteJSON(p.comm.initSockParent, p.config); err != nil {
-		return fmt.Errorf("error sending config to init process: %w", err)
+	// An init done in C has its plan, and reads no configuration (Skiff).
+	if !p.cInit {
+		if err := utils.WriteJSON(p.comm.initSockParent, p.config); err != nil {
+			return fmt.Errorf("error sending config to init process: %w", err)
+		}
 	}
 
 	var seenProcReady bool

@@ -19,7 +19,9 @@
 // libcontainer starts each sandbox by running a binary with the argument
 // "init": sandboxd-init (Options.InitBinary), or else the binary that uses
 // this package, whose import of nsinit turns such a run into the sandbox's
-// init.
+// init. That init sets the sandbox up in C, before Go's runtime would start
+// (our runc fork's patch 0005), unless Options.GoInit is set or the sandbox
+// has volumes, which only libcontainer's Go init mounts.
 package native
 
 import (
@@ -94,6 +96,12 @@ type Options struct {
 	// sandboxd-init (cmd/sandboxd-init) of the same build; empty: this
 	// process's own binary, which starts sandboxes more slowly.
 	InitBinary string
+	// GoInit has every sandbox set up by libcontainer's init in Go, not
+	// by the init in C of the runc fork (third_party/runc, patch 0005),
+	// which sets up every sandbox without volumes the same way without
+	// starting Go's runtime. Like InitBinary it holds for the whole
+	// process: the last runtime made sets it.
+	GoInit bool
 	// Logger receives what goes wrong in the background.
 	Logger *slog.Logger
 }
@@ -201,6 +209,7 @@ func New(opts Options) (*Runtime, error) {
 	if err := useInitBinary(opts.InitBinary); err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
+	libcontainer.CInit = !opts.GoInit
 	// Spares a crash left were perhaps not emptied.
 	if err := r.discardSpares(); err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)

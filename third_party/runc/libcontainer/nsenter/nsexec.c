@@ -30,6 +30,7 @@
 #include "log.h"
 /* Get all of the CLONE_NEW* flags. */
 #include "namespace.h"
+#include "skiff_init.h"
 
 /* Synchronisation values. */
 enum sync_t {
@@ -93,6 +94,10 @@ struct nlconfig_t {
 	/* Time NS offsets. */
 	char *timensoffset;
 	size_t timensoffset_len;
+
+	/* The plan of an init done in C (Skiff: skiff_init.c). */
+	char *skiff_plan;
+	size_t skiff_plan_len;
 };
 
 /*
@@ -441,6 +446,10 @@ static void nl_parse(int fd, struct nlconfig_t *config)
 		case TIMENSOFFSET_ATTR:
 			config->timensoffset = current;
 			config->timensoffset_len = payload_len;
+			break;
+		case SKIFF_INIT_PLAN_ATTR:
+			config->skiff_plan = current;
+			config->skiff_plan_len = payload_len;
 			break;
 		default:
 			bail("unknown netlink message type %d", nlattr->nla_type);
@@ -1213,6 +1222,10 @@ void nsexec(void)
 			/* Close sync pipes. */
 			if (close(sync_grandchild_pipe[0]) < 0)
 				bail("failed to close sync_grandchild_pipe[0] fd");
+
+			/* An init done in C (Skiff): it never returns. */
+			if (config.skiff_plan != NULL)
+				skiff_init(config.skiff_plan, config.skiff_plan_len);
 
 			/* Free netlink data. */
 			nl_free(&config);
