@@ -210,6 +210,11 @@ func New(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
 	libcontainer.CInit = !opts.GoInit
+	if errs := cInitUnavailable(); libcontainer.CInit && errs != nil {
+		libcontainer.CInit = false
+		opts.Logger.Warn("sandboxes get libcontainer's Go init: the init in C needs system calls this host refuses (Linux 5.12 or later, and no seccomp profile around sandboxd refusing them)",
+			"err", errors.Join(errs...))
+	}
 	// Spares a crash left were perhaps not emptied.
 	if err := r.discardSpares(); err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)
