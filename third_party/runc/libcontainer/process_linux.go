@@ -904,11 +904,15 @@ func (p *initProcess) start() (retErr error) {
 		}
 	}
 
-	// An init done in C has its plan, and reads no configuration (Skiff).
-	if !p.cInit {
-		if err := utils.WriteJSON(p.comm.initSockParent, p.config); err != nil {
-			return fmt.Errorf("error sending config to init process: %w", err)
+	// An init done in C has its plan and reads no configuration, only a
+	// line that says go: it starts, as the Go init does when its
+	// configuration comes, once this process is ready for it (Skiff).
+	if p.cInit {
+		if _, err := p.comm.initSockParent.Write([]byte("\n")); err != nil {
+			return fmt.Errorf("error starting init process: %w", err)
 		}
+	} else if err := utils.WriteJSON(p.comm.initSockParent, p.config); err != nil {
+		return fmt.Errorf("error sending config to init process: %w", err)
 	}
 
 	var seenProcReady bool

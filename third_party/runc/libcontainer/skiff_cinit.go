@@ -134,9 +134,11 @@ func cInitPlan(cfg *initConfig) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.entry(planCaps, binary.NativeEndian.AppendUint64(binary.NativeEndian.AppendUint64(
-		binary.NativeEndian.AppendUint64(binary.NativeEndian.AppendUint64(
-			binary.NativeEndian.AppendUint64(nil, masks[0]), masks[1]), masks[2]), masks[3]), masks[4]))
+	var caps []byte
+	for _, m := range masks {
+		caps = binary.NativeEndian.AppendUint64(caps, m)
+	}
+	b.entry(planCaps, caps)
 	b.entry(planUser, binary.NativeEndian.AppendUint32(binary.NativeEndian.AppendUint32(nil, uint32(cfg.UID)), uint32(cfg.GID)))
 	for _, g := range cfg.AdditionalGroups {
 		b.entry(planGroup, binary.NativeEndian.AppendUint32(nil, uint32(g)))

@@ -915,8 +915,28 @@ void skiff_init(char *data, size_t len)
 		errno = 0;
 		fail("no _LIBCONTAINER_FIFOFD");
 	}
-	if (initpipe >= 0)
-		close(initpipe);
+	/*
+	 * Wait for the parent's line that says go, as the Go init waits for
+	 * its configuration: the parent is then done with what it does
+	 * while the init lives (its pipes' names, the mount namespace), and
+	 * an error of ours reaches it as an error, not as a missing process.
+	 */
+	if (initpipe < 0) {
+		errno = 0;
+		fail("no _LIBCONTAINER_INITPIPE");
+	}
+	for (;;) {
+		char c;
+		ssize_t n = read(initpipe, &c, 1);
+		if (n == 1 && c == '\n')
+			break;
+		if (n == 0 || (n < 0 && errno != EINTR)) {
+			if (n == 0)
+				errno = 0;
+			fail("waiting for the parent to start the init");
+		}
+	}
+	close(initpipe);
 	parse(p, data, len);
 	clearenv();
 	/* Before anything of the root's can be in the way. */
