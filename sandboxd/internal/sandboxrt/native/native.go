@@ -213,7 +213,7 @@ func New(opts Options) (*Runtime, error) {
 	if errs := cInitUnavailable(); libcontainer.CInit && errs != nil {
 		libcontainer.CInit = false
 		opts.Logger.Warn("sandboxes get libcontainer's Go init: the init in C needs system calls this host refuses (Linux 5.12 or later, and no seccomp profile around sandboxd refusing them)",
-			"err", errors.Join(errs...))
+			"error", errors.Join(errs...))
 	}
 	// Spares a crash left were perhaps not emptied.
 	if err := r.discardSpares(); err != nil {
