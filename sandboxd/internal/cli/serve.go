@@ -137,6 +137,14 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The API's sockets before the egress filters', whose ports the
+	// kernel may pick (server.Listen).
+	ln, adminLn, err := server.Listen(o.ServerConfig())
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	defer adminLn.Close()
 	fl, err := listenEgress(o.EgressProxyPort, o.DNSFilterPort)
 	if err != nil {
 		return err
@@ -196,7 +204,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return srv.Run(ctx)
+	return srv.Serve(ctx, ln, adminLn)
 }
 
 // filterListeners are the egress proxy's and DNS filter's sockets.

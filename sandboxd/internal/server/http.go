@@ -62,18 +62,22 @@ func spanName(r *http.Request) string {
 	return sandboxdapi.SpanName(r)
 }
 
-// Run listens on --listen and --admin-listen and serves (Serve).
-func (s *Server) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
+// Listen opens the sockets of cfg's --listen and --admin-listen, for
+// Serve. sandboxd opens them before any socket of its own on a port the
+// kernel picks (the egress filters'), which could otherwise take a
+// --listen port in the kernel's ephemeral range: it did, in a test that
+// gives sandboxd a port found free a moment before.
+func Listen(cfg Config) (ln, adminLn net.Listener, err error) {
+	ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on --listen %s: %w", s.cfg.Listen, err)
+		return nil, nil, fmt.Errorf("listen on --listen %s: %w", cfg.Listen, err)
 	}
-	adminLn, err := net.Listen("tcp", s.cfg.Admin.Listen)
+	adminLn, err = net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
 		_ = ln.Close()
-		return fmt.Errorf("listen on --admin-listen %s: %w", s.cfg.Admin.Listen, err)
+		return nil, nil, fmt.Errorf("listen on --admin-listen %s: %w", cfg.Admin.Listen, err)
 	}
-	return s.Serve(ctx, ln, adminLn)
+	return ln, adminLn, nil
 }
 
 // Serve serves the admin endpoints at once, re-adopts the recorded
