@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/skiff-dev/skiff/e2e/internal/system"
+	"github.com/skiff-dev/skiff/shared/testing/forwardtest"
 )
 
 // Start runs the system with a key for each team. It skips the test
@@ -46,6 +47,15 @@ func StartWith(tb testing.TB, o Options, teams ...string) *system.System {
 	if bin == "" {
 		bin = buildAll(tb)
 	}
+	// sandboxd turns IPv4 forwarding on, and its sandboxes' traffic to
+	// anything beyond this host (the SDK suite's web servers, in network
+	// namespaces of the test) needs it until the system stops. Without a
+	// hold, the last of the other test binaries holding it (the fleet
+	// lanes, run beside this one by go test) put back the machine's value,
+	// off on a fresh CI machine, under this system's sandboxes: the SDK
+	// suite's allowOut case then found its web server unreachable until
+	// another test's sandboxd turned forwarding on again.
+	forwardtest.Keep(tb)
 	// Not tb.TempDir: its parent is 0700, and sandboxes reach their root
 	// filesystem through the state directory.
 	state, err := os.MkdirTemp("", "skiff-system-")
