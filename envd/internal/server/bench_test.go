@@ -198,13 +198,7 @@ func (c *compareWriter) Write(p []byte) (int, error) {
 // BenchmarkStartup times starting the real envd binary until GET /health
 // answers 204.
 func BenchmarkStartup(b *testing.B) {
-	bin := filepath.Join(b.TempDir(), "envd")
-	build := exec.CommandContext(b.Context(), "go", "build", "-o", bin, "./cmd/envd")
-	build.Dir = filepath.Join("..", "..") // the module root, from internal/server
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildEnvd(b)
 	// A fresh connection per poll: the processes come and go.
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	b.Cleanup(client.CloseIdleConnections)
@@ -217,6 +211,24 @@ func BenchmarkStartup(b *testing.B) {
 		samples = append(samples, startOnce(b, client, bin, port))
 	}
 	reportPercentiles(b, samples, 50, 99)
+}
+
+// buildEnvd builds envd as make build does (static, stripped) into a
+// temporary folder and returns its path; $ENVD_BENCH_BIN, when set, is
+// used instead (to compare two builds, or profile one with symbols).
+func buildEnvd(b *testing.B) string {
+	b.Helper()
+	if bin := os.Getenv("ENVD_BENCH_BIN"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(b.TempDir(), "envd")
+	build := exec.CommandContext(b.Context(), "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/envd")
+	build.Dir = filepath.Join("..", "..") // the module root, from internal/server
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // freePort returns a loopback port that was free a moment ago.
@@ -301,4 +313,71 @@ func stopProcess(cmd *exec.Cmd, exited <-chan struct{}) {
 	}
 	_ = cmd.Process.Kill()
 	<-exited
+}
+
+// BenchmarkLifeCPU is envd's part of a sandbox's lifecycle as sandboxd's
+// native runtime gives it: started on a socket that already listens
+// (--listen-fd, so the first request waits for envd instead of polling it)
+// as the init of a pid namespace of its own (as root; otherwise a
+// subreaper, --init), one Start stream of /bin/true read to its end, then
+// SIGTERM and exit. It reports the CPU envd spent, user and system, its
+// command's included (wait4's resource usage), as cpu-µs/op: what a change
+// to envd's start or exit saves every sandbox.
+func BenchmarkLifeCPU(b *testing.B) {
+	bin := buildEnvd(b)
+	no := false
+	req := &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/true"}, Stdin: &no}
+	var cpu time.Duration
+	for b.Loop() {
+		cpu += lifeOnce(b, bin, req)
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// lifeOnce runs envd once as BenchmarkLifeCPU describes and returns its CPU.
+func lifeOnce(b *testing.B, bin string, req *pb.StartRequest) time.Duration {
+	b.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lf, err := ln.File()
+	_ = ln.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "--init", "--listen-fd", "3")
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	}
+	cmd.ExtraFiles = []*os.File{lf}
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start envd: %v", err)
+	}
+	_ = lf.Close()
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	url := "http://" + ln.Addr().String()
+	httpClient := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	client := processconnect.NewProcessClient(httpClient, url, connect.WithProtoJSON())
+	ctx, cancel := context.WithTimeout(b.Context(), 10*time.Second)
+	stream, err := client.Start(ctx, connect.NewRequest(req))
+	if err == nil {
+		for stream.Receive() {
+		}
+		err = stream.Err()
+		_ = stream.Close()
+	}
+	cancel()
+	stopProcess(cmd, exited)
+	if err != nil {
+		b.Fatalf("start /bin/true: %v\n%s", err, stderr.String())
+	}
+	u := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return time.Duration(syscall.TimevalToNsec(u.Utime) + syscall.TimevalToNsec(u.Stime))
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -151,8 +152,12 @@ func New(opts Options) *Server {
 	s := &Server{logger: opts.Log.Logger(), sandbox: sb, process: process.New(sb, opts.Log, opts.Reaper), filesystem: filesystem.New(sb), opts: opts}
 	mux := http.NewServeMux()
 	connectOpts := []connect.HandlerOption{connect.WithCompressMinBytes(1024)}
-	mux.Handle(processconnect.NewProcessHandler(s.process, connectOpts...))
-	mux.Handle(filesystemconnect.NewFilesystemHandler(s.filesystem, connectOpts...))
+	mux.Handle(onFirstRequest(processconnect.ProcessName, func() (string, http.Handler) {
+		return processconnect.NewProcessHandler(s.process, connectOpts...)
+	}))
+	mux.Handle(onFirstRequest(filesystemconnect.FilesystemName, func() (string, http.Handler) {
+		return filesystemconnect.NewFilesystemHandler(s.filesystem, connectOpts...)
+	}))
 	filesHandler := files.New(sb)
 	mux.Handle("/files", filesHandler)
 	mux.Handle("/files/compose", filesHandler)
@@ -162,6 +167,23 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /metrics", metrics)
 	s.handler = cors(requireToken(sb, mux))
 	return s
+}
+
+// onFirstRequest routes Connect service name's procedures to the handler
+// build makes, built on the service's first request: building connect's
+// handlers (a configuration, codecs and compressors for every procedure)
+// was 7% of the CPU of an envd that starts, runs one command and exits,
+// and most sandboxes never call one of the two services.
+func onFirstRequest(name string, build func() (string, http.Handler)) (string, http.Handler) {
+	prefix := "/" + name + "/"
+	handler := sync.OnceValue(func() http.Handler {
+		path, h := build()
+		if path != prefix {
+			panic(fmt.Sprintf("envd: service %s serves %s, not %s", name, path, prefix))
+		}
+		return h
+	})
+	return prefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler().ServeHTTP(w, r) })
 }
 
 // Close stops every watcher, kills the processes envd started, and waits for
