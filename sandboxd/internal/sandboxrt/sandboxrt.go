@@ -19,6 +19,9 @@ import (
 	"time"
 )
 
+// EnvdPath is where every runtime puts envd in a sandbox.
+const EnvdPath = "/usr/bin/envd"
+
 // ErrNotFound is returned for a sandbox the runtime does not know.
 var ErrNotFound = errors.New("sandbox not known to the runtime")
 
@@ -45,7 +48,8 @@ type Spec struct {
 	// Hostname inside the sandbox.
 	Hostname string
 	// Envd is the host path of the static envd binary. It is bind-mounted
-	// read-only into the sandbox and runs as its init with EnvdArgs.
+	// read-only into the sandbox at EnvdPath and runs as its init with
+	// EnvdArgs.
 	Envd     string
 	EnvdArgs []string
 	// EnvdPort is the port envd listens on. A runtime may make the

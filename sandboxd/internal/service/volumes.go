@@ -179,7 +179,7 @@ func (s *Service) serveVolumeContent(w http.ResponseWriter, r *http.Request) {
 // hide what a sandbox needs to run.
 // sandboxEnvd is where both runtimes put envd in a sandbox: a volume
 // mounted over it or a folder above it would hide it.
-const sandboxEnvd = "/usr/bin/envd"
+const sandboxEnvd = sandboxrt.EnvdPath
 
 func checkVolumeMounts(f *fieldErrors, mounts []*pb.VolumeMount) {
 	seen := map[string]bool{}

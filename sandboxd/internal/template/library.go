@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 )
 
 // Library holds the templates under a state directory:
@@ -85,6 +87,9 @@ func (l *Library) importWith(name string, fill func(rootfs string) (string, erro
 	if err != nil {
 		return nil, fmt.Errorf("import template %s: %w", name, err)
 	}
+	if err := addEnvdTarget(filepath.Join(staging, "rootfs")); err != nil {
+		return nil, fmt.Errorf("import template %s: %w", name, err)
+	}
 	version := digest[:min(12, len(digest))]
 	final := filepath.Join(tdir, version)
 	if _, err := os.Stat(final); err == nil {
@@ -96,6 +101,33 @@ func (l *Library) importWith(name string, fill func(rootfs string) (string, erro
 		return nil, fmt.Errorf("import template %s: %w", name, err)
 	}
 	return l.Get(name)
+}
+
+// addEnvdTarget puts an empty file where every sandbox has envd mounted
+// (sandboxrt.EnvdPath) into a template's root, when the image has the
+// folder and nothing there yet. Without it each sandbox's init made the
+// file in the sandbox's own layer, copying the folders above it up into
+// that layer first, and the sandbox's end removed them again: work for
+// every sandbox, for a file nobody sees under the mount. The version
+// stays the digest of the image as given.
+func addEnvdTarget(rootfs string) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	name := strings.TrimPrefix(sandboxrt.EnvdPath, "/")
+	if fi, err := root.Lstat(filepath.Dir(name)); err != nil || !fi.IsDir() {
+		return nil // no such folder (or a link to one): the init makes them
+	}
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("envd's mount point: %w", err)
+	}
+	return f.Close()
 }
 
 // Get returns a template's current version.

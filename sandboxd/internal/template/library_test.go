@@ -51,6 +51,32 @@ func TestLibrary(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(py.Rootfs, "usr/bin/python3")); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Fatalf("copied mode: %v, %v", fi, err)
 	}
+	// envd's mount point is there, empty, so that no sandbox makes it;
+	// not in the source, nor in an archive's root without /usr/bin.
+	if fi, err := os.Lstat(filepath.Join(py.Rootfs, "usr/bin/envd")); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+		t.Fatalf("envd's mount point in the template: %v, %v", fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(src, "usr/bin/envd")); err == nil {
+		t.Fatal("the import wrote into its source")
+	}
+	if _, err := os.Lstat(filepath.Join(a.Rootfs, "usr")); !os.IsNotExist(err) {
+		t.Fatalf("an image without /usr got one: %v", err)
+	}
+	// An image's own file there is kept as it is.
+	own := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(own, "usr/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(own, "usr/bin/envd"), []byte("e2b's envd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ownT, err := lib.ImportDir("own", own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ownT.Rootfs, "usr/bin/envd")); err != nil || string(b) != "e2b's envd" {
+		t.Fatalf("the image's own usr/bin/envd: %q, %v", b, err)
+	}
 	// Changing the directory makes a new version.
 	if err := os.WriteFile(filepath.Join(src, "usr/bin/python3"), []byte("py2"), 0o755); err != nil {
 		t.Fatal(err)
@@ -61,7 +87,7 @@ func TestLibrary(t *testing.T) {
 	}
 
 	list, err := lib.List()
-	if err != nil || len(list) != 2 || list[0].Name != "base" || list[1].Name != "py" || list[1].Version != py2.Version {
+	if err != nil || len(list) != 3 || list[0].Name != "base" || list[2].Name != "py" || list[2].Version != py2.Version {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
 	for _, bad := range []string{"", "Base", "-x", "a/b", "..", strings.Repeat("a", 64)} {
@@ -75,7 +101,7 @@ func TestLibrary(t *testing.T) {
 	if _, err := lib.ImportArchive("broken", filepath.Join(t.TempDir(), "nope.tar")); err == nil {
 		t.Error("import of a missing archive succeeded")
 	}
-	if list, _ := lib.List(); len(list) != 2 {
+	if list, _ := lib.List(); len(list) != 3 {
 		t.Errorf("a failed import left a template: %+v", list)
 	}
 }

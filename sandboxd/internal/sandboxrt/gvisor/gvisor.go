@@ -358,7 +358,7 @@ func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
 }
 
 // envdPath is where envd appears inside every sandbox.
-const envdPath = "/usr/bin/envd"
+const envdPath = sandboxrt.EnvdPath
 
 // upperTarName is the tar of the files put into a sandbox's root at start,
 // in its directory. A restore does not read it: the image holds the

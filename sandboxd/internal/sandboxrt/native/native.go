@@ -500,7 +500,7 @@ func (r *Runtime) openLog(spec *sandboxrt.Spec) (*os.File, error) {
 }
 
 // envdPath is where envd appears inside every sandbox.
-const envdPath = "/usr/bin/envd"
+const envdPath = sandboxrt.EnvdPath
 
 // prepareRoot builds the sandbox's root: its directory, the overlay of the
 // template idmapped through userns and a private upper layer, and the
