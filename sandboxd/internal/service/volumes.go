@@ -176,11 +176,8 @@ func (s *Service) serveVolumeContent(w http.ResponseWriter, r *http.Request) {
 
 // checkVolumeMounts checks a create's volume mounts as e2b does (each
 // path absolute and clean, each used once), and refuses paths that would
-// hide what a sandbox needs to run.
-// sandboxEnvd is where both runtimes put envd in a sandbox: a volume
-// mounted over it or a folder above it would hide it.
-const sandboxEnvd = sandboxrt.EnvdPath
-
+// hide what a sandbox needs to run (envd among it, at sandboxrt.EnvdPath:
+// a volume mounted over it or a folder above it would hide it).
 func checkVolumeMounts(f *fieldErrors, mounts []*pb.VolumeMount) {
 	seen := map[string]bool{}
 	for i, m := range mounts {
@@ -195,7 +192,7 @@ func checkVolumeMounts(f *fieldErrors, mounts []*pb.VolumeMount) {
 			why = "path must be absolute"
 		case filepath.Clean(p) != p:
 			why = "path must not contain any '.' or '..' components"
-		case p == "/" || under(p, "/proc") || under(p, "/sys") || under(p, "/dev") || under(sandboxEnvd, p):
+		case p == "/" || under(p, "/proc") || under(p, "/sys") || under(p, "/dev") || under(sandboxrt.EnvdPath, p):
 			why = fmt.Sprintf("path %s would hide what the sandbox runs on", p)
 		case seen[p]:
 			why = fmt.Sprintf("path '%s' is already used", p)

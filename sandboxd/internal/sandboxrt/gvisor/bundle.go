@@ -54,7 +54,7 @@ func (r *Runtime) config(spec *sandboxrt.Spec, rootfs, envd, upperTar string) *s
 		Version: specs.Version,
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
-			Args: append([]string{envdPath}, spec.EnvdArgs...),
+			Args: append([]string{sandboxrt.EnvdPath}, spec.EnvdArgs...),
 			Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
@@ -71,7 +71,7 @@ func (r *Runtime) config(spec *sandboxrt.Spec, rootfs, envd, upperTar string) *s
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
 			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-			{Destination: envdPath, Type: "bind", Source: envd, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+			{Destination: sandboxrt.EnvdPath, Type: "bind", Source: envd, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{
 			Namespaces:  namespaces,

@@ -357,9 +357,6 @@ func (r *Runtime) Start(ctx context.Context, spec *sandboxrt.Spec) (err error) {
 	return nil
 }
 
-// envdPath is where envd appears inside every sandbox.
-const envdPath = sandboxrt.EnvdPath
-
 // upperTarName is the tar of the files put into a sandbox's root at start,
 // in its directory. A restore does not read it: the image holds the
 // sandbox's root as it was.
@@ -943,7 +940,7 @@ func (r *Runtime) linkEnvd(id, dst string) error {
 	}
 	src := ""
 	for _, mnt := range cfg.Mounts {
-		if mnt.Destination == envdPath {
+		if mnt.Destination == sandboxrt.EnvdPath {
 			src = mnt.Source
 		}
 	}

@@ -50,7 +50,7 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd, usernsPath str
 		{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620,gid=5"},
 		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: nodev, Data: "mode=1777,size=65536k"},
 		{Source: "mqueue", Destination: "/dev/mqueue", Device: "mqueue", Flags: nodev},
-		{Source: envd, Destination: envdPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV},
+		{Source: envd, Destination: sandboxrt.EnvdPath, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV},
 	}
 	// A volume's files keep the owners they have on the host as seen from
 	// inside (uid 1000 on the host is the sandbox's 1000): idmapped

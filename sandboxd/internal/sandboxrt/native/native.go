@@ -210,10 +210,12 @@ func New(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("native runtime: %w", err)
 	}
 	libcontainer.CInit = !opts.GoInit
-	if errs := cInitUnavailable(); libcontainer.CInit && errs != nil {
-		libcontainer.CInit = false
-		opts.Logger.Warn("sandboxes get libcontainer's Go init: the init in C needs system calls this host refuses (Linux 5.12 or later, and no seccomp profile around sandboxd refusing them)",
-			"error", errors.Join(errs...))
+	if libcontainer.CInit {
+		if errs := cInitUnavailable(); errs != nil {
+			libcontainer.CInit = false
+			opts.Logger.Warn("sandboxes get libcontainer's Go init: the init in C needs system calls this host refuses (Linux 5.12 or later, and no seccomp profile around sandboxd refusing them)",
+				"error", errors.Join(errs...))
+		}
 	}
 	// Spares a crash left were perhaps not emptied.
 	if err := r.discardSpares(); err != nil {
@@ -425,7 +427,7 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 	r.mu.Lock()
 	r.live[spec.ID] = c
 	r.mu.Unlock()
-	args := append([]string{envdPath}, spec.EnvdArgs...)
+	args := append([]string{sandboxrt.EnvdPath}, spec.EnvdArgs...)
 	var extra []*os.File
 	if spec.NetNS != "" && spec.EnvdPort > 0 {
 		sock, err := listenIn(spec.NetNS, spec.EnvdPort)
@@ -498,9 +500,6 @@ func (r *Runtime) openLog(spec *sandboxrt.Spec) (*os.File, error) {
 	}
 	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 }
-
-// envdPath is where envd appears inside every sandbox.
-const envdPath = sandboxrt.EnvdPath
 
 // prepareRoot builds the sandbox's root: its directory, the overlay of the
 // template idmapped through userns and a private upper layer, and the
