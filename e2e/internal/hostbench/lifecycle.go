@@ -25,7 +25,8 @@ type LifecycleOptions struct {
 	// Template is the sandboxes' template (base).
 	Template string
 	// Cmd is what runs in each: commands.run('true') of the SDK runs
-	// /bin/bash -l -c true.
+	// /bin/bash -l -c true. Empty: nothing runs, each sandbox is created
+	// and killed (what the sandbox itself costs).
 	Cmd []string
 }
 
@@ -48,7 +49,9 @@ func Lifecycle(ctx context.Context, sys *system.System, team string, o Lifecycle
 			sb, took, err := c.create(ctx, o.Template)
 			if err == nil {
 				t1 := time.Now()
-				err = c.run(ctx, sb, o.Cmd[0], o.Cmd[1:]...)
+				if len(o.Cmd) > 0 {
+					err = c.run(ctx, sb, o.Cmd[0], o.Cmd[1:]...)
+				}
 				t2 := time.Now()
 				if kerr := c.kill(ctx, sb.id); err == nil {
 					err = kerr
@@ -75,8 +78,12 @@ func Lifecycle(ctx context.Context, sys *system.System, team string, o Lifecycle
 		if n == 0 {
 			return fmt.Errorf("c=%d: no lifecycle completed: %w", conc, firstErr)
 		}
+		note := strings.Join(o.Cmd, " ")
+		if note == "" {
+			note = "(no command)"
+		}
 		add := func(metric string, v float64, unit string) {
-			rec.Add(Result{Bench: "lifecycle", Metric: metric, Value: v, Unit: unit, At: conc, Note: strings.Join(o.Cmd, " ")})
+			rec.Add(Result{Bench: "lifecycle", Metric: metric, Value: v, Unit: unit, At: conc, Note: note})
 		}
 		add("rate", n/wall.Seconds(), "lifecycles/s")
 		add("create_p50", percentile(create, 0.5), "ms")
