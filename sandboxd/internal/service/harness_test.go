@@ -21,6 +21,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
+	"github.com/skiff-dev/skiff/sandboxd/internal/snapshot"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
@@ -64,6 +65,8 @@ type harnessConfig struct {
 	cfg   func(*Config)
 	// wrap, when set, wraps the fake runtime the service uses.
 	wrap func(*fakeRuntime) sandboxrt.Runtime
+	// snapshots gives the service a snapshot store, in dir.
+	snapshots bool
 }
 
 func testConfig() Config {
@@ -111,12 +114,18 @@ func newHarness(t *testing.T, hc harnessConfig) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var snaps *snapshot.Store
+	if hc.snapshots {
+		if snaps, err = snapshot.Open(filepath.Join(hc.dir, "snapshots")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var runtime sandboxrt.Runtime = hc.rt
 	if hc.wrap != nil {
 		runtime = hc.wrap(hc.rt)
 	}
 	svc, err := New(cfg, Deps{
-		Runtime: runtime, Network: hc.net, Templates: servicetest.NewTemplates(t), Registry: reg, IPAM: pool,
+		Runtime: runtime, Network: hc.net, Templates: servicetest.NewTemplates(t), Registry: reg, IPAM: pool, Snapshots: snaps,
 		LogDir: filepath.Join(hc.dir, "logs"), Clock: hc.clock,
 		Logger:   slog.New(slog.DiscardHandler),
 		EnvdAddr: hc.rt.EnvdAddr, EnvdVersion: servicetest.EnvdVersion,

@@ -222,12 +222,7 @@ func (s *Service) Resume(ctx context.Context, req *connect.Request[pb.ResumeRequ
 		}
 	}
 	if m.GetReboot() && !rec.FilesOnly {
-		// The memory the pause kept goes: back to running for a moment,
-		// then its files only, then a boot.
-		if err := s.rt.Resume(ctx, id); err != nil {
-			return nil, toConnect(fmt.Errorf("resume sandbox %s to reboot it: %w", id, err))
-		}
-		if rec, err = s.pauseFilesLocked(ctx, rec); err != nil {
+		if rec, err = s.dropMemoryLocked(ctx, rec); err != nil {
 			return nil, toConnect(err)
 		}
 	}
@@ -236,6 +231,34 @@ func (s *Service) Resume(ctx context.Context, req *connect.Request[pb.ResumeRequ
 	}
 	s.log.InfoContext(ctx, "sandbox resumed", "sandbox", id, "end_at", rec.EndAt)
 	return connect.NewResponse(&pb.ResumeResponse{Sandbox: s.toSandbox(rec)}), nil
+}
+
+// dropMemoryLocked turns rec, paused with its memory, into a sandbox
+// paused with its files only, for a Resume with reboot: back to running for
+// a moment, then its files only. A host that keeps no snapshots refuses
+// before the thaw; a failure after it freezes the sandbox again, so that it
+// is as its record says (paused, with no deadline) and a later resume
+// finds it so.
+func (s *Service) dropMemoryLocked(ctx context.Context, rec *store.Record) (*store.Record, error) {
+	id := rec.ID
+	if _, err := s.snapshotter(); err != nil {
+		return nil, err
+	}
+	if err := s.rt.Resume(ctx, id); err != nil {
+		return nil, fmt.Errorf("resume sandbox %s to reboot it: %w", id, err)
+	}
+	updated, err := s.pauseFilesLocked(ctx, rec)
+	if err != nil {
+		// The copy may have taken long enough for the caller to give
+		// up: the freeze has a context of its own.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if perr := s.rt.Pause(pctx, id); perr != nil {
+			s.log.ErrorContext(ctx, "pause sandbox again after failing to keep its files for a reboot", "sandbox", id, "error", perr)
+		}
+		return nil, err
+	}
+	return updated, nil
 }
 
 // resumeLocked thaws the paused sandbox rec and records it running until

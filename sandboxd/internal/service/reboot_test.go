@@ -1,0 +1,155 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+// snapshotting is the fake runtime with sandboxrt.Snapshotter: its copy of
+// a sandbox's files is a layer of one file, and a test's hook runs in the
+// middle of it (and can fail it). Its Pause fails with a context that
+// ended, as a runtime that runs a command for it does.
+type snapshotting struct {
+	*servicetest.Runtime
+
+	mu        sync.Mutex
+	onCapture func(ctx context.Context, id string) error
+}
+
+func withSnapshots(r *servicetest.Runtime) *snapshotting { return &snapshotting{Runtime: r} }
+
+var _ sandboxrt.Snapshotter = (*snapshotting)(nil)
+
+// CaptureLayer implements sandboxrt.Snapshotter.
+func (r *snapshotting) CaptureLayer(ctx context.Context, id, dir string) error {
+	r.mu.Lock()
+	hook := r.onCapture
+	r.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, id); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "written"), []byte(id), 0o644)
+}
+
+// Pause implements sandboxrt.Runtime.
+func (r *snapshotting) Pause(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return r.Runtime.Pause(ctx, id)
+}
+
+// setOnCapture sets the hook CaptureLayer runs first.
+func (r *snapshotting) setOnCapture(f func(ctx context.Context, id string) error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onCapture = f
+}
+
+func (h *harness) pause(id string, filesOnly bool) {
+	h.t.Helper()
+	if _, err := h.client.Pause(h.t.Context(), connect.NewRequest(&pb.PauseRequest{SandboxId: id, FilesOnly: filesOnly})); err != nil {
+		h.t.Fatalf("Pause: %v", err)
+	}
+}
+
+// assertFrozen fails unless id is paused with its memory, as recorded, and
+// has no deadline.
+func (h *harness) assertFrozen(id string) {
+	h.t.Helper()
+	if st, err := h.rt.Status(h.t.Context(), id); err != nil || st != sandboxrt.Paused {
+		h.t.Fatalf("runtime status = %v, %v; want paused", st, err)
+	}
+	rec, err := h.reg.Get(id)
+	if err != nil || rec.State != registry.StatePaused || rec.FilesOnly {
+		h.t.Fatalf("record = %+v, %v; want paused with its memory", rec, err)
+	}
+	if _, ok := h.svc.deadlines.Deadline(id); ok {
+		h.t.Fatal("a paused sandbox has a deadline")
+	}
+}
+
+// resumes checks that a plain Resume of id works (after a failed reboot).
+func (h *harness) resumes(id string) {
+	h.t.Helper()
+	resp, err := h.client.Resume(h.t.Context(), connect.NewRequest(&pb.ResumeRequest{SandboxId: id}))
+	if err != nil {
+		h.t.Fatalf("Resume after the failed reboot: %v", err)
+	}
+	if resp.Msg.GetSandbox().GetState() != pb.SandboxState_SANDBOX_STATE_RUNNING {
+		h.t.Fatalf("resumed sandbox = %v", resp.Msg.GetSandbox())
+	}
+	if _, ok := h.svc.deadlines.Deadline(id); !ok {
+		h.t.Fatal("resumed sandbox has no deadline")
+	}
+}
+
+// TestRebootWithoutSnapshots: a host without a snapshot store cannot keep a
+// sandbox's files, so a Resume with reboot of a sandbox paused with its
+// memory is refused before anything thaws it.
+func TestRebootWithoutSnapshots(t *testing.T) {
+	h := newHarness(t, harnessConfig{wrap: func(r *servicetest.Runtime) sandboxrt.Runtime { return withSnapshots(r) }})
+	id := h.create().GetSandbox().GetId()
+	h.pause(id, false)
+	_, err := h.client.Resume(t.Context(), connect.NewRequest(&pb.ResumeRequest{SandboxId: id, Reboot: true}))
+	wantCode(t, err, connect.CodeUnimplemented, "snapshot")
+	h.assertFrozen(id)
+	h.resumes(id)
+}
+
+// TestRebootFailureFreezesAgain: a reboot whose copy of the files fails
+// after the thaw freezes the sandbox again, though the caller has gone
+// meanwhile (a long copy), so that it is paused as recorded and a later
+// resume works.
+func TestRebootFailureFreezesAgain(t *testing.T) {
+	var rt *snapshotting
+	h := newHarness(t, harnessConfig{snapshots: true, wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
+		rt = withSnapshots(r)
+		return rt
+	}})
+	id := h.create().GetSandbox().GetId()
+	h.pause(id, false)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	rt.setOnCapture(func(sctx context.Context, _ string) error {
+		cancel() // the caller gives up during the copy
+		select {
+		case <-sctx.Done():
+		case <-time.After(5 * time.Second):
+			t.Error("the request's context did not end with its caller")
+		}
+		return errors.New("no space left on device")
+	})
+	_, err := h.client.Resume(ctx, connect.NewRequest(&pb.ResumeRequest{SandboxId: id, Reboot: true}))
+	if err == nil {
+		t.Fatal("a reboot whose copy failed succeeded")
+	}
+	h.svc.locks.lock(id)() // the Resume's handler is done
+	h.assertFrozen(id)
+
+	rt.setOnCapture(func(context.Context, string) error { return errors.New("no space left on device") })
+	_, err = h.client.Resume(t.Context(), connect.NewRequest(&pb.ResumeRequest{SandboxId: id, Reboot: true}))
+	wantCode(t, err, connect.CodeInternal, "no space left")
+	h.assertFrozen(id)
+
+	rt.setOnCapture(nil)
+	h.resumes(id)
+}
