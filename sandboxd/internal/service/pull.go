@@ -23,7 +23,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -284,15 +283,14 @@ func (p *puller) pull(ctx context.Context, team, from string) (*snapshot.Record,
 			"snapshot %s stands on template %s version %s, and this host has %s", rec.ID, rec.Template, rec.TemplateVersion, have))
 	}
 	// What this pull puts in place is in use until its record is.
-	held := map[string]bool{}
+	held := make([]string, 0, len(m.Layers)+1)
 	for _, l := range m.Layers {
-		held[l.ID] = true
+		held = append(held, l.ID)
 	}
 	if m.Image != nil {
-		held[m.Image.ID] = true
+		held = append(held, m.Image.ID)
 	}
-	s.holdForPull(held, true)
-	defer s.holdForPull(held, false)
+	defer s.hold(held...)()
 
 	var fetched int64
 	for i, l := range m.Layers {
@@ -373,36 +371,4 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.n += int64(n)
 	return n, err
-}
-
-// pulls counts, per layer or image ID, the pulls that hold it.
-type pulls struct {
-	mu   sync.Mutex
-	held map[string]int
-}
-
-// holdForPull marks ids in use (or no more) by a pull, so that a sweep
-// in between keeps them.
-func (s *Service) holdForPull(ids map[string]bool, hold bool) {
-	s.pulls.mu.Lock()
-	defer s.pulls.mu.Unlock()
-	if s.pulls.held == nil {
-		s.pulls.held = map[string]int{}
-	}
-	for id := range ids {
-		if hold {
-			s.pulls.held[id]++
-		} else if s.pulls.held[id]--; s.pulls.held[id] <= 0 {
-			delete(s.pulls.held, id)
-		}
-	}
-}
-
-// heldByPulls adds the IDs pulls hold to inUse.
-func (s *Service) heldByPulls(inUse map[string]bool) {
-	s.pulls.mu.Lock()
-	defer s.pulls.mu.Unlock()
-	for id := range s.pulls.held {
-		inUse[id] = true
-	}
 }

@@ -32,7 +32,7 @@ func (s *Service) pauseFilesLocked(ctx context.Context, rec *store.Record) (*sto
 	}
 	id := rec.ID
 	began := time.Now()
-	layerID, err := s.captureLayer(ctx, sn, id)
+	layerID, release, err := s.captureLayer(ctx, sn, id)
 	if err != nil {
 		return nil, fmt.Errorf("pause sandbox %s with its files: copy them: %w", id, err)
 	}
@@ -45,6 +45,7 @@ func (s *Service) pauseFilesLocked(ctx context.Context, rec *store.Record) (*sto
 		}
 		return nil
 	})
+	release() // the record names it, or it goes at the sweep below
 	if err != nil {
 		s.gcLayers(ctx)
 		return nil, fmt.Errorf("record pause of %s: %w", id, err)

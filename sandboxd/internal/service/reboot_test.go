@@ -26,6 +26,7 @@ type snapshotting struct {
 
 	mu        sync.Mutex
 	onCapture func(ctx context.Context, id string) error
+	onStart   func(spec *sandboxrt.Spec)
 }
 
 func withSnapshots(r *servicetest.Runtime) *snapshotting { return &snapshotting{Runtime: r} }
@@ -48,12 +49,30 @@ func (r *snapshotting) CaptureLayer(ctx context.Context, id, dir string) error {
 	return os.WriteFile(filepath.Join(dir, "written"), []byte(id), 0o644)
 }
 
+// Start implements sandboxrt.Runtime, running the test's hook first.
+func (r *snapshotting) Start(ctx context.Context, spec *sandboxrt.Spec) error {
+	r.mu.Lock()
+	hook := r.onStart
+	r.mu.Unlock()
+	if hook != nil {
+		hook(spec)
+	}
+	return r.Runtime.Start(ctx, spec)
+}
+
 // Pause implements sandboxrt.Runtime.
 func (r *snapshotting) Pause(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	return r.Runtime.Pause(ctx, id)
+}
+
+// setOnStart sets the hook Start runs first.
+func (r *snapshotting) setOnStart(f func(spec *sandboxrt.Spec)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onStart = f
 }
 
 // setOnCapture sets the hook CaptureLayer runs first.

@@ -140,6 +140,8 @@ func (s *Service) salvageLocked(ctx context.Context, rec *store.Record) (*store.
 	if err != nil {
 		return nil, err
 	}
+	// Held from sweeps until the record names it, as a capture's.
+	defer s.hold(layerID)()
 	if err := sv.SalvageLayer(ctx, rec.ID, tmp); err != nil {
 		_ = os.RemoveAll(tmp)
 		return nil, err

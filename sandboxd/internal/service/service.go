@@ -179,7 +179,7 @@ type Service struct {
 	deadlines *deadline.Scheduler
 	locks     keyedMutex
 	peers     *http.Client
-	pulls     pulls
+	holds     holds
 	egress    *egressproxy.Sandboxes
 	volumes   *volume.Store
 	// holding are the sandboxes that hold volume leases, from before

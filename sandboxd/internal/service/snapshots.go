@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -66,6 +67,9 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	// What it captured is held from sweeps until the record names it; a
+	// failure lets go of it first, for the sweep that removes it.
+	defer c.release()
 	id, err := sandboxid.New(s.tag)
 	if err != nil {
 		c.discard()
@@ -81,6 +85,7 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 		n, err := s.snapshots.CommitImage(c.imageID, c.imageTmp)
 		if err != nil {
 			c.discard()
+			c.release()
 			s.gcLayers(ctx)
 			return nil, toConnect(fmt.Errorf("keep the state of sandbox %s: %w", c.src.ID, err))
 		}
@@ -97,6 +102,7 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 		}
 	}
 	if err := s.snapshots.Put(rec); err != nil {
+		c.release()
 		s.gcLayers(ctx)
 		return nil, toConnect(err)
 	}
@@ -123,6 +129,9 @@ type captured struct {
 	// imageID and imageTmp are its state image, when the runtime keeps
 	// one, still in its temporary directory; format is the image's.
 	imageID, imageTmp, format string
+	// release ends the hold on the layer and image (see hold): once a
+	// record names them, or before the sweep that is to remove them.
+	release func()
 }
 
 // discard removes the captured image (its layer goes by GC).
@@ -148,9 +157,9 @@ func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, i
 	}
 	c := &captured{src: src}
 	if sc := s.stateCapturer(); sc != nil {
-		c.layer, c.imageID, c.imageTmp, c.format, err = s.captureState(ctx, sc, id)
+		c.layer, c.imageID, c.imageTmp, c.format, c.release, err = s.captureState(ctx, sc, id)
 	} else {
-		c.layer, err = s.captureLayer(ctx, sn, id)
+		c.layer, c.release, err = s.captureLayer(ctx, sn, id)
 	}
 	if errors.Is(err, sandboxrt.ErrCaptureTooLarge) {
 		return nil, fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
@@ -173,50 +182,58 @@ func (s *Service) stateCapturer() sandboxrt.StateCapturer {
 
 // captureLayer copies the writable layer of sandbox id into a new layer of
 // the store, in place and durable, and returns its ID; on failure nothing
-// of it is left.
-func (s *Service) captureLayer(ctx context.Context, sn sandboxrt.Snapshotter, id string) (string, error) {
+// of it is left. The layer is held from sweeps (hold) until the caller
+// calls release: no record names it yet.
+func (s *Service) captureLayer(ctx context.Context, sn sandboxrt.Snapshotter, id string) (_ string, release func(), err error) {
 	layerID, tmp, err := s.snapshots.NewLayer()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
+	release = s.hold(layerID)
 	if err := sn.CaptureLayer(ctx, id, tmp); err != nil {
 		_ = layer.Remove(tmp)
-		return "", err
+		release()
+		return "", nil, err
 	}
 	if err := s.snapshots.CommitLayer(layerID, tmp); err != nil {
 		_ = layer.Remove(tmp)
-		return "", err
+		release()
+		return "", nil, err
 	}
-	return layerID, nil
+	return layerID, release, nil
 }
 
 // captureState is captureLayer with the sandbox's state image beside the
 // layer, of the same instant; the image is left in its temporary
-// directory (imageTmp), for the caller to commit or remove.
-func (s *Service) captureState(ctx context.Context, sc sandboxrt.StateCapturer, id string) (layerID, imageID, imageTmp, format string, err error) {
+// directory (imageTmp), for the caller to commit or remove. The layer and
+// the image are held from sweeps until the caller calls release.
+func (s *Service) captureState(ctx context.Context, sc sandboxrt.StateCapturer, id string) (layerID, imageID, imageTmp, format string, release func(), err error) {
 	format, err = sc.ImageFormat()
 	if err != nil {
-		return "", "", "", "", err
+		return "", "", "", "", nil, err
 	}
 	layerID, tmp, err := s.snapshots.NewLayer()
 	if err != nil {
-		return "", "", "", "", err
+		return "", "", "", "", nil, err
 	}
 	imageID, imageTmp, err = s.snapshots.NewImage()
 	if err != nil {
-		return "", "", "", "", err
+		return "", "", "", "", nil, err
 	}
+	release = s.hold(layerID, imageID)
 	if err := sc.CaptureState(ctx, id, tmp, imageTmp); err != nil {
 		_ = layer.Remove(tmp)
 		_ = snapshot.RemoveImage(imageTmp)
-		return "", "", "", "", err
+		release()
+		return "", "", "", "", nil, err
 	}
 	if err := s.snapshots.CommitLayer(layerID, tmp); err != nil {
 		_ = layer.Remove(tmp)
 		_ = snapshot.RemoveImage(imageTmp)
-		return "", "", "", "", err
+		release()
+		return "", "", "", "", nil, err
 	}
-	return layerID, imageID, imageTmp, format, nil
+	return layerID, imageID, imageTmp, format, release, nil
 }
 
 // layerPaths are the host directories of the store's layers ids.
@@ -334,9 +351,13 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]
 	// The forks' layers are the source's under the new one; no record
 	// names them, so they go with the last fork. The image, when there
 	// is one, is read whole by each restore and removed after the last.
+	// The new layer is held from sweeps until every fork has started (no
+	// record names it before the first fork's, and none at all when the
+	// forks fail).
 	snap := s.snapshotRecord("", src, c.layer)
 	defer s.gcLayers(context.WithoutCancel(ctx))
 	defer c.discard()
+	defer c.release()
 	results := make([]*pb.ForkResult, m.GetCount())
 	for i := range results {
 		l := &launch{kind: kindCreate, tmpl: snapshotTemplate(snap), timeout: timeout, cpu: src.CPUMilli, mem: src.MemoryMiB, disk: src.DiskMiB}
@@ -424,7 +445,8 @@ func snapshotResources(snap *snapshot.Record, r *pb.Resources) *pb.Resources {
 	return out
 }
 
-// gcLayers removes the layers no snapshot and no sandbox on the host uses.
+// gcLayers removes the layers (and images) no snapshot and no sandbox on
+// the host uses and nothing holds (hold).
 func (s *Service) gcLayers(ctx context.Context) {
 	if s.snapshots == nil {
 		return
@@ -435,11 +457,55 @@ func (s *Service) gcLayers(ctx context.Context) {
 			inUse[l] = true
 		}
 	}
-	s.heldByPulls(inUse)
+	s.addHeld(inUse)
 	if n, err := s.snapshots.GC(inUse); err != nil {
 		s.log.ErrorContext(ctx, "remove unused snapshot layers", "error", err)
 	} else if n > 0 {
 		s.log.InfoContext(ctx, "removed unused snapshot layers", "layers", n)
+	}
+}
+
+// holds counts, per layer or image ID, the pulls and captures that hold it.
+type holds struct {
+	mu   sync.Mutex
+	held map[string]int
+}
+
+// hold marks layers and images in use until release is called (once more
+// is nothing): a pull's or a capture's, which are in place before any
+// record names them. Any kill of a sandbox with layers sweeps, so without
+// the hold a sweep in between would remove a snapshot's layer during the
+// sync of its image, a fork's while the first fork starts, or the layer of
+// a pause with the files only before its record names it.
+func (s *Service) hold(ids ...string) (release func()) {
+	s.holds.mu.Lock()
+	defer s.holds.mu.Unlock()
+	if s.holds.held == nil {
+		s.holds.held = map[string]int{}
+	}
+	for _, id := range ids {
+		s.holds.held[id]++
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.holds.mu.Lock()
+			defer s.holds.mu.Unlock()
+			for _, id := range ids {
+				if s.holds.held[id]--; s.holds.held[id] <= 0 {
+					delete(s.holds.held, id)
+				}
+			}
+		})
+	}
+}
+
+// addHeld adds the IDs held (hold) to inUse.
+func (s *Service) addHeld(inUse map[string]bool) {
+	s.holds.mu.Lock()
+	defer s.holds.mu.Unlock()
+	for id := range s.holds.held {
+		inUse[id] = true
 	}
 }
 

@@ -18,9 +18,10 @@
 //
 // Layers are shared: a sandbox started from a snapshot stacks its layers
 // (and a snapshot of that sandbox keeps them below its own), so a layer
-// stays while any record or running sandbox names it; GC removes the
-// others. An image belongs to its one record (a restore reads it whole
-// and keeps nothing of it), and goes with it.
+// stays while any record or running sandbox names it, or the capture or
+// pull that puts it in place holds it (until its record is written); GC
+// removes the others. An image belongs to its one record (a restore reads
+// it whole and keeps nothing of it), and goes with it.
 package snapshot
 
 import (
@@ -351,9 +352,9 @@ func (s *Store) List(f Filter) []*Record {
 }
 
 // GC removes every layer that no record names and inUse does not hold
-// (the layers of running sandboxes, and of pulls under way), and every
-// image no record names and inUse does not hold, and returns how many
-// layers and images it removed.
+// (the layers of running sandboxes, and of the captures and pulls under
+// way), and every image no record names and inUse does not hold, and
+// returns how many layers and images it removed.
 func (s *Store) GC(inUse map[string]bool) (int, error) {
 	keep := map[string]bool{}
 	for id := range inUse {
@@ -361,7 +362,7 @@ func (s *Store) GC(inUse map[string]bool) (int, error) {
 	}
 	images := map[string]bool{}
 	for id := range inUse {
-		images[id] = true // an image a pull is putting in place
+		images[id] = true // an image a capture or pull is putting in place
 	}
 	s.mu.Lock()
 	for _, r := range s.recs {

@@ -1,0 +1,145 @@
+package service
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
+	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
+)
+
+// stateCapturing is snapshotting with sandboxrt.StateCapturer: its state
+// image is a directory of one file.
+type stateCapturing struct{ *snapshotting }
+
+var _ sandboxrt.StateCapturer = stateCapturing{}
+
+func (r stateCapturing) CaptureState(ctx context.Context, id, layerDir, imageDir string) error {
+	if err := r.CaptureLayer(ctx, id, layerDir); err != nil {
+		return err
+	}
+	if err := os.Mkdir(imageDir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(imageDir, "memory"), []byte(id), 0o600)
+}
+
+func (stateCapturing) ImageFormat() (string, error) { return "fake-1", nil }
+
+// TestForkLayerHeldFromSweeps: a fork's layer is in place before any record
+// names it, and a kill of a sandbox with layers, which sweeps them, comes
+// while the first fork starts. The layer stays for the forks, and goes
+// with the last of them.
+func TestForkLayerHeldFromSweeps(t *testing.T) {
+	var rt *snapshotting
+	h := newHarness(t, harnessConfig{snapshots: true, wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
+		rt = withSnapshots(r)
+		return rt
+	}})
+	src := h.create().GetSandbox().GetId()
+	snap, err := h.client.Snapshot(t.Context(), connect.NewRequest(&pb.SnapshotRequest{SandboxId: src, Team: "team-a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stacked := h.create(func(m *pb.CreateRequest) { m.Snapshot = snap.Msg.GetSnapshot().GetId() }).GetSandbox().GetId()
+
+	var once sync.Once
+	rt.setOnStart(func(*sandboxrt.Spec) {
+		once.Do(func() {
+			if _, err := h.client.Kill(context.Background(), connect.NewRequest(&pb.KillRequest{SandboxId: stacked})); err != nil {
+				t.Errorf("Kill of the sandbox on the snapshot: %v", err)
+			}
+		})
+	})
+	resp, err := h.client.Fork(t.Context(), connect.NewRequest(&pb.ForkRequest{
+		SandboxId: src, Team: "team-a", Count: 2, Timeout: durationpb.New(time.Minute),
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.gone(stacked) {
+		t.Fatal("the kill in the middle of the fork did not happen: the test shows nothing")
+	}
+	var forks []string
+	var layers []string
+	for _, r := range resp.Msg.GetForks() {
+		if r.GetErrorCode() != "" {
+			t.Fatalf("fork failed: %s: %s", r.GetErrorCode(), r.GetErrorMessage())
+		}
+		id := r.GetCreated().GetSandbox().GetId()
+		forks = append(forks, id)
+		rec, err := h.reg.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers = rec.Layers
+	}
+	if len(layers) != 1 {
+		t.Fatalf("a fork's layers = %v, want the fork's own", layers)
+	}
+	if !h.svc.snapshots.HasLayer(layers[0]) {
+		t.Fatalf("the forks' layer %s was swept while they started", layers[0])
+	}
+	for _, id := range forks {
+		if _, err := h.client.Kill(t.Context(), connect.NewRequest(&pb.KillRequest{SandboxId: id})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.svc.snapshots.HasLayer(layers[0]) {
+		t.Fatalf("the forks' layer %s outlived the last fork", layers[0])
+	}
+}
+
+// TestCapturesHeld: the copy of a files-only pause and that of a snapshot
+// (layer and image) are in place before any record names them; sweeps
+// keep them until they are released.
+func TestCapturesHeld(t *testing.T) {
+	var rt *snapshotting
+	h := newHarness(t, harnessConfig{snapshots: true, wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
+		rt = withSnapshots(r)
+		return rt
+	}})
+	id := h.create().GetSandbox().GetId()
+	ctx := t.Context()
+
+	layerID, release, err := h.svc.captureLayer(ctx, rt, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.svc.gcLayers(ctx)
+	if !h.svc.snapshots.HasLayer(layerID) {
+		t.Fatal("a sweep removed a captured layer before a record named it")
+	}
+	release()
+	release() // once more is nothing
+	h.svc.gcLayers(ctx)
+	if h.svc.snapshots.HasLayer(layerID) {
+		t.Fatal("a released layer no record names outlived a sweep")
+	}
+
+	layerID, imageID, imageTmp, _, release, err := h.svc.captureState(ctx, stateCapturing{rt}, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.snapshots.CommitImage(imageID, imageTmp); err != nil {
+		t.Fatal(err)
+	}
+	h.svc.gcLayers(ctx)
+	if !h.svc.snapshots.HasLayer(layerID) || !h.svc.snapshots.HasImage(imageID) {
+		t.Fatalf("a sweep removed a captured layer (kept %v) or image (kept %v) before a record named them",
+			h.svc.snapshots.HasLayer(layerID), h.svc.snapshots.HasImage(imageID))
+	}
+	release()
+	h.svc.gcLayers(ctx)
+	if h.svc.snapshots.HasLayer(layerID) || h.svc.snapshots.HasImage(imageID) {
+		t.Fatal("a released layer or image no record names outlived a sweep")
+	}
+}
