@@ -101,7 +101,8 @@ func (s *Service) Claim(ctx context.Context, req *connect.Request[pb.ClaimReques
 			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			defer cancel()
 			if kerr := s.killLocked(kctx, rec, reasonClaimFailed); kerr != nil {
-				s.log.ErrorContext(ctx, "kill sandbox after failed claim", "sandbox", rec.ID, "error", kerr)
+				s.log.ErrorContext(ctx, "kill sandbox after failed claim; its deadline tries again", "sandbox", rec.ID, "error", kerr)
+				s.endAtNow(kctx, rec.ID)
 			}
 			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("hand sandbox %s over: %w", rec.ID, err))
 		}
@@ -110,6 +111,24 @@ func (s *Service) Claim(ctx context.Context, req *connect.Request[pb.ClaimReques
 	s.log.InfoContext(ctx, "sandbox claimed", "sandbox", rec.ID, "team", rec.Team, "pool", rec.Pool, "template", rec.Template,
 		"duration", time.Since(began), "record", tookRecord, "envd", time.Since(step), "env_vars", rotate)
 	return connect.NewResponse(&pb.ClaimResponse{Sandbox: s.toSandbox(rec), EnvdAccessToken: token, TrafficAccessToken: traffic}), nil
+}
+
+// endAtNow gives sandbox id, whose kill failed, a deadline of now that
+// kills it (not auto-pause), so that the deadline's retries end it: the
+// claim already made it a team's, with no deadline armed.
+func (s *Service) endAtNow(ctx context.Context, id string) {
+	at := s.clock.Now()
+	if _, err := s.reg.Update(id, func(r *store.Record) error {
+		r.EndAt, r.AutoPause = at, false
+		return nil
+	}); err != nil {
+		s.log.ErrorContext(ctx, "record the deadline of a sandbox whose kill failed", "sandbox", id, "error", err)
+		// Then it ends at the claim's deadline, which its record keeps.
+		if rec, err := s.reg.Get(id); err == nil {
+			at = rec.EndAt
+		}
+	}
+	s.deadlines.Set(id, at)
 }
 
 // rotateToken gives the sandbox's envd its new owner's token and

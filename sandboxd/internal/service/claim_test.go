@@ -1,6 +1,8 @@
 package service
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -8,6 +10,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -184,6 +188,54 @@ func TestClaimInitFailureKills(t *testing.T) {
 	wantCode(t, err, connect.CodeUnavailable)
 	if !h.gone(id) || h.rt.Running(id) {
 		t.Fatal("a sandbox whose envd refused the claim's token lives on")
+	}
+	h.assertNothingHeld()
+}
+
+// stopFails is the fake runtime whose next stops fail.
+type stopFails struct {
+	*servicetest.Runtime
+	mu    sync.Mutex
+	fails int
+}
+
+func (r *stopFails) failStops(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fails = n
+}
+
+func (r *stopFails) Stop(ctx context.Context, id string) error {
+	r.mu.Lock()
+	fail := r.fails > 0
+	if fail {
+		r.fails--
+	}
+	r.mu.Unlock()
+	if fail {
+		return errors.New("cgroup busy")
+	}
+	return r.Runtime.Stop(ctx, id)
+}
+
+// TestClaimKillFailureEndsAtDeadline: a claimed sandbox whose envd refused
+// the new token and whose kill then failed is a team's sandbox nobody can
+// use; its deadline is now, as a kill (though the claim asked for
+// auto-pause), and the deadline's kill ends it.
+func TestClaimKillFailureEndsAtDeadline(t *testing.T) {
+	var rt *stopFails
+	h := newHarness(t, harnessConfig{wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
+		rt = &stopFails{Runtime: r}
+		return rt
+	}})
+	id := h.warm(1)[0]
+	h.rt.Envd(id).RejectInit()
+	rt.failStops(1)
+	_, err := h.client.Claim(t.Context(), claimReq(&pb.ClaimRequest{SandboxId: id, AutoPause: true, EnvVars: map[string]string{"A": "1"}}))
+	wantCode(t, err, connect.CodeUnavailable)
+	eventually(t, "the deadline to kill the sandbox whose claim failed", func() bool { return h.gone(id) })
+	if h.rt.Running(id) {
+		t.Fatal("the sandbox's processes live on")
 	}
 	h.assertNothingHeld()
 }
