@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
@@ -138,10 +139,15 @@ func (s *Service) bootLocked(ctx context.Context, rec *store.Record, lifetime ti
 
 // recoverFilesOnly re-adopts a sandbox paused with its files only: it
 // stops whatever a sandboxd killed between the pause's record and its stop
-// left running, and keeps the record.
+// left running, tears down the network it left (also when the runtime
+// had already stopped the sandbox: its next boot sets up a new one), and
+// keeps the record.
 func (s *Service) recoverFilesOnly(ctx context.Context, rec *store.Record) {
 	if st, err := s.rt.Status(ctx, rec.ID); err == nil && st != sandboxrt.Stopped {
 		s.log.WarnContext(ctx, "stopping what runs of a sandbox paused with its files only", "sandbox", rec.ID, "runtime", st.String())
+		s.stopForFiles(ctx, rec)
+	} else if ids, err := s.net.List(); err == nil && slices.Contains(ids, rec.ID) {
+		s.log.WarnContext(ctx, "tearing down the network left by a sandbox paused with its files only", "sandbox", rec.ID)
 		s.stopForFiles(ctx, rec)
 	}
 	if _, err := s.blockOf(rec); err != nil {

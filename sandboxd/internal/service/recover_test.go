@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
@@ -138,4 +139,37 @@ type statusFails struct{ *servicetest.Runtime }
 
 func (s *statusFails) Status(context.Context, string) (sandboxrt.Status, error) {
 	return sandboxrt.Stopped, errors.New("cgroup unreadable")
+}
+
+// TestRecoverFilesOnlyNetworkLeft: a sandboxd killed while it stopped a
+// sandbox paused with its files only, after the runtime's stop and before
+// the network's teardown, left the network; the next start tears it down,
+// so that the sandbox's next boot can set up its own.
+func TestRecoverFilesOnlyNetworkLeft(t *testing.T) {
+	dir := t.TempDir()
+	n := servicetest.NewNetwork()
+	rt := servicetest.NewRuntime(t, n)
+	wrap := func(r *servicetest.Runtime) sandboxrt.Runtime { return withSnapshots(r) }
+	a := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt, snapshots: true, wrap: wrap})
+	id := a.create().GetSandbox().GetId()
+	a.pause(id, true)
+	a.stop()
+	if rt.Running(id) || n.Has(id) {
+		t.Fatalf("a sandbox paused with its files only: runtime %v, network %v", rt.Running(id), n.Has(id))
+	}
+	if _, err := n.Setup(t.Context(), id, ipam.Block{}, true); err != nil {
+		t.Fatal(err)
+	}
+
+	b := newHarness(t, harnessConfig{dir: dir, net: n, rt: rt, clock: a.clock, snapshots: true, wrap: wrap})
+	if n.Has(id) {
+		t.Error("recovery left the network of a sandbox paused with its files only")
+	}
+	resp, err := b.client.Resume(t.Context(), connect.NewRequest(&pb.ResumeRequest{SandboxId: id}))
+	if err != nil {
+		t.Fatalf("Resume after recovery: %v", err)
+	}
+	if resp.Msg.GetSandbox().GetState() != pb.SandboxState_SANDBOX_STATE_RUNNING || !rt.Running(id) || !n.Has(id) {
+		t.Fatalf("resumed sandbox = %v; runtime %v, network %v", resp.Msg.GetSandbox(), rt.Running(id), n.Has(id))
+	}
 }

@@ -156,12 +156,16 @@ type Network struct {
 // NewNetwork returns a network without namespaces.
 func NewNetwork() *Network { return &Network{blocks: map[string]ipam.Block{}} }
 
-// Setup records id's namespace, /run/netns/<id>.
+// Setup records id's namespace, /run/netns/<id>. As the real one, it
+// fails when id has a namespace already.
 func (n *Network) Setup(_ context.Context, id string, b ipam.Block, _ bool) (string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.setupErr != nil {
 		return "", n.setupErr
+	}
+	if _, ok := n.blocks[id]; ok {
+		return "", fmt.Errorf("create network namespace file for sandbox %s: %w", id, os.ErrExist)
 	}
 	n.blocks[id] = b
 	return "/run/netns/" + id, nil
