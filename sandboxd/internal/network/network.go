@@ -473,9 +473,14 @@ func (m *Manager) configure(sb *Sandbox, routerNS netns.NsHandle, router *netlin
 // the largest lock wait at c = 20). A pair whose namespace file was
 // already gone (a teardown cut short) is deleted here. A pair left by a
 // namespace something still holds is deleted by the Setup of its block.
-// Teardown of a sandbox with nothing left succeeds. If b is the zero
-// Block (not known), the egress set is left alone; the next Setup of its
-// address overwrites the entry.
+// Teardown of a sandbox with nothing left succeeds.
+//
+// If b is the zero Block (an orphan whose block sandboxd no longer knows),
+// the address is found as eth0's in the sandbox's namespace: left in the
+// ruled, proxied or DNS-filtered set (a new Init empties the verdict map
+// but keeps the sets), it would refuse or filter the traffic of the next
+// sandbox at that address. When the namespace is gone, the next Setup of
+// the address overwrites its egress entry only.
 func (m *Manager) Teardown(ctx context.Context, id string, b ipam.Block) error {
 	if !validID(id) {
 		return fmt.Errorf("tear down network of sandbox %q: invalid ID", id)
@@ -484,11 +489,18 @@ func (m *Manager) Teardown(ctx context.Context, id string, b ipam.Block) error {
 		return err
 	}
 	var errs []error
-	if b.Sandbox.Is4() {
-		if err := m.setEgress(b.Sandbox, false); err != nil && !errors.Is(err, unix.ENOENT) {
+	a := b.Sandbox
+	if !a.Is4() {
+		var err error
+		if a, err = m.orphanAddr(id); err != nil {
+			errs = append(errs, fmt.Errorf("find the address of sandbox %s: %w", id, err))
+		}
+	}
+	if a.Is4() {
+		if err := m.setEgress(a, false); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("remove egress of sandbox %s: %w", id, err))
 		}
-		if err := m.clearRules(id, b); err != nil {
+		if err := m.clearRules(id, a); err != nil {
 			errs = append(errs, fmt.Errorf("remove rules of sandbox %s: %w", id, err))
 		}
 	}
@@ -500,12 +512,42 @@ func (m *Manager) Teardown(ctx context.Context, id string, b ipam.Block) error {
 	if err := removeNS(m.nsPath(id)); err != nil {
 		errs = append(errs, fmt.Errorf("remove network namespace of sandbox %s: %w", id, err))
 	}
-	if b.Sandbox.Is4() {
+	if a.Is4() {
 		// Best effort: a cache entry left behind costs time, not
 		// correctness, and Init forgets those of the pool.
-		_ = forgetTCPMetrics(b.Sandbox)
+		_ = forgetTCPMetrics(a)
 	}
 	return errors.Join(errs...)
+}
+
+// orphanAddr is the address of sandbox id, whose block is not known (see
+// Teardown): eth0's in its namespace, or the zero Addr when the namespace
+// or its eth0 is gone.
+func (m *Manager) orphanAddr(id string) (netip.Addr, error) {
+	var a netip.Addr
+	if !isNSMount(m.nsPath(id)) {
+		return a, nil
+	}
+	err := onNSThread(enterPath(m.nsPath(id)), func(netns.NsHandle) error {
+		eth0, err := netlink.LinkByName(sandboxIface)
+		if _, gone := errors.AsType[netlink.LinkNotFoundError](err); gone {
+			return nil // gone with the router namespace (ErrNetworksLost)
+		}
+		if err != nil {
+			return err
+		}
+		addrs, err := netlink.AddrList(eth0, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, ad := range addrs {
+			if x, ok := netip.AddrFromSlice(ad.IP.To4()); ok && m.pool.Contains(x) {
+				a = x
+			}
+		}
+		return nil
+	})
+	return a, err
 }
 
 // SetEgress turns sandbox id's internet access on or off: its entry in the

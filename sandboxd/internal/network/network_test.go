@@ -1034,11 +1034,18 @@ func hostAddr(t *testing.T, pool netip.Prefix) (netip.Addr, bool) {
 
 func egressAddrs(t *testing.T, table string) []netip.Addr {
 	t.Helper()
+	return setAddrs(t, table, egressSetName)
+}
+
+// setAddrs are the addresses in set (or the keys of map) name of table,
+// sorted.
+func setAddrs(t *testing.T, table, name string) []netip.Addr {
+	t.Helper()
 	cc, err := nftables.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	elems, err := cc.GetSetElements(&nftables.Set{Table: &nftables.Table{Name: table, Family: nftables.TableFamilyINet}, Name: egressSetName})
+	elems, err := cc.GetSetElements(&nftables.Set{Table: &nftables.Table{Name: table, Family: nftables.TableFamilyINet}, Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}

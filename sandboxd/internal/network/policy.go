@@ -73,7 +73,7 @@ func (m *Manager) SetPolicy(id string, b ipam.Block, internet bool, r egress.Rul
 		return fmt.Errorf("set rules of sandbox %s: %w", id, err)
 	}
 	if !r.Restricts() {
-		if err := m.clearRules(id, b); err != nil {
+		if err := m.clearRules(id, b.Sandbox); err != nil {
 			return fmt.Errorf("clear rules of sandbox %s: %w", id, err)
 		}
 		return m.SetEgress(id, b, internet)
@@ -145,10 +145,10 @@ func setMember(cc *nftables.Conn, set *nftables.Set, key []byte, in bool) error 
 	return nil
 }
 
-// clearRules removes sandbox id's rules: its verdict map entry, set
-// memberships and chain. Nothing there is no error.
-func (m *Manager) clearRules(id string, b ipam.Block) error {
-	key := b.Sandbox.AsSlice()
+// clearRules removes the rules of sandbox id, at address a: its verdict map
+// entry, set memberships and chain. Nothing there is no error.
+func (m *Manager) clearRules(id string, a netip.Addr) error {
+	key := a.AsSlice()
 	err := m.nftBatch(func(cc *nftables.Conn) error {
 		ch := m.sandboxChain(cc, id)
 		elem := []nftables.SetElement{{Key: key, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}}

@@ -18,6 +18,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/egressproxy"
+	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/shared/egress"
 )
 
@@ -168,6 +169,78 @@ func TestPolicy(t *testing.T) {
 	set(nil, []string{egress.AllTraffic})
 	if chains := sandboxChains(t, e); !slices.Equal(chains, []string{sandboxChainPre + sb.ID}) {
 		t.Errorf("chains = %v, want the sandbox's", chains)
+	}
+}
+
+// TestOrphanTeardown: the orphan sweep tears down a sandbox whose block
+// sandboxd no longer knows (the zero Block). Its address is found by its
+// entry in the verdict map, or, after a new Init (sandboxd restarted),
+// which empties the map but keeps the sets, by its namespace; its map
+// entry, set elements and chain go, so that the next sandbox at that
+// address is neither refused nor filtered.
+func TestOrphanTeardown(t *testing.T) {
+	proxy, _ := withFilters(t)
+	e := newEnv(t, proxy)
+	ctx := context.Background()
+	out := e.outside()
+	web := netip.AddrPortFrom(out.addr, 80)
+	serveHTTP(t, out.ns, web)
+	// A name allowed and all else denied: ruled, proxied and DNS filtered.
+	r := egress.Effective([]string{"allowed.test"}, []string{egress.AllTraffic}, nil)
+	sets := []string{rulesMapName, ruledSetName, proxiedSetName, dnsFilteredName}
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			id := fmt.Sprintf("orphan%v%s", restart, e.tag)
+			b, err := e.ipam.Allocate(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.m.Setup(ctx, id, b, false); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.m.Teardown(context.Background(), id, b) })
+			if err := e.m.SetPolicy(id, b, true, r); err != nil {
+				t.Fatal(err)
+			}
+			if restart {
+				if err := e.m.Init(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, name := range sets[1:] {
+				if !slices.Contains(setAddrs(t, e.opts.Table, name), b.Sandbox) {
+					t.Fatalf("%s is not in set %s: the test shows nothing", b.Sandbox, name)
+				}
+			}
+
+			if err := e.m.Teardown(ctx, id, ipam.Block{}); err != nil {
+				t.Fatalf("Teardown of an orphan: %v", err)
+			}
+			for _, name := range append(sets, egressSetName) {
+				if slices.Contains(setAddrs(t, e.opts.Table, name), b.Sandbox) {
+					t.Errorf("%s is still in %s after the orphan's Teardown", b.Sandbox, name)
+				}
+			}
+			if slices.Contains(sandboxChains(t, e), sandboxChainPre+id) {
+				t.Errorf("the orphan's chain is still there")
+			}
+
+			// The next sandbox at the address, without rules, reaches
+			// the internet.
+			next := "next" + id
+			sb, err := e.m.Setup(ctx, next, b, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := e.m.Teardown(context.Background(), next, b); err != nil {
+					t.Error(err)
+				}
+			})
+			if got, err := get(sb, web.String(), "x"); err != nil || got != "ok x" {
+				t.Errorf("the next sandbox at the orphan's address: %q, %v", got, err)
+			}
+		})
 	}
 }
 
