@@ -25,6 +25,8 @@ var errBodyIdle = errors.New("the request body sent nothing for the body idle ti
 // body (to see the client leave), and a deadline left behind would end a
 // long answer after the body.
 type idleBody struct {
+	// The forwarded request's body, never the server's r.Body (see
+	// Proxy.watchBody).
 	io.ReadCloser
 	rc   *http.ResponseController
 	idle time.Duration

@@ -201,15 +201,21 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 // timeout (idleBody), and returns it; nil when there is none. The first
 // deadline is set at once: it also bounds what the server drains of the
 // body after an answer the proxy gives itself.
+//
+// r.Body stays as it is: rewrite wraps the forwarded request's body. The
+// server decides from the type of r.Body whether a connection whose body
+// was left unread may serve another request, and full duplex skips its
+// drain; with r.Body replaced, an upload answered early (envd's 401, an
+// app's 413) would leave its connection open and the rest of its body
+// would be read as the next requests.
 func (p *Proxy) watchBody(w http.ResponseWriter, r *http.Request) *idleBody {
 	if p.bodyIdle <= 0 || r.Body == nil || r.Body == http.NoBody || r.Header.Get("Upgrade") != "" {
 		return nil
 	}
-	b := &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: p.bodyIdle}
+	b := &idleBody{rc: http.NewResponseController(w), idle: p.bodyIdle}
 	if err := b.rc.SetReadDeadline(time.Now().Add(p.bodyIdle)); err != nil {
 		return nil
 	}
-	r.Body = b
 	return b
 }
 
@@ -228,6 +234,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = fw.node.Endpoint
 	pr.Out.Host = pr.In.Host
+	if fw.body != nil && pr.Out.Body != nil {
+		// ReverseProxy's copy of the client's body, whose Close leaves the
+		// client's alone (see watchBody).
+		fw.body.ReadCloser = pr.Out.Body
+		pr.Out.Body = fw.body
+	}
 	if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 		pr.Out.Header["X-Forwarded-For"] = xff // SetXForwarded appends the client
 	}

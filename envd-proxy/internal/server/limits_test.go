@@ -178,6 +178,51 @@ func TestIdleBodyIsCut(t *testing.T) {
 	})
 }
 
+// An upload that the sandbox answers before reading it (envd's 401 or 507,
+// an app's 413) must not leave the unread rest of its body on a connection
+// that serves another request: that rest would be parsed as the next
+// requests. net/http closes the connection after such an answer only when
+// the server's request still has net/http's own body (it looks at its
+// type), and full duplex skips the drain; so the body idle timeout wraps
+// only the body of the forwarded request.
+func TestTheServersRequestKeepsItsBody(t *testing.T) {
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"code":401,"message":"invalid access token"}`)
+	})
+	h, id := proxyWith(t, upstream, proxy.Config{BodyIdleTimeout: time.Minute})
+	bodyTypes := make(chan string, 4)
+	srv := start(t, Config{IdleTimeout: time.Minute, ShutdownTimeout: time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(w, r)
+			bodyTypes <- fmt.Sprintf("%T", r.Body)
+		})})
+
+	// Far more than net/http drains after an answer (256 KiB), made of
+	// requests, as a smuggler's would be.
+	smuggled := "GET /smuggled HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 49983\r\n\r\n"
+	body := strings.Repeat(smuggled, (4<<20)/len(smuggled))
+	conn, br := dialProxy(t, srv.addr)
+	go func() {
+		// Fails once the proxy closes the connection, as it must.
+		_, _ = io.WriteString(conn, "POST /files?path=%2Fbig HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: "+id+
+			"\r\nE2b-Sandbox-Port: 49983\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	}()
+	resp, _ := readAnswer(t, br)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("the upload: %d, want the sandbox's 401", resp.StatusCode)
+	}
+	if typ := <-bodyTypes; typ != "*http.body" {
+		t.Errorf("the server's request has a body of type %s after the handler, want net/http's own *http.body", typ)
+	}
+	// The connection closes after the answer; nothing of the body is
+	// answered as a request of its own.
+	if line, err := br.ReadString('\n'); line != "" || err == nil {
+		t.Errorf("after the early answer the connection served more: %q (%v), want it closed", line, err)
+	}
+}
+
 // A client beyond --max-conns-per-client open connections gets 429 in
 // e2b's shape on each request of the extra connection, which then closes;
 // once one of its connections closes, it may open another. Other clients
