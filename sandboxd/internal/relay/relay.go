@@ -68,8 +68,8 @@ type Sandbox struct {
 	Boot int
 	// MaskRequestHost, when set, is the Host a request for a port other
 	// than envd's reaches the sandbox with (e2b's maskRequestHost): each
-	// "${PORT}" in it is the port, and the request's own Host goes in
-	// X-Forwarded-Host.
+	// "${PORT}" in it is the port, and X-Forwarded-Host stays the public
+	// Host (the envd proxy's X-Forwarded-Host, else the request's own).
 	MaskRequestHost string
 }
 
@@ -307,18 +307,34 @@ type relayed struct {
 	host     string   // the masked Host, if any
 }
 
+// forwardedHeaders are the envd proxy's account of the client's request.
+var forwardedHeaders = [...]string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
 // rewrite points the outgoing request at the sandbox's port. The routing
 // headers stay (envd ignores them) and the client's X-Access-Token goes
 // through for envd to check; the traffic access token does not: the
 // sandbox's own code must not learn it.
+//
+// X-Forwarded-For, -Host and -Proto reach the sandbox as the envd proxy
+// sent them: they describe the client's request (an https one, from the
+// client's address), and this hop's values (http, the proxy's address)
+// would tell an app behind https that it is served over http. Only a
+// caller with the node token reaches the relay. A request without them
+// (a caller of sandboxd's port itself) gets this hop's; a masked Host
+// (e2b's maskRequestHost) leaves X-Forwarded-Host the public one.
 func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(targetKey{}).(relayed)
 	pr.SetURL(rt.upstream)
 	pr.Out.Host = pr.In.Host
 	pr.Out.Header.Del(TrafficTokenHeader)
 	pr.SetXForwarded()
+	for _, name := range forwardedHeaders {
+		// ReverseProxy took them out of pr.Out before rewrite.
+		if v := pr.In.Header.Values(name); len(v) > 0 {
+			pr.Out.Header[name] = append([]string(nil), v...)
+		}
+	}
 	if rt.host != "" {
-		pr.Out.Header.Set("X-Forwarded-Host", pr.In.Host)
 		pr.Out.Host = rt.host
 	}
 }

@@ -572,3 +572,51 @@ func TestMaskRequestHost(t *testing.T) {
 		t.Errorf("masked: %q, want %q", got, want)
 	}
 }
+
+// The envd proxy in front of the relay sets X-Forwarded-For, -Host and
+// -Proto for the client's request; they reach the sandbox's app as it sent
+// them, so an app behind https sees https and the client's address, not
+// the proxy's hop (http, the proxy's address). A request that comes
+// without them gets this hop's.
+func TestForwardedHeadersPassThrough(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "for=%q host=%q proto=%q", r.Header.Values("X-Forwarded-For"), r.Header.Values("X-Forwarded-Host"),
+			r.Header.Values("X-Forwarded-Proto"))
+	}))
+	defer upstream.Close()
+	relay, res := startRelay(t)
+	port := portOf(t, upstream.URL)
+	public := port + "-" + sandboxID + ".sandbox.example.com"
+	get := func(forwarded map[string]string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, relay.URL+"/", nil)
+		req.Host = public
+		for k, v := range forwarded {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	fromProxy := map[string]string{
+		"X-Forwarded-For":   "203.0.113.7, 198.51.100.2",
+		"X-Forwarded-Host":  "app.example.com", // a load balancer's in front of the proxy
+		"X-Forwarded-Proto": "https",
+	}
+	want := fmt.Sprintf("for=%q host=%q proto=%q", []string{"203.0.113.7, 198.51.100.2"}, []string{"app.example.com"}, []string{"https"})
+	if got := get(fromProxy); got != want {
+		t.Errorf("through the proxy: %s, want %s", got, want)
+	}
+	if got, want := get(nil), fmt.Sprintf("for=%q host=%q proto=%q", []string{"127.0.0.1"}, []string{public}, []string{"http"}); got != want {
+		t.Errorf("without the proxy's headers: %s, want this hop's %s", got, want)
+	}
+	// A masked Host changes the Host, not what the proxy forwarded.
+	res.set(sandboxID, Sandbox{Address: "127.0.0.1", MaskRequestHost: "custom-host.example.com:${PORT}"})
+	if got := get(fromProxy); got != want {
+		t.Errorf("masked, through the proxy: %s, want %s", got, want)
+	}
+}
