@@ -630,6 +630,11 @@ func (m *Manager) Resolvers() []netip.Addr {
 
 func (m *Manager) nsPath(id string) string { return filepath.Join(m.nsDir, id) }
 
+// NSPath is the path of sandbox id's namespace (Sandbox.NetNS), which
+// Setup made or will make: the relay dials a sandbox's loopback through it
+// (DialLoopback).
+func (m *Manager) NSPath(id string) string { return m.nsPath(id) }
+
 // hostIface is the name of the host end of sandbox id's veth pair: the
 // prefix and as much of the hex SHA-256 of the ID as fits.
 func (m *Manager) hostIface(id string) string {

@@ -29,9 +29,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/skiff-dev/skiff/envd/filesig"
+	"github.com/skiff-dev/skiff/sandboxd/internal/network"
 	"github.com/skiff-dev/skiff/shared/routing"
 	"github.com/skiff-dev/skiff/shared/tracing"
 	"github.com/skiff-dev/skiff/wire"
@@ -50,6 +52,10 @@ type Sandbox struct {
 	// Address is the IP (without port) at which the sandbox's ports are
 	// reachable from sandboxd.
 	Address string
+	// NetNS is the path of the sandbox's network namespace: a port that
+	// Address refuses is dialled on the loopback in it too (a server bound
+	// to 127.0.0.1, see dialSandbox). Empty: Address only.
+	NetNS string
 	// TrafficAccessToken, when set, must come in TrafficTokenHeader with
 	// every request for a port other than envd's.
 	TrafficAccessToken string
@@ -231,7 +237,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	upstream := &url.URL{Scheme: "http", Host: net.JoinHostPort(poolHost, port)}
 	addr := net.JoinHostPort(sb.Address, port)
-	rt := relayed{target: t, upstream: upstream, addr: addr}
+	rt := relayed{target: t, upstream: upstream, addr: addr, netns: sb.NetNS}
 	if !t.IsEnvd() && sb.MaskRequestHost != "" {
 		rt.host = strings.ReplaceAll(sb.MaskRequestHost, MaskPortPlaceholder, port)
 	}
@@ -304,6 +310,7 @@ type relayed struct {
 	target   routing.Target
 	upstream *url.URL // http://<sandbox ID>[.boot<n>]:<port>
 	addr     string   // the sandbox's address and port, which dial dials
+	netns    string   // the sandbox's network namespace, "" if unknown
 	host     string   // the masked Host, if any
 }
 
@@ -358,6 +365,43 @@ func (h *handler) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	wire.WriteError(w, http.StatusBadGateway, "the sandbox port "+strconv.Itoa(int(rt.target.Port))+" is not reachable: nothing answers on it in the sandbox")
 }
 
+// refusedBackoff are the waits between the dials of a port that refuses:
+// e2b's proxy tries 5 times, 100 to 400 ms apart (1 s in all), so that a
+// request right after a server's start, or its restart, reaches it.
+var refusedBackoff = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond}
+
+// dialSandbox connects to the sandbox's port. A server that the sandbox
+// binds to 127.0.0.1 (many dev servers do by default) refuses its address;
+// e2b makes such a port reachable all the same (envd forwards it with
+// socat), so a refused dial is tried again on the loopback of the
+// sandbox's namespace, from a socket made inside it. Both refusing, it
+// tries again after refusedBackoff's waits, whatever the loopback said:
+// under gVisor the host cannot reach the sandbox's loopback, and a server
+// still starting is reached when it listens. The error is the address's.
+func dialSandbox(ctx context.Context, d *net.Dialer, proto string, rt relayed) (net.Conn, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := d.DialContext(ctx, proto, rt.addr)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			return c, err
+		}
+		if rt.netns != "" {
+			if c, lerr := network.DialLoopback(ctx, rt.netns, rt.target.Port); lerr == nil {
+				return c, nil
+			}
+		}
+		if attempt == len(refusedBackoff) {
+			return nil, err
+		}
+		timer := time.NewTimer(refusedBackoff[attempt])
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // newTransport is the relay's way into sandboxes. It passes bodies as they
 // are: Go's default transport asks for gzip when the client did not and
 // unpacks it, so a 100 MB download was compressed by envd and decompressed
@@ -373,7 +417,7 @@ func newTransport() *http.Transport {
 		if !ok {
 			return nil, errors.New("relay: a connection dialled without a sandbox")
 		}
-		return d.DialContext(ctx, network, rt.addr)
+		return dialSandbox(ctx, d, network, rt)
 	}
 	t.Proxy = nil
 	t.DisableCompression = true

@@ -24,7 +24,7 @@ func (s *Service) Resolve(_ context.Context, id string) (relay.Sandbox, error) {
 	if err != nil || (rec.State != registry.StateRunning && rec.State != registry.StatePaused) || rec.Address == "" {
 		return relay.Sandbox{}, fmt.Errorf("%w: %s", relay.ErrUnknownSandbox, id)
 	}
-	return toRelay(rec), nil
+	return s.toRelay(rec), nil
 }
 
 // AutoResume implements relay.AutoResumer: it resumes a paused sandbox that
@@ -42,11 +42,11 @@ func (s *Service) AutoResume(ctx context.Context, id string) (_ relay.Sandbox, e
 	}
 	switch {
 	case rec.State == registry.StateRunning:
-		return toRelay(rec), nil // resumed by someone else meanwhile
+		return s.toRelay(rec), nil // resumed by someone else meanwhile
 	case rec.State != registry.StatePaused || !rec.AutoResume || rec.FilesOnly:
 		// The relay answers what it is. A sandbox paused with its files
 		// only is booted by an explicit resume alone, as in e2b.
-		return toRelay(rec), nil
+		return s.toRelay(rec), nil
 	}
 	defer func() { s.metrics.autoResumes.WithLabelValues(resultOf(toConnect(err))).Inc() }()
 	lifetime := autoResumeLifetime(rec)
@@ -61,7 +61,7 @@ func (s *Service) AutoResume(ctx context.Context, id string) (_ relay.Sandbox, e
 		return relay.Sandbox{}, err
 	}
 	s.log.InfoContext(ctx, "sandbox auto-resumed", "sandbox", id, "end_at", rec.EndAt, "duration", time.Since(began))
-	return toRelay(rec), nil
+	return s.toRelay(rec), nil
 }
 
 // autoResumeLifetime is how long an auto-resumed sandbox lives: its last
@@ -74,9 +74,20 @@ func autoResumeLifetime(rec *store.Record) time.Duration {
 	return rec.EndAt.Sub(rec.PausedAt)
 }
 
-func toRelay(rec *store.Record) relay.Sandbox {
+// nsPaths is a Network that names a sandbox's namespace (network.Manager):
+// the relay reaches a server bound to the sandbox's loopback through it.
+type nsPaths interface {
+	NSPath(id string) string
+}
+
+func (s *Service) toRelay(rec *store.Record) relay.Sandbox {
+	var netns string
+	if n, ok := s.net.(nsPaths); ok {
+		netns = n.NSPath(rec.ID)
+	}
 	return relay.Sandbox{
 		Address:            rec.Address,
+		NetNS:              netns,
 		TrafficAccessToken: rec.TrafficAccessToken,
 		EnvdAccessToken:    rec.EnvdAccessToken,
 		Paused:             rec.State != registry.StateRunning,

@@ -312,3 +312,14 @@ func TestRecoverKeepsTrafficAndAutoResume(t *testing.T) {
 		t.Fatalf("re-adopted sandbox after auto-resume: %s until %v", r.State, r.EndAt)
 	}
 }
+
+// The relay learns a sandbox's network namespace from the network, and
+// through it reaches a server the sandbox binds to its loopback.
+func TestResolveNamesTheNamespace(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	id := h.create().GetSandbox().GetId()
+	sb, err := h.svc.Resolve(t.Context(), id)
+	if err != nil || sb.NetNS != h.net.NSPath(id) || sb.NetNS == "" {
+		t.Fatalf("Resolve = %+v, %v; want NetNS %q", sb, err, h.net.NSPath(id))
+	}
+}

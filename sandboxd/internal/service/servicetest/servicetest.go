@@ -171,6 +171,10 @@ func (n *Network) Setup(_ context.Context, id string, b ipam.Block, _ bool) (str
 	return "/run/netns/" + id, nil
 }
 
+// NSPath is the path Setup returns for id, /run/netns/<id>; nothing is
+// there.
+func (n *Network) NSPath(id string) string { return "/run/netns/" + id }
+
 // Teardown forgets id's namespace.
 func (n *Network) Teardown(_ context.Context, id string, _ ipam.Block) error {
 	n.mu.Lock()
