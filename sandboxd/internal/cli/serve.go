@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -207,11 +208,15 @@ func (o *Options) Run(ctx context.Context) error {
 	return srv.Serve(ctx, ln, adminLn)
 }
 
-// filterListeners are the egress proxy's and DNS filter's sockets.
+// filterListeners are the egress proxy's and DNS filter's sockets, and
+// the filters that serve them.
 type filterListeners struct {
 	proxy  net.Listener
 	dnsUDP net.PacketConn
 	dnsTCP net.Listener
+
+	stop    context.CancelFunc // ends the filters; nil until serve
+	stopped sync.WaitGroup     // the filters' goroutines
 }
 
 // listenEgress opens the egress filters' sockets on the host's loopback
@@ -249,23 +254,34 @@ func (fl *filterListeners) dnsPort() uint16 {
 	return uint16(fl.dnsUDP.LocalAddr().(*net.UDPAddr).Port) //nolint:gosec // a port
 }
 
-// serve runs the egress proxy and the DNS filter until ctx ends.
+// serve runs the egress proxy and the DNS filter until ctx ends or close
+// is called. A filter that stops before is an error.
 func (fl *filterListeners) serve(ctx context.Context, o egressproxy.Options) {
+	ctx, fl.stop = context.WithCancel(ctx)
 	proxy, dns := egressproxy.NewProxy(o), egressproxy.NewDNS(o)
 	for name, run := range map[string]func() error{
 		"egress proxy":     func() error { return proxy.Serve(ctx, fl.proxy) },
 		"DNS filter (UDP)": func() error { return dns.ServeUDP(ctx, fl.dnsUDP) },
 		"DNS filter (TCP)": func() error { return dns.ServeTCP(ctx, fl.dnsTCP) },
 	} {
-		go func() {
+		fl.stopped.Go(func() {
 			if err := run(); err != nil {
 				o.Logger.Error("egress filter stopped", "server", name, "error", err)
 			}
-		}()
+		})
 	}
 }
 
+// close stops the filters, then closes their sockets and waits for them.
+// The filters stop first: a filter whose socket closes while its context
+// lives takes it for a failure, and sandboxd's start that failed after
+// serve (a bad --envd) logged three "egress filter stopped … use of closed
+// network connection" errors above its real one.
 func (fl *filterListeners) close() {
+	if fl.stop != nil {
+		fl.stop()
+	}
+	defer fl.stopped.Wait()
 	for _, c := range []io.Closer{fl.proxy, fl.dnsUDP, fl.dnsTCP} {
 		if c != nil {
 			_ = c.Close()
