@@ -20,6 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/skiff-dev/skiff/envd/internal/hosttest"
 	pb "github.com/skiff-dev/skiff/envd/proto/process"
 	"github.com/skiff-dev/skiff/envd/proto/process/processconnect"
 )
@@ -27,7 +28,18 @@ import (
 // envdBin is the envd binary the tests run, built once by TestMain.
 var envdBin string
 
+// envdBinEnv hands the binary TestMain built to the tests' run in their
+// mount namespace.
+const envdBinEnv = "ENVD_TEST_BIN"
+
+// TestMain builds envd, then runs the tests where root's and the users'
+// homes are empty tmpfs mounts (hosttest): they run envd's routes as root.
+// It builds first, outside, where go build finds its caches (in root's
+// home), and hands the binary on in $ENVD_TEST_BIN.
 func TestMain(m *testing.M) {
+	if envdBin = os.Getenv(envdBinEnv); envdBin != "" {
+		hosttest.Main(m)
+	}
 	dir, err := os.MkdirTemp("", "envd-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -46,11 +58,14 @@ func TestMain(m *testing.M) {
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build envd:", err)
 	} else {
-		code = m.Run()
+		os.Setenv(envdBinEnv, envdBin)
+		code = hosttest.Run(m)
 	}
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+func TestHomesAreHidden(t *testing.T) { hosttest.AssertHidden(t) }
 
 // instance is one envd process and what it logged.
 type instance struct {

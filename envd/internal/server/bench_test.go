@@ -213,22 +213,30 @@ func BenchmarkStartup(b *testing.B) {
 	reportPercentiles(b, samples, 50, 99)
 }
 
-// buildEnvd builds envd as make build does (static, stripped) into a
-// temporary folder and returns its path; $ENVD_BENCH_BIN, when set, is
-// used instead (to compare two builds, or profile one with symbols).
+// buildEnvd returns the envd binary the benchmarks start: $ENVD_BENCH_BIN
+// (to compare two builds, or profile one with symbols; TestMain sets it to
+// a build of its own when it runs as root), else one built here.
 func buildEnvd(b *testing.B) string {
 	b.Helper()
-	if bin := os.Getenv("ENVD_BENCH_BIN"); bin != "" {
+	if bin := os.Getenv(benchBinEnv); bin != "" {
 		return bin
 	}
 	bin := filepath.Join(b.TempDir(), "envd")
-	build := exec.CommandContext(b.Context(), "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/envd")
+	if err := goBuildEnvd(b.Context(), bin); err != nil {
+		b.Fatal(err)
+	}
+	return bin
+}
+
+// goBuildEnvd builds envd as make build does (static, stripped) into bin.
+func goBuildEnvd(ctx context.Context, bin string) error {
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/envd")
 	build.Dir = filepath.Join("..", "..") // the module root, from internal/server
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
+		return fmt.Errorf("go build: %w\n%s", err, out)
 	}
-	return bin
+	return nil
 }
 
 // freePort returns a loopback port that was free a moment ago.
