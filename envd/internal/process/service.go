@@ -207,8 +207,11 @@ func (s *Service) SendSignal(_ context.Context, req *connect.Request[pb.SendSign
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
 }
 
-// CloseStdin closes a process's stdin, so that it reads EOF. A PTY has no
-// separate stdin: send Ctrl-D (0x04) as input instead.
+// CloseStdin closes a process's stdin, so that it reads EOF. A process whose
+// stdin is not open (started with stdin false, the SDK's default for
+// commands.run, or closed already) has nothing to close: that succeeds, as
+// with e2b's envd. A PTY has no separate stdin: send Ctrl-D (0x04) as input
+// instead.
 func (s *Service) CloseStdin(_ context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
 	p, err := s.findRunning(req.Msg.GetProcess())
 	if err != nil {
@@ -220,7 +223,7 @@ func (s *Service) CloseStdin(_ context.Context, req *connect.Request[pb.CloseStd
 	p.inMu.Lock()
 	defer p.inMu.Unlock()
 	if p.stdin == nil {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process with pid %d has no open stdin", p.pid))
+		return connect.NewResponse(&pb.CloseStdinResponse{}), nil
 	}
 	err = p.stdin.Close()
 	p.stdin = nil

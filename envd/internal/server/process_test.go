@@ -337,6 +337,34 @@ func TestSignalAndNotFound(t *testing.T) {
 	}
 }
 
+// CloseStdin of a process whose stdin is not open (stdin:false, the SDK's
+// default for commands.run, or closed already) succeeds and does nothing,
+// as with e2b's envd: the SDK's closeStdin must not fail on such a command.
+func TestCloseStdinWithoutStdin(t *testing.T) {
+	e := startEnvd(t)
+	ctx := t.Context()
+	stream, err := e.client.Start(ctx, connect.NewRequest(bash("sleep 30")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		t.Fatal(stream.Err())
+	}
+	sel := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: stream.Msg().GetEvent().GetStart().GetPid()}}
+	for i := range 2 {
+		if _, err := e.client.CloseStdin(ctx, connect.NewRequest(&pb.CloseStdinRequest{Process: sel})); err != nil {
+			t.Fatalf("CloseStdin #%d without stdin: %v", i+1, err)
+		}
+	}
+	if _, err := e.client.SendSignal(ctx, connect.NewRequest(&pb.SendSignalRequest{Process: sel, Signal: pb.Signal_SIGNAL_SIGKILL})); err != nil {
+		t.Fatalf("SendSignal: %v", err)
+	}
+	if r := collect(stream, func() *pb.ProcessEvent { return stream.Msg().GetEvent() }); r.end == nil || r.end.GetStatus() != "signal: killed" {
+		t.Fatalf("end = %+v err %v, want killed: CloseStdin must leave the process running", r.end, r.err)
+	}
+}
+
 func TestKeepalive(t *testing.T) {
 	e := startEnvd(t)
 	r := e.run(t.Context(), t, bash("sleep 1.3; echo done"), map[string]string{"Keepalive-Ping-Interval": "0.4"})
