@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -227,6 +228,10 @@ func getXattr(path, name string) (value string, ok bool, err error) {
 }
 
 // metadata returns path's user.e2b.* attributes keyed without the prefix.
+// An attribute whose key or value is not valid UTF-8 is left out, as e2b's
+// envd leaves it out: one can be set inside the sandbox (setfattr), and a
+// protobuf string must be UTF-8, so it would fail the encoding of every
+// Stat, ListDir and watch event that carries the entry.
 func metadata(path string) (map[string]string, error) {
 	names, err := listXattrs(path)
 	if err != nil {
@@ -245,7 +250,7 @@ func metadata(path string) (map[string]string, error) {
 			}
 			return nil, err
 		}
-		if !ok {
+		if !ok || !utf8.ValidString(key) || !utf8.ValidString(v) {
 			continue
 		}
 		if md == nil {

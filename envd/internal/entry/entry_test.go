@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/skiff-dev/skiff/envd/proto/filesystem"
 )
@@ -206,6 +208,42 @@ func TestMetadata(t *testing.T) {
 			t.Fatalf("err = %v, want fs.ErrNotExist", err)
 		}
 	})
+}
+
+// A user.e2b.* attribute set inside the sandbox (setfattr) may hold any
+// bytes. One whose key or value is not UTF-8 is left out of the entry, which
+// then encodes (a protobuf string must be UTF-8); the others stay.
+func TestMetadataNotUTF8(t *testing.T) {
+	dir := t.TempDir()
+	if !xattrsSupported(t, dir) {
+		t.Skipf("the filesystem of %s does not support user xattrs", dir)
+	}
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, value := range map[string]string{
+		MetadataPrefix + "good":       "ok",
+		MetadataPrefix + "badvalue":   "\xff\xfe",
+		MetadataPrefix + "bad\xffkey": "v",
+	} {
+		if err := unix.Lsetxattr(file, name, []byte(value), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, err := Info(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md := e.GetMetadata(); len(md) != 1 || md["good"] != "ok" {
+		t.Fatalf("metadata = %q, want only good=ok", md)
+	}
+	if _, err := proto.Marshal(e); err != nil {
+		t.Fatalf("proto.Marshal: %v", err)
+	}
+	if _, err := protojson.Marshal(e); err != nil {
+		t.Fatalf("protojson.Marshal: %v", err)
+	}
 }
 
 func TestSetMetadataInvalid(t *testing.T) {

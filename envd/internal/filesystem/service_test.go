@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/skiff-dev/skiff/envd/internal/asuser/asusertest"
 	"github.com/skiff-dev/skiff/envd/internal/state"
@@ -111,6 +112,39 @@ func TestStat(t *testing.T) {
 			t.Errorf("path = %q, want /root", resp.Msg.GetEntry().GetPath())
 		}
 	})
+}
+
+// A metadata value that is not UTF-8 (set inside the sandbox with setfattr)
+// is left out; Stat and ListDir still answer, with the rest of the entry.
+func TestMetadataNotUTF8(t *testing.T) {
+	client, _ := newTestServer(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f.txt")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Lsetxattr(file, "user.e2b.good", []byte("ok"), 0); err != nil {
+		t.Skipf("no user xattrs on %s: %v", dir, err)
+	}
+	if err := unix.Lsetxattr(file, "user.e2b.bad", []byte("\xff"), 0); err != nil {
+		t.Fatal(err)
+	}
+	stat, err := client.Stat(t.Context(), as("", &filesystem.StatRequest{Path: file}))
+	if err != nil {
+		t.Fatalf("Stat: %v", err)
+	}
+	list, err := client.ListDir(t.Context(), as("", &filesystem.ListDirRequest{Path: dir}))
+	if err != nil {
+		t.Fatalf("ListDir: %v", err)
+	}
+	if len(list.Msg.GetEntries()) != 1 {
+		t.Fatalf("ListDir = %v, want f.txt", list.Msg.GetEntries())
+	}
+	for _, e := range []*filesystem.EntryInfo{stat.Msg.GetEntry(), list.Msg.GetEntries()[0]} {
+		if md := e.GetMetadata(); len(md) != 1 || md["good"] != "ok" {
+			t.Errorf("metadata = %q, want good=ok alone", md)
+		}
+	}
 }
 
 func TestMakeDir(t *testing.T) {
