@@ -25,11 +25,13 @@ import (
 // MetadataPrefix is the extended-attribute prefix of e2b metadata keys.
 const MetadataPrefix = "user.e2b."
 
-// Metadata limits enforced by SetMetadata. An xattr name is at most 255
-// bytes, so a key may use what the prefix leaves.
+// Metadata limits enforced by SetMetadata, as e2b's envd enforces them. An
+// xattr name is at most 255 bytes, so a key may use what the prefix leaves.
+// ext4 keeps all of an inode's xattrs in one 4 KiB block, so the stored
+// names (prefix and key) and values together may take 4096 bytes.
 const (
 	MaxKeyLen        = 255 - len(MetadataPrefix) // 246
-	MaxMetadataBytes = 4096                      // sum of all keys and values
+	MaxMetadataBytes = 4096                      // sum of all names (with the prefix) and values
 )
 
 // ErrInvalidMetadata is wrapped by SetMetadata errors about its input.
@@ -261,34 +263,50 @@ func metadata(path string) (map[string]string, error) {
 	return md, nil
 }
 
-// ValidateMetadata checks md against the limits SetMetadata enforces and
-// returns it with lowercased keys. Errors wrap ErrInvalidMetadata.
+// ValidateMetadata checks md against the limits SetMetadata enforces, those
+// of e2b's envd, and returns it with lowercased keys: keys not empty and at
+// most MaxKeyLen bytes, keys and values printable ASCII (0x20-0x7e, what an
+// X-Metadata-* header carries), and the stored names (MetadataPrefix and
+// key) and values together at most MaxMetadataBytes. Errors wrap
+// ErrInvalidMetadata and read as e2b's ("invalid metadata: metadata key must
+// not be empty").
 func ValidateMetadata(md map[string]string) (map[string]string, error) {
 	out := make(map[string]string, len(md))
 	total := 0
 	for k, v := range md {
+		k = strings.ToLower(k)
 		if k == "" {
-			return nil, fmt.Errorf("%w: empty key", ErrInvalidMetadata)
+			return nil, fmt.Errorf("%w: metadata key must not be empty", ErrInvalidMetadata)
 		}
 		if len(k) > MaxKeyLen {
-			return nil, fmt.Errorf("%w: key %.32q… is longer than %d bytes", ErrInvalidMetadata, k, MaxKeyLen)
+			return nil, fmt.Errorf("%w: metadata key %q exceeds %d bytes", ErrInvalidMetadata, k, MaxKeyLen)
 		}
-		for i := 0; i < len(k); i++ {
-			if c := k[i]; c < 0x20 || c > 0x7e {
-				return nil, fmt.Errorf("%w: key %q has a non-printable or non-ASCII byte", ErrInvalidMetadata, k)
-			}
+		if err := printableASCII("key", k); err != nil {
+			return nil, err
 		}
-		lk := strings.ToLower(k)
-		if _, dup := out[lk]; dup {
-			return nil, fmt.Errorf("%w: keys collide once lowercased: %q", ErrInvalidMetadata, lk)
+		if err := printableASCII(fmt.Sprintf("value for key %q", k), v); err != nil {
+			return nil, err
 		}
-		out[lk] = v
-		total += len(lk) + len(v)
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("%w: metadata keys collide once lowercased: %q", ErrInvalidMetadata, k)
+		}
+		out[k] = v
+		total += len(MetadataPrefix) + len(k) + len(v)
 	}
 	if total > MaxMetadataBytes {
-		return nil, fmt.Errorf("%w: %d bytes of keys and values, more than %d", ErrInvalidMetadata, total, MaxMetadataBytes)
+		return nil, fmt.Errorf("%w: total metadata size %d exceeds %d bytes", ErrInvalidMetadata, total, MaxMetadataBytes)
 	}
 	return out, nil
+}
+
+// printableASCII fails unless every byte of s is printable ASCII.
+func printableASCII(label, s string) error {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: metadata %s contains non-printable-ASCII byte 0x%02x at offset %d", ErrInvalidMetadata, label, c, i)
+		}
+	}
+	return nil
 }
 
 // SetMetadata replaces every user.e2b.* attribute of path (not following a

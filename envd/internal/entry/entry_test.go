@@ -251,26 +251,39 @@ func TestSetMetadataInvalid(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// e2b's envd's rules and messages: keys and values printable ASCII, and
+	// the stored names (user.e2b. and the key) and values within 4096 bytes.
+	fits := 4096 - len("user.e2b.") - len("a") // for a value under the key "a"
 	tests := []struct {
 		name string
 		md   map[string]string
+		msg  string
 	}{
-		{"empty key", map[string]string{"": "v"}},
-		{"long key", map[string]string{strings.Repeat("k", MaxKeyLen+1): "v"}},
-		{"control byte", map[string]string{"a\nb": "v"}},
-		{"non-ascii", map[string]string{"clé": "v"}},
-		{"collision", map[string]string{"Key": "1", "key": "2"}},
-		{"too large", map[string]string{"a": strings.Repeat("v", MaxMetadataBytes)}},
+		{"empty key", map[string]string{"": "v"}, "invalid metadata: metadata key must not be empty"},
+		{"long key", map[string]string{strings.Repeat("k", MaxKeyLen+1): "v"}, "exceeds 246 bytes"},
+		{"control byte", map[string]string{"a\nb": "v"}, "invalid metadata: metadata key contains non-printable-ASCII byte 0x0a at offset 1"},
+		{"non-ascii", map[string]string{"clé": "v"}, "metadata key contains non-printable-ASCII byte 0xc3 at offset 2"},
+		{"non-ascii value", map[string]string{"Note": "café"}, `invalid metadata: metadata value for key "note" contains non-printable-ASCII byte 0xc3 at offset 3`},
+		{"control byte in value", map[string]string{"a": "x\ty"}, `metadata value for key "a" contains non-printable-ASCII byte 0x09 at offset 1`},
+		{"collision", map[string]string{"Key": "1", "key": "2"}, "collide"},
+		{"too large", map[string]string{"a": strings.Repeat("v", fits+1)}, "invalid metadata: total metadata size 4097 exceeds 4096 bytes"},
+		{"too large with many keys", map[string]string{"a": strings.Repeat("v", fits-len("user.e2b.b")+1), "b": ""}, "total metadata size 4097 exceeds 4096 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := SetMetadata(file, tt.md); !errors.Is(err, ErrInvalidMetadata) {
-				t.Fatalf("err = %v, want ErrInvalidMetadata", err)
+			err := SetMetadata(file, tt.md)
+			if !errors.Is(err, ErrInvalidMetadata) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("err = %v, want ErrInvalidMetadata with %q", err, tt.msg)
 			}
 		})
 	}
 	t.Run("longest key is fine", func(t *testing.T) {
 		if _, err := ValidateMetadata(map[string]string{strings.Repeat("k", MaxKeyLen): "v"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("largest set is fine", func(t *testing.T) {
+		if _, err := ValidateMetadata(map[string]string{"a": strings.Repeat("v", fits)}); err != nil {
 			t.Fatal(err)
 		}
 	})

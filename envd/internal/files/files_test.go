@@ -446,6 +446,24 @@ func TestUpload(t *testing.T) {
 			status:  400,
 			errPart: "invalid metadata",
 		},
+		{
+			// e2b's envd: values are printable ASCII too, and the 4096-byte
+			// budget counts each stored name (user.e2b.<key>) with its value.
+			name:    "metadata value not ASCII",
+			query:   []string{"path", filepath.Join(dir, "badmd")},
+			raw:     []byte("x"),
+			headers: map[string]string{"X-Metadata-Note": "café"},
+			status:  400,
+			errPart: `invalid metadata: metadata value for key "note" contains non-printable-ASCII byte 0xc3 at offset 3`,
+		},
+		{
+			name:    "metadata over budget with the prefix",
+			query:   []string{"path", filepath.Join(dir, "badmd")},
+			raw:     []byte("x"),
+			headers: map[string]string{"X-Metadata-K": strings.Repeat("v", 4096-len("user.e2b.k")+1)},
+			status:  400,
+			errPart: "invalid metadata: total metadata size 4097 exceeds 4096 bytes",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
