@@ -166,6 +166,12 @@ func groupName(gid uint32) string {
 	return g.Name
 }
 
+// Unsupported reports whether err, from SetMetadata, means that the
+// filesystem has no user xattrs.
+func Unsupported(err error) bool {
+	return unsupported(err)
+}
+
 // unsupported reports whether err means the filesystem has no (user) xattrs.
 func unsupported(err error) bool {
 	return errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP)

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -543,6 +544,41 @@ func TestUploadMetadata(t *testing.T) {
 	}
 	if got := readFile(t, p); got != "data" {
 		t.Fatalf("content = %q", got)
+	}
+}
+
+// An upload with metadata to a filesystem without user xattrs (ramfs here)
+// writes the file without its metadata, as e2b's envd does, and the answer
+// claims none.
+func TestUploadMetadataWithoutXattrs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a ramfs needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "ramfs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The tests run in a mount namespace of their own (hosttest): the mount
+	// is not seen outside, and goes with the namespace at the latest.
+	if err := syscall.Mount("envd-test", dir, "ramfs", 0, "mode=0755"); err != nil {
+		t.Skipf("mount ramfs: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	if err := syscall.Setxattr(dir, "user.probe", []byte("x"), 0); !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Skipf("ramfs takes user xattrs here (setxattr: %v)", err)
+	}
+
+	h, _ := newHandler(t, "")
+	p := filepath.Join(dir, "md.txt")
+	req := httptest.NewRequest(http.MethodPost, filesURL("/files", "path", p), strings.NewReader("data"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("X-Metadata-Owner", "alice")
+	entries := uploadResult(t, do(h, req))
+	if len(entries) != 1 || entries[0].Path != p || entries[0].Metadata != nil {
+		t.Fatalf("entries = %+v, want %s without metadata", entries, p)
+	}
+	if got := readFile(t, p); got != "data" {
+		t.Fatalf("content = %q, want data", got)
 	}
 }
 

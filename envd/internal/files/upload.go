@@ -209,12 +209,19 @@ func (up *uploader) add(dest string, src io.Reader) error {
 	}
 	up.pending = append(up.pending, a)
 	// The file is written in place, so metadata it had is replaced, and an
-	// upload without X-Metadata-* headers clears it.
-	if err := asuser.Do(up.user, func() error { return entry.SetMetadata(a.target, up.md) }); err != nil {
-		if errors.Is(err, entry.ErrInvalidMetadata) {
+	// upload without X-Metadata-* headers clears it. A filesystem without
+	// user xattrs gets the file without its metadata, as with e2b's envd, and
+	// the answer does not claim any.
+	md := up.md
+	if err := asuser.Do(up.user, func() error { return entry.SetMetadata(a.target, md) }); err != nil {
+		switch {
+		case errors.Is(err, entry.ErrInvalidMetadata):
 			return withStatus(http.StatusBadRequest, err, err.Error())
+		case entry.Unsupported(err):
+			md = nil
+		default:
+			return fsError(err, "set metadata of "+dest)
 		}
-		return fsError(err, "set metadata of "+dest)
 	}
 	if err := copyBody(a.f, src); err != nil {
 		return err
@@ -222,7 +229,7 @@ func (up *uploader) add(dest string, src io.Reader) error {
 	if err := a.finish(); err != nil {
 		return err
 	}
-	up.entries = append(up.entries, uploadedEntry{Name: baseName(dest), Path: dest, Type: "file", Metadata: up.md})
+	up.entries = append(up.entries, uploadedEntry{Name: baseName(dest), Path: dest, Type: "file", Metadata: md})
 	return nil
 }
 
