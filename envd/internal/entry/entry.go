@@ -37,9 +37,15 @@ const (
 // ErrInvalidMetadata is wrapped by SetMetadata errors about its input.
 var ErrInvalidMetadata = errors.New("invalid metadata")
 
-// Info describes path without following a final symlink. path should be
-// absolute; it is reported as given. A missing path yields an error for which
-// errors.Is(err, fs.ErrNotExist) holds.
+// Info describes path as e2b's envd does. path should be absolute; it is
+// reported as given, with its own name, owner, group, modification time and
+// permissions (an lstat). A symlink is reported as what it leads to: the type
+// (FILE or DIRECTORY), mode, size and metadata are its target's, and
+// SymlinkTarget is the target, every link on the way resolved; the SDKs
+// know no symlink type (2.13.1 drops such entries from list()). A broken
+// link has no type and mode 0, and its SymlinkTarget is what it names (made
+// absolute). Fifos, sockets and devices have no type either. A missing path
+// yields an error for which errors.Is(err, fs.ErrNotExist) holds.
 func Info(path string) (*filesystem.EntryInfo, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -52,25 +58,22 @@ func Info(path string) (*filesystem.EntryInfo, error) {
 		Mode:         uint32(fi.Mode().Perm()),
 		Permissions:  Permissions(fi.Mode()),
 		ModifiedTime: timestamppb.New(fi.ModTime()),
+		Type:         fileType(fi.Mode()),
 	}
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		e.Type = filesystem.FileType_FILE_TYPE_SYMLINK
-		target, err := os.Readlink(path)
+	mdPath := path
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, tfi, err := followLink(path)
 		if err != nil {
-			return nil, fmt.Errorf("read link %s: %w", path, err)
+			return nil, err
 		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(path), target)
-		}
-		target = filepath.Clean(target)
 		e.SymlinkTarget = &target
-	case fi.IsDir():
-		e.Type = filesystem.FileType_FILE_TYPE_DIRECTORY
-	default:
-		// Regular files and the rare special files (fifos, devices, sockets)
-		// are all reported as files, as e2b does.
-		e.Type = filesystem.FileType_FILE_TYPE_FILE
+		e.Type, e.Mode = filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0
+		if tfi != nil {
+			e.Type = fileType(tfi.Mode())
+			e.Mode = uint32(tfi.Mode().Perm())
+			e.Size = tfi.Size()
+			mdPath = target
+		}
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		e.Owner = userName(st.Uid)
@@ -78,14 +81,47 @@ func Info(path string) (*filesystem.EntryInfo, error) {
 	}
 	// Metadata is best effort: only a vanished path fails Info, so that an
 	// odd filesystem (proc, sysfs, FUSE) never hides an entry from ListDir.
-	md, err := metadata(path)
-	if err != nil && errors.Is(err, fs.ErrNotExist) {
+	md, err := metadata(mdPath)
+	if err != nil && errors.Is(err, fs.ErrNotExist) && mdPath == path {
 		return nil, err
 	}
 	if err == nil && len(md) > 0 {
 		e.Metadata = md
 	}
 	return e, nil
+}
+
+// fileType is the EntryInfo type of a file of mode m, not a symlink:
+// regular files and directories have one, and nothing else does.
+func fileType(m fs.FileMode) filesystem.FileType {
+	switch {
+	case m.IsRegular():
+		return filesystem.FileType_FILE_TYPE_FILE
+	case m.IsDir():
+		return filesystem.FileType_FILE_TYPE_DIRECTORY
+	default:
+		return filesystem.FileType_FILE_TYPE_UNSPECIFIED
+	}
+}
+
+// followLink resolves the symlink path: its target with every link on the
+// way resolved, and the target's FileInfo. For a link that leads nowhere
+// (a missing target, a loop, a component it may not search), info is nil
+// and target is what the link names, made absolute against its folder.
+func followLink(path string) (target string, info fs.FileInfo, err error) {
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		if fi, err := os.Stat(resolved); err == nil {
+			return resolved, fi, nil
+		}
+	}
+	target, err = os.Readlink(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("read link %s: %w", path, err)
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(filepath.Dir(path), target)
+	}
+	return filepath.Clean(target), nil, nil
 }
 
 // Permissions formats m like ls -l does: a type character followed by nine

@@ -3,6 +3,7 @@ package entry
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +61,48 @@ func TestInfo(t *testing.T) {
 	if err := os.Symlink("../nowhere", dangling); err != nil {
 		t.Fatal(err)
 	}
+	chain := filepath.Join(dir, "chain") // → rel-link → file.txt
+	if err := os.Symlink("rel-link", chain); err != nil {
+		t.Fatal(err)
+	}
+	dirLink := filepath.Join(dir, "dir-link")
+	if err := os.Symlink("sub", dirLink); err != nil {
+		t.Fatal(err)
+	}
+	loop := filepath.Join(dir, "loop")
+	if err := os.Symlink("loop", loop); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifoLink := filepath.Join(dir, "fifo-link")
+	if err := os.Symlink("fifo", fifoLink); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := os.Chmod(sock, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The targets as the kernel resolves them (t.TempDir may lie under a
+	// link).
+	realFile, err := filepath.EvalSymlinks(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	realSub, err := filepath.EvalSymlinks(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name     string
@@ -74,9 +117,19 @@ func TestInfo(t *testing.T) {
 		{"file", file, filesystem.FileType_FILE_TYPE_FILE, 5, 0o644, "-rw-r--r--", "", "file.txt"},
 		{"executable", exe, filesystem.FileType_FILE_TYPE_FILE, 10, 0o755, "-rwxr-xr-x", "", "run.sh"},
 		{"dir", sub, filesystem.FileType_FILE_TYPE_DIRECTORY, -1, 0o755, "drwxr-xr-x", "", "sub"},
-		{"relative symlink", relLink, filesystem.FileType_FILE_TYPE_SYMLINK, -1, 0o777, "lrwxrwxrwx", file, "rel-link"},
-		{"absolute symlink", absLink, filesystem.FileType_FILE_TYPE_SYMLINK, -1, 0o777, "lrwxrwxrwx", file, "abs-link"},
-		{"dangling symlink", dangling, filesystem.FileType_FILE_TYPE_SYMLINK, -1, 0o777, "lrwxrwxrwx", filepath.Join(filepath.Dir(dir), "nowhere"), "dangling"},
+		// A link is what it leads to, as e2b's envd reports it: the target's
+		// type, mode and size, and the target fully resolved.
+		{"relative symlink", relLink, filesystem.FileType_FILE_TYPE_FILE, 5, 0o644, "lrwxrwxrwx", realFile, "rel-link"},
+		{"absolute symlink", absLink, filesystem.FileType_FILE_TYPE_FILE, 5, 0o644, "lrwxrwxrwx", realFile, "abs-link"},
+		{"chain of symlinks", chain, filesystem.FileType_FILE_TYPE_FILE, 5, 0o644, "lrwxrwxrwx", realFile, "chain"},
+		{"symlink to a directory", dirLink, filesystem.FileType_FILE_TYPE_DIRECTORY, -1, 0o755, "lrwxrwxrwx", realSub, "dir-link"},
+		// What is neither a file nor a directory has no type.
+		{"dangling symlink", dangling, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -1, 0, "lrwxrwxrwx", filepath.Join(filepath.Dir(dir), "nowhere"), "dangling"},
+		{"symlink loop", loop, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -1, 0, "lrwxrwxrwx", loop, "loop"},
+		{"fifo", fifo, filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0, 0o644, "prw-r--r--", "", "fifo"},
+		{"symlink to a fifo", fifoLink, filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0, 0o644, "lrwxrwxrwx", filepath.Join(filepath.Dir(realFile), "fifo"), "fifo-link"},
+		{"socket", sock, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -1, 0o755, "srwxr-xr-x", "", "sock"},
+		{"device", "/dev/null", filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0, 0o666, "crw-rw-rw-", "", "null"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,7 +158,7 @@ func TestInfo(t *testing.T) {
 			if e.GetOwner() == "" || e.GetGroup() == "" {
 				t.Errorf("owner/group empty: %q %q", e.GetOwner(), e.GetGroup())
 			}
-			if d := time.Since(e.GetModifiedTime().AsTime()); d < 0 || d > time.Minute {
+			if d := time.Since(e.GetModifiedTime().AsTime()); tt.path != "/dev/null" && (d < 0 || d > time.Minute) {
 				t.Errorf("modified time %v is not recent", e.GetModifiedTime().AsTime())
 			}
 		})
@@ -201,6 +254,23 @@ func TestMetadata(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("through a link", func(t *testing.T) {
+		if err := SetMetadata(file, map[string]string{"k": "v"}); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, "link")
+		if err := os.Symlink(file, link); err != nil {
+			t.Fatal(err)
+		}
+		e, err := Info(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if md := e.GetMetadata(); len(md) != 1 || md["k"] != "v" {
+			t.Fatalf("metadata of a link = %v, want its target's", md)
+		}
+	})
 
 	t.Run("missing path", func(t *testing.T) {
 		err := SetMetadata(filepath.Join(dir, "missing"), map[string]string{"a": "b"})
