@@ -237,8 +237,9 @@ func move(src, dst string) (*filesystem.EntryInfo, error) {
 
 // ListDir lists a directory recursively up to depth (0 means 1), without
 // following symlinks below it and without the directory itself. A symlink
-// given as the path is followed, and entries are reported under its target.
-// It reads as the user: a subdirectory the user may not read is skipped.
+// given as the path is followed, and entries are named under the path as
+// given (/a/link/x, not /b/x for link → /b), as e2b's envd names them. It
+// reads as the user: a subdirectory the user may not read is skipped.
 func (s *Service) ListDir(_ context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
 	p, u, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
@@ -287,6 +288,7 @@ func listDir(p string, depth int) ([]*filesystem.EntryInfo, error) {
 		level := strings.Count(rel, string(filepath.Separator)) + 1
 		e, ierr := entry.Info(path)
 		if ierr == nil {
+			e.Path = filepath.Join(p, rel)
 			entries = append(entries, e)
 		}
 		if d.IsDir() && level >= depth {

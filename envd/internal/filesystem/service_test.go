@@ -293,6 +293,45 @@ func TestListDir(t *testing.T) {
 	}
 }
 
+// ListDir of a link to a directory names the entries under the link's
+// path, as e2b's envd does, not under its target's.
+func TestListDirThroughLink(t *testing.T) {
+	client, _ := newTestServer(t)
+	dir := t.TempDir()
+	target := filepath.Join(dir, "b")
+	if err := os.MkdirAll(filepath.Join(target, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"x", "sub/y"} {
+		if err := os.WriteFile(filepath.Join(target, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "a", "link")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.ListDir(t.Context(), as("", &filesystem.ListDirRequest{Path: link, Depth: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range resp.Msg.GetEntries() {
+		got = append(got, e.GetPath())
+		if e.GetName() != filepath.Base(e.GetPath()) {
+			t.Errorf("entry %s is named %q", e.GetPath(), e.GetName())
+		}
+	}
+	sort.Strings(got)
+	want := []string{filepath.Join(link, "sub"), filepath.Join(link, "sub", "y"), filepath.Join(link, "x")}
+	if !slices.Equal(got, want) {
+		t.Fatalf("paths = %v, want %v", got, want)
+	}
+}
+
 func TestRemove(t *testing.T) {
 	client, _ := newTestServer(t)
 	dir := t.TempDir()
