@@ -410,6 +410,7 @@ func TestUpload(t *testing.T) {
 			errPart: "Content-Encoding",
 		},
 		{name: "octet-stream without path", raw: []byte("x"), status: 400, errPart: "path query is required"},
+		{name: "another user's home", query: []string{"path", "~nobody/x"}, raw: []byte("x"), status: 400, errPart: "cannot expand user-specific home dir"},
 		{
 			name:    "unsupported content type",
 			query:   []string{"path", filepath.Join(dir, "ct")},

@@ -80,6 +80,8 @@ func TestStat(t *testing.T) {
 		{"unknown user", "no-such-user-xyz", file, connect.CodeUnauthenticated, "invalid username: 'no-such-user-xyz'"},
 		{"empty path", "", "", connect.CodeInvalidArgument, "path"},
 		{"nul in path", "", "a\x00b", connect.CodeInvalidArgument, "NUL"},
+		// Another user's home, refused as e2b's envd refuses it.
+		{"another user's home", "", "~nobody", connect.CodeInvalidArgument, "invalid path '~nobody': cannot expand user-specific home dir"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -78,7 +78,8 @@ func BasicUsername(h http.Header) (string, error) {
 
 // ResolvePath turns a request path into an absolute, clean path for u:
 // "~" and "~/x" expand to u's home, and a relative path resolves against it.
-// An empty path is an error.
+// "~other/x" (another user's home) is an error, as with e2b's envd, not a
+// folder named "~other" in u's home. An empty path is an error.
 func ResolvePath(p string, u *User) (string, error) {
 	if p == "" {
 		return "", errors.New("path is empty")
@@ -89,8 +90,10 @@ func ResolvePath(p string, u *User) (string, error) {
 	switch {
 	case p == "~":
 		p = u.Home
-	case strings.HasPrefix(p, "~/"):
-		p = filepath.Join(u.Home, p[2:])
+	case p[0] == '~' && p[1] != '/' && p[1] != '\\':
+		return "", errors.New("cannot expand user-specific home dir")
+	case p[0] == '~':
+		p = filepath.Join(u.Home, p[1:])
 	case !filepath.IsAbs(p):
 		p = filepath.Join(u.Home, p)
 	}

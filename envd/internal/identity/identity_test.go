@@ -19,7 +19,11 @@ func TestResolvePath(t *testing.T) {
 		{"~/a/../b", "/home/user/b", ""},
 		{"/a//b/./c/", "/a/b/c", ""},
 		{"../../etc", "/etc", ""},
-		{"~other", "/home/user/~other", ""},
+		// Another user's home is refused, as e2b's envd refuses it.
+		{"~other", "", "cannot expand user-specific home dir"},
+		{"~other/x", "", "cannot expand user-specific home dir"},
+		{"~\\x", "/home/user/\\x", ""},
+		{"a/~other", "/home/user/a/~other", ""},
 		{"", "", "empty"},
 		{"a\x00b", "", "NUL"},
 	} {
