@@ -27,7 +27,9 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p, err := identity.ResolvePath(q.Get(queryPath), u)
+	// An empty path is the default workdir, else the user's home, as with
+	// e2b's envd (a download only reads; uploads refuse it).
+	p, err := identity.ResolveReadPath(q.Get(queryPath), u, h.sb.Workdir())
 	if err != nil {
 		return withStatus(http.StatusBadRequest, err, fmt.Sprintf("invalid path '%s': %v", q.Get(queryPath), err))
 	}

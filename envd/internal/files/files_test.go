@@ -193,7 +193,6 @@ func TestDownload(t *testing.T) {
 		{name: "missing, its name repeated in the JSON", path: filepath.Join(dir, "q\"b\\c\x01\xff"), status: 404, errPart: `q"b\c` + "\x01"},
 		{name: "directory", path: dir, status: 400, errPart: "is a directory"},
 		{name: "fifo", path: fifo, status: 400, errPart: "not a regular file"},
-		{name: "empty path", path: "", status: 400, errPart: "invalid path"},
 		{name: "nul", path: "a\x00b", status: 400, errPart: "invalid path"},
 		{name: "unknown user", path: file, headers: map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("no-such-user-x:"))}, status: 401, errPart: "invalid username: 'no-such-user-x'"},
 	}
@@ -231,6 +230,47 @@ func TestDownload(t *testing.T) {
 				tc.check(t, rec)
 			}
 		})
+	}
+}
+
+// An empty path means the default workdir (else the user's home) for a
+// download, as with e2b's envd; uploads and composes, which write, refuse
+// it (e2b's would overwrite what is there).
+func TestEmptyPath(t *testing.T) {
+	h, sb := newHandler(t, "")
+	dir := t.TempDir() // the workdir: nothing here touches a home
+	file := filepath.Join(dir, "f.txt")
+	writeFile(t, file, "keep")
+	sb.Apply(wire.EnvdInit{DefaultWorkdir: dir})
+
+	rec := do(h, httptest.NewRequest(http.MethodGet, filesURL("/files", "path", ""), nil))
+	wantError(t, rec, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", dir))
+	sb.Apply(wire.EnvdInit{DefaultWorkdir: file}) // a workdir that is a file: downloaded
+	rec = do(h, httptest.NewRequest(http.MethodGet, filesURL("/files", "path", ""), nil))
+	if rec.Code != http.StatusOK || rec.Body.String() != "keep" {
+		t.Fatalf("download of an empty path = %d %q, want the workdir's content", rec.Code, rec.Body)
+	}
+
+	sb.Apply(wire.EnvdInit{DefaultWorkdir: dir})
+	req := httptest.NewRequest(http.MethodPost, filesURL("/files", "path", ""), strings.NewReader("x"))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	wantError(t, do(h, req), http.StatusBadRequest, "path query is required")
+	body, ct := multipartBody(t, part{"file", "", "x"})
+	req = httptest.NewRequest(http.MethodPost, "/files", body)
+	req.Header.Set("Content-Type", ct)
+	wantError(t, do(h, req), http.StatusBadRequest, "without a filename")
+	for _, compose := range []string{
+		fmt.Sprintf(`{"source_paths":[%q],"destination":""}`, file),
+		fmt.Sprintf(`{"source_paths":[""],"destination":%q}`, filepath.Join(dir, "out")),
+	} {
+		req = httptest.NewRequest(http.MethodPost, "/files/compose", strings.NewReader(compose))
+		req.Header.Set("Content-Type", "application/json")
+		if rec := do(h, req); rec.Code != http.StatusBadRequest {
+			t.Fatalf("compose %s = %d %s, want 400", compose, rec.Code, rec.Body)
+		}
+	}
+	if got := readFile(t, file); got != "keep" {
+		t.Fatalf("the workdir's file after the refused requests = %q", got)
 	}
 }
 

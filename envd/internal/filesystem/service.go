@@ -89,6 +89,21 @@ func (s *Service) resolve(req connect.AnyRequest, p string) (string, *identity.U
 	return abs, u, nil
 }
 
+// resolveRead is resolve for a request that only reads (Stat, ListDir, the
+// watches): an empty path means the default workdir, else the user's home.
+// Requests that change anything use resolve, which refuses it.
+func (s *Service) resolveRead(req connect.AnyRequest, p string) (string, *identity.User, error) {
+	u, err := s.requestUser(req)
+	if err != nil {
+		return "", nil, err
+	}
+	abs, err := identity.ResolveReadPath(p, u, s.sb.Workdir())
+	if err != nil {
+		return "", nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid path '%s': %w", p, err))
+	}
+	return abs, u, nil
+}
+
 // osError maps a filesystem error to a Connect error: not-exist → not_found,
 // exist → already_exists, permission → permission_denied, anything else →
 // internal. The message keeps err's text ("file not found: lstat /x: …").
@@ -109,9 +124,10 @@ func osError(err error) *connect.Error {
 	}
 }
 
-// Stat describes one entry without following a final symlink.
+// Stat describes one entry (see entry.Info). An empty path is the default
+// workdir, else the user's home.
 func (s *Service) Stat(_ context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	p, u, err := s.resolve(req, req.Msg.GetPath())
+	p, u, err := s.resolveRead(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +257,7 @@ func move(src, dst string) (*filesystem.EntryInfo, error) {
 // given (/a/link/x, not /b/x for link → /b), as e2b's envd names them. It
 // reads as the user: a subdirectory the user may not read is skipped.
 func (s *Service) ListDir(_ context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	p, u, err := s.resolve(req, req.Msg.GetPath())
+	p, u, err := s.resolveRead(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}

@@ -13,14 +13,17 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
 	"github.com/skiff-dev/skiff/envd/internal/asuser/asusertest"
+	"github.com/skiff-dev/skiff/envd/internal/identity"
 	"github.com/skiff-dev/skiff/envd/internal/state"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem/filesystemconnect"
+	"github.com/skiff-dev/skiff/wire"
 )
 
 // newTestServer serves a Service over HTTP and returns a JSON client like
@@ -78,7 +81,6 @@ func TestStat(t *testing.T) {
 		{"as root", "root", file, 0, ""},
 		{"missing", "", filepath.Join(dir, "nope"), connect.CodeNotFound, "file not found: lstat " + filepath.Join(dir, "nope")},
 		{"unknown user", "no-such-user-xyz", file, connect.CodeUnauthenticated, "invalid username: 'no-such-user-xyz'"},
-		{"empty path", "", "", connect.CodeInvalidArgument, "path"},
 		{"nul in path", "", "a\x00b", connect.CodeInvalidArgument, "NUL"},
 		// Another user's home, refused as e2b's envd refuses it.
 		{"another user's home", "", "~nobody", connect.CodeInvalidArgument, "invalid path '~nobody': cannot expand user-specific home dir"},
@@ -331,6 +333,70 @@ func TestListDirThroughLink(t *testing.T) {
 	want := []string{filepath.Join(link, "sub"), filepath.Join(link, "sub", "y"), filepath.Join(link, "x")}
 	if !slices.Equal(got, want) {
 		t.Fatalf("paths = %v, want %v", got, want)
+	}
+}
+
+// An empty path means the default workdir (else the user's home) for the
+// requests that only read: Stat, ListDir and the watches, as with e2b's
+// envd. Those that change anything refuse it: e2b's would remove or
+// overwrite the workdir or the home.
+func TestEmptyPath(t *testing.T) {
+	client, svc := newTestServer(t)
+	ctx := t.Context()
+
+	// Without a default workdir: the user's home (only stat'ed).
+	root, err := identity.Lookup("root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stat, err := client.Stat(ctx, as("", &filesystem.StatRequest{}))
+	if err != nil {
+		t.Fatalf("Stat(\"\") without a workdir: %v", err)
+	}
+	if got := stat.Msg.GetEntry().GetPath(); got != root.Home {
+		t.Fatalf("Stat(\"\") without a workdir = %s, want root's home %s", got, root.Home)
+	}
+
+	// With one (a temporary folder, so that nothing here touches a home).
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f.txt")
+	if err := os.WriteFile(file, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svc.sb.Apply(wire.EnvdInit{DefaultWorkdir: dir})
+	stat, err = client.Stat(ctx, as("", &filesystem.StatRequest{}))
+	if err != nil || stat.Msg.GetEntry().GetPath() != dir {
+		t.Fatalf("Stat(\"\") = %v, %v; want %s", stat, err, dir)
+	}
+	list, err := client.ListDir(ctx, as("", &filesystem.ListDirRequest{}))
+	if err != nil || len(list.Msg.GetEntries()) != 1 || list.Msg.GetEntries()[0].GetPath() != file {
+		t.Fatalf("ListDir(\"\") = %v, %v; want %s", list, err, file)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	stream := openWatch(t, wctx, client, as("", &filesystem.WatchDirRequest{}))
+	if err := os.WriteFile(filepath.Join(dir, "new.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, stream, "new.txt", filesystem.EventType_EVENT_TYPE_CREATE)
+	w, err := client.CreateWatcher(ctx, as("", &filesystem.CreateWatcherRequest{}))
+	if err != nil {
+		t.Fatalf("CreateWatcher(\"\"): %v", err)
+	}
+	if _, err := client.RemoveWatcher(ctx, as("", &filesystem.RemoveWatcherRequest{WatcherId: w.Msg.GetWatcherId()})); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = client.MakeDir(ctx, as("", &filesystem.MakeDirRequest{}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = client.Move(ctx, as("", &filesystem.MoveRequest{Destination: filepath.Join(dir, "moved")}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = client.Move(ctx, as("", &filesystem.MoveRequest{Source: file}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	_, err = client.Remove(ctx, as("", &filesystem.RemoveRequest{}))
+	wantCode(t, err, connect.CodeInvalidArgument)
+	if got, err := os.ReadFile(file); err != nil || string(got) != "keep" {
+		t.Fatalf("the workdir's file after the refused requests: %q, %v", got, err)
 	}
 }
 

@@ -264,9 +264,10 @@ func (s *Service) unregister(id string) *watcher {
 // WatchDir streams the events under a directory: a start event once the
 // watch is in place, then filesystem events, with keepalives when idle. It
 // ends when the client cancels (nil) or the request deadline passes
-// (deadline_exceeded).
+// (deadline_exceeded). An empty path is the default workdir, else the user's
+// home.
 func (s *Service) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	p, u, err := s.resolve(req, req.Msg.GetPath())
+	p, u, err := s.resolveRead(req, req.Msg.GetPath())
 	if err != nil {
 		return err
 	}
@@ -365,9 +366,10 @@ func (q *pollQueue) drain() []*filesystem.FilesystemEvent {
 }
 
 // CreateWatcher starts a watcher whose events are queued until
-// GetWatcherEvents drains them; it runs until RemoveWatcher or Close.
+// GetWatcherEvents drains them; it runs until RemoveWatcher or Close. An
+// empty path is the default workdir, else the user's home, as for WatchDir.
 func (s *Service) CreateWatcher(_ context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
-	p, u, err := s.resolve(req, req.Msg.GetPath())
+	p, u, err := s.resolveRead(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}

@@ -172,7 +172,6 @@ func TestWatchDirErrors(t *testing.T) {
 	}{
 		{"missing", "", filepath.Join(dir, "missing"), connect.CodeNotFound},
 		{"file", "", file, connect.CodeInvalidArgument},
-		{"empty path", "", "", connect.CodeInvalidArgument},
 		{"unknown user", "no-such-user-xyz", dir, connect.CodeUnauthenticated},
 	}
 	for _, tt := range tests {

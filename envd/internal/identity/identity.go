@@ -79,7 +79,8 @@ func BasicUsername(h http.Header) (string, error) {
 // ResolvePath turns a request path into an absolute, clean path for u:
 // "~" and "~/x" expand to u's home, and a relative path resolves against it.
 // "~other/x" (another user's home) is an error, as with e2b's envd, not a
-// folder named "~other" in u's home. An empty path is an error.
+// folder named "~other" in u's home. An empty path is an error: see
+// ResolveReadPath for the requests that take one.
 func ResolvePath(p string, u *User) (string, error) {
 	if p == "" {
 		return "", errors.New("path is empty")
@@ -98,4 +99,19 @@ func ResolvePath(p string, u *User) (string, error) {
 		p = filepath.Join(u.Home, p)
 	}
 	return filepath.Clean(p), nil
+}
+
+// ResolveReadPath is ResolvePath for a request that only reads (Stat,
+// ListDir, a watch, a download): there, an empty path means the sandbox's
+// default workdir (resolved for u), else u's home, as with e2b's envd.
+// Requests that change anything keep refusing it: e2b's would remove or
+// overwrite the home.
+func ResolveReadPath(p string, u *User, workdir string) (string, error) {
+	if p == "" {
+		if workdir == "" {
+			return filepath.Clean(u.Home), nil
+		}
+		p = workdir
+	}
+	return ResolvePath(p, u)
 }

@@ -40,6 +40,27 @@ func TestResolvePath(t *testing.T) {
 	}
 }
 
+// For a request that only reads, an empty path is the default workdir
+// (resolved as any path), else the home; any other path resolves as for
+// ResolvePath.
+func TestResolveReadPath(t *testing.T) {
+	for _, tc := range []struct{ in, workdir, want string }{
+		{"", "", "/home/user"},
+		{"", "/srv/app", "/srv/app"},
+		{"", "proj", "/home/user/proj"},
+		{"", "~/proj/", "/home/user/proj"},
+		{"x", "/srv/app", "/home/user/x"},
+		{"/etc", "/srv/app", "/etc"},
+	} {
+		if got, err := ResolveReadPath(tc.in, home, tc.workdir); err != nil || got != tc.want {
+			t.Errorf("ResolveReadPath(%q, workdir %q) = %q, %v; want %q", tc.in, tc.workdir, got, err, tc.want)
+		}
+	}
+	if _, err := ResolveReadPath("~other", home, ""); err == nil {
+		t.Error("ResolveReadPath(~other) resolved")
+	}
+}
+
 func TestBasicUsername(t *testing.T) {
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 	for _, tc := range []struct {
