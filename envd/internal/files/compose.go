@@ -9,12 +9,8 @@ import (
 	"net/http"
 	"os"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	"github.com/skiff-dev/skiff/envd/internal/asuser"
-	"github.com/skiff-dev/skiff/envd/internal/entry"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
-	"github.com/skiff-dev/skiff/envd/proto/filesystem"
 	"github.com/skiff-dev/skiff/wire"
 )
 
@@ -33,8 +29,9 @@ type composeRequest struct {
 
 // compose serves POST /files/compose: it concatenates the sources into the
 // destination (replaced atomically by a new file of the user's), deletes the
-// sources and answers the destination's EntryInfo in the Connect JSON
-// mapping.
+// sources and answers the destination as e2b's envd does, in its OpenAPI
+// EntryInfo shape: {"name": …, "path": …, "type": "file"}, like an upload's
+// entries (not the filesystem service's EntryInfo).
 func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
 	if !h.sb.CheckToken(r.Header.Get(wire.AccessTokenHeader)) {
 		return errUnauthorized
@@ -94,27 +91,10 @@ func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
 	if err := a.commit(); err != nil {
 		return err
 	}
-	var info *filesystem.EntryInfo
-	if err := asuser.Do(u, func() error {
-		if err := removeSources(sources, dest, a.target); err != nil {
-			return err
-		}
-		var err error
-		if info, err = entry.Info(dest); err != nil {
-			return fsError(err, "stat "+dest)
-		}
-		return nil
-	}); err != nil {
+	if err := asuser.Do(u, func() error { return removeSources(sources, dest, a.target) }); err != nil {
 		return err
 	}
-	body, err := protojson.Marshal(info)
-	if err != nil {
-		return fmt.Errorf("encode entry info: %w", err)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
-	return nil
+	return writeJSON(w, uploadedEntry{Name: baseName(dest), Path: dest, Type: "file"})
 }
 
 // checkSources answers 404 or 400 unless every source is a regular file.

@@ -24,7 +24,8 @@ const (
 	copyBufferSize       = 256 << 10
 )
 
-// uploadedEntry is one element of POST /files' response.
+// uploadedEntry is one element of POST /files' response, and POST
+// /files/compose's answer: e2b's OpenAPI EntryInfo.
 type uploadedEntry struct {
 	Name     string            `json:"name"`
 	Path     string            `json:"path"`
