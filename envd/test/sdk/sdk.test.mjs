@@ -4,6 +4,12 @@
 // Skiff's advertised envd version, as one made through the API would, so the
 // SDK's version gates and signed URLs behave as they do in production.
 //
+// As root, envd runs in a mount namespace of its own (unshare --mount
+// --propagation private) with an empty tmpfs on /root and /home: the SDK's
+// commands run through `bash -l`, which would source the machine's
+// /root/.profile and .bashrc (CI's printed pyenv errors to every command's
+// stderr), and what the suite writes under root's home stays off the host.
+//
 //   ENVD_BIN      the envd binary (required)
 //   E2B_PACKAGE   which SDK to load: "e2b" (2.51.0, default) or "e2b-2.50.0"
 import { test, before, after } from 'node:test'
@@ -11,7 +17,7 @@ import assert from 'node:assert/strict'
 import { spawn, execFileSync } from 'node:child_process'
 import { createServer } from 'node:net'
 import { randomBytes, createHash } from 'node:crypto'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { copyFileSync, mkdtempSync, realpathSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 
@@ -21,9 +27,36 @@ const envdBin = process.env.ENVD_BIN
 if (!envdBin) throw new Error('set ENVD_BIN to the envd binary')
 const version = execFileSync(envdBin, ['--version']).toString().trim()
 
-let envd, url, sbx, work
+let envd, url, sbx, work, binDir
 let envdLog = ''
 const token = randomBytes(16).toString('hex')
+
+// The folders hidden behind an empty tmpfs when envd runs as root, and the
+// script that mounts them inside envd's new mount namespace, then runs envd
+// (unshare runs it in place: envd keeps the pid spawn gave it).
+const homes = ['/root', '/home']
+const hideHomes = `set -e
+for d in ${homes.join(' ')}; do
+  if [ -d "$d" ]; then
+    mode=0755; [ "$d" = /root ] && mode=0700
+    mount -t tmpfs -o "mode=$mode,size=64m,nosuid,nodev" envd-sdk-test "$d"
+  fi
+done
+exec "$@"`
+
+// spawnEnvd starts envd with args: as root, where the homes are empty (an
+// envd binary under one is copied out first, or the tmpfs would hide it);
+// otherwise as it is, in the host's mount namespace.
+function spawnEnvd(args, opts) {
+  if (process.getuid() !== 0) return spawn(envdBin, args, opts)
+  let bin = realpathSync(envdBin)
+  if (homes.some((h) => bin.startsWith(`${h}/`))) {
+    binDir = mkdtempSync(join(tmpdir(), 'envd-sdk-bin-'))
+    copyFileSync(bin, join(binDir, 'envd'))
+    bin = join(binDir, 'envd')
+  }
+  return spawn('unshare', ['--mount', '--propagation', 'private', '--', '/bin/sh', '-c', hideHomes, 'sh', bin, ...args], opts)
+}
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -42,7 +75,7 @@ before(async () => {
   // --init: as in a sandbox, where envd is PID 1 (here a child subreaper),
   // reaps orphans and logs process output. Its log (stdout) is kept for the
   // last test.
-  envd = spawn(envdBin, ['--listen-address', '127.0.0.1', '--port', String(port), '--init'], { stdio: ['ignore', 'pipe', 'inherit'] })
+  envd = spawnEnvd(['--listen-address', '127.0.0.1', '--port', String(port), '--init'], { stdio: ['ignore', 'pipe', 'inherit'] })
   envd.stdout.setEncoding('utf8')
   envd.stdout.on('data', (d) => { envdLog += d })
   const deadline = Date.now() + 10_000
@@ -69,6 +102,18 @@ before(async () => {
 after(() => {
   envd?.kill('SIGTERM')
   if (work) rmSync(work, { recursive: true, force: true })
+  if (binDir) rmSync(binDir, { recursive: true, force: true })
+})
+
+// As root, commands see an empty tmpfs for root's home, not the machine's:
+// no dotfile of the host's changes what they print.
+test(`${pkg}: root's home is an empty tmpfs of envd's own`, { skip: process.getuid() !== 0 && 'envd runs as it is when not root' }, async () => {
+  const r = await sbx.commands.run('stat -f -c %T /root; stat -c %d /root; ls -A /root | wc -l')
+  const [fstype, dev, entries] = r.stdout.trim().split('\n')
+  assert.equal(fstype, 'tmpfs')
+  assert.notEqual(Number(dev), statSync('/root').dev, "envd's /root is the host's")
+  assert.equal(entries.trim(), '0')
+  assert.equal(r.stderr, '')
 })
 
 test(`${pkg}: run returns stdout, and the exit code of a failure`, async () => {
