@@ -39,12 +39,13 @@ var ErrInvalidMetadata = errors.New("invalid metadata")
 
 // Info describes path as e2b's envd does. path should be absolute; it is
 // reported as given, with its own name, owner, group, modification time and
-// permissions (an lstat). A symlink is reported as what it leads to: the type
-// (FILE or DIRECTORY), mode, size and metadata are its target's, and
+// permissions and size (an lstat). A symlink is reported as what it leads
+// to: the type (FILE or DIRECTORY), mode and metadata are its target's, and
 // SymlinkTarget is the target, every link on the way resolved; the SDKs
 // know no symlink type (2.13.1 drops such entries from list()). A broken
-// link has no type and mode 0, and its SymlinkTarget is what it names (made
-// absolute). Fifos, sockets and devices have no type either. A missing path
+// link has no type and mode 0, and its SymlinkTarget is the link's own
+// path, as e2b's envd gives it. Fifos, sockets and devices have no type
+// either. A missing path
 // yields an error for which errors.Is(err, fs.ErrNotExist) holds.
 func Info(path string) (*filesystem.EntryInfo, error) {
 	fi, err := os.Lstat(path)
@@ -62,16 +63,12 @@ func Info(path string) (*filesystem.EntryInfo, error) {
 	}
 	mdPath := path
 	if fi.Mode()&fs.ModeSymlink != 0 {
-		target, tfi, err := followLink(path)
-		if err != nil {
-			return nil, err
-		}
+		target, tfi := followLink(path)
 		e.SymlinkTarget = &target
 		e.Type, e.Mode = filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0
 		if tfi != nil {
 			e.Type = fileType(tfi.Mode())
 			e.Mode = uint32(tfi.Mode().Perm())
-			e.Size = tfi.Size()
 			mdPath = target
 		}
 	}
@@ -104,24 +101,21 @@ func fileType(m fs.FileMode) filesystem.FileType {
 	}
 }
 
-// followLink resolves the symlink path: its target with every link on the
-// way resolved, and the target's FileInfo. For a link that leads nowhere
-// (a missing target, a loop, a component it may not search), info is nil
-// and target is what the link names, made absolute against its folder.
-func followLink(path string) (target string, info fs.FileInfo, err error) {
-	if resolved, err := filepath.EvalSymlinks(path); err == nil {
-		if fi, err := os.Stat(resolved); err == nil {
-			return resolved, fi, nil
-		}
-	}
-	target, err = os.Readlink(path)
+// followLink resolves the symlink path as e2b's envd does: its target with
+// every link on the way resolved, and the target's FileInfo. For a link
+// that leads nowhere (a missing target, a loop, a component it may not
+// search), target is path itself; info is nil then, and when the target
+// cannot be stat'ed.
+func followLink(path string) (target string, info fs.FileInfo) {
+	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return "", nil, fmt.Errorf("read link %s: %w", path, err)
+		return path, nil
 	}
-	if !filepath.IsAbs(target) {
-		target = filepath.Join(filepath.Dir(path), target)
+	fi, err := os.Stat(resolved)
+	if err != nil {
+		return resolved, nil
 	}
-	return filepath.Clean(target), nil, nil
+	return resolved, fi
 }
 
 // Permissions formats m like ls -l does: a type character followed by nine

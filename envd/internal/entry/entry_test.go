@@ -108,7 +108,7 @@ func TestInfo(t *testing.T) {
 		name     string
 		path     string
 		typ      filesystem.FileType
-		size     int64 // -1: don't check
+		size     int64 // -1: don't check; -2: the link's own (lstat)
 		mode     uint32
 		perms    string
 		target   string // "" → no symlink target
@@ -118,16 +118,17 @@ func TestInfo(t *testing.T) {
 		{"executable", exe, filesystem.FileType_FILE_TYPE_FILE, 10, 0o755, "-rwxr-xr-x", "", "run.sh"},
 		{"dir", sub, filesystem.FileType_FILE_TYPE_DIRECTORY, -1, 0o755, "drwxr-xr-x", "", "sub"},
 		// A link is what it leads to, as e2b's envd reports it: the target's
-		// type, mode and size, and the target fully resolved.
-		{"relative symlink", relLink, filesystem.FileType_FILE_TYPE_FILE, 5, 0o644, "lrwxrwxrwx", realFile, "rel-link"},
-		{"absolute symlink", absLink, filesystem.FileType_FILE_TYPE_FILE, 5, 0o644, "lrwxrwxrwx", realFile, "abs-link"},
-		{"chain of symlinks", chain, filesystem.FileType_FILE_TYPE_FILE, 5, 0o644, "lrwxrwxrwx", realFile, "chain"},
+		// type and mode, and the target fully resolved; its size is its own.
+		{"relative symlink", relLink, filesystem.FileType_FILE_TYPE_FILE, -2, 0o644, "lrwxrwxrwx", realFile, "rel-link"},
+		{"absolute symlink", absLink, filesystem.FileType_FILE_TYPE_FILE, -2, 0o644, "lrwxrwxrwx", realFile, "abs-link"},
+		{"chain of symlinks", chain, filesystem.FileType_FILE_TYPE_FILE, -2, 0o644, "lrwxrwxrwx", realFile, "chain"},
 		{"symlink to a directory", dirLink, filesystem.FileType_FILE_TYPE_DIRECTORY, -1, 0o755, "lrwxrwxrwx", realSub, "dir-link"},
 		// What is neither a file nor a directory has no type.
-		{"dangling symlink", dangling, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -1, 0, "lrwxrwxrwx", filepath.Join(filepath.Dir(dir), "nowhere"), "dangling"},
+		// A broken link's target is its own path, as e2b's envd gives it.
+		{"dangling symlink", dangling, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -2, 0, "lrwxrwxrwx", dangling, "dangling"},
 		{"symlink loop", loop, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -1, 0, "lrwxrwxrwx", loop, "loop"},
 		{"fifo", fifo, filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0, 0o644, "prw-r--r--", "", "fifo"},
-		{"symlink to a fifo", fifoLink, filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0, 0o644, "lrwxrwxrwx", filepath.Join(filepath.Dir(realFile), "fifo"), "fifo-link"},
+		{"symlink to a fifo", fifoLink, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -2, 0o644, "lrwxrwxrwx", filepath.Join(filepath.Dir(realFile), "fifo"), "fifo-link"},
 		{"socket", sock, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -1, 0o755, "srwxr-xr-x", "", "sock"},
 		{"device", "/dev/null", filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0, 0o666, "crw-rw-rw-", "", "null"},
 	}
@@ -140,8 +141,16 @@ func TestInfo(t *testing.T) {
 			if e.GetName() != tt.baseName || e.GetPath() != tt.path || e.GetType() != tt.typ {
 				t.Errorf("name/path/type = %q %q %v, want %q %q %v", e.GetName(), e.GetPath(), e.GetType(), tt.baseName, tt.path, tt.typ)
 			}
-			if tt.size >= 0 && e.GetSize() != tt.size {
-				t.Errorf("size = %d, want %d", e.GetSize(), tt.size)
+			want := tt.size
+			if want == -2 {
+				fi, err := os.Lstat(tt.path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = fi.Size()
+			}
+			if want >= 0 && e.GetSize() != want {
+				t.Errorf("size = %d, want %d", e.GetSize(), want)
 			}
 			if e.GetMode() != tt.mode {
 				t.Errorf("mode = %o, want %o", e.GetMode(), tt.mode)
