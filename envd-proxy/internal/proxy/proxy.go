@@ -235,8 +235,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Host = fw.node.Endpoint
 	pr.Out.Host = pr.In.Host
 	if fw.body != nil && pr.Out.Body != nil {
-		// ReverseProxy's copy of the client's body, whose Close leaves the
-		// client's alone (see watchBody).
+		// The outgoing request's field only: it holds the same body as
+		// the server's r.Body (Request.Clone shares it), which keeps
+		// net/http's own type, so that net/http still decides from it
+		// whether the connection can serve another request (see
+		// watchBody).
 		fw.body.ReadCloser = pr.Out.Body
 		pr.Out.Body = fw.body
 	}

@@ -101,3 +101,34 @@ func TestDialLoopback(t *testing.T) {
 		t.Error("dial with a cancelled context succeeded")
 	}
 }
+
+// A server listening on ::1 only (Node's "localhost") is reached too, as
+// e2b's envd forwards it.
+func TestDialLoopbackIPv6(t *testing.T) {
+	ns := newNS(t)
+	l := listenInAt(t, ns, netip.MustParseAddrPort("[::1]:0"))
+	port := uint16(l.Addr().(*net.TCPAddr).Port)
+	c, err := DialLoopback(t.Context(), ns, port)
+	if err != nil {
+		t.Fatalf("dial the namespace's ::1: %v", err)
+	}
+	defer c.Close()
+	if got := c.RemoteAddr().String(); got != l.Addr().String() {
+		t.Errorf("connected to %s, want %s", got, l.Addr())
+	}
+}
+
+// The dials under way are capped: each holds an OS thread while it waits.
+func TestDialLoopbackBusy(t *testing.T) {
+	for range cap(loopbackDials) {
+		loopbackDials <- struct{}{}
+	}
+	defer func() {
+		for range cap(loopbackDials) {
+			<-loopbackDials
+		}
+	}()
+	if _, err := DialLoopback(t.Context(), newNS(t), 1); !errors.Is(err, ErrLoopbackBusy) {
+		t.Errorf("dial with every slot taken = %v, want ErrLoopbackBusy", err)
+	}
+}

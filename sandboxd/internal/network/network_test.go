@@ -935,7 +935,11 @@ func listenInAt(t testing.TB, path string, ap netip.AddrPort) *net.TCPListener {
 	var l *net.TCPListener
 	err := onNSThread(enterPath(path), func(netns.NsHandle) error {
 		var err error
-		l, err = net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(ap))
+		proto := "tcp4"
+		if ap.Addr().Is6() {
+			proto = "tcp6"
+		}
+		l, err = net.ListenTCP(proto, net.TCPAddrFromAddrPort(ap))
 		return err
 	})
 	if err != nil {

@@ -173,11 +173,11 @@ func TestPolicy(t *testing.T) {
 }
 
 // TestOrphanTeardown: the orphan sweep tears down a sandbox whose block
-// sandboxd no longer knows (the zero Block). Its address is found by its
-// entry in the verdict map, or, after a new Init (sandboxd restarted),
-// which empties the map but keeps the sets, by its namespace; its map
-// entry, set elements and chain go, so that the next sandbox at that
-// address is neither refused nor filtered.
+// sandboxd no longer knows (the zero Block). Its address is read from its
+// namespace, with or without a new Init (sandboxd restarted, which empties
+// the verdict map but keeps the sets); its map entry, set elements and
+// chain go, so that the next sandbox at that address is neither refused
+// nor filtered.
 func TestOrphanTeardown(t *testing.T) {
 	proxy, _ := withFilters(t)
 	e := newEnv(t, proxy)
