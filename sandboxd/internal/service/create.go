@@ -91,6 +91,14 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 		l.rec.Egress = &store.Egress{AllowOut: slices.Clone(e.GetAllowOut()), DenyOut: slices.Clone(e.GetDenyOut())}
 	}
 	if snap != nil {
+		// Held until the sandbox's record names its layers, or its start
+		// is undone: a DeleteSnapshot meanwhile (or a snapshot taking
+		// over the name) sweeps what no record and no hold names.
+		ids := slices.Clone(snap.Layers)
+		if snap.Image != "" {
+			ids = append(ids, snap.Image)
+		}
+		defer s.hold(ids...)()
 		s.fromSnapshot(l, snap)
 	}
 	rec, token, err := s.launch(ctx, l)

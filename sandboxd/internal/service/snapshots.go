@@ -446,18 +446,26 @@ func snapshotResources(snap *snapshot.Record, r *pb.Resources) *pb.Resources {
 }
 
 // gcLayers removes the layers (and images) no snapshot and no sandbox on
-// the host uses and nothing holds (hold).
+// the host uses and nothing holds (hold). The holds stay locked for the
+// whole sweep: a capture names its layer in a record and then releases
+// it, so a release in the middle of a sweep (after it read the records,
+// before it read the holds) would leave the layer in neither; and a hold
+// taken meanwhile would be for a layer the sweep may already have listed.
 func (s *Service) gcLayers(ctx context.Context) {
 	if s.snapshots == nil {
 		return
 	}
+	s.holds.mu.Lock()
+	defer s.holds.mu.Unlock()
 	inUse := map[string]bool{}
+	for id := range s.holds.held {
+		inUse[id] = true
+	}
 	for _, rec := range s.reg.List() {
 		for _, l := range rec.Layers {
 			inUse[l] = true
 		}
 	}
-	s.addHeld(inUse)
 	if n, err := s.snapshots.GC(inUse); err != nil {
 		s.log.ErrorContext(ctx, "remove unused snapshot layers", "error", err)
 	} else if n > 0 {
@@ -497,15 +505,6 @@ func (s *Service) hold(ids ...string) (release func()) {
 				}
 			}
 		})
-	}
-}
-
-// addHeld adds the IDs held (hold) to inUse.
-func (s *Service) addHeld(inUse map[string]bool) {
-	s.holds.mu.Lock()
-	defer s.holds.mu.Unlock()
-	for id := range s.holds.held {
-		inUse[id] = true
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,6 +96,47 @@ func TestForkLayerHeldFromSweeps(t *testing.T) {
 	}
 	if h.svc.snapshots.HasLayer(layers[0]) {
 		t.Fatalf("the forks' layer %s outlived the last fork", layers[0])
+	}
+}
+
+// TestSnapshotLayersHeldWhileStarting: a sandbox started from a snapshot
+// has the snapshot's layers under it before its record names them; a
+// DeleteSnapshot meanwhile (whose sweep follows) must leave them.
+func TestSnapshotLayersHeldWhileStarting(t *testing.T) {
+	var rt *snapshotting
+	h := newHarness(t, harnessConfig{snapshots: true, wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
+		rt = withSnapshots(r)
+		return rt
+	}})
+	src := h.create().GetSandbox().GetId()
+	snap, err := h.client.Snapshot(t.Context(), connect.NewRequest(&pb.SnapshotRequest{SandboxId: src, Team: "team-a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapID := snap.Msg.GetSnapshot().GetId()
+	var deleted atomic.Bool
+	rt.setOnStart(func(*sandboxrt.Spec) {
+		if deleted.CompareAndSwap(false, true) {
+			if _, err := h.client.DeleteSnapshot(context.Background(), connect.NewRequest(&pb.DeleteSnapshotRequest{Team: "team-a", Snapshot: snapID})); err != nil {
+				t.Errorf("DeleteSnapshot while a sandbox starts from it: %v", err)
+			}
+		}
+	})
+	id := h.create(func(m *pb.CreateRequest) { m.Snapshot = snapID }).GetSandbox().GetId()
+	if !deleted.Load() {
+		t.Fatal("the snapshot was not deleted during the start: the test shows nothing")
+	}
+	rec, err := h.reg.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Layers) == 0 {
+		t.Fatal("the sandbox from the snapshot has no layers")
+	}
+	for _, l := range rec.Layers {
+		if !h.svc.snapshots.HasLayer(l) {
+			t.Errorf("layer %s under the sandbox was swept while it started", l)
+		}
 	}
 }
 
