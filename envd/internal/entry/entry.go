@@ -118,49 +118,12 @@ func followLink(path string) (target string, info fs.FileInfo) {
 	return resolved, fi
 }
 
-// Permissions formats m like ls -l does: a type character followed by nine
-// permission characters, with s/S for setuid/setgid and t/T for sticky.
+// Permissions formats m as e2b's envd does, with Go's fs.FileMode.String:
+// "-rw-r--r--" and "drwxr-xr-x" as ls -l, but "Lrwxrwxrwx" for a link,
+// "prw-r--r--" for a fifo, "Srwxr-xr-x" for a socket, "Dcrw-rw-rw-" for a
+// character device and "urwxr-xr-x" for a setuid file.
 func Permissions(m fs.FileMode) string {
-	var b [10]byte
-	switch {
-	case m&fs.ModeDir != 0:
-		b[0] = 'd'
-	case m&fs.ModeSymlink != 0:
-		b[0] = 'l'
-	case m&fs.ModeNamedPipe != 0:
-		b[0] = 'p'
-	case m&fs.ModeSocket != 0:
-		b[0] = 's'
-	case m&fs.ModeCharDevice != 0:
-		b[0] = 'c'
-	case m&fs.ModeDevice != 0:
-		b[0] = 'b'
-	default:
-		b[0] = '-'
-	}
-	const rwx = "rwxrwxrwx"
-	perm := m.Perm()
-	for i := range 9 {
-		if perm&(1<<uint(8-i)) != 0 {
-			b[i+1] = rwx[i]
-		} else {
-			b[i+1] = '-'
-		}
-	}
-	special := func(idx int, set bool, lower, upper byte) {
-		if !set {
-			return
-		}
-		if b[idx] == 'x' {
-			b[idx] = lower
-		} else {
-			b[idx] = upper
-		}
-	}
-	special(3, m&fs.ModeSetuid != 0, 's', 'S')
-	special(6, m&fs.ModeSetgid != 0, 's', 'S')
-	special(9, m&fs.ModeSticky != 0, 't', 'T')
-	return string(b[:])
+	return m.String()
 }
 
 // Name caches: only successful lookups are cached, so a user created later

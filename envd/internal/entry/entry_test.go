@@ -119,18 +119,18 @@ func TestInfo(t *testing.T) {
 		{"dir", sub, filesystem.FileType_FILE_TYPE_DIRECTORY, -1, 0o755, "drwxr-xr-x", "", "sub"},
 		// A link is what it leads to, as e2b's envd reports it: the target's
 		// type and mode, and the target fully resolved; its size is its own.
-		{"relative symlink", relLink, filesystem.FileType_FILE_TYPE_FILE, -2, 0o644, "lrwxrwxrwx", realFile, "rel-link"},
-		{"absolute symlink", absLink, filesystem.FileType_FILE_TYPE_FILE, -2, 0o644, "lrwxrwxrwx", realFile, "abs-link"},
-		{"chain of symlinks", chain, filesystem.FileType_FILE_TYPE_FILE, -2, 0o644, "lrwxrwxrwx", realFile, "chain"},
-		{"symlink to a directory", dirLink, filesystem.FileType_FILE_TYPE_DIRECTORY, -1, 0o755, "lrwxrwxrwx", realSub, "dir-link"},
+		{"relative symlink", relLink, filesystem.FileType_FILE_TYPE_FILE, -2, 0o644, "Lrwxrwxrwx", realFile, "rel-link"},
+		{"absolute symlink", absLink, filesystem.FileType_FILE_TYPE_FILE, -2, 0o644, "Lrwxrwxrwx", realFile, "abs-link"},
+		{"chain of symlinks", chain, filesystem.FileType_FILE_TYPE_FILE, -2, 0o644, "Lrwxrwxrwx", realFile, "chain"},
+		{"symlink to a directory", dirLink, filesystem.FileType_FILE_TYPE_DIRECTORY, -1, 0o755, "Lrwxrwxrwx", realSub, "dir-link"},
 		// What is neither a file nor a directory has no type.
 		// A broken link's target is its own path, as e2b's envd gives it.
-		{"dangling symlink", dangling, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -2, 0, "lrwxrwxrwx", dangling, "dangling"},
-		{"symlink loop", loop, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -1, 0, "lrwxrwxrwx", loop, "loop"},
+		{"dangling symlink", dangling, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -2, 0, "Lrwxrwxrwx", dangling, "dangling"},
+		{"symlink loop", loop, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -1, 0, "Lrwxrwxrwx", loop, "loop"},
 		{"fifo", fifo, filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0, 0o644, "prw-r--r--", "", "fifo"},
-		{"symlink to a fifo", fifoLink, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -2, 0o644, "lrwxrwxrwx", filepath.Join(filepath.Dir(realFile), "fifo"), "fifo-link"},
-		{"socket", sock, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -1, 0o755, "srwxr-xr-x", "", "sock"},
-		{"device", "/dev/null", filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0, 0o666, "crw-rw-rw-", "", "null"},
+		{"symlink to a fifo", fifoLink, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -2, 0o644, "Lrwxrwxrwx", filepath.Join(filepath.Dir(realFile), "fifo"), "fifo-link"},
+		{"socket", sock, filesystem.FileType_FILE_TYPE_UNSPECIFIED, -1, 0o755, "Srwxr-xr-x", "", "sock"},
+		{"device", "/dev/null", filesystem.FileType_FILE_TYPE_UNSPECIFIED, 0, 0o666, "Dcrw-rw-rw-", "", "null"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,17 +196,17 @@ func TestPermissions(t *testing.T) {
 		mode fs.FileMode
 		want string
 	}{
+		// As e2b's envd reports them (Go's FileMode.String), not as ls -l.
 		{0o644, "-rw-r--r--"},
 		{fs.ModeDir | 0o755, "drwxr-xr-x"},
-		{fs.ModeSymlink | 0o777, "lrwxrwxrwx"},
-		{fs.ModeDir | fs.ModeSticky | 0o777, "drwxrwxrwt"},
-		{fs.ModeDir | fs.ModeSticky | 0o770, "drwxrwx--T"},
-		{fs.ModeSetuid | 0o755, "-rwsr-xr-x"},
-		{fs.ModeSetuid | fs.ModeSetgid | 0o644, "-rwSr-Sr--"},
+		{fs.ModeSymlink | 0o777, "Lrwxrwxrwx"},
+		{fs.ModeDir | fs.ModeSticky | 0o777, "dtrwxrwxrwx"},
+		{fs.ModeSetuid | 0o755, "urwxr-xr-x"},
+		{fs.ModeSetuid | fs.ModeSetgid | 0o644, "ugrw-r--r--"},
 		{fs.ModeNamedPipe | 0o600, "prw-------"},
-		{fs.ModeSocket | 0o755, "srwxr-xr-x"},
-		{fs.ModeDevice | fs.ModeCharDevice | 0o666, "crw-rw-rw-"},
-		{fs.ModeDevice | 0o660, "brw-rw----"},
+		{fs.ModeSocket | 0o755, "Srwxr-xr-x"},
+		{fs.ModeDevice | fs.ModeCharDevice | 0o666, "Dcrw-rw-rw-"},
+		{fs.ModeDevice | 0o660, "Drw-rw----"},
 	}
 	for _, tt := range tests {
 		if got := Permissions(tt.mode); got != tt.want {
