@@ -3,9 +3,15 @@
 // (an empty or relative path, "~", a user's default directory) must never
 // reach the host's: an earlier test removed /root that way.
 //
+// A fuzz run (go test -fuzz) inside passes go's fuzz cache, under the home,
+// which the tmpfs hides: it fuzzes as well, with no cached inputs kept
+// between runs (the seeds in testdata stay where they are).
+//
 // Run, called from TestMain, runs the package's tests again in a mount
-// namespace of their own, where /root and /home are empty tmpfs mounts with
-// private propagation, so nothing a test does there is seen outside. It is
+// namespace of their own, where /root and /home are empty tmpfs mounts,
+// under slave propagation: nothing a test mounts there is seen outside, and
+// what the host unmounts meanwhile (a sandbox's mounts, on a machine that
+// runs sandboxd) is unmounted inside too, not kept alive by a private copy. It is
 // the whole process that moves: unshare(CLONE_NEWNS) from Go would move only
 // the calling OS thread, and envd's handlers run on others.
 package hosttest
@@ -59,7 +65,7 @@ func Outside() bool {
 
 // Run runs m's tests and returns the exit code for os.Exit. As root, it runs
 // the test binary again (the same arguments) under `unshare --mount
-// --propagation private`, which mounts the tmpfs and runs the tests, and
+// --propagation slave`, which mounts the tmpfs and runs the tests, and
 // returns its exit code; that run's own Run checks that the homes are hidden
 // before it runs the tests. Not as root, it runs them here, as they are.
 func Run(m *testing.M) int {
@@ -88,7 +94,7 @@ func reexec() int {
 		fmt.Fprintln(os.Stderr, "hosttest: tests that run as root need unshare (util-linux) to hide the homes:", err)
 		return 1
 	}
-	args := append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", setup, "sh"}, os.Args...)
+	args := append([]string{"--mount", "--propagation", "slave", "--", "/bin/sh", "-c", setup, "sh"}, os.Args...)
 	cmd := exec.Command(unshare, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), markerEnv+"="+strconv.Itoa(os.Getpid()))
@@ -135,7 +141,7 @@ func outsidePID() (int, error) {
 
 // check verifies, inside, that this process is in a mount namespace other
 // than the one outside, and that every home that exists there is a tmpfs
-// of its own, mounted privately: so that a marker set by hand is no way
+// of its own that does not propagate outside: so that a marker set by hand is no way
 // around the guard.
 func check() error {
 	pid, err := outsidePID()

@@ -5,7 +5,7 @@
 // SDK's version gates and signed URLs behave as they do in production.
 //
 // As root, envd runs in a mount namespace of its own (unshare --mount
-// --propagation private) with an empty tmpfs on /root and /home: the SDK's
+// --propagation slave) with an empty tmpfs on /root and /home: the SDK's
 // commands run through `bash -l`, which would source the machine's
 // /root/.profile and .bashrc (CI's printed pyenv errors to every command's
 // stderr), and what the suite writes under root's home stays off the host.
@@ -55,7 +55,7 @@ function spawnEnvd(args, opts) {
     copyFileSync(bin, join(binDir, 'envd'))
     bin = join(binDir, 'envd')
   }
-  return spawn('unshare', ['--mount', '--propagation', 'private', '--', '/bin/sh', '-c', hideHomes, 'sh', bin, ...args], opts)
+  return spawn('unshare', ['--mount', '--propagation', 'slave', '--', '/bin/sh', '-c', hideHomes, 'sh', bin, ...args], opts)
 }
 
 function freePort() {
