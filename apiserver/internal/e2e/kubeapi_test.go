@@ -271,8 +271,10 @@ func TestAggregatedAPI(t *testing.T) {
 		t.Errorf("ann (a viewer) deletes: %v %s", err, out)
 	}
 
-	// A client-go informer and a raw watch see the same sandboxes.
 	dyn := dynamic.NewForConfigOrDie(env.Config)
+	watchesWithASelector(t, s, admin, dyn, a1, want)
+
+	// A client-go informer and a raw watch see the same sandboxes.
 	factory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 	inf := factory.ForResource(sandboxesGVR).Informer()
 	deleted := make(chan string, 16)
@@ -392,6 +394,110 @@ func TestAggregatedAPI(t *testing.T) {
 	if !back[a1] || !back[b1] {
 		t.Errorf("added on return: %v", back)
 	}
+}
+
+// watchesWithASelector checks that watches with a field selector (a raw
+// watch, kubectl get -w and an informer) see a sandbox that leaves the
+// selection as DELETED and one that enters it as ADDED, as the
+// kube-apiserver's watch cache sends them: a1 (running, as the others in
+// want) is paused, then resumed.
+func watchesWithASelector(t *testing.T, s *system, admin string, dyn dynamic.Interface, a1 string, want []string) {
+	t.Helper()
+	const running = "status.state=running"
+	w, err := dyn.Resource(sandboxesGVR).Namespace("").Watch(t.Context(), metav1.ListOptions{FieldSelector: running})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var lastRV string
+	for range want {
+		e := next(t, w)
+		if e.Type != watch.Added {
+			t.Fatalf("opening burst of a watch of %s: %s", running, e.Type)
+		}
+		if u := e.Object.(*unstructured.Unstructured); u.GetName() == a1 {
+			lastRV = u.GetResourceVersion()
+		}
+	}
+	kw := startKubectlWatch(t, admin, "get", "sandboxes", "-A", "-w", "--output-watch-events", "--field-selector", running)
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, "", func(o *metav1.ListOptions) { o.FieldSelector = running })
+	inf := factory.ForResource(sandboxesGVR).Informer()
+	stop := make(chan struct{})
+	defer close(stop)
+	factory.Start(stop)
+	if !toolscache.WaitForCacheSync(t.Context().Done(), inf.HasSynced) {
+		t.Fatal("the informer of " + running + " never synced")
+	}
+	eventually(t, 30*time.Second, func() string {
+		if out := kw.String(); strings.Count(out, "ADDED") != len(want) {
+			return "kubectl get -w --field-selector " + running + " so far:\n" + out
+		}
+		return ""
+	})
+	// nextOfA1 returns the watch's next event about a1.
+	nextOfA1 := func() (watch.EventType, *unstructured.Unstructured) {
+		t.Helper()
+		for {
+			e := next(t, w)
+			if u, ok := e.Object.(*unstructured.Unstructured); ok && u.GetName() == a1 {
+				return e.Type, u
+			}
+		}
+	}
+	informed := func() bool {
+		_, ok, _ := inf.GetStore().GetByKey("team-a/" + a1)
+		return ok
+	}
+	kubectlSaw := func(typ string) int {
+		n := 0
+		for _, line := range strings.Split(kw.String(), "\n") {
+			if strings.HasPrefix(line, typ) && strings.Contains(line, a1) {
+				n++
+			}
+		}
+		return n
+	}
+
+	// Paused, a1 leaves the selection: DELETED, as it was last selected
+	// (running) at the pause's resourceVersion; kubectl says so and the
+	// informer drops it.
+	if code, body := s.call(s.keyA, http.MethodPost, "/sandboxes/"+a1+"/pause", nil); code != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	typ, u := nextOfA1()
+	state, _, _ := unstructured.NestedString(u.Object, "status", "state")
+	if typ != watch.Deleted || state != "running" || u.GetResourceVersion() == lastRV {
+		t.Errorf("after the pause, a watch of %s: %s of a %s sandbox at resourceVersion %s (it was at %s), want DELETED of the running one at the pause's",
+			running, typ, state, u.GetResourceVersion(), lastRV)
+	}
+	eventually(t, 30*time.Second, func() string {
+		if kubectlSaw("DELETED") != 1 {
+			return "kubectl get -w --field-selector " + running + " shows no DELETED for the paused " + a1 + ":\n" + kw.String()
+		}
+		if informed() {
+			return "the informer of " + running + " still has the paused " + a1
+		}
+		return ""
+	})
+
+	// Resumed, it enters again: ADDED.
+	if code, body := s.call(s.keyA, http.MethodPost, "/sandboxes/"+a1+"/connect", map[string]any{"timeout": 300}); code != http.StatusCreated {
+		t.Fatalf("connect to the paused sandbox: %d %s", code, body)
+	}
+	typ, u = nextOfA1()
+	state, _, _ = unstructured.NestedString(u.Object, "status", "state")
+	if typ != watch.Added || state != "running" {
+		t.Errorf("after the resume, a watch of %s: %s of a %s sandbox, want ADDED of a running one", running, typ, state)
+	}
+	eventually(t, 30*time.Second, func() string {
+		if kubectlSaw("ADDED") != 2 {
+			return "kubectl get -w --field-selector " + running + " shows no second ADDED for the resumed " + a1 + ":\n" + kw.String()
+		}
+		if !informed() {
+			return "the informer of " + running + " does not have the resumed " + a1
+		}
+		return ""
+	})
 }
 
 // lockedBuffer is a bytes.Buffer a process writes while the test reads.

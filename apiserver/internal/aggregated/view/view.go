@@ -86,7 +86,11 @@ type Event struct {
 	// Object is the sandbox after the change (for DELETED: as it was, with
 	// the deletion's resourceVersion). It is shared: never modify it.
 	Object *v1beta1.Sandbox
-	rv     uint64
+	// Prev is, for MODIFIED, the sandbox before the change (shared too): a
+	// watch with a selector matches both, to tell a sandbox that leaves its
+	// selection (DELETED) or enters it (ADDED) from one that changes in it.
+	Prev *v1beta1.Sandbox
+	rv   uint64
 }
 
 // Snapshot is the view as one batch left it. It is immutable.
@@ -264,7 +268,7 @@ func (v *View) Rebuild(ctx context.Context) error {
 			if old != nil {
 				typ = watch.Modified
 			}
-			changes = append(changes, Event{Type: typ, Object: sb})
+			changes = append(changes, Event{Type: typ, Object: sb, Prev: old})
 		}
 		if prev != nil {
 			changes = appendDeleted(changes, prev, ns)

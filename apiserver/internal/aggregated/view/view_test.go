@@ -256,6 +256,85 @@ func TestWatch(t *testing.T) {
 	}
 }
 
+// A watch with a selector sees a sandbox that a change takes out of the
+// selection as DELETED (as it was last selected, at the change's
+// resourceVersion) and one a change brings in as ADDED, as the
+// kube-apiserver's watch cache sends them.
+func TestWatchWithASelectorSeesSandboxesLeaveAndEnter(t *testing.T) {
+	running, other := entry("n1", 1, "a"), entry("n1", 2, "a")
+	src := inventory.NewStaticSource(node("n1", 10, running, other))
+	v := New(src, Options{})
+	rebuild(t, v)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w, err := v.Watch(ctx, WatchOptions{Filter: func(sb *sbv1.Sandbox) bool { return sb.Status.State == sbv1.SandboxRunning }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for range 2 {
+		if e := recv(t, w); e.Type != watch.Added {
+			t.Fatalf("burst: %v", e.Type)
+		}
+	}
+	// A change within the selection is MODIFIED.
+	running.CPUMilli = 2000
+	src.Apply(node("n1", 11, running, other))
+	rebuild(t, v)
+	e := recv(t, w)
+	if e.Type != watch.Modified || e.Object.(*sbv1.Sandbox).Spec.Resources.CPUMilli != 2000 {
+		t.Fatalf("a change in the selection: %v %+v", e.Type, e.Object)
+	}
+	before := e.Object.(*sbv1.Sandbox)
+	// Paused, it leaves the selection: DELETED, the running sandbox it
+	// was, at the pause's resourceVersion.
+	paused := running
+	paused.State = v1beta1.SandboxPaused
+	src.Apply(node("n1", 12, paused, other))
+	rebuild(t, v)
+	e = recv(t, w)
+	gone, _ := e.Object.(*sbv1.Sandbox)
+	if e.Type != watch.Deleted || gone.Name != id("n1", 1) || gone.Status.State != sbv1.SandboxRunning || gone.Spec.Resources.CPUMilli != 2000 {
+		t.Fatalf("after the pause: %v %+v", e.Type, e.Object)
+	}
+	pauseRV := strconv.FormatUint(12<<seqBits|1, 10)
+	if gone.ResourceVersion != pauseRV || before.ResourceVersion == pauseRV {
+		t.Errorf("DELETED at resourceVersion %s (the sandbox's before: %s), want the pause's %s", gone.ResourceVersion, before.ResourceVersion, pauseRV)
+	}
+	if v.Current().Get("a", id("n1", 1)).Status.State != sbv1.SandboxPaused {
+		t.Error("the watch's DELETED object changed the view's")
+	}
+	// Changes outside the selection are not sent; the other sandbox's is.
+	paused.MemoryMiB = 512
+	other.MemoryMiB = 512
+	src.Apply(node("n1", 13, paused, other))
+	rebuild(t, v)
+	if e := recv(t, w); e.Type != watch.Modified || e.Object.(*sbv1.Sandbox).Name != id("n1", 2) {
+		t.Fatalf("after changes to a paused and a running sandbox: %v %+v", e.Type, e.Object)
+	}
+	// Resumed, it enters again: ADDED.
+	src.Apply(node("n1", 14, running, other))
+	rebuild(t, v)
+	if e := recv(t, w); e.Type != watch.Added || e.Object.(*sbv1.Sandbox).Name != id("n1", 1) || e.Object.(*sbv1.Sandbox).Status.State != sbv1.SandboxRunning {
+		t.Fatalf("after the resume: %v %+v", e.Type, e.Object)
+	}
+	// Killed while selected: DELETED; a watch without a selector sees
+	// every change as it is.
+	all, err := v.Watch(ctx, WatchOptions{ResourceVersion: v.Current().RV})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Stop()
+	src.Apply(node("n1", 15, other))
+	rebuild(t, v)
+	if e := recv(t, w); e.Type != watch.Deleted || e.Object.(*sbv1.Sandbox).Name != id("n1", 1) {
+		t.Fatalf("after the kill: %v %+v", e.Type, e.Object)
+	}
+	if e := recv(t, all); e.Type != watch.Deleted || e.Object.(*sbv1.Sandbox).Name != id("n1", 1) {
+		t.Fatalf("the watch of all after the kill: %v %+v", e.Type, e.Object)
+	}
+}
+
 func TestSlowWatcherThatFallsOutOfTheHistoryGetsGone(t *testing.T) {
 	src := inventory.NewStaticSource(node("n1", 1))
 	v := New(src, Options{History: 2})

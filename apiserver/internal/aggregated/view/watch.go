@@ -132,7 +132,7 @@ func (w *watcher) run(ctx context.Context, initial []*v1beta1.Sandbox, cursor ui
 		}
 		for _, e := range events {
 			cursor = e.rv
-			if w.o.Filter(e.Object) && !send(watch.Event{Type: e.Type, Object: e.Object}) {
+			if out, ok := w.event(e); ok && !send(out) {
 				return
 			}
 		}
@@ -150,4 +150,37 @@ func (w *watcher) run(ctx context.Context, initial []*v1beta1.Sandbox, cursor ui
 			}
 		}
 	}
+}
+
+// event is what change e is to this watch, as the kube-apiserver's watch
+// cache makes it (k8s.io/apiserver's cacheWatcher.convertToWatchEvent): the
+// filter is matched against the sandbox before and after the change, so
+// that a sandbox the change takes out of the selection (one paused, to a
+// watch of status.state=running) is DELETED, as it was last selected but
+// at the change's resourceVersion, and one the change brings in is ADDED;
+// matched on the new sandbox alone, a watch with a selector (kubectl get
+// -w, an informer) would keep the paused one until it relists. false: the
+// watch has no interest in e.
+func (w *watcher) event(e Event) (watch.Event, bool) {
+	now := e.Type != watch.Deleted && w.o.Filter(e.Object)
+	var before bool
+	switch e.Type {
+	case watch.Deleted:
+		before = w.o.Filter(e.Object)
+	case watch.Modified:
+		before = e.Prev != nil && w.o.Filter(e.Prev)
+	}
+	switch {
+	case now && before:
+		return watch.Event{Type: watch.Modified, Object: e.Object}, true
+	case now:
+		return watch.Event{Type: watch.Added, Object: e.Object}, true
+	case before && e.Type == watch.Deleted:
+		return watch.Event{Type: watch.Deleted, Object: e.Object}, true
+	case before:
+		gone := e.Prev.DeepCopy()
+		gone.ResourceVersion = e.Object.ResourceVersion
+		return watch.Event{Type: watch.Deleted, Object: gone}, true
+	}
+	return watch.Event{}, false
 }
