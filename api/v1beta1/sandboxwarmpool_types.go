@@ -8,11 +8,13 @@ import (
 // template ready across the fleet, so that a create is a claim rather than a
 // cold start. One sandbox-apiserver replica (the lease holder) drives every
 // pool to its target; the scale subresource lets an HPA or
-// `kubectl scale` set the target.
+// `kubectl scale` set the target. The pool's name is the value of its
+// sandboxes' skiff.dev/pool label, so it is at most 63 characters.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a pool's name is at most 63 characters: it is its sandboxes' skiff.dev/pool label"
 // +kubebuilder:resource:shortName=swp,categories=skiff
 // +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.template`
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
@@ -80,6 +82,12 @@ type SandboxWarmPoolStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	Replicas int32 `json:"replicas,omitempty"`
+
+	// Selector is the label selector of the pool's sandboxes in its
+	// namespace, skiff.dev/pool= and the pool's name, which the scale
+	// subresource reports: an HPA does not scale a target without one.
+	// +optional
+	Selector string `json:"selector,omitempty"`
 
 	// Ready is how many warm sandboxes have envd ready and can be claimed.
 	// +optional

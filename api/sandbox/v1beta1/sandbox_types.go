@@ -106,6 +106,13 @@ type SandboxList struct {
 	Items []Sandbox `json:"items"`
 }
 
+// PoolLabel is the label of the sandboxes a SandboxWarmPool started that
+// are in the pool's namespace (its warm ones, and those a team of that
+// namespace claimed): the pool's name. A pool's status.selector, which its
+// scale subresource reports (an HPA needs one), is PoolLabel=<name>. The
+// label is the pool's: e2b metadata of that key is not made a label.
+const PoolLabel = "skiff.dev/pool"
+
 // Field selectors a list or watch of sandboxes accepts, beside
 // metadata.name and metadata.namespace.
 const (

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	sbv1 "github.com/skiff-dev/skiff/api/sandbox/v1beta1"
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
@@ -87,6 +89,16 @@ func TestWarmPools(t *testing.T) {
 		return ids
 	}
 	warm := wantPool(4)
+	// The scale subresource, as an HPA reads it, has the selector the
+	// driver sets in the status (without one, an HPA does not scale): the
+	// label of the pool's sandboxes.
+	scale := &autoscalingv1.Scale{}
+	if err := c.SubResource("scale").Get(ctx, pool, scale); err != nil {
+		t.Fatal(err)
+	}
+	if want := sbv1.PoolLabel + "=base"; scale.Status.Selector != want || scale.Status.Replicas != 4 || scale.Spec.Replicas != 4 {
+		t.Errorf("the pool's scale %+v, want 4 replicas and the selector %s", scale, want)
+	}
 	// Exactly one of the two replicas holds the lease and drives the pool.
 	const leader = "skiff_apiserver_warm_pool_leader"
 	leaders := func() string { return hosttest.Metric(k.admin, leader) + hosttest.Metric(k.replica2Admin, leader) }

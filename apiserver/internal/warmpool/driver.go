@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	sbv1 "github.com/skiff-dev/skiff/api/sandbox/v1beta1"
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 	"github.com/skiff-dev/skiff/apiserver/internal/fleet"
@@ -530,6 +531,7 @@ func (d *Driver) status(p Pool, ready, warming int) v1beta1.SandboxWarmPoolStatu
 	st := v1beta1.SandboxWarmPoolStatus{
 		ObservedGeneration: p.Object.Generation,
 		Replicas:           int32(ready + warming),
+		Selector:           sbv1.PoolLabel + "=" + p.Object.Name,
 		Ready:              int32(ready),
 		Warming:            int32(warming),
 	}

@@ -243,7 +243,7 @@ func TestDriverFillsRefillsTrimsAndReports(t *testing.T) {
 		t.Fatalf("a pool of 4 on two hosts: %v, want 2 and 2", w)
 	}
 	s := st.get("pools/base")
-	if s.Ready != 4 || s.Warming != 0 || s.Replicas != 4 || s.ObservedGeneration != 5 || len(s.Conditions) != 1 ||
+	if s.Ready != 4 || s.Warming != 0 || s.Replicas != 4 || s.ObservedGeneration != 5 || s.Selector != "skiff.dev/pool=base" || len(s.Conditions) != 1 ||
 		s.Conditions[0].Status != metav1.ConditionTrue || s.Conditions[0].Reason != ReasonFilled {
 		t.Fatalf("status %+v", s)
 	}

@@ -137,12 +137,28 @@ func TestCRDsOnControlPlane(t *testing.T) {
 	if got := ptr.Deref(pool.Spec.Replicas, 0); got != 5 {
 		t.Fatalf("replicas after scale = %d, want 5", got)
 	}
-	pool.Status = v1beta1.SandboxWarmPoolStatus{Replicas: 3, Ready: 2, Warming: 1, Conditions: []metav1.Condition{{
+	pool.Status = v1beta1.SandboxWarmPoolStatus{Replicas: 3, Ready: 2, Warming: 1, Selector: "skiff.dev/pool=base", Conditions: []metav1.Condition{{
 		Type: v1beta1.SandboxWarmPoolConditionReady, Status: metav1.ConditionFalse, Reason: "Warming",
 		LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second)),
 	}}}
 	if err := c.Status().Update(ctx, pool); err != nil {
 		t.Fatalf("update status: %v", err)
+	}
+	// The scale subresource reports status.selector: an HPA scales only a
+	// target whose scale has a selector.
+	if err := c.SubResource("scale").Get(ctx, pool, scale); err != nil {
+		t.Fatalf("get scale: %v", err)
+	}
+	if scale.Status.Replicas != 3 || scale.Status.Selector != "skiff.dev/pool=base" {
+		t.Fatalf("scale status = %+v, want 3 replicas and the selector skiff.dev/pool=base", scale.Status)
+	}
+	// A pool's name is its sandboxes' label value: at most 63 characters.
+	long := &v1beta1.SandboxWarmPool{
+		ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("p", 64), Namespace: "default"},
+		Spec:       v1beta1.SandboxWarmPoolSpec{Template: "base"},
+	}
+	if err := c.Create(ctx, long); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "at most 63 characters") {
+		t.Fatalf("create a pool of a 64-character name: err = %v, want Invalid", err)
 	}
 	pool.Spec.Template = "other"
 	if err := c.Update(ctx, pool); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "template is immutable") {

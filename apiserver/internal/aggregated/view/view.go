@@ -398,7 +398,7 @@ func toSandbox(node, ns string, e *fleetv1beta1.SandboxEntry) *v1beta1.Sandbox {
 			Namespace:         ns,
 			UID:               types.UID(uuid.NewSHA1(uidSpace, []byte(node+"/"+e.ID)).String()),
 			CreationTimestamp: e.StartedAt,
-			Labels:            labelsOf(e.Metadata),
+			Labels:            labelsOf(ns, e),
 		},
 		Spec: v1beta1.SandboxSpec{
 			Template:  e.Template,
@@ -416,18 +416,28 @@ func toSandbox(node, ns string, e *fleetv1beta1.SandboxEntry) *v1beta1.Sandbox {
 	return sb
 }
 
-// labelsOf returns the metadata entries that are valid labels, so that a
-// label selector selects sandboxes by their e2b metadata.
-func labelsOf(md map[string]string) map[string]string {
+// labelsOf returns the labels of entry e shown in namespace ns: the
+// metadata entries that are valid labels, so that a label selector selects
+// sandboxes by their e2b metadata, and, for a sandbox of a pool in the
+// pool's namespace, v1beta1.PoolLabel, its pool's status.selector (its
+// name alone: in another namespace it would name that namespace's pool of
+// the name).
+func labelsOf(ns string, e *fleetv1beta1.SandboxEntry) map[string]string {
 	var out map[string]string
-	for k, val := range md {
-		if len(validation.IsQualifiedName(k)) != 0 || len(validation.IsValidLabelValue(val)) != 0 {
-			continue
-		}
+	set := func(k, val string) {
 		if out == nil {
-			out = make(map[string]string, len(md))
+			out = make(map[string]string, len(e.Metadata)+1)
 		}
 		out[k] = val
+	}
+	for k, val := range e.Metadata {
+		if k == v1beta1.PoolLabel || len(validation.IsQualifiedName(k)) != 0 || len(validation.IsValidLabelValue(val)) != 0 {
+			continue
+		}
+		set(k, val)
+	}
+	if poolNS, name, ok := strings.Cut(e.Pool, "/"); ok && poolNS == ns && len(validation.IsValidLabelValue(name)) == 0 {
+		set(v1beta1.PoolLabel, name)
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package view
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"testing"
 	"time"
@@ -116,14 +117,39 @@ func TestWarmSandboxesShowInTheirPoolsNamespace(t *testing.T) {
 	if s.Len() != 1 || s.Get("pools", id("n1", 1)) == nil {
 		t.Fatalf("items %v", s.Items())
 	}
-	// A claim moves it to the team's namespace: DELETED there, ADDED here.
+	// It carries its pool's label, the pool's status.selector.
+	if l := s.Get("pools", id("n1", 1)).Labels; len(l) != 1 || l[sbv1.PoolLabel] != "base" {
+		t.Errorf("labels of a warm sandbox %v, want %s=base", l, sbv1.PoolLabel)
+	}
+	// A claim moves it to the team's namespace: DELETED there, ADDED here,
+	// without the label, which there would name a pool of that namespace.
+	// Claimed by the pool's namespace, it keeps it; metadata cannot set
+	// it.
 	claimed := warm
 	claimed.State, claimed.Team = v1beta1.SandboxRunning, "a"
-	src.Apply(node("n1", 11, claimed))
+	claimed.Metadata = map[string]string{sbv1.PoolLabel: "other", "app": "web"}
+	home := warm
+	home.ID, home.State, home.Team = id("n1", 4), v1beta1.SandboxRunning, "pools"
+	cold := entry("n1", 5, "pools")
+	cold.Metadata = map[string]string{sbv1.PoolLabel: "base"}
+	src.Apply(node("n1", 11, claimed, home, cold))
 	rebuild(t, v)
 	events, _, _ := v.since(s.RV)
-	if len(events) != 2 || events[0].Type != watch.Added || events[0].Object.Namespace != "a" || events[1].Type != watch.Deleted || events[1].Object.Namespace != "pools" {
+	if len(events) != 4 || events[0].Type != watch.Added || events[0].Object.Namespace != "a" || events[1].Type != watch.Deleted || events[1].Object.Namespace != "pools" {
 		t.Fatalf("events %+v", events)
+	}
+	cur := v.Current()
+	for _, tc := range []struct {
+		ns, id string
+		want   map[string]string
+	}{
+		{"a", id("n1", 1), map[string]string{"app": "web"}},
+		{"pools", id("n1", 4), map[string]string{sbv1.PoolLabel: "base"}},
+		{"pools", id("n1", 5), nil},
+	} {
+		if sb := cur.Get(tc.ns, tc.id); sb == nil || !maps.Equal(sb.Labels, tc.want) {
+			t.Errorf("%s/%s: %+v, want labels %v", tc.ns, tc.id, sb, tc.want)
+		}
 	}
 }
 
