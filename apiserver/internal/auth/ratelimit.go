@@ -52,8 +52,13 @@ func NewRateLimiter(perSecond float64, burst int) *RateLimiter {
 }
 
 // Allow takes one token from team's bucket and reports whether there was one.
-func (l *RateLimiter) Allow(team string) bool {
-	if l.limit == rate.Inf {
+func (l *RateLimiter) Allow(team string) bool { return l.AllowN(team, 1) }
+
+// AllowN takes n tokens from team's bucket, all or nothing: when fewer are
+// there, it takes none and reports false. A fork of n sandboxes takes n,
+// as n creates would; more than the burst is never allowed.
+func (l *RateLimiter) AllowN(team string, n int) bool {
+	if l.limit == rate.Inf || n <= 0 {
 		return true
 	}
 	now := l.now()
@@ -66,7 +71,16 @@ func (l *RateLimiter) Allow(team string) bool {
 		l.teams[team] = b
 	}
 	b.last = now
-	return b.lim.AllowN(now, 1)
+	return b.lim.AllowN(now, n)
+}
+
+// Burst is the most tokens a team's bucket holds: more than that is never
+// allowed at once. 0 when there is no limit.
+func (l *RateLimiter) Burst() int {
+	if l.limit == rate.Inf {
+		return 0
+	}
+	return l.burst
 }
 
 // sweep drops the buckets idle long enough to be full again. It runs at most

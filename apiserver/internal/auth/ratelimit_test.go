@@ -127,3 +127,39 @@ func TestRateLimiterConcurrent(t *testing.T) {
 		t.Fatalf("allowed %v, want exactly 50 per team", got)
 	}
 }
+
+// AllowN takes n tokens or none: a request for more than the bucket holds
+// leaves it as it was, and more than the burst never goes.
+func TestRateLimiterAllowNAllOrNothing(t *testing.T) {
+	l, clock := newFakeLimiter(1, 5) // 1/s, bursts of 5
+	if l.Burst() != 5 {
+		t.Fatalf("Burst = %d, want 5", l.Burst())
+	}
+	if !l.AllowN("team-a", 3) {
+		t.Fatal("3 of a full bucket of 5 refused")
+	}
+	if l.AllowN("team-a", 3) {
+		t.Fatal("3 more allowed with 2 left")
+	}
+	// The refusal took nothing: the 2 left are still there.
+	if got := allowed(l, "team-a", 5); got != 2 {
+		t.Fatalf("after a refused AllowN(3): %d allowed, want the 2 left", got)
+	}
+	if l.AllowN("team-b", 6) {
+		t.Fatal("6 allowed with a burst of 5")
+	}
+	if got := allowed(l, "team-b", 10); got != 5 {
+		t.Fatalf("after a refused AllowN(6): %d allowed, want a full burst of 5", got)
+	}
+	clock.advance(time.Hour)
+	if !l.AllowN("team-a", 5) || l.AllowN("team-a", 1) {
+		t.Fatal("a refilled bucket should give exactly its burst of 5")
+	}
+	if !l.AllowN("team-a", 0) {
+		t.Error("AllowN(0) refused: nothing was asked")
+	}
+	u, _ := newFakeLimiter(0, 5)
+	if !u.AllowN("team-a", 1000) || u.Burst() != 0 {
+		t.Errorf("no limit: AllowN(1000) refused or Burst %d", u.Burst())
+	}
+}

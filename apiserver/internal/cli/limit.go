@@ -4,48 +4,100 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 )
 
+// createRateExhausted is what a team that creates faster than its rate is
+// told, by a create (limitCreates) and by a fork alike.
+const createRateExhausted = "too many sandboxes created: the team's create rate is exhausted, retry later"
+
 // teamLimit caps each team's sandboxes (running and paused) at max: a
-// create beyond answers 429. Creates still in flight count, so concurrent
-// creates cannot overshoot on this replica.
+// create or fork beyond answers 429. Creates and forks still in flight
+// count, so concurrent ones cannot overshoot on this replica. A fork of n
+// also takes n tokens from the team's create rate, all or nothing: a
+// create takes its one in limitCreates, before its body is read, but a
+// fork's count is in its body.
 type teamLimit struct {
 	e2bapi.Backend
-	max int
+	max  int               // 0: no limit on the number
+	rate *auth.RateLimiter // nil: no limit on the rate
 
 	mu       sync.Mutex
 	inFlight map[string]int
 }
 
-func limitTeams(b e2bapi.Backend, max int) e2bapi.Backend {
-	if max <= 0 {
+// limitTeams wraps b with the team limits: at most max sandboxes (0: no
+// limit) and forks taking from rate (nil: no limit).
+func limitTeams(b e2bapi.Backend, max int, rate *auth.RateLimiter) e2bapi.Backend {
+	if max <= 0 && (rate == nil || rate.Burst() == 0) {
 		return b
 	}
-	return &teamLimit{Backend: b, max: max, inFlight: map[string]int{}}
+	if rate != nil && rate.Burst() == 0 {
+		rate = nil
+	}
+	return &teamLimit{Backend: b, max: max, rate: rate, inFlight: map[string]int{}}
 }
 
 func (l *teamLimit) Create(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, error) {
+	release, err := l.reserve(ctx, team, 1, "")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return l.Backend.Create(ctx, team, p)
+}
+
+// Fork refuses the whole fork when its count would take the team past its
+// sandboxes or its create rate: starting some of them would leave the
+// caller to guess which.
+func (l *teamLimit) Fork(ctx context.Context, team, id string, count int, timeout time.Duration) ([]e2bapi.ForkResult, error) {
+	release, err := l.reserve(ctx, team, count, fmt.Sprintf("a fork of %d", count))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if l.rate != nil && !l.rate.AllowN(team, count) {
+		if b := l.rate.Burst(); count > b {
+			return nil, rateError(fmt.Sprintf("too many sandboxes created: a fork of %d is more than the team's create burst of %d; fork fewer at once", count, b))
+		}
+		return nil, rateError(createRateExhausted)
+	}
+	return l.Backend.Fork(ctx, team, id, count, timeout)
+}
+
+// reserve counts n more sandboxes of team in flight, or refuses them
+// (ErrRateLimited) when the team's sandboxes, those in flight included,
+// leave no room for n; what names them in the refusal ("a fork of 3"),
+// empty for one create. release uncounts them.
+func (l *teamLimit) reserve(ctx context.Context, team string, n int, what string) (release func(), err error) {
+	if l.max <= 0 {
+		return func() {}, nil
+	}
 	have, err := l.List(ctx, team, []e2bapi.State{e2bapi.StateRunning, e2bapi.StatePaused})
 	if err != nil {
 		return nil, err
 	}
 	l.mu.Lock()
-	if len(have)+l.inFlight[team] >= l.max {
+	if taken := len(have) + l.inFlight[team]; taken+n > l.max {
 		l.mu.Unlock()
-		return nil, fmt.Errorf("%w: the team has %d sandboxes, its limit", e2bapi.ErrRateLimited, l.max)
+		if what == "" {
+			return nil, fmt.Errorf("%w: the team has %d sandboxes, its limit", e2bapi.ErrRateLimited, l.max)
+		}
+		return nil, fmt.Errorf("%w: the team has %d sandboxes (creates and forks in flight counted), and %s would pass its limit of %d",
+			e2bapi.ErrRateLimited, taken, what, l.max)
 	}
-	l.inFlight[team]++
+	l.inFlight[team] += n
 	l.mu.Unlock()
-	defer func() {
+	return func() {
 		l.mu.Lock()
-		if l.inFlight[team]--; l.inFlight[team] == 0 {
+		if l.inFlight[team] -= n; l.inFlight[team] <= 0 {
 			delete(l.inFlight, team)
 		}
 		l.mu.Unlock()
-	}()
-	return l.Backend.Create(ctx, team, p)
+	}, nil
 }
 
 // Healthy passes the backend's health check through the wrapper.
@@ -55,3 +107,12 @@ func (l *teamLimit) Healthy(ctx context.Context) error {
 	}
 	return nil
 }
+
+// rateError is a refusal by the create rate: an ErrRateLimited whose text
+// is the caller's whole message, as limitCreates writes it for a create.
+type rateError string
+
+func (e rateError) Error() string { return string(e) }
+
+// Is makes a rateError an ErrRateLimited.
+func (e rateError) Is(target error) bool { return target == e2bapi.ErrRateLimited }

@@ -3,9 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/skiff-dev/skiff/apiserver/internal/auth"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
 )
 
@@ -15,6 +18,7 @@ type countingBackend struct {
 	e2bapi.Backend
 	mu      sync.Mutex
 	teams   map[string]int
+	forks   int // Fork calls that reached the backend
 	release chan struct{}
 }
 
@@ -22,6 +26,24 @@ func (b *countingBackend) List(_ context.Context, team string, _ []e2bapi.State)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return make([]e2bapi.Sandbox, b.teams[team]), nil
+}
+
+// Fork adds count sandboxes to team, once release is closed.
+func (b *countingBackend) Fork(ctx context.Context, team, _ string, count int, _ time.Duration) ([]e2bapi.ForkResult, error) {
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.teams[team] += count
+	b.forks++
+	out := make([]e2bapi.ForkResult, count)
+	for i := range out {
+		out[i].Sandbox = &e2bapi.Sandbox{}
+	}
+	return out, nil
 }
 
 func (b *countingBackend) Create(_ context.Context, team string, _ e2bapi.CreateParams) (*e2bapi.Sandbox, error) {
@@ -34,7 +56,7 @@ func (b *countingBackend) Create(_ context.Context, team string, _ e2bapi.Create
 
 func TestTeamLimitCountsSandboxesAndCreatesInFlight(t *testing.T) {
 	b := &countingBackend{teams: map[string]int{"a": 1}, release: make(chan struct{})}
-	l := limitTeams(b, 3)
+	l := limitTeams(b, 3, nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, 10)
 	for range 10 {
@@ -67,7 +89,70 @@ func TestTeamLimitCountsSandboxesAndCreatesInFlight(t *testing.T) {
 	if _, err := l.Create(context.Background(), "b", e2bapi.CreateParams{}); err != nil {
 		t.Errorf("team b: %v", err)
 	}
-	if limitTeams(b, 0) != e2bapi.Backend(b) {
-		t.Error("a zero limit should not wrap the backend")
+	if limitTeams(b, 0, nil) != e2bapi.Backend(b) || limitTeams(b, 0, auth.NewRateLimiter(0, 5)) != e2bapi.Backend(b) {
+		t.Error("no limits should not wrap the backend")
+	}
+}
+
+// A fork of n counts as n sandboxes against the team's limit, in flight
+// included, and takes n tokens from its create rate; a fork that does not
+// fit whole is refused whole, before anything starts.
+func TestTeamLimitCountsForks(t *testing.T) {
+	b := &countingBackend{teams: map[string]int{"a": 2}, release: make(chan struct{})}
+	l := limitTeams(b, 5, nil)
+
+	// 2 + 4 > 5: refused whole, at once.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	_, err := l.Fork(ctx, "a", "src", 4, time.Minute)
+	if !errors.Is(err, e2bapi.ErrRateLimited) || !strings.Contains(err.Error(), "a fork of 4 would pass its limit of 5") {
+		t.Fatalf("a fork of 4 beside 2 sandboxes, limit 5: %v", err)
+	}
+
+	// A fork of 3 in flight fills the team: a create meanwhile is refused.
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Fork(context.Background(), "a", "src", 3, time.Minute)
+		done <- err
+	}()
+	tl := l.(*teamLimit)
+	waitFor(t, "the fork of 3 to be in flight", func() bool {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		return tl.inFlight["a"] == 3
+	})
+	if _, err := l.Create(context.Background(), "a", e2bapi.CreateParams{}); !errors.Is(err, e2bapi.ErrRateLimited) {
+		t.Fatalf("a create while a fork of 3 fills the team: %v", err)
+	}
+	close(b.release)
+	if err := <-done; err != nil {
+		t.Fatalf("a fork of 3 beside 2 sandboxes, limit 5: %v", err)
+	}
+	if b.teams["a"] != 5 || b.forks != 1 || len(tl.inFlight) != 0 {
+		t.Fatalf("team a has %d sandboxes after %d forks reached the backend (in flight: %v), want 5 after 1", b.teams["a"], b.forks, tl.inFlight)
+	}
+	if _, err := l.Fork(context.Background(), "a", "src", 1, time.Minute); !errors.Is(err, e2bapi.ErrRateLimited) {
+		t.Fatalf("a fork of a full team: %v", err)
+	}
+
+	// The rate, with no limit on the number: tokens are taken all or
+	// nothing, in the create path's words.
+	b = &countingBackend{teams: map[string]int{}, release: make(chan struct{})}
+	close(b.release)
+	l = limitTeams(b, 0, auth.NewRateLimiter(1e-3, 6)) // no refill within the test
+	if _, err := l.Fork(context.Background(), "a", "src", 4, time.Minute); err != nil {
+		t.Fatalf("a fork of 4 with 6 tokens: %v", err)
+	}
+	if _, err := l.Fork(context.Background(), "a", "src", 3, time.Minute); !errors.Is(err, e2bapi.ErrRateLimited) || err.Error() != createRateExhausted {
+		t.Fatalf("a fork of 3 with 2 tokens left: %v", err)
+	}
+	if _, err := l.Fork(context.Background(), "a", "src", 2, time.Minute); err != nil {
+		t.Fatalf("a fork of 2 with the 2 tokens a refused fork left: %v", err)
+	}
+	if _, err := l.Fork(context.Background(), "b", "src", 7, time.Minute); !errors.Is(err, e2bapi.ErrRateLimited) || !strings.Contains(err.Error(), "more than the team's create burst of 6") {
+		t.Fatalf("a fork of 7 with a burst of 6: %v", err)
+	}
+	if b.forks != 2 || b.teams["a"] != 6 {
+		t.Fatalf("%d forks reached the backend, %d sandboxes; want the 2 that fit, 6 sandboxes", b.forks, b.teams["a"])
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,8 +36,8 @@ const standinToken = "node-token-for-the-ops-tests"
 // a create need of its Connect API: Info (held back until release, so a
 // test sees the fleet before it synced), Watch (a snapshot, then nothing),
 // Claim (every warm sandbox is already taken: failed_precondition, as
-// sandboxd answers a lost race) and Create (the host is full:
-// resource_exhausted). Everything else is unimplemented.
+// sandboxd answers a lost race), Create (the host is full:
+// resource_exhausted), Get and Fork. Everything else is unimplemented.
 type standin struct {
 	sandboxdv1connect.UnimplementedSandboxdServiceHandler
 	node      string
@@ -44,6 +45,7 @@ type standin struct {
 	released  chan struct{}
 	release   func()
 	srv       *httptest.Server
+	forked    atomic.Int64 // sandboxes Fork started
 }
 
 func newStandin(t *testing.T, node string, sandboxes ...*pb.Sandbox) *standin {
@@ -104,6 +106,33 @@ func (s *standin) Claim(context.Context, *connect.Request[pb.ClaimRequest]) (*co
 
 func (s *standin) Create(context.Context, *connect.Request[pb.CreateRequest]) (*connect.Response[pb.CreateResponse], error) {
 	return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("no room for the sandbox"))
+}
+
+// Get finds one of the sandboxes the host was made with.
+func (s *standin) Get(_ context.Context, req *connect.Request[pb.GetRequest]) (*connect.Response[pb.GetResponse], error) {
+	for _, sb := range s.sandboxes {
+		if sb.GetId() == req.Msg.GetSandboxId() {
+			return connect.NewResponse(&pb.GetResponse{Sandbox: sb}), nil
+		}
+	}
+	return nil, connect.NewError(connect.CodeNotFound, errors.New("no such sandbox"))
+}
+
+// Fork starts every fork asked for (each a new running sandbox, which the
+// host's Watch never reports) and counts them.
+func (s *standin) Fork(_ context.Context, req *connect.Request[pb.ForkRequest]) (*connect.Response[pb.ForkResponse], error) {
+	out := &pb.ForkResponse{}
+	for range req.Msg.GetCount() {
+		id, err := sandboxid.New(sandboxid.NodeTag(s.node))
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		out.Forks = append(out.Forks, &pb.ForkResult{Created: &pb.CreateResponse{Sandbox: &pb.Sandbox{
+			Id: id, Template: "base", State: pb.SandboxState_SANDBOX_STATE_RUNNING, Team: req.Msg.GetTeam(),
+		}}})
+	}
+	s.forked.Add(int64(req.Msg.GetCount()))
+	return connect.NewResponse(out), nil
 }
 
 // serving is serveOn running on loopback listeners.

@@ -232,15 +232,15 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		stopKube := a.stop
 		a.stop = func() { k.stop(); stopKube() }
 	}
+	limiter := auth.NewRateLimiter(o.createRate, o.createBurst)
 	api := e2bapi.New(e2bapi.Config{
-		Backend:       limitTeams(backend, o.maxPerTeam),
+		Backend:       limitTeams(backend, o.maxPerTeam, limiter),
 		Team:          func(r *http.Request) (string, bool) { return auth.TeamFrom(r.Context()) },
 		SandboxDomain: o.sandboxDomain,
 		MaxTimeout:    o.maxTimeout,
 		Logger:        log,
 		VolumeKey:     tokens.VolumeKey(),
 	})
-	limiter := auth.NewRateLimiter(o.createRate, o.createBurst)
 	route := routeOf(api)
 	a.handler = tracing.Handler(m.Instrument(withHealth(api, auth.Middleware(keys, limitCreates(limiter, api))), route),
 		spanName(route), notHealth)
@@ -293,12 +293,13 @@ func routeOf(api http.Handler) func(*http.Request) string {
 }
 
 // limitCreates answers 429 in e2b's shape when a team creates faster than
-// its rate.
+// its rate. A fork takes its count from the same rate in teamLimit, once
+// its body has been read.
 func limitCreates(l *auth.RateLimiter, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && (r.URL.Path == "/sandboxes" || r.URL.Path == "/v2/sandboxes") {
 			if team, _ := auth.TeamFrom(r.Context()); !l.Allow(team) {
-				wire.WriteError(w, http.StatusTooManyRequests, "too many sandboxes created: the team's create rate is exhausted, retry later")
+				wire.WriteError(w, http.StatusTooManyRequests, createRateExhausted)
 				return
 			}
 		}

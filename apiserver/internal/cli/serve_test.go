@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -148,5 +149,56 @@ func TestServeLimitsTeamsByDefault(t *testing.T) {
 	code, body := a.call(key, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`)
 	if code != http.StatusTooManyRequests || !strings.Contains(string(body), "100 sandboxes") {
 		t.Errorf("the 101st sandbox of a team = %d %s, want 429 naming the limit of 100", code, body)
+	}
+}
+
+// A fork counts against the team's limits as creates do, through the
+// served API: a fork of n needs room for n sandboxes and n tokens of the
+// create rate, or is refused whole with 429; the tokens a fork takes are
+// gone for creates.
+func TestServeLimitsForks(t *testing.T) {
+	host := newStandin(t, "host-a")
+	src, other := host.sandboxID(t), host.sandboxID(t)
+	host.sandboxes = []*pb.Sandbox{
+		{Id: src, Template: "base", State: pb.SandboxState_SANDBOX_STATE_RUNNING, Team: "team-a"},
+		{Id: other, Template: "base", State: pb.SandboxState_SANDBOX_STATE_PAUSED, Team: "team-a"},
+	}
+	host.release()
+	serve := func(args ...string) (api, string) {
+		o, key := staticOptions(t, []string{host.endpoint()}, args...)
+		s := startServing(t, o)
+		waitFor(t, "/readyz answers 200", func() bool { code, _ := get(t, s.admin+"/readyz"); return code == http.StatusOK })
+		return api{t: t, base: s.api}, key
+	}
+	fork := func(a api, key string, count, want int, says string) {
+		t.Helper()
+		code, body := a.call(key, http.MethodPost, "/sandboxes/"+src+"/fork", fmt.Sprintf(`{"count":%d}`, count))
+		if code != want || !strings.Contains(string(body), says) {
+			t.Errorf("a fork of %d = %d %s, want %d with %s", count, code, body, want, says)
+		}
+	}
+
+	// The rate alone: a fork of more than the burst never goes.
+	a, key := serve("--max-sandboxes-per-team", "0", "--create-rate-per-team", "0.0001", "--create-burst-per-team", "3")
+	fork(a, key, 4, http.StatusTooManyRequests, `{"code":429,"message":"too many sandboxes created: a fork of 4 is more than the team's create burst of 3; fork fewer at once"}`)
+
+	a, key = serve("--max-sandboxes-per-team", "6", "--create-rate-per-team", "0.0001", "--create-burst-per-team", "3")
+	// 2 + 5 > 6, refused before the rate is asked.
+	fork(a, key, 5, http.StatusTooManyRequests,
+		`{"code":429,"message":"rate limited: the team has 2 sandboxes (creates and forks in flight counted), and a fork of 5 would pass its limit of 6"}`)
+	fork(a, key, 2, http.StatusCreated, `"sandboxID"`)
+	// 4 + 2 fit, but 1 token is left: a fork of 2 is refused whole.
+	fork(a, key, 2, http.StatusTooManyRequests, `{"code":429,"message":"too many sandboxes created: the team's create rate is exhausted, retry later"}`)
+	// The fork of 2 spent 2 of the 3 tokens, the refused one none: a
+	// create takes the last, and the next is refused.
+	if code, body := a.call(key, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`); code == http.StatusTooManyRequests {
+		t.Errorf("a create with one token left = %d %s", code, body)
+	}
+	if code, body := a.call(key, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`); code != http.StatusTooManyRequests ||
+		!strings.Contains(string(body), "create rate is exhausted") {
+		t.Errorf("a create once the fork and a create spent the burst = %d %s, want 429", code, body)
+	}
+	if n := host.forked.Load(); n != 2 {
+		t.Errorf("the host started %d forks, want only the 2 of the fork that fit", n)
 	}
 }
