@@ -36,7 +36,10 @@ type Backend interface {
 	// 'reboot') a paused sandbox boots afresh on its files, whatever its
 	// pause kept. The returned Sandbox carries the envd access token.
 	Connect(ctx context.Context, team, id string, timeout time.Duration, reboot bool) (sb *Sandbox, resumed bool, err error)
-	// Pause pauses a running sandbox; ErrConflict if it is already paused.
+	// Pause pauses a running sandbox; ErrConflict only if it is paused now
+	// (answered with e2b's "already paused", which the SDK's pause() reads
+	// as false). Any other refusal is another category: an *InvalidError
+	// with the host's reason, ErrNotFound when the sandbox ended meanwhile.
 	// keepMemory is e2b's "memory" flag: false keeps the files only (every
 	// process ends, the memory is freed; the next connect boots it).
 	Pause(ctx context.Context, team, id string, keepMemory bool) error

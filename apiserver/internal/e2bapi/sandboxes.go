@@ -298,8 +298,10 @@ type pauseBody struct {
 	Memory *bool `json:"memory"`
 }
 
-// pause serves POST /sandboxes/{id}/pause: 204, or 409 when it is already
-// paused (the SDK's pause then returns false).
+// pause serves POST /sandboxes/{id}/pause: 204, or 409 in e2b's words
+// when it is already paused (the SDK's pause then returns false); any
+// other refusal is the backend's error (400 with the host's reason, 404
+// when the sandbox is gone), so that false means paused.
 func (s *server) pause(w http.ResponseWriter, r *http.Request, team, id string) {
 	var body pauseBody
 	if !decodeBody(w, r, &body) {
@@ -308,7 +310,7 @@ func (s *server) pause(w http.ResponseWriter, r *http.Request, team, id string) 
 	keep := body.Memory == nil || *body.Memory
 	if err := s.backend.Pause(r.Context(), team, id, keep); err != nil {
 		if errors.Is(err, ErrConflict) {
-			writeError(w, http.StatusConflict, "", "sandbox %s is already paused", echo(id))
+			writeError(w, http.StatusConflict, "", "Error pausing sandbox - sandbox '%s' is already paused", id)
 			return
 		}
 		s.writeBackendError(w, r, err, sandboxSubject(id))

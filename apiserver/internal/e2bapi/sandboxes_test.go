@@ -397,11 +397,25 @@ func TestPause(t *testing.T) {
 	if f.state(id) != StatePaused || f.lastKeep {
 		t.Fatalf("state %q keepMemory %v", f.state(id), f.lastKeep)
 	}
-	wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/pause", ``, keyA), http.StatusConflict, "already paused")
+	e := wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/pause", ``, keyA), http.StatusConflict, "already paused")
+	if want := "Error pausing sandbox - sandbox '" + id + "' is already paused"; e.Message != want {
+		t.Errorf("409 says %q, want e2b's %q", e.Message, want)
+	}
 	if !f.lastKeep {
 		t.Fatal("memory defaults to true")
 	}
 	wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/pause", `{"memory":1}`, keyA), 400, "memory")
+
+	// Other refusals are not 409: the SDK's pause() would return false
+	// while the sandbox runs on, or is gone.
+	running := f.add(teamA, StateRunning, t0, nil)
+	f.err = Invalid("", "Sandbox cannot be paused: its files do not fit")
+	e = wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+running+"/pause", ``, keyA), http.StatusBadRequest, "do not fit")
+	if e.Message != "Sandbox cannot be paused: its files do not fit" {
+		t.Errorf("400 says %q, want the host's reason as it is", e.Message)
+	}
+	f.err = fmt.Errorf("pause: %w", ErrNotFound)
+	wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+running+"/pause", ``, keyA), http.StatusNotFound, running)
 }
 
 func TestResume(t *testing.T) {

@@ -48,6 +48,9 @@ type fakeNode struct {
 	// frac is added to t0 as a sandbox's start, for sandboxd's clock,
 	// which is not in whole seconds.
 	frac time.Duration
+	// refusePause, when set, answers Pause in its place, with the node
+	// locked: it may change the sandboxes, as a call in between would.
+	refusePause func(n *fakeNode, id string) error
 }
 
 func newFakeNode(name string, templates ...string) *fakeNode {
@@ -229,6 +232,9 @@ func (n *fakeNode) Pause(_ context.Context, req *connect.Request[sandboxdv1.Paus
 	defer n.mu.Unlock()
 	if err := n.record("Pause"); err != nil {
 		return nil, err
+	}
+	if n.refusePause != nil {
+		return nil, n.refusePause(n, req.Msg.GetSandboxId())
 	}
 	sb, ok := n.sandboxes[req.Msg.GetSandboxId()]
 	if !ok {

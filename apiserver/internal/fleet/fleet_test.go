@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
@@ -355,6 +356,47 @@ func TestPauseTwice(t *testing.T) {
 	}
 	if err := h.b.Pause(t.Context(), "team1", sb.ID, true); !errors.Is(err, e2bapi.ErrConflict) {
 		t.Fatalf("second Pause = %v, want ErrConflict", err)
+	}
+}
+
+// A pause sandboxd refuses is ErrConflict only when the sandbox is paused
+// now; a refusal of a sandbox that runs on is a 400 with sandboxd's reason,
+// and one of a sandbox killed meanwhile is ErrNotFound.
+func TestPauseRefused(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tooLarge = "Sandbox cannot be paused: under gVisor each file is copied through the sandbox's own memory"
+	for _, tc := range []struct {
+		name   string
+		refuse func(n *fakeNode, id string) error
+		check  func(err error) bool
+	}{
+		{"files too large", func(*fakeNode, string) error {
+			return connect.NewError(connect.CodeFailedPrecondition, errors.New(tooLarge))
+		}, func(err error) bool {
+			inv := new(e2bapi.InvalidError)
+			return errors.As(err, &inv) && inv.Error() == tooLarge && !errors.Is(err, e2bapi.ErrConflict)
+		}},
+		{"paused meanwhile", func(n *fakeNode, id string) error {
+			n.sandboxes[id].State = sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED
+			return connect.NewError(connect.CodeFailedPrecondition, errors.New("sandbox is paused, not running"))
+		}, func(err error) bool { return errors.Is(err, e2bapi.ErrConflict) }},
+		{"killed meanwhile", func(n *fakeNode, id string) error {
+			delete(n.sandboxes, id)
+			return connect.NewError(connect.CodeFailedPrecondition, errors.New("sandbox is stopping, not running"))
+		}, func(err error) bool { return errors.Is(err, e2bapi.ErrNotFound) && !errors.Is(err, e2bapi.ErrConflict) }},
+	} {
+		a.mu.Lock()
+		a.refusePause = tc.refuse
+		a.sandboxes[sb.ID].State = sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING
+		a.mu.Unlock()
+		if err := h.b.Pause(t.Context(), "team1", sb.ID, true); !tc.check(err) {
+			t.Errorf("%s: Pause = %v", tc.name, err)
+		}
 	}
 }
 

@@ -201,7 +201,12 @@ func (b *Backend) Connect(ctx context.Context, team, id string, timeout time.Dur
 	return toSandbox(l.node, sb, l.tokens), false, nil
 }
 
-// Pause pauses a running sandbox of team; ErrConflict if it is paused.
+// Pause pauses a running sandbox of team; ErrConflict only if it is paused
+// now. sandboxd's other refusals (a gVisor sandbox whose files would not
+// fit in its memory, …) are *e2bapi.InvalidError with sandboxd's reason,
+// and one because the sandbox ended meanwhile is ErrNotFound: a 409 would
+// tell the SDK it is paused (its pause() returns false) while it runs on,
+// or is gone.
 func (b *Backend) Pause(ctx context.Context, team, id string, keepMemory bool) error {
 	l, err := b.locate(ctx, team, id)
 	if err != nil {
@@ -212,7 +217,23 @@ func (b *Backend) Pause(ctx context.Context, team, id string, keepMemory bool) e
 	}
 	resp, err := l.client.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id, FilesOnly: !keepMemory}))
 	if err != nil {
-		return classify("pause", id, err)
+		if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+			return classify("pause", id, err)
+		}
+		// A refusal does not say what the sandbox is now: paused by
+		// another call, killed, or running on (what it could not do).
+		now, lerr := b.locate(ctx, team, id)
+		switch {
+		case lerr != nil:
+			return lerr
+		case now.sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED:
+			return fmt.Errorf("pause sandbox %s: %w: already paused", id, e2bapi.ErrConflict)
+		}
+		reason := err.Error()
+		if ce := new(connect.Error); errors.As(err, &ce) {
+			reason = ce.Message()
+		}
+		return e2bapi.Invalid("", "%s", reason)
 	}
 	sb := resp.Msg.GetSandbox()
 	if sb == nil {
