@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skiff-dev/skiff/shared/sandboxid"
 	"github.com/skiff-dev/skiff/wire"
 )
 
@@ -160,6 +161,14 @@ func (s *server) createSnapshot(w http.ResponseWriter, r *http.Request, team, id
 		var err error
 		if name, err = snapshotName(team, *body.Name); err != nil {
 			s.writeBackendError(w, r, err, "")
+			return
+		}
+		// Every lookup (a create's templateID, a delete, ParseSnapshotRef)
+		// takes a name shaped like an ID for an ID: a snapshot by that
+		// name could be made, and never used or deleted.
+		if base, _, _ := strings.Cut(name, ":"); validID(base) {
+			writeError(w, http.StatusBadRequest, "", "name: %s has the shape of a snapshot ID (%d characters of [a-z0-9]), which names snapshots by ID; choose another name",
+				echo(base), sandboxid.Len)
 			return
 		}
 	}

@@ -60,6 +60,19 @@ func TestCreateSnapshot(t *testing.T) {
 		}
 	}
 	wantError(t, do(t, h, "POST", "/sandboxes/"+id+"/snapshots", `{"name":"team-b/x"}`, keyA), http.StatusBadRequest, "namespace")
+	// A name shaped like an ID would be taken for one by every lookup: it
+	// could never be used or deleted.
+	n := f.count("Snapshot")
+	for _, name := range []string{"abcdefghij0123456789", "team-a/abcdefghij0123456789", "abcdefghij0123456789:v1", id} {
+		wantError(t, do(t, h, "POST", "/sandboxes/"+id+"/snapshots", `{"name":"`+name+`"}`, keyA), http.StatusBadRequest, "name", "snapshot ID")
+	}
+	if f.count("Snapshot") != n {
+		t.Error("a snapshot named like an ID reached the backend")
+	}
+	// Near misses are names.
+	for _, name := range []string{"abcdefghij012345678", "abcdefghij01234567890", "abcdefghij-123456789"} {
+		wantStatus(t, do(t, h, "POST", "/sandboxes/"+id+"/snapshots", `{"name":"`+name+`"}`, keyA), http.StatusCreated)
+	}
 	wantError(t, do(t, h, "POST", "/sandboxes/"+paused+"/snapshots", `{}`, keyA), http.StatusConflict, "cannot be snapshotted while in 'paused' state")
 	wantError(t, do(t, h, "POST", "/sandboxes/"+id+"/snapshots", `{}`, keyB), http.StatusNotFound, "not found")
 	wantError(t, do(t, h, "POST", "/sandboxes/nope/snapshots", `{}`, keyA), http.StatusNotFound)
