@@ -27,14 +27,18 @@ type Backend interface {
 	// Kill removes a sandbox, running or paused.
 	Kill(ctx context.Context, team, id string) error
 	// SetTimeout sets the sandbox's end to now + timeout. With onlyExtend it
-	// never moves the end earlier.
+	// never moves the end earlier. A timeout of 0 without onlyExtend ends
+	// the sandbox now, as its end would: killed, or paused when it was
+	// created with auto-pause.
 	SetTimeout(ctx context.Context, team, id string, timeout time.Duration, onlyExtend bool) error
 	// Connect makes sure the sandbox runs and lives until at least
 	// now + timeout: a paused sandbox is resumed with its end at
 	// now + timeout (resumed = true); a running one keeps its end if that is
-	// later. With reboot (e2b's memory: false, the SDK's onResume:
-	// 'reboot') a paused sandbox boots afresh on its files, whatever its
-	// pause kept. The returned Sandbox carries the envd access token.
+	// later. A timeout of 0 leaves a running sandbox's end as it is, and
+	// is an *InvalidError for a paused one. With reboot (e2b's memory:
+	// false, the SDK's onResume: 'reboot') a paused sandbox boots afresh on
+	// its files, whatever its pause kept. The returned Sandbox carries the
+	// envd access token.
 	Connect(ctx context.Context, team, id string, timeout time.Duration, reboot bool) (sb *Sandbox, resumed bool, err error)
 	// Pause pauses a running sandbox; ErrConflict only if it is paused now
 	// (answered with e2b's "already paused", which the SDK's pause() reads

@@ -226,6 +226,15 @@ func (f *fakeBackend) SetTimeout(_ context.Context, team, id string, timeout tim
 		return err
 	}
 	f.lastTimeout, f.lastExtend = timeout, onlyExtend
+	if timeout <= 0 && !onlyExtend {
+		// Ends now: killed, or paused with auto-pause.
+		if s.sb.AutoPause {
+			s.sb.State = StatePaused
+		} else {
+			delete(f.sandboxes, id)
+		}
+		return nil
+	}
 	end := f.now.Add(timeout)
 	if !onlyExtend || end.After(s.sb.EndAt) {
 		s.sb.EndAt = end
@@ -244,6 +253,9 @@ func (f *fakeBackend) Connect(_ context.Context, team, id string, timeout time.D
 	f.lastTimeout = timeout
 	end := f.now.Add(timeout)
 	resumed := s.sb.State == StatePaused
+	if resumed && timeout <= 0 {
+		return nil, false, Invalid("timeout", "must be greater than 0 to resume a paused sandbox")
+	}
 	if resumed {
 		s.sb.State = StateRunning
 		s.sb.EndAt = end

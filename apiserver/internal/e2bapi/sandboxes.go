@@ -165,7 +165,9 @@ type connectBody struct {
 }
 
 // connect serves POST /sandboxes/{id}/connect and its v2 twin: 200 when the
-// sandbox was running, 201 when it was resumed. The TTL is only extended.
+// sandbox was running, 201 when it was resumed. The TTL is only extended:
+// as in e2b's API a timeout of 0 or less leaves a running sandbox's end as
+// it is, and cannot resume a paused one (400, from the backend).
 func (s *server) connect(v2 bool) sandboxHandler {
 	return func(w http.ResponseWriter, r *http.Request, team, id string) {
 		var body connectBody
@@ -176,7 +178,7 @@ func (s *server) connect(v2 bool) sandboxHandler {
 			writeInvalid(w, required("timeout"))
 			return
 		}
-		timeout, err := seconds("timeout", body.Timeout, defaultConnectV2, 0, s.maxTimeout)
+		timeout, err := seconds("timeout", notNegative(body.Timeout), defaultConnectV2, 0, s.maxTimeout)
 		if err != nil {
 			writeInvalid(w, err)
 			return
@@ -249,7 +251,8 @@ type timeoutBody struct {
 }
 
 // setTimeout serves POST /sandboxes/{id}/timeout: end = now + timeout,
-// shorter or longer.
+// shorter or longer. As in e2b's API, a timeout of 0 ends the sandbox now
+// (killed, or paused with auto-pause), and a negative one is 0.
 func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, team, id string) {
 	var body timeoutBody
 	if !decodeBody(w, r, &body) {
@@ -259,7 +262,7 @@ func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, team, id str
 		writeInvalid(w, required("timeout"))
 		return
 	}
-	timeout, err := seconds("timeout", body.Timeout, 0, 0, s.maxTimeout)
+	timeout, err := seconds("timeout", notNegative(body.Timeout), 0, 0, s.maxTimeout)
 	if err != nil {
 		writeInvalid(w, err)
 		return
@@ -269,6 +272,15 @@ func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, team, id str
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// notNegative is a timeout from a body with a negative value made 0, as
+// e2b's API reads the timeouts of setTimeout and connect.
+func notNegative(v *int64) *int64 {
+	if v == nil || *v >= 0 {
+		return v
+	}
+	return new(int64)
 }
 
 type refreshBody struct {

@@ -356,7 +356,7 @@ func TestConnect(t *testing.T) {
 
 	// v1: the timeout is required.
 	for _, tc := range []struct{ body, field string }{
-		{``, "timeout"}, {`{}`, "timeout"}, {`{"timeout":null}`, "timeout"}, {`{"timeout":-5}`, "timeout"},
+		{``, "timeout"}, {`{}`, "timeout"}, {`{"timeout":null}`, "timeout"},
 		{`{"timeout":"5"}`, "timeout"}, {`{"timeout":100000}`, "timeout"}, {`{"timeout":5,"memory":"no"}`, "memory"},
 	} {
 		n := f.hostCalls()
@@ -365,7 +365,27 @@ func TestConnect(t *testing.T) {
 			t.Fatalf("invalid connect %q reached the backend", tc.body)
 		}
 	}
-	wantError(t, do(t, h, http.MethodPost, "/v2/sandboxes/"+running+"/connect", `{"timeout":-1}`, keyA), 400, "timeout")
+
+	// As in e2b's API, a timeout of 0 or less leaves a running sandbox's
+	// end as it is (the backend gets 0, never a negative), and cannot
+	// resume a paused one.
+	end := f.endAt(running)
+	for _, path := range []string{"/sandboxes/", "/v2/sandboxes/"} {
+		for _, body := range []string{`{"timeout":0}`, `{"timeout":-5}`} {
+			f.lastTimeout = time.Hour
+			wantSandbox(t, do(t, h, http.MethodPost, path+running+"/connect", body, keyA), http.StatusOK)
+			if f.lastTimeout != 0 || !f.endAt(running).Equal(end) || f.state(running) != StateRunning {
+				t.Fatalf("%sconnect %s: the backend got %v, and the end moved from %v to %v", path, body, f.lastTimeout, end, f.endAt(running))
+			}
+		}
+	}
+	paused3 := f.add(teamA, StatePaused, t0, nil)
+	for _, body := range []string{`{"timeout":0}`, `{"timeout":-1}`} {
+		wantError(t, do(t, h, http.MethodPost, "/v2/sandboxes/"+paused3+"/connect", body, keyA), 400, "timeout", "greater than 0")
+		if f.state(paused3) != StatePaused {
+			t.Fatalf("connect %s resumed a paused sandbox", body)
+		}
+	}
 }
 
 func TestSetTimeoutAndRefresh(t *testing.T) {
@@ -375,10 +395,23 @@ func TestSetTimeoutAndRefresh(t *testing.T) {
 	if f.lastTimeout != 30*time.Second || f.lastExtend || !f.endAt(id).Equal(t0.Add(30*time.Second)) {
 		t.Fatalf("setTimeout: %v extend=%v end %v", f.lastTimeout, f.lastExtend, f.endAt(id))
 	}
-	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/timeout", `{"timeout":0}`, keyA), http.StatusNoContent)
-	for _, body := range []string{``, `{}`, `{"timeout":-1}`, `{"timeout":"1"}`, `{"timeout":86401}`} {
+	for _, body := range []string{``, `{}`, `{"timeout":"1"}`, `{"timeout":86401}`} {
 		wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/timeout", body, keyA), 400, "timeout")
 	}
+	// As in e2b's API, 0 ends the sandbox now (killed; paused with
+	// auto-pause), and a negative timeout is 0.
+	autoPause := f.add(teamA, StateRunning, t0, nil)
+	f.sandboxes[autoPause].sb.AutoPause = true
+	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/timeout", `{"timeout":0}`, keyA), http.StatusNoContent)
+	if f.lastTimeout != 0 || f.lastExtend {
+		t.Fatalf("timeout 0: the backend got %v extend=%v", f.lastTimeout, f.lastExtend)
+	}
+	wantError(t, do(t, h, http.MethodGet, "/sandboxes/"+id, "", keyA), http.StatusNotFound, id)
+	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+autoPause+"/timeout", `{"timeout":-1}`, keyA), http.StatusNoContent)
+	if f.lastTimeout != 0 || f.state(autoPause) != StatePaused {
+		t.Fatalf("timeout -1 with auto-pause: the backend got %v, the sandbox is %s", f.lastTimeout, f.state(autoPause))
+	}
+	id = f.add(teamA, StateRunning, t0, nil)
 
 	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/refreshes", ``, keyA), http.StatusNoContent)
 	if f.lastTimeout != 15*time.Second || !f.lastExtend {

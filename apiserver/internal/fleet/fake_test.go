@@ -51,6 +51,8 @@ type fakeNode struct {
 	// refusePause, when set, answers Pause in its place, with the node
 	// locked: it may change the sandboxes, as a call in between would.
 	refusePause func(n *fakeNode, id string) error
+	// pausedFilesOnly is the files_only of the last Pause.
+	pausedFilesOnly bool
 }
 
 func newFakeNode(name string, templates ...string) *fakeNode {
@@ -223,7 +225,16 @@ func (n *fakeNode) SetTimeout(_ context.Context, req *connect.Request[sandboxdv1
 	if !ok {
 		return nil, n.notFound(req.Msg.GetSandboxId())
 	}
-	sb.EndAt = timestamppb.New(t0.Add(req.Msg.GetTimeout().AsDuration()))
+	// As sandboxd: a timeout must be positive, and only a running sandbox
+	// has a deadline.
+	d := req.Msg.GetTimeout().AsDuration()
+	if d <= 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("timeout: must be positive, got %s", d))
+	}
+	if sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("only a running sandbox has a deadline"))
+	}
+	sb.EndAt = timestamppb.New(t0.Add(d))
 	return connect.NewResponse(&sandboxdv1.SetTimeoutResponse{Sandbox: proto.CloneOf(sb)}), nil
 }
 
@@ -236,6 +247,7 @@ func (n *fakeNode) Pause(_ context.Context, req *connect.Request[sandboxdv1.Paus
 	if n.refusePause != nil {
 		return nil, n.refusePause(n, req.Msg.GetSandboxId())
 	}
+	n.pausedFilesOnly = req.Msg.GetFilesOnly()
 	sb, ok := n.sandboxes[req.Msg.GetSandboxId()]
 	if !ok {
 		return nil, n.notFound(req.Msg.GetSandboxId())

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
@@ -419,6 +420,90 @@ func TestSetTimeout(t *testing.T) {
 	check(time.Minute, true, 5*time.Minute)
 	check(time.Minute, false, time.Minute)
 	check(time.Hour, true, time.Hour)
+}
+
+// A timeout of 0 ends the sandbox now, as e2b's API does: killed, or with
+// auto-pause paused (keeping its memory), here, not by a deadline of now
+// at sandboxd, which would leave it a last timeout of ~0 for auto-resume
+// to give it. List says so at once; a paused sandbox is refused, as for
+// any timeout.
+func TestSetTimeoutZeroEndsTheSandbox(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	killed, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := params("base")
+	p.AutoPause, p.AutoResume = true, true
+	paused, err := h.b.Create(t.Context(), "team1", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.calls = nil
+	for _, id := range []string{killed.ID, paused.ID} {
+		if err := h.b.SetTimeout(t.Context(), "team1", id, 0, false); err != nil {
+			t.Fatalf("SetTimeout(0) = %v", err)
+		}
+	}
+	if slices.Contains(a.calls, "SetTimeout") || !slices.Contains(a.calls, "Kill") || !slices.Contains(a.calls, "Pause") || a.pausedFilesOnly {
+		t.Fatalf("calls %v (files only: %v), want a kill and a pause that keeps the memory, and no deadline", a.calls, a.pausedFilesOnly)
+	}
+	if _, err := h.b.Get(t.Context(), "team1", killed.ID); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Errorf("Get of the sandbox without auto-pause = %v, want ErrNotFound", err)
+	}
+	if got, err := h.b.Get(t.Context(), "team1", paused.ID); err != nil || got.State != e2bapi.StatePaused {
+		t.Errorf("Get of the sandbox with auto-pause = %+v, %v; want it paused", got, err)
+	}
+	list, err := h.b.List(t.Context(), "team1", []e2bapi.State{e2bapi.StateRunning, e2bapi.StatePaused})
+	if err != nil || len(list) != 1 || list[0].ID != paused.ID || list[0].State != e2bapi.StatePaused {
+		t.Errorf("List = %+v, %v; want only the auto-paused sandbox, paused", list, err)
+	}
+	if err := h.b.SetTimeout(t.Context(), "team1", paused.ID, 0, false); !errors.Is(err, e2bapi.ErrConflict) {
+		t.Errorf("SetTimeout(0) of a paused sandbox = %v, want ErrConflict", err)
+	}
+}
+
+// A connect with a timeout of 0 only extends by nothing: a running
+// sandbox's end stays as it is, even when it is unknown or past by this
+// replica's clock (sent on, the 0 would end the sandbox), and a paused
+// one is not resumed (400).
+func TestConnectZeroTimeout(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, end := range []*timestamppb.Timestamp{nil, timestamppb.New(t0.Add(-time.Hour)), timestamppb.New(t0.Add(time.Hour))} {
+		a.mu.Lock()
+		a.sandboxes[sb.ID].EndAt = end
+		a.calls = nil
+		a.mu.Unlock()
+		got, resumed, err := h.b.Connect(t.Context(), "team1", sb.ID, 0, false)
+		if err != nil || resumed || got.State != e2bapi.StateRunning || got.EnvdAccessToken == "" {
+			t.Fatalf("Connect(0) of a running sandbox ending %v = %+v, %v, %v", end, got, resumed, err)
+		}
+		a.mu.Lock()
+		calls, left := slices.Clone(a.calls), a.sandboxes[sb.ID]
+		a.mu.Unlock()
+		if slices.Contains(calls, "SetTimeout") || left == nil || !proto.Equal(left.GetEndAt(), end) {
+			t.Fatalf("Connect(0) of a sandbox ending %v: calls %v, and it is now %v", end, calls, left)
+		}
+	}
+	if err := h.b.Pause(t.Context(), "team1", sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.calls = nil
+	a.mu.Unlock()
+	_, _, err = h.b.Connect(t.Context(), "team1", sb.ID, 0, false)
+	if inv := new(e2bapi.InvalidError); !errors.As(err, &inv) || inv.Field != "timeout" {
+		t.Fatalf("Connect(0) of a paused sandbox = %v, want a 400 naming timeout", err)
+	}
+	if slices.Contains(a.calls, "Resume") {
+		t.Fatal("Connect(0) resumed a paused sandbox")
+	}
 }
 
 func TestListFiltersTeamAndState(t *testing.T) {

@@ -127,6 +127,11 @@ func (b *Backend) Kill(ctx context.Context, team, id string) error {
 	if err != nil {
 		return err
 	}
+	return b.kill(ctx, team, id, l)
+}
+
+// kill removes l, a sandbox of team.
+func (b *Backend) kill(ctx context.Context, team, id string, l *located) error {
 	if _, err := l.client.Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: id})); err != nil {
 		return classify("kill", id, err)
 	}
@@ -135,19 +140,47 @@ func (b *Backend) Kill(ctx context.Context, team, id string) error {
 }
 
 // SetTimeout sets the end of a sandbox of team to now + timeout, or with
-// onlyExtend to the later of that and its current end.
+// onlyExtend to the later of that and its current end. A timeout of 0 (or
+// less) without onlyExtend ends it now, as e2b's API does (it sets the
+// end to now): killed, or paused with auto-pause.
 func (b *Backend) SetTimeout(ctx context.Context, team, id string, timeout time.Duration, onlyExtend bool) error {
 	l, err := b.locate(ctx, team, id)
 	if err != nil {
 		return err
 	}
+	if timeout <= 0 && !onlyExtend {
+		return b.endNow(ctx, team, id, l)
+	}
 	_, err = b.setTimeout(ctx, l, id, timeout, onlyExtend)
 	return err
 }
 
+// endNow ends l, a sandbox of team, at once. Not by a deadline of now at
+// sandboxd (its shortest timeout): that would also become the sandbox's
+// last timeout, which an auto-resume gives it, so traffic would wake it
+// only to pause it again. The pause keeps the memory, as autoPauseMemory
+// does by default: whether the sandbox was created with
+// autoPauseMemory: false, sandboxd does not say.
+func (b *Backend) endNow(ctx context.Context, team, id string, l *located) error {
+	switch {
+	case l.sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING:
+		return fmt.Errorf("set timeout of sandbox %s: %w: it is paused; only a running sandbox has a deadline", id, e2bapi.ErrConflict)
+	case l.sb.GetAutoPause():
+		return b.pause(ctx, team, id, l, true)
+	}
+	return b.kill(ctx, team, id, l)
+}
+
 // setTimeout moves l's end to now + timeout (unless onlyExtend and it
-// ends later already) and returns the sandbox as it is after.
+// ends later already) and returns the sandbox as it is after. A timeout
+// of 0 is never sent: sandboxd refuses it, and with onlyExtend it changes
+// nothing (sent on as the end now, it would end a sandbox whose end is
+// unknown here, or past by this replica's clock, which sandboxd's may not
+// share).
 func (b *Backend) setTimeout(ctx context.Context, l *located, id string, timeout time.Duration, onlyExtend bool) (*sandboxdv1.Sandbox, error) {
+	if timeout <= 0 {
+		return l.sb, nil
+	}
 	if onlyExtend && l.sb.GetEndAt() != nil && !l.sb.GetEndAt().AsTime().Before(b.now().Add(timeout)) {
 		return l.sb, nil
 	}
@@ -164,13 +197,18 @@ func (b *Backend) setTimeout(ctx context.Context, l *located, id string, timeout
 }
 
 // Connect resumes a paused sandbox of team with its end at now + timeout,
-// or extends a running one to at least now + timeout.
+// or extends a running one to at least now + timeout. A timeout of 0 (or
+// less) leaves a running sandbox's end as it is, and cannot resume a
+// paused one (*e2bapi.InvalidError).
 func (b *Backend) Connect(ctx context.Context, team, id string, timeout time.Duration, reboot bool) (*e2bapi.Sandbox, bool, error) {
 	l, err := b.locate(ctx, team, id)
 	if err != nil {
 		return nil, false, err
 	}
 	if l.sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
+		if timeout <= 0 {
+			return nil, false, e2bapi.Invalid("timeout", "must be greater than 0 to resume a paused sandbox")
+		}
 		resp, err := l.client.Resume(ctx, connect.NewRequest(&sandboxdv1.ResumeRequest{SandboxId: id, Timeout: durationpb.New(timeout), Reboot: reboot}))
 		switch {
 		case err == nil:
@@ -212,6 +250,11 @@ func (b *Backend) Pause(ctx context.Context, team, id string, keepMemory bool) e
 	if err != nil {
 		return err
 	}
+	return b.pause(ctx, team, id, l, keepMemory)
+}
+
+// pause pauses l, a sandbox of team, as Pause does.
+func (b *Backend) pause(ctx context.Context, team, id string, l *located, keepMemory bool) error {
 	if l.sb.GetState() == sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {
 		return fmt.Errorf("pause sandbox %s: %w: already paused", id, e2bapi.ErrConflict)
 	}
