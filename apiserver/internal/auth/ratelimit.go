@@ -56,7 +56,9 @@ func (l *RateLimiter) Allow(team string) bool { return l.AllowN(team, 1) }
 
 // AllowN takes n tokens from team's bucket, all or nothing: when fewer are
 // there, it takes none and reports false. A fork of n sandboxes takes n,
-// as n creates would; more than the burst is never allowed.
+// as n creates would. More than the burst is allowed only from a full
+// bucket, and leaves the rest as a debt: the team's next create waits until
+// the rate has paid it, so that the average stays the rate.
 func (l *RateLimiter) AllowN(team string, n int) bool {
 	if l.limit == rate.Inf || n <= 0 {
 		return true
@@ -70,12 +72,34 @@ func (l *RateLimiter) AllowN(team string, n int) bool {
 		b = &teamBucket{lim: rate.NewLimiter(l.limit, l.burst)}
 		l.teams[team] = b
 	}
-	b.last = now
-	return b.lim.AllowN(now, n)
+	// A bucket in debt is full again later than idle after its last use:
+	// last is then that later moment, and stays so.
+	b.last = later(b.last, now)
+	if n <= l.burst {
+		return b.lim.AllowN(now, n)
+	}
+	if b.lim.TokensAt(now) < float64(l.burst) {
+		return false
+	}
+	for left := n; left > 0; left -= l.burst {
+		// A reservation within the burst always succeeds, leaving the
+		// tokens below zero; nobody waits on it.
+		b.lim.ReserveN(now, min(left, l.burst))
+	}
+	debt := time.Duration(float64(n-l.burst) / float64(l.limit) * float64(time.Second))
+	b.last = later(b.last, now.Add(debt))
+	return true
 }
 
-// Burst is the most tokens a team's bucket holds: more than that is never
-// allowed at once. 0 when there is no limit.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Burst is the most tokens a team's bucket holds; more than that is allowed
+// at once only from a full bucket (AllowN). 0 when there is no limit.
 func (l *RateLimiter) Burst() int {
 	if l.limit == rate.Inf {
 		return 0

@@ -129,7 +129,8 @@ func TestRateLimiterConcurrent(t *testing.T) {
 }
 
 // AllowN takes n tokens or none: a request for more than the bucket holds
-// leaves it as it was, and more than the burst never goes.
+// leaves it as it was; more than the burst goes only from a full bucket,
+// and leaves a debt the rate pays before the next.
 func TestRateLimiterAllowNAllOrNothing(t *testing.T) {
 	l, clock := newFakeLimiter(1, 5) // 1/s, bursts of 5
 	if l.Burst() != 5 {
@@ -145,11 +146,35 @@ func TestRateLimiterAllowNAllOrNothing(t *testing.T) {
 	if got := allowed(l, "team-a", 5); got != 2 {
 		t.Fatalf("after a refused AllowN(3): %d allowed, want the 2 left", got)
 	}
-	if l.AllowN("team-b", 6) {
-		t.Fatal("6 allowed with a burst of 5")
+	// More than the burst needs a full bucket, and leaves a debt.
+	if !l.AllowN("team-b", 1) || l.AllowN("team-b", 6) {
+		t.Fatal("6 allowed with a burst of 5 and 4 tokens")
 	}
-	if got := allowed(l, "team-b", 10); got != 5 {
-		t.Fatalf("after a refused AllowN(6): %d allowed, want a full burst of 5", got)
+	if got := allowed(l, "team-b", 10); got != 4 {
+		t.Fatalf("after a refused AllowN(6): %d allowed, want the 4 left", got)
+	}
+	clock.advance(5 * time.Second)
+	if !l.AllowN("team-b", 8) {
+		t.Fatal("8 refused from a full bucket of 5")
+	}
+	// 3 in debt at 1/s: the next token is there 4 s later, not before.
+	clock.advance(3900 * time.Millisecond)
+	if l.AllowN("team-b", 1) {
+		t.Fatal("a create allowed before the fork's debt was paid")
+	}
+	clock.advance(200 * time.Millisecond)
+	if !l.AllowN("team-b", 1) {
+		t.Fatal("a create refused once the fork's debt was paid")
+	}
+	// The bucket is kept while in debt: dropped, it would start full.
+	clock.advance(5 * time.Second)
+	if !l.AllowN("team-c", 20) {
+		t.Fatal("20 refused from team-c's full bucket")
+	}
+	clock.advance(6 * time.Second) // team-c: 15 in debt, 9 s to pay it
+	_ = l.Allow("team-d")          // a sweep
+	if l.AllowN("team-c", 1) {
+		t.Fatal("team-c's bucket was dropped while in debt")
 	}
 	clock.advance(time.Hour)
 	if !l.AllowN("team-a", 5) || l.AllowN("team-a", 1) {

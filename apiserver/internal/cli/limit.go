@@ -61,7 +61,7 @@ func (l *teamLimit) Fork(ctx context.Context, team, id string, count int, timeou
 	defer release()
 	if l.rate != nil && !l.rate.AllowN(team, count) {
 		if b := l.rate.Burst(); count > b {
-			return nil, rateError(fmt.Sprintf("too many sandboxes created: a fork of %d is more than the team's create burst of %d; fork fewer at once", count, b))
+			return nil, rateError(fmt.Sprintf("too many sandboxes created: a fork of %d, more than the team's create burst of %d, waits for the team's full burst", count, b))
 		}
 		return nil, rateError(createRateExhausted)
 	}

@@ -139,7 +139,8 @@ func TestTeamLimitCountsForks(t *testing.T) {
 	// nothing, in the create path's words.
 	b = &countingBackend{teams: map[string]int{}, release: make(chan struct{})}
 	close(b.release)
-	l = limitTeams(b, 0, auth.NewRateLimiter(1e-3, 6)) // no refill within the test
+	rl := auth.NewRateLimiter(1e-3, 6) // no refill within the test
+	l = limitTeams(b, 0, rl)
 	if _, err := l.Fork(context.Background(), "a", "src", 4, time.Minute); err != nil {
 		t.Fatalf("a fork of 4 with 6 tokens: %v", err)
 	}
@@ -149,10 +150,18 @@ func TestTeamLimitCountsForks(t *testing.T) {
 	if _, err := l.Fork(context.Background(), "a", "src", 2, time.Minute); err != nil {
 		t.Fatalf("a fork of 2 with the 2 tokens a refused fork left: %v", err)
 	}
-	if _, err := l.Fork(context.Background(), "b", "src", 7, time.Minute); !errors.Is(err, e2bapi.ErrRateLimited) || !strings.Contains(err.Error(), "more than the team's create burst of 6") {
-		t.Fatalf("a fork of 7 with a burst of 6: %v", err)
+	// More than the burst needs the whole burst: refused with one token
+	// gone, taken from a full bucket.
+	if _, err := l.Fork(context.Background(), "a", "src", 7, time.Minute); !errors.Is(err, e2bapi.ErrRateLimited) || !strings.Contains(err.Error(), "more than the team's create burst of 6") {
+		t.Fatalf("a fork of 7 with a burst of 6 and no token: %v", err)
 	}
-	if b.forks != 2 || b.teams["a"] != 6 {
-		t.Fatalf("%d forks reached the backend, %d sandboxes; want the 2 that fit, 6 sandboxes", b.forks, b.teams["a"])
+	if _, err := l.Fork(context.Background(), "b", "src", 7, time.Minute); err != nil {
+		t.Fatalf("a fork of 7 from a full burst of 6: %v", err)
+	}
+	if rl.Allow("b") {
+		t.Fatal("a create allowed right after a fork past the burst")
+	}
+	if b.forks != 3 || b.teams["a"] != 6 || b.teams["b"] != 7 {
+		t.Fatalf("%d forks reached the backend, %d and %d sandboxes; want the 3 that fit, 6 and 7 sandboxes", b.forks, b.teams["a"], b.teams["b"])
 	}
 }

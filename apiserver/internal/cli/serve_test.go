@@ -178,9 +178,10 @@ func TestServeLimitsForks(t *testing.T) {
 		}
 	}
 
-	// The rate alone: a fork of more than the burst never goes.
+	// The rate alone: a fork of more than the burst takes a full burst.
 	a, key := serve("--max-sandboxes-per-team", "0", "--create-rate-per-team", "0.0001", "--create-burst-per-team", "3")
-	fork(a, key, 4, http.StatusTooManyRequests, `{"code":429,"message":"too many sandboxes created: a fork of 4 is more than the team's create burst of 3; fork fewer at once"}`)
+	fork(a, key, 1, http.StatusCreated, `"sandboxID"`)
+	fork(a, key, 4, http.StatusTooManyRequests, `{"code":429,"message":"too many sandboxes created: a fork of 4, more than the team's create burst of 3, waits for the team's full burst"}`)
 
 	a, key = serve("--max-sandboxes-per-team", "6", "--create-rate-per-team", "0.0001", "--create-burst-per-team", "3")
 	// 2 + 5 > 6, refused before the rate is asked.
@@ -198,7 +199,7 @@ func TestServeLimitsForks(t *testing.T) {
 		!strings.Contains(string(body), "create rate is exhausted") {
 		t.Errorf("a create once the fork and a create spent the burst = %d %s, want 429", code, body)
 	}
-	if n := host.forked.Load(); n != 2 {
-		t.Errorf("the host started %d forks, want only the 2 of the fork that fit", n)
+	if n := host.forked.Load(); n != 3 {
+		t.Errorf("the host started %d forks, want only the 1 and the 2 of the forks that fit", n)
 	}
 }
