@@ -27,9 +27,23 @@ type RateLimiter struct {
 	lastSweep time.Time
 }
 
+// teamBucket is one team's tokens, counted as x/time/rate's Limiter counts
+// them (the same answers), but below zero for a debt, and with tokens that
+// can be given back, which a rate.Limiter cannot take once their time has
+// passed.
 type teamBucket struct {
-	lim  *rate.Limiter
-	last time.Time
+	tokens float64   // at at
+	at     time.Time // when tokens was counted
+	last   time.Time // last use, or when a debt is paid; for the sweep
+}
+
+// tokensAt is b's tokens at t: refilled at the rate, at most the burst.
+func (l *RateLimiter) tokensAt(b *teamBucket, t time.Time) float64 {
+	at := b.at
+	if t.Before(at) {
+		at = t
+	}
+	return min(b.tokens+t.Sub(at).Seconds()*float64(l.limit), float64(l.burst))
 }
 
 // NewRateLimiter returns a limiter allowing each team perSecond events a
@@ -60,8 +74,16 @@ func (l *RateLimiter) Allow(team string) bool { return l.AllowN(team, 1) }
 // bucket, and leaves the rest as a debt: the team's next create waits until
 // the rate has paid it, so that the average stays the rate.
 func (l *RateLimiter) AllowN(team string, n int) bool {
+	ok, _ := l.TakeN(team, n)
+	return ok
+}
+
+// TakeN is AllowN that can be undone: when ok, giveBack returns the tokens
+// taken (at most a full burst), for what they paid for that did not happen
+// (a fork whose source is not found).
+func (l *RateLimiter) TakeN(team string, n int) (ok bool, giveBack func()) {
 	if l.limit == rate.Inf || n <= 0 {
-		return true
+		return true, func() {}
 	}
 	now := l.now()
 	l.mu.Lock()
@@ -69,26 +91,31 @@ func (l *RateLimiter) AllowN(team string, n int) bool {
 	l.sweep(now)
 	b := l.teams[team]
 	if b == nil {
-		b = &teamBucket{lim: rate.NewLimiter(l.limit, l.burst)}
+		b = &teamBucket{tokens: float64(l.burst), at: now}
 		l.teams[team] = b
 	}
 	// A bucket in debt is full again later than idle after its last use:
 	// last is then that later moment, and stays so.
 	b.last = later(b.last, now)
-	if n <= l.burst {
-		return b.lim.AllowN(now, n)
+	tokens := l.tokensAt(b, now)
+	if tokens < float64(min(n, l.burst)) {
+		return false, nil
 	}
-	if b.lim.TokensAt(now) < float64(l.burst) {
-		return false
+	b.tokens, b.at = tokens-float64(n), now
+	if debt := -b.tokens; debt > 0 {
+		b.last = later(b.last, now.Add(time.Duration(debt/float64(l.limit)*float64(time.Second))))
 	}
-	for left := n; left > 0; left -= l.burst {
-		// A reservation within the burst always succeeds, leaving the
-		// tokens below zero; nobody waits on it.
-		b.lim.ReserveN(now, min(left, l.burst))
+	var once sync.Once
+	return true, func() {
+		once.Do(func() {
+			at := l.now()
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if b := l.teams[team]; b != nil {
+				b.tokens, b.at = min(l.tokensAt(b, at)+float64(n), float64(l.burst)), later(b.at, at)
+			}
+		})
 	}
-	debt := time.Duration(float64(n-l.burst) / float64(l.limit) * float64(time.Second))
-	b.last = later(b.last, now.Add(debt))
-	return true
 }
 
 func later(a, b time.Time) time.Time {

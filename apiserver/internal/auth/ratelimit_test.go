@@ -180,6 +180,17 @@ func TestRateLimiterAllowNAllOrNothing(t *testing.T) {
 	if !l.AllowN("team-a", 5) || l.AllowN("team-a", 1) {
 		t.Fatal("a refilled bucket should give exactly its burst of 5")
 	}
+	// TakeN's giveBack returns what it took, debt included, once.
+	clock.advance(time.Hour)
+	ok, giveBack := l.TakeN("team-e", 9)
+	if !ok || l.Allow("team-e") {
+		t.Fatal("TakeN(9) from a full bucket refused, or left a token")
+	}
+	giveBack()
+	giveBack()
+	if got := allowed(l, "team-e", 10); got != 5 {
+		t.Fatalf("after giveBack: %d allowed, want the full burst of 5", got)
+	}
 	if !l.AllowN("team-a", 0) {
 		t.Error("AllowN(0) refused: nothing was asked")
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,9 @@ type teamLimit struct {
 
 	mu       sync.Mutex
 	inFlight map[string]int
+	// released counts, per team, the sandboxes that have left inFlight:
+	// a reserve whose list was read meanwhile may not see them yet.
+	released map[string]uint64
 }
 
 // limitTeams wraps b with the team limits: at most max sandboxes (0: no
@@ -38,7 +42,7 @@ func limitTeams(b e2bapi.Backend, max int, rate *auth.RateLimiter) e2bapi.Backen
 	if rate != nil && rate.Burst() == 0 {
 		rate = nil
 	}
-	return &teamLimit{Backend: b, max: max, rate: rate, inFlight: map[string]int{}}
+	return &teamLimit{Backend: b, max: max, rate: rate, inFlight: map[string]int{}, released: map[string]uint64{}}
 }
 
 func (l *teamLimit) Create(ctx context.Context, team string, p e2bapi.CreateParams) (*e2bapi.Sandbox, error) {
@@ -54,18 +58,34 @@ func (l *teamLimit) Create(ctx context.Context, team string, p e2bapi.CreatePara
 // sandboxes or its create rate: starting some of them would leave the
 // caller to guess which.
 func (l *teamLimit) Fork(ctx context.Context, team, id string, count int, timeout time.Duration) ([]e2bapi.ForkResult, error) {
+	// The source counts as one of the team's: a fork of max or more could
+	// never fit, so it is a 400 (e2b's rule and words), not a 429 to retry.
+	if l.max > 0 && count >= l.max {
+		return nil, e2bapi.Invalid("", "Count must be lower than the maximum number of concurrent sandboxes (%d)", l.max)
+	}
 	release, err := l.reserve(ctx, team, count, fmt.Sprintf("a fork of %d", count))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if l.rate != nil && !l.rate.AllowN(team, count) {
-		if b := l.rate.Burst(); count > b {
-			return nil, rateError(fmt.Sprintf("too many sandboxes created: a fork of %d, more than the team's create burst of %d, waits for the team's full burst", count, b))
+	giveBack := func() {}
+	if l.rate != nil {
+		var ok bool
+		if ok, giveBack = l.rate.TakeN(team, count); !ok {
+			if b := l.rate.Burst(); count > b {
+				return nil, rateError(fmt.Sprintf("too many sandboxes created: a fork of %d, more than the team's create burst of %d, waits for the team's full burst", count, b))
+			}
+			return nil, rateError(createRateExhausted)
 		}
-		return nil, rateError(createRateExhausted)
 	}
-	return l.Backend.Fork(ctx, team, id, count, timeout)
+	results, err := l.Backend.Fork(ctx, team, id, count, timeout)
+	// A fork that started nothing (its source not found, or paused; every
+	// fork refused) gives its tokens back: a fork of 100 would otherwise
+	// cost the team its creates for 20 s at the defaults.
+	if err != nil || !slices.ContainsFunc(results, func(r e2bapi.ForkResult) bool { return r.Err == nil }) {
+		giveBack()
+	}
+	return results, err
 }
 
 // reserve counts n more sandboxes of team in flight, or refuses them
@@ -76,28 +96,42 @@ func (l *teamLimit) reserve(ctx context.Context, team string, n int, what string
 	if l.max <= 0 {
 		return func() {}, nil
 	}
-	have, err := l.List(ctx, team, []e2bapi.State{e2bapi.StateRunning, e2bapi.StatePaused})
-	if err != nil {
-		return nil, err
-	}
-	l.mu.Lock()
-	if taken := len(have) + l.inFlight[team]; taken+n > l.max {
-		l.mu.Unlock()
-		if what == "" {
-			return nil, fmt.Errorf("%w: the team has %d sandboxes, its limit", e2bapi.ErrRateLimited, l.max)
-		}
-		return nil, fmt.Errorf("%w: the team has %d sandboxes (creates and forks in flight counted), and %s would pass its limit of %d",
-			e2bapi.ErrRateLimited, taken, what, l.max)
-	}
-	l.inFlight[team] += n
-	l.mu.Unlock()
-	return func() {
+	for attempt := 0; ; attempt++ {
 		l.mu.Lock()
-		if l.inFlight[team] -= n; l.inFlight[team] <= 0 {
-			delete(l.inFlight, team)
-		}
+		before := l.released[team]
 		l.mu.Unlock()
-	}, nil
+		have, err := l.List(ctx, team, []e2bapi.State{e2bapi.StateRunning, e2bapi.StatePaused})
+		if err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		// What finished while the list was read may be in it or not: it
+		// left inFlight, so it counts here, unless a list read after
+		// it says there is room.
+		late := int(l.released[team] - before)
+		taken := len(have) + l.inFlight[team]
+		if taken+late+n > l.max {
+			l.mu.Unlock()
+			if late > 0 && attempt < 2 {
+				continue
+			}
+			if what == "" {
+				return nil, fmt.Errorf("%w: the team has %d sandboxes, its limit", e2bapi.ErrRateLimited, l.max)
+			}
+			return nil, fmt.Errorf("%w: the team has %d sandboxes (creates and forks in flight counted), and %s would pass its limit of %d",
+				e2bapi.ErrRateLimited, taken+late, what, l.max)
+		}
+		l.inFlight[team] += n
+		l.mu.Unlock()
+		return func() {
+			l.mu.Lock()
+			if l.inFlight[team] -= n; l.inFlight[team] <= 0 {
+				delete(l.inFlight, team)
+			}
+			l.released[team] += uint64(n)
+			l.mu.Unlock()
+		}, nil
+	}
 }
 
 // Healthy passes the backend's health check through the wrapper.

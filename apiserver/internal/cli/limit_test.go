@@ -20,16 +20,28 @@ type countingBackend struct {
 	teams   map[string]int
 	forks   int // Fork calls that reached the backend
 	release chan struct{}
+	// afterList, when set, runs once after a List has read the team's
+	// sandboxes and before it returns them.
+	afterList func()
 }
 
 func (b *countingBackend) List(_ context.Context, team string, _ []e2bapi.State) ([]e2bapi.Sandbox, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return make([]e2bapi.Sandbox, b.teams[team]), nil
+	out, after := make([]e2bapi.Sandbox, b.teams[team]), b.afterList
+	b.afterList = nil
+	b.mu.Unlock()
+	if after != nil {
+		after()
+	}
+	return out, nil
 }
 
-// Fork adds count sandboxes to team, once release is closed.
-func (b *countingBackend) Fork(ctx context.Context, team, _ string, count int, _ time.Duration) ([]e2bapi.ForkResult, error) {
+// Fork adds count sandboxes to team, once release is closed; a source
+// named "missing" is not found.
+func (b *countingBackend) Fork(ctx context.Context, team, src string, count int, _ time.Duration) ([]e2bapi.ForkResult, error) {
+	if src == "missing" {
+		return nil, e2bapi.ErrNotFound
+	}
 	select {
 	case <-b.release:
 	case <-ctx.Done():
@@ -134,6 +146,13 @@ func TestTeamLimitCountsForks(t *testing.T) {
 	if _, err := l.Fork(context.Background(), "a", "src", 1, time.Minute); !errors.Is(err, e2bapi.ErrRateLimited) {
 		t.Fatalf("a fork of a full team: %v", err)
 	}
+	// A fork of the limit or more could never fit beside its source: a
+	// 400, as e2b's API answers it, not a 429 to retry.
+	var invalid *e2bapi.InvalidError
+	if _, err := l.Fork(context.Background(), "c", "src", 5, time.Minute); !errors.As(err, &invalid) ||
+		err.Error() != "Count must be lower than the maximum number of concurrent sandboxes (5)" {
+		t.Fatalf("a fork of 5 with a limit of 5: %v", err)
+	}
 
 	// The rate, with no limit on the number: tokens are taken all or
 	// nothing, in the create path's words.
@@ -161,7 +180,50 @@ func TestTeamLimitCountsForks(t *testing.T) {
 	if rl.Allow("b") {
 		t.Fatal("a create allowed right after a fork past the burst")
 	}
+	// A fork that starts nothing gives its tokens back, debt included.
+	if _, err := l.Fork(context.Background(), "c", "missing", 9, time.Minute); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Fatalf("a fork of a missing source: %v", err)
+	}
+	if !rl.AllowN("c", 6) {
+		t.Fatal("the tokens of a fork that started nothing were kept")
+	}
 	if b.forks != 3 || b.teams["a"] != 6 || b.teams["b"] != 7 {
 		t.Fatalf("%d forks reached the backend, %d and %d sandboxes; want the 3 that fit, 6 and 7 sandboxes", b.forks, b.teams["a"], b.teams["b"])
+	}
+}
+
+// A fork that ends while another request reads the team's list is counted
+// by that request whether or not its list saw the fork's sandboxes: before,
+// it was in neither the list nor the forks in flight, and the team could
+// pass its limit by a whole fork.
+func TestTeamLimitCountsWhatEndsDuringAList(t *testing.T) {
+	b := &countingBackend{teams: map[string]int{}, release: make(chan struct{})}
+	l := limitTeams(b, 5, nil)
+	first := make(chan error, 1)
+	go func() {
+		_, err := l.Fork(context.Background(), "a", "src", 3, time.Minute)
+		first <- err
+	}()
+	tl := l.(*teamLimit)
+	waitFor(t, "the first fork to be in flight", func() bool {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		return tl.inFlight["a"] == 3
+	})
+	b.mu.Lock()
+	b.afterList = func() {
+		close(b.release)
+		if err := <-first; err != nil {
+			t.Errorf("the first fork: %v", err)
+		}
+	}
+	b.mu.Unlock()
+	// Its list is read before the first fork's 3 sandboxes exist, which
+	// are no longer in flight when it counts.
+	if _, err := l.Fork(context.Background(), "a", "src", 3, time.Minute); !errors.Is(err, e2bapi.ErrRateLimited) {
+		t.Fatalf("a fork of 3 beside a fork of 3 that ended during its list, limit 5: %v", err)
+	}
+	if b.teams["a"] != 3 {
+		t.Fatalf("team a has %d sandboxes, want the first fork's 3", b.teams["a"])
 	}
 }

@@ -166,8 +166,10 @@ type connectBody struct {
 
 // connect serves POST /sandboxes/{id}/connect and its v2 twin: 200 when the
 // sandbox was running, 201 when it was resumed. The TTL is only extended:
-// as in e2b's API a timeout of 0 or less leaves a running sandbox's end as
-// it is, and cannot resume a paused one (400, from the backend).
+// as in e2b's API a timeout of 0 leaves a running sandbox's end as it is; it
+// cannot resume a paused one (400, from the backend: e2b's would resume it
+// to end at once). A negative timeout is a 400, as e2b's OpenAPI
+// validation (minimum: 0) answers it.
 func (s *server) connect(v2 bool) sandboxHandler {
 	return func(w http.ResponseWriter, r *http.Request, team, id string) {
 		var body connectBody
@@ -178,7 +180,7 @@ func (s *server) connect(v2 bool) sandboxHandler {
 			writeInvalid(w, required("timeout"))
 			return
 		}
-		timeout, err := seconds("timeout", notNegative(body.Timeout), defaultConnectV2, 0, s.maxTimeout)
+		timeout, err := seconds("timeout", body.Timeout, defaultConnectV2, 0, s.maxTimeout)
 		if err != nil {
 			writeInvalid(w, err)
 			return
@@ -252,7 +254,8 @@ type timeoutBody struct {
 
 // setTimeout serves POST /sandboxes/{id}/timeout: end = now + timeout,
 // shorter or longer. As in e2b's API, a timeout of 0 ends the sandbox now
-// (killed, or paused with auto-pause), and a negative one is 0.
+// (killed, or paused with auto-pause), and a negative one is a 400 (e2b's
+// OpenAPI validation: minimum 0).
 func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, team, id string) {
 	var body timeoutBody
 	if !decodeBody(w, r, &body) {
@@ -262,7 +265,7 @@ func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, team, id str
 		writeInvalid(w, required("timeout"))
 		return
 	}
-	timeout, err := seconds("timeout", notNegative(body.Timeout), 0, 0, s.maxTimeout)
+	timeout, err := seconds("timeout", body.Timeout, 0, 0, s.maxTimeout)
 	if err != nil {
 		writeInvalid(w, err)
 		return
@@ -272,15 +275,6 @@ func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, team, id str
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// notNegative is a timeout from a body with a negative value made 0, as
-// e2b's API reads the timeouts of setTimeout and connect.
-func notNegative(v *int64) *int64 {
-	if v == nil || *v >= 0 {
-		return v
-	}
-	return new(int64)
 }
 
 type refreshBody struct {

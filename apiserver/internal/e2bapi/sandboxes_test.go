@@ -358,6 +358,8 @@ func TestConnect(t *testing.T) {
 	for _, tc := range []struct{ body, field string }{
 		{``, "timeout"}, {`{}`, "timeout"}, {`{"timeout":null}`, "timeout"},
 		{`{"timeout":"5"}`, "timeout"}, {`{"timeout":100000}`, "timeout"}, {`{"timeout":5,"memory":"no"}`, "memory"},
+		// Negative: e2b's OpenAPI validation (minimum 0) refuses it.
+		{`{"timeout":-5}`, "timeout"},
 	} {
 		n := f.hostCalls()
 		wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+running+"/connect", tc.body, keyA), 400, tc.field)
@@ -366,12 +368,11 @@ func TestConnect(t *testing.T) {
 		}
 	}
 
-	// As in e2b's API, a timeout of 0 or less leaves a running sandbox's
-	// end as it is (the backend gets 0, never a negative), and cannot
-	// resume a paused one.
+	// As in e2b's API, a timeout of 0 leaves a running sandbox's end as it
+	// is; it cannot resume a paused one.
 	end := f.endAt(running)
 	for _, path := range []string{"/sandboxes/", "/v2/sandboxes/"} {
-		for _, body := range []string{`{"timeout":0}`, `{"timeout":-5}`} {
+		for _, body := range []string{`{"timeout":0}`} {
 			f.lastTimeout = time.Hour
 			wantSandbox(t, do(t, h, http.MethodPost, path+running+"/connect", body, keyA), http.StatusOK)
 			if f.lastTimeout != 0 || !f.endAt(running).Equal(end) || f.state(running) != StateRunning {
@@ -380,7 +381,7 @@ func TestConnect(t *testing.T) {
 		}
 	}
 	paused3 := f.add(teamA, StatePaused, t0, nil)
-	for _, body := range []string{`{"timeout":0}`, `{"timeout":-1}`} {
+	for _, body := range []string{`{"timeout":0}`} {
 		wantError(t, do(t, h, http.MethodPost, "/v2/sandboxes/"+paused3+"/connect", body, keyA), 400, "timeout", "greater than 0")
 		if f.state(paused3) != StatePaused {
 			t.Fatalf("connect %s resumed a paused sandbox", body)
@@ -395,11 +396,14 @@ func TestSetTimeoutAndRefresh(t *testing.T) {
 	if f.lastTimeout != 30*time.Second || f.lastExtend || !f.endAt(id).Equal(t0.Add(30*time.Second)) {
 		t.Fatalf("setTimeout: %v extend=%v end %v", f.lastTimeout, f.lastExtend, f.endAt(id))
 	}
-	for _, body := range []string{``, `{}`, `{"timeout":"1"}`, `{"timeout":86401}`} {
+	for _, body := range []string{``, `{}`, `{"timeout":-1}`, `{"timeout":"1"}`, `{"timeout":86401}`} {
 		wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/timeout", body, keyA), 400, "timeout")
+		if !f.endAt(id).Equal(t0.Add(30 * time.Second)) {
+			t.Fatalf("timeout %s moved the end", body)
+		}
 	}
 	// As in e2b's API, 0 ends the sandbox now (killed; paused with
-	// auto-pause), and a negative timeout is 0.
+	// auto-pause).
 	autoPause := f.add(teamA, StateRunning, t0, nil)
 	f.sandboxes[autoPause].sb.AutoPause = true
 	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/timeout", `{"timeout":0}`, keyA), http.StatusNoContent)
@@ -407,9 +411,9 @@ func TestSetTimeoutAndRefresh(t *testing.T) {
 		t.Fatalf("timeout 0: the backend got %v extend=%v", f.lastTimeout, f.lastExtend)
 	}
 	wantError(t, do(t, h, http.MethodGet, "/sandboxes/"+id, "", keyA), http.StatusNotFound, id)
-	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+autoPause+"/timeout", `{"timeout":-1}`, keyA), http.StatusNoContent)
+	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+autoPause+"/timeout", `{"timeout":0}`, keyA), http.StatusNoContent)
 	if f.lastTimeout != 0 || f.state(autoPause) != StatePaused {
-		t.Fatalf("timeout -1 with auto-pause: the backend got %v, the sandbox is %s", f.lastTimeout, f.state(autoPause))
+		t.Fatalf("timeout 0 with auto-pause: the backend got %v, the sandbox is %s", f.lastTimeout, f.state(autoPause))
 	}
 	id = f.add(teamA, StateRunning, t0, nil)
 

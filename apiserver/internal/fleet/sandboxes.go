@@ -140,8 +140,8 @@ func (b *Backend) kill(ctx context.Context, team, id string, l *located) error {
 }
 
 // SetTimeout sets the end of a sandbox of team to now + timeout, or with
-// onlyExtend to the later of that and its current end. A timeout of 0 (or
-// less) without onlyExtend ends it now, as e2b's API does (it sets the
+// onlyExtend to the later of that and its current end. A timeout of 0
+// without onlyExtend ends it now, as e2b's API does (it sets the
 // end to now): killed, or paused with auto-pause.
 func (b *Backend) SetTimeout(ctx context.Context, team, id string, timeout time.Duration, onlyExtend bool) error {
 	l, err := b.locate(ctx, team, id)
@@ -197,9 +197,9 @@ func (b *Backend) setTimeout(ctx context.Context, l *located, id string, timeout
 }
 
 // Connect resumes a paused sandbox of team with its end at now + timeout,
-// or extends a running one to at least now + timeout. A timeout of 0 (or
-// less) leaves a running sandbox's end as it is, and cannot resume a
-// paused one (*e2bapi.InvalidError).
+// or extends a running one to at least now + timeout. A timeout of 0
+// leaves a running sandbox's end as it is, and cannot resume a paused one
+// (*e2bapi.InvalidError).
 func (b *Backend) Connect(ctx context.Context, team, id string, timeout time.Duration, reboot bool) (*e2bapi.Sandbox, bool, error) {
 	l, err := b.locate(ctx, team, id)
 	if err != nil {
