@@ -14,7 +14,7 @@ import (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
-// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="a pool's name is at most 63 characters: it is its sandboxes' skiff.dev/pool label"
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || size(self.metadata.name) <= 63",optionalOldSelf=true,message="a pool's name is at most 63 characters: it is its sandboxes' skiff.dev/pool label"
 // +kubebuilder:resource:shortName=swp,categories=skiff
 // +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.template`
 // +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`

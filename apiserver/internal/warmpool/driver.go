@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	sbv1 "github.com/skiff-dev/skiff/api/sandbox/v1beta1"
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
@@ -531,9 +533,13 @@ func (d *Driver) status(p Pool, ready, warming int) v1beta1.SandboxWarmPoolStatu
 	st := v1beta1.SandboxWarmPoolStatus{
 		ObservedGeneration: p.Object.Generation,
 		Replicas:           int32(ready + warming),
-		Selector:           sbv1.PoolLabel + "=" + p.Object.Name,
 		Ready:              int32(ready),
 		Warming:            int32(warming),
+	}
+	// A pool made before names were limited to 63 characters has no
+	// label its sandboxes could carry, so no selector either.
+	if len(validation.IsValidLabelValue(p.Object.Name)) == 0 {
+		st.Selector = sbv1.PoolLabel + "=" + p.Object.Name
 	}
 	d.mu.Lock()
 	lastErr := d.lastErr[p.Key]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -357,5 +358,22 @@ func TestDriverRereadsOnlyChangedNodes(t *testing.T) {
 	d.mu.Unlock()
 	if pending != 0 {
 		t.Errorf("%d warms still pending though the inventories list them", pending)
+	}
+}
+
+// A pool named before names were limited to 63 characters has no
+// selector: skiff.dev/pool=<its name> would not parse, and its sandboxes
+// cannot carry the label.
+func TestStatusSelectorOfALongName(t *testing.T) {
+	d := &Driver{cfg: Config{Now: time.Now}, lastErr: map[string]error{}}
+	for _, tc := range []struct{ name, want string }{
+		{"base", "skiff.dev/pool=base"},
+		{strings.Repeat("a", 63), "skiff.dev/pool=" + strings.Repeat("a", 63)},
+		{strings.Repeat("a", 64), ""},
+	} {
+		p := Pool{Key: "pools/" + tc.name, Replicas: 1, Object: &v1beta1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "pools"}}}
+		if got := d.status(p, 1, 0).Selector; got != tc.want {
+			t.Errorf("selector of a pool named %d characters = %q, want %q", len(tc.name), got, tc.want)
+		}
 	}
 }

@@ -418,10 +418,11 @@ func toSandbox(node, ns string, e *fleetv1beta1.SandboxEntry) *v1beta1.Sandbox {
 
 // labelsOf returns the labels of entry e shown in namespace ns: the
 // metadata entries that are valid labels, so that a label selector selects
-// sandboxes by their e2b metadata, and, for a sandbox of a pool in the
+// sandboxes by their e2b metadata, and, for a warm sandbox of a pool in the
 // pool's namespace, v1beta1.PoolLabel, its pool's status.selector (its
 // name alone: in another namespace it would name that namespace's pool of
-// the name).
+// the name). A claimed sandbox has it no more: the selector selects what
+// the pool's status.replicas counts.
 func labelsOf(ns string, e *fleetv1beta1.SandboxEntry) map[string]string {
 	var out map[string]string
 	set := func(k, val string) {
@@ -436,7 +437,7 @@ func labelsOf(ns string, e *fleetv1beta1.SandboxEntry) map[string]string {
 		}
 		set(k, val)
 	}
-	if poolNS, name, ok := strings.Cut(e.Pool, "/"); ok && poolNS == ns && len(validation.IsValidLabelValue(name)) == 0 {
+	if poolNS, name, ok := strings.Cut(e.Pool, "/"); ok && e.State == fleetv1beta1.SandboxWarm && poolNS == ns && len(validation.IsValidLabelValue(name)) == 0 {
 		set(v1beta1.PoolLabel, name)
 	}
 	return out

@@ -123,8 +123,9 @@ func TestWarmSandboxesShowInTheirPoolsNamespace(t *testing.T) {
 	}
 	// A claim moves it to the team's namespace: DELETED there, ADDED here,
 	// without the label, which there would name a pool of that namespace.
-	// Claimed by the pool's namespace, it keeps it; metadata cannot set
-	// it.
+	// Claimed by the pool's namespace, it loses it too: the selector
+	// selects what the pool's replicas count, its warm sandboxes.
+	// Metadata cannot set it.
 	claimed := warm
 	claimed.State, claimed.Team = v1beta1.SandboxRunning, "a"
 	claimed.Metadata = map[string]string{sbv1.PoolLabel: "other", "app": "web"}
@@ -144,7 +145,7 @@ func TestWarmSandboxesShowInTheirPoolsNamespace(t *testing.T) {
 		want   map[string]string
 	}{
 		{"a", id("n1", 1), map[string]string{"app": "web"}},
-		{"pools", id("n1", 4), map[string]string{sbv1.PoolLabel: "base"}},
+		{"pools", id("n1", 4), nil},
 		{"pools", id("n1", 5), nil},
 	} {
 		if sb := cur.Get(tc.ns, tc.id); sb == nil || !maps.Equal(sb.Labels, tc.want) {
