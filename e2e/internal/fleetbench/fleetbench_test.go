@@ -61,7 +61,7 @@ func TestRunSmallFleet(t *testing.T) {
 				component = "sandbox-envd-proxy"
 			}
 			if n, failed := get(phase, probe+"_count", component), get(phase, probe+"_failures", component); n == 0 || failed > 0 {
-				t.Errorf("%s: %s: %g answers, %g failures", phase, probe, n, failed)
+				t.Errorf("%s: %s: %g answers, %g failures (%s)", phase, probe, n, failed, strings.Join(rep.notes, "; "))
 			}
 		}
 	}
