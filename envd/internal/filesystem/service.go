@@ -78,26 +78,26 @@ func (s *Service) requestUser(req connect.AnyRequest) (*identity.User, error) {
 
 // resolve resolves the user of req and p for that user.
 func (s *Service) resolve(req connect.AnyRequest, p string) (string, *identity.User, error) {
-	u, err := s.requestUser(req)
-	if err != nil {
-		return "", nil, err
-	}
-	abs, err := identity.ResolvePath(p, u)
-	if err != nil {
-		return "", nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid path '%s': %w", p, err))
-	}
-	return abs, u, nil
+	return s.resolveBy(req, p, identity.ResolvePath)
 }
 
 // resolveRead is resolve for a request that only reads (Stat, ListDir, the
 // watches): an empty path means the default workdir, else the user's home.
 // Requests that change anything use resolve, which refuses it.
 func (s *Service) resolveRead(req connect.AnyRequest, p string) (string, *identity.User, error) {
+	return s.resolveBy(req, p, func(p string, u *identity.User) (string, error) {
+		return identity.ResolveReadPath(p, u, s.sb.Workdir())
+	})
+}
+
+// resolveBy is the requesting user and p resolved for them by resolvePath;
+// a path it refuses is invalid_argument.
+func (s *Service) resolveBy(req connect.AnyRequest, p string, resolvePath func(string, *identity.User) (string, error)) (string, *identity.User, error) {
 	u, err := s.requestUser(req)
 	if err != nil {
 		return "", nil, err
 	}
-	abs, err := identity.ResolveReadPath(p, u, s.sb.Workdir())
+	abs, err := resolvePath(p, u)
 	if err != nil {
 		return "", nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid path '%s': %w", p, err))
 	}
