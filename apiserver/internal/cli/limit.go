@@ -36,11 +36,11 @@ type teamLimit struct {
 // limitTeams wraps b with the team limits: at most max sandboxes (0: no
 // limit) and forks taking from rate (nil: no limit).
 func limitTeams(b e2bapi.Backend, max int, rate *auth.RateLimiter) e2bapi.Backend {
-	if max <= 0 && (rate == nil || rate.Burst() == 0) {
-		return b
-	}
 	if rate != nil && rate.Burst() == 0 {
-		rate = nil
+		rate = nil // no limit on the rate
+	}
+	if max <= 0 && rate == nil {
+		return b
 	}
 	return &teamLimit{Backend: b, max: max, rate: rate, inFlight: map[string]int{}, released: map[string]uint64{}}
 }
