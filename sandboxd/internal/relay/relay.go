@@ -371,7 +371,8 @@ func (h *handler) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 var refusedBackoff = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond}
 
 // dialSandbox connects to the sandbox's port. A server that the sandbox
-// binds to 127.0.0.1 (many dev servers do by default) refuses its address;
+// binds to its loopback, 127.0.0.1 or ::1 (many dev servers do by
+// default), refuses its address;
 // e2b makes such a port reachable all the same (envd forwards it with
 // socat), so a refused dial is tried again on the loopback of the
 // sandbox's namespace, from a socket made inside it. Both refusing, it

@@ -31,6 +31,17 @@ type snapshotting struct {
 
 func withSnapshots(r *servicetest.Runtime) *snapshotting { return &snapshotting{Runtime: r} }
 
+// newSnapshotHarness is a harness with a snapshot store and the
+// snapshotting runtime.
+func newSnapshotHarness(t *testing.T) (*harness, *snapshotting) {
+	var rt *snapshotting
+	h := newHarness(t, harnessConfig{snapshots: true, wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
+		rt = withSnapshots(r)
+		return rt
+	}})
+	return h, rt
+}
+
 var _ sandboxrt.Snapshotter = (*snapshotting)(nil)
 
 // CaptureLayer implements sandboxrt.Snapshotter.
@@ -138,11 +149,7 @@ func TestRebootWithoutSnapshots(t *testing.T) {
 // meanwhile (a long copy), so that it is paused as recorded and a later
 // resume works.
 func TestRebootFailureFreezesAgain(t *testing.T) {
-	var rt *snapshotting
-	h := newHarness(t, harnessConfig{snapshots: true, wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
-		rt = withSnapshots(r)
-		return rt
-	}})
+	h, rt := newSnapshotHarness(t)
 	id := h.create().GetSandbox().GetId()
 	h.pause(id, false)
 

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
-	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -40,11 +39,7 @@ func (stateCapturing) ImageFormat() (string, error) { return "fake-1", nil }
 // while the first fork starts. The layer stays for the forks, and goes
 // with the last of them.
 func TestForkLayerHeldFromSweeps(t *testing.T) {
-	var rt *snapshotting
-	h := newHarness(t, harnessConfig{snapshots: true, wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
-		rt = withSnapshots(r)
-		return rt
-	}})
+	h, rt := newSnapshotHarness(t)
 	src := h.create().GetSandbox().GetId()
 	snap, err := h.client.Snapshot(t.Context(), connect.NewRequest(&pb.SnapshotRequest{SandboxId: src, Team: "team-a"}))
 	if err != nil {
@@ -103,11 +98,7 @@ func TestForkLayerHeldFromSweeps(t *testing.T) {
 // has the snapshot's layers under it before its record names them; a
 // DeleteSnapshot meanwhile (whose sweep follows) must leave them.
 func TestSnapshotLayersHeldWhileStarting(t *testing.T) {
-	var rt *snapshotting
-	h := newHarness(t, harnessConfig{snapshots: true, wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
-		rt = withSnapshots(r)
-		return rt
-	}})
+	h, rt := newSnapshotHarness(t)
 	src := h.create().GetSandbox().GetId()
 	snap, err := h.client.Snapshot(t.Context(), connect.NewRequest(&pb.SnapshotRequest{SandboxId: src, Team: "team-a"}))
 	if err != nil {
@@ -144,11 +135,7 @@ func TestSnapshotLayersHeldWhileStarting(t *testing.T) {
 // (layer and image) are in place before any record names them; sweeps
 // keep them until they are released.
 func TestCapturesHeld(t *testing.T) {
-	var rt *snapshotting
-	h := newHarness(t, harnessConfig{snapshots: true, wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
-		rt = withSnapshots(r)
-		return rt
-	}})
+	h, rt := newSnapshotHarness(t)
 	id := h.create().GetSandbox().GetId()
 	ctx := t.Context()
 
