@@ -42,7 +42,9 @@ func benchFleet(n, sandboxes int) *inventory.StaticSource {
 func BenchmarkPlace(b *testing.B) {
 	const nodes = 200
 	req := placement.Request{Template: "base", CPUMilli: 1000, MemoryMiB: 512}
-	create := func(context.Context, *v1beta1.NodeInventory) error { return nil }
+	create := func(context.Context, *v1beta1.NodeInventory) (placement.Created, error) {
+		return placement.Created{}, nil
+	}
 
 	b.Run(fmt.Sprintf("static/%d", nodes), func(b *testing.B) {
 		p := placement.New(benchFleet(nodes, 10), placement.Options{})

@@ -25,11 +25,17 @@
 // the one node that looked emptiest.
 //
 // The create's resources are held against the node while create runs, so
-// concurrent creates see each other, and released when it returns, whether it
-// succeeded or not. A sandbox that was created is thereafter counted by the
-// inventory once its host publishes again; until then this Placer can
-// undercount the node. That is safe because sandboxd, not placement, has the
-// last word: a host that is full refuses with resource_exhausted, which the
+// concurrent creates see each other. When create succeeds, the sandbox it
+// reports (Created) goes on being counted against the node until the node's
+// inventory counts it: until the first inventory of the node stamped a second
+// or more after the host started the sandbox, a Forget (the caller killed
+// it), or Options.MaxHold. Without that, creates in a row between two
+// publishes would all see the same inventory and, with K at least the
+// fleet's size, all go to the same freest node. The times compared are both
+// the host's clock (its publisher's stamp and its sandboxd's start), never
+// this process's. A sandbox placed by another replica is counted once its
+// host publishes; until then this Placer can undercount the node. That is
+// safe because sandboxd, not placement, has the last word: a host that is full refuses with resource_exhausted, which the
 // caller reports as ErrNodeFull, and Place then excludes that node and
 // samples again from the same listing, at most MaxAttempts creates in all.
 // The same goes for a host that cannot be reached (ErrNodeUnavailable). Any

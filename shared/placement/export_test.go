@@ -10,3 +10,18 @@ func (p *Placer) InFlight() int {
 	}
 	return n
 }
+
+// Held returns how many placed sandboxes the Placer counts against their
+// nodes because their inventories do not count them yet.
+func (p *Placer) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, h := range p.held {
+		n += len(h.placed)
+		if int(h.sum.sandboxes) != len(h.placed) {
+			panic("held sum out of step with its sandboxes")
+		}
+	}
+	return n
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -17,6 +18,10 @@ const (
 	// DefaultClaimLimit is how many warm candidates Claim tries when its
 	// caller asks for no particular number.
 	DefaultClaimLimit = 3
+	// DefaultMaxHold bounds how long a Placer goes on counting a sandbox it
+	// placed against its node while the node's inventory has not counted
+	// it yet.
+	DefaultMaxHold = 30 * time.Second
 )
 
 // Options configures a Placer. The zero value of each field means its
@@ -35,23 +40,31 @@ type Options struct {
 	// ClaimRetryable says whether a claim's error means "try the next
 	// candidate"; nil means IsClaimRetryable.
 	ClaimRetryable func(error) bool
+	// MaxHold bounds how long a placed sandbox is counted against its node
+	// by this Placer, as a safety net: the count normally ends at the
+	// node's first publish after the sandbox started (see Created).
+	MaxHold time.Duration
 	// Rand samples nodes and breaks ties, for reproducible tests; nil means
 	// the process-wide source. The Placer serialises its use of it.
 	Rand *rand.Rand
+	// Now is the Placer's clock, for MaxHold; nil means time.Now.
+	Now func() time.Time
 }
 
 // NewOptions returns the defaults.
 func NewOptions() Options {
-	return Options{SampleSize: DefaultSampleSize, MaxAttempts: DefaultMaxAttempts}
+	return Options{SampleSize: DefaultSampleSize, MaxAttempts: DefaultMaxAttempts, MaxHold: DefaultMaxHold}
 }
 
-// AddFlags registers --placement-sample-size and --placement-max-attempts,
-// defaulting to the current values.
+// AddFlags registers --placement-sample-size, --placement-max-attempts and
+// --placement-max-hold, defaulting to the current values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.SampleSize, "placement-sample-size", o.SampleSize,
 		"How many eligible nodes (fresh, with the template and room) a cold create samples at random; the freest of them after the request gets the sandbox. At least 1.")
 	fs.IntVar(&o.MaxAttempts, "placement-max-attempts", o.MaxAttempts,
 		"Most nodes one cold create tries when nodes refuse (full or unreachable) before answering 503 sandbox_capacity_unavailable. At least 1.")
+	fs.DurationVar(&o.MaxHold, "placement-max-hold", o.MaxHold,
+		"Longest this replica counts a sandbox it placed against its host while the host's inventory may not count it yet, so that creates in a burst spread. The count normally ends at the host's first publish a second after the sandbox started, or when this replica kills it; this bounds it when the host's inventory carries no stamp. At least 1s.")
 }
 
 // Validate reports options that cannot work, naming the flag.
@@ -62,6 +75,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("--placement-max-attempts must be at least 1, got %d", o.MaxAttempts))
+	}
+	if o.MaxHold < time.Second {
+		errs = append(errs, fmt.Errorf("--placement-max-hold must be at least 1s, got %s", o.MaxHold))
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/inventory"
@@ -32,22 +33,70 @@ type Request struct {
 	Spread func(node string) int
 }
 
+// Created is what a successful create tells Place about the sandbox it
+// started, so that the Placer goes on counting it against its node until the
+// node's inventory does: a burst of creates between two publishes then
+// spreads as if each saw the ones before it.
+type Created struct {
+	// ID is the sandbox's; Forget ends its count. A zero Created (no ID
+	// and no StartedAt) is not counted past the create.
+	ID string
+	// StartedAt is when the host started the sandbox, by the host's clock.
+	// The count ends at the first inventory of the node stamped a whole
+	// second or more after it (an inventory's stamp is in whole seconds and
+	// taken before the host's sandboxes are read, so that inventory counts
+	// the sandbox, or no longer has it). Zero: only Forget and
+	// Options.MaxHold end it.
+	StartedAt time.Time
+}
+
 // Placer places sandboxes on the fleet a Source serves. It is safe for
 // concurrent use, and one Placer should serve every create of a process,
-// since it counts the creates it has in flight.
+// since it counts the creates it has in flight and the sandboxes it placed
+// that the inventory does not count yet.
 type Placer struct {
 	src            inventory.Source
 	k, attempts    int
 	retryable      func(error) bool
 	claimRetryable func(error) bool
+	maxHold        time.Duration
+	now            func() time.Time
 
 	mu       sync.Mutex
 	rnd      *rand.Rand       // guarded by mu; nil means the global source
 	inflight map[string]usage // by node name, creates under way; guarded by mu
+	held     map[string]*held // by node name, placed but not yet in the inventory; guarded by mu
 }
 
 // usage is what the creates in flight on one node hold.
 type usage struct{ cpuMilli, memoryMiB, sandboxes int64 }
+
+// add returns u with req's resources added sign times (1 or -1).
+func (u usage) add(req Request, sign int64) usage {
+	return usage{u.cpuMilli + sign*req.CPUMilli, u.memoryMiB + sign*req.MemoryMiB, u.sandboxes + sign}
+}
+
+// plus returns u and v together.
+func (u usage) plus(v usage) usage {
+	return usage{u.cpuMilli + v.cpuMilli, u.memoryMiB + v.memoryMiB, u.sandboxes + v.sandboxes}
+}
+
+// held is what one node holds of the sandboxes this Placer placed there
+// that the node's inventory does not count yet: their sum and each of them.
+type held struct {
+	sum     usage
+	placed  []placed
+	checked time.Time // the node's stamp when placed was last pruned by it
+}
+
+// placed is one sandbox counted against its node: until the node's stamp
+// reaches until, or this Placer's clock reaches expires.
+type placed struct {
+	id      string
+	req     Request
+	until   time.Time // host clock; zero: no stamp ends it
+	expires time.Time // this Placer's clock
+}
 
 // New returns a Placer over src. Zero fields of opts take their defaults.
 func New(src inventory.Source, opts Options) *Placer {
@@ -57,8 +106,17 @@ func New(src inventory.Source, opts Options) *Placer {
 		attempts:       opts.MaxAttempts,
 		retryable:      opts.Retryable,
 		claimRetryable: opts.ClaimRetryable,
+		maxHold:        opts.MaxHold,
+		now:            opts.Now,
 		rnd:            opts.Rand,
 		inflight:       make(map[string]usage),
+		held:           make(map[string]*held),
+	}
+	if p.maxHold <= 0 {
+		p.maxHold = DefaultMaxHold
+	}
+	if p.now == nil {
+		p.now = time.Now
 	}
 	if p.k <= 0 {
 		p.k = DefaultSampleSize
@@ -80,13 +138,13 @@ func New(src inventory.Source, opts Options) *Placer {
 // package documentation for the algorithm).
 //
 // create gets the node's inventory (its Endpoint is where to dial), must not
-// modify it, and should wrap a full node's refusal into ErrNodeFull and an
+// modify it, reports the sandbox it started (see Created), and should wrap a full node's refusal into ErrNodeFull and an
 // unreachable node into ErrNodeUnavailable: those exclude the node and try
 // another, up to Options.MaxAttempts nodes. Any other error, or one that
 // arrives once ctx is done, is returned at once, wrapped with the node's name.
 // With no eligible node left, Place returns an error wrapping ErrNoCapacity
 // (and the last refusal, if any).
-func (p *Placer) Place(ctx context.Context, req Request, create func(context.Context, *v1beta1.NodeInventory) error) (string, error) {
+func (p *Placer) Place(ctx context.Context, req Request, create func(context.Context, *v1beta1.NodeInventory) (Created, error)) (string, error) {
 	if req.CPUMilli < 0 || req.MemoryMiB < 0 {
 		return "", fmt.Errorf("place sandbox: negative request (cpu %dm, memory %dMi)", req.CPUMilli, req.MemoryMiB)
 	}
@@ -123,11 +181,93 @@ func (p *Placer) Place(ctx context.Context, req Request, create func(context.Con
 	return "", fmt.Errorf("%w: %d nodes refused, last: %w", ErrNoCapacity, len(excluded), last)
 }
 
-// create runs create on node with req reserved there, releasing the
-// reservation however create ends.
-func (p *Placer) create(ctx context.Context, node *v1beta1.NodeInventory, req Request, create func(context.Context, *v1beta1.NodeInventory) error) error {
-	defer p.release(node.Name, req)
-	return create(ctx, node)
+// create runs create on node with req reserved there. The reservation ends
+// however create ends; a sandbox it reports is held against the node in its
+// stead (see Created).
+func (p *Placer) create(ctx context.Context, node *v1beta1.NodeInventory, req Request, create func(context.Context, *v1beta1.NodeInventory) (Created, error)) (err error) {
+	var c Created
+	defer func() { // also when create panics
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.releaseLocked(node.Name, req)
+		if err == nil && (c.ID != "" || !c.StartedAt.IsZero()) {
+			p.holdLocked(node.Name, req, c)
+		}
+	}()
+	c, err = create(ctx, node)
+	return err
+}
+
+// holdLocked counts sandbox c, placed on node for req, against the node.
+func (p *Placer) holdLocked(node string, req Request, c Created) {
+	h := p.held[node]
+	if h == nil {
+		h = &held{}
+		p.held[node] = h
+	}
+	pl := placed{id: c.ID, req: req, expires: p.now().Add(p.maxHold)}
+	if !c.StartedAt.IsZero() {
+		pl.until = c.StartedAt.Add(time.Second)
+	}
+	h.placed = append(h.placed, pl)
+	h.sum = h.sum.add(req, 1)
+	h.checked = time.Time{} // the stamp already seen may end it
+}
+
+// Forget stops counting sandbox id, which this Placer placed, against its
+// node: the caller killed it.
+func (p *Placer) Forget(id string) {
+	if id == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, h := range p.held {
+		if i := slices.IndexFunc(h.placed, func(pl placed) bool { return pl.id == id }); i >= 0 {
+			h.sum = h.sum.add(h.placed[i].req, -1)
+			h.placed = slices.Delete(h.placed, i, i+1)
+			if len(h.placed) == 0 {
+				delete(p.held, name)
+			}
+			return
+		}
+	}
+}
+
+// pruneLocked ends the holds that nodes' inventories now count or that have
+// expired. Nodes not listed keep theirs until they expire.
+func (p *Placer) pruneLocked(nodes []v1beta1.NodeInventory) {
+	if len(p.held) == 0 {
+		return
+	}
+	now := p.now()
+	for i := range nodes {
+		n := &nodes[i]
+		h := p.held[n.Name]
+		if h == nil || n.PublishedAt == nil || !n.PublishedAt.After(h.checked) {
+			continue
+		}
+		h.checked = n.PublishedAt.Time
+		h.placed = slices.DeleteFunc(h.placed, func(pl placed) bool {
+			if pl.until.IsZero() || n.PublishedAt.Time.Before(pl.until) {
+				return false
+			}
+			h.sum = h.sum.add(pl.req, -1)
+			return true
+		})
+	}
+	for name, h := range p.held {
+		h.placed = slices.DeleteFunc(h.placed, func(pl placed) bool {
+			if now.Before(pl.expires) {
+				return false
+			}
+			h.sum = h.sum.add(pl.req, -1)
+			return true
+		})
+		if len(h.placed) == 0 {
+			delete(p.held, name)
+		}
+	}
 }
 
 // maxStackSample is the largest K whose sample lives on the stack.
@@ -166,6 +306,7 @@ func (c candidate) better(best candidate) int {
 func (p *Placer) reserve(nodes []v1beta1.NodeInventory, req Request, excluded []string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.pruneLocked(nodes)
 
 	var buf [maxStackSample]candidate
 	sample := buf[:0]
@@ -212,22 +353,13 @@ func (p *Placer) reserve(nodes []v1beta1.NodeInventory, req Request, excluded []
 		}
 	}
 	name := nodes[best.at].Name
-	u := p.inflight[name]
-	u.cpuMilli += req.CPUMilli
-	u.memoryMiB += req.MemoryMiB
-	u.sandboxes++
-	p.inflight[name] = u
+	p.inflight[name] = p.inflight[name].add(req, 1)
 	return best.at
 }
 
-// release returns what reserve held on node for req.
-func (p *Placer) release(node string, req Request) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	u := p.inflight[node]
-	u.cpuMilli -= req.CPUMilli
-	u.memoryMiB -= req.MemoryMiB
-	u.sandboxes--
+// releaseLocked returns what reserve held on node for req.
+func (p *Placer) releaseLocked(node string, req Request) {
+	u := p.inflight[node].add(req, -1)
 	if u.sandboxes <= 0 {
 		delete(p.inflight, node)
 		return
@@ -236,11 +368,15 @@ func (p *Placer) release(node string, req Request) {
 }
 
 // scoreLocked returns the node's score for req (the fraction of its tightest
-// resource left after req and the creates in flight) and whether req fits.
+// resource left after req, the creates in flight and the sandboxes held)
+// and whether req fits.
 // A node that shares its CPU (CPUAdmission Shared) is bound by memory and
 // slots only, as its sandboxd is.
 func (p *Placer) scoreLocked(n *v1beta1.NodeInventory, req Request) (float64, bool) {
 	capa, alloc, fly := &n.Spec.Capacity, &n.Spec.Allocated, p.inflight[n.Name]
+	if h := p.held[n.Name]; h != nil {
+		fly = fly.plus(h.sum)
+	}
 	cpu := 1.0
 	if n.Spec.CPUAdmission != v1beta1.CPUShared {
 		var ok bool

@@ -47,11 +47,11 @@ type recorder struct {
 	fail  map[string]error
 }
 
-func (r *recorder) create(_ context.Context, n *v1beta1.NodeInventory) error {
+func (r *recorder) create(_ context.Context, n *v1beta1.NodeInventory) (placement.Created, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, n.Name)
-	return r.fail[n.Name]
+	return placement.Created{}, r.fail[n.Name]
 }
 
 func (r *recorder) called() []string {
@@ -163,10 +163,10 @@ func TestPlaceCountsInFlight(t *testing.T) {
 		err     error
 	}
 	events, release := make(chan event, 2*n), make(chan struct{})
-	create := func(context.Context, *v1beta1.NodeInventory) error {
+	create := func(context.Context, *v1beta1.NodeInventory) (placement.Created, error) {
 		events <- event{entered: true}
 		<-release
-		return nil
+		return placement.Created{}, nil
 	}
 	var wg sync.WaitGroup
 	for range n {
@@ -201,7 +201,9 @@ func TestPlaceCountsInFlight(t *testing.T) {
 	if got := p.InFlight(); got != 0 {
 		t.Fatalf("in flight after every create returned = %d, want 0", got)
 	}
-	if _, err := p.Place(t.Context(), req, func(context.Context, *v1beta1.NodeInventory) error { return nil }); err != nil {
+	if _, err := p.Place(t.Context(), req, func(context.Context, *v1beta1.NodeInventory) (placement.Created, error) {
+		return placement.Created{}, nil
+	}); err != nil {
 		t.Fatalf("Place after the creates returned = %v, want success", err)
 	}
 }
@@ -223,7 +225,7 @@ func TestPlaceInFlightSpills(t *testing.T) {
 	// Each Place reports once: nil when its create starts (and then blocks
 	// until released), or its error when it returns without a create.
 	events, release := make(chan error, 2*n), make(chan struct{})
-	create := func(_ context.Context, node *v1beta1.NodeInventory) error {
+	create := func(_ context.Context, node *v1beta1.NodeInventory) (placement.Created, error) {
 		mu.Lock()
 		running[node.Name]++
 		peak[node.Name] = max(peak[node.Name], running[node.Name])
@@ -233,7 +235,7 @@ func TestPlaceInFlightSpills(t *testing.T) {
 		mu.Lock()
 		running[node.Name]--
 		mu.Unlock()
-		return nil
+		return placement.Created{}, nil
 	}
 	var wg sync.WaitGroup
 	for range n {
@@ -388,10 +390,10 @@ func TestPlaceContext(t *testing.T) {
 		defer cancel()
 		calls := 0
 		p := placement.New(ranked(3), placement.Options{})
-		_, err := p.Place(ctx, req, func(ctx context.Context, _ *v1beta1.NodeInventory) error {
+		_, err := p.Place(ctx, req, func(ctx context.Context, _ *v1beta1.NodeInventory) (placement.Created, error) {
 			calls++
 			cancel()
-			return fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, ctx.Err())
+			return placement.Created{}, fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, ctx.Err())
 		})
 		if calls != 1 || errors.Is(err, placement.ErrNoCapacity) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("Place = %v after %d creates, want the create's error after 1", err, calls)
@@ -408,7 +410,7 @@ func TestPlacePanicReleases(t *testing.T) {
 	p := placement.New(ranked(1), placement.Options{})
 	func() {
 		defer func() { _ = recover() }()
-		_, _ = p.Place(t.Context(), placement.Request{Template: "base"}, func(context.Context, *v1beta1.NodeInventory) error {
+		_, _ = p.Place(t.Context(), placement.Request{Template: "base"}, func(context.Context, *v1beta1.NodeInventory) (placement.Created, error) {
 			panic("create")
 		})
 	}()
@@ -465,9 +467,9 @@ func TestPlaceSampling(t *testing.T) {
 				rank[fmt.Sprintf("n%d", i)] = i
 			}
 			var counts [nodes]int
-			create := func(_ context.Context, n *v1beta1.NodeInventory) error {
+			create := func(_ context.Context, n *v1beta1.NodeInventory) (placement.Created, error) {
 				counts[rank[n.Name]]++
-				return nil
+				return placement.Created{}, nil
 			}
 			for range runs {
 				if _, err := p.Place(t.Context(), placement.Request{Template: "base", CPUMilli: 100}, create); err != nil {
@@ -520,7 +522,9 @@ func TestPlaceSpread(t *testing.T) {
 	p := placement.New(src, seeded(3, 3))
 	have := map[string]int{"empty": 2, "busy": 0, "freer": 2}
 	req := placement.Request{Template: "base", CPUMilli: 500, MemoryMiB: 256, Spread: func(n string) int { return have[n] }}
-	ok := func(context.Context, *v1beta1.NodeInventory) error { return nil }
+	ok := func(context.Context, *v1beta1.NodeInventory) (placement.Created, error) {
+		return placement.Created{}, nil
+	}
 	if got, err := p.Place(t.Context(), req, ok); err != nil || got != "busy" {
 		t.Errorf("Place = %s, %v; want busy, which has none of the pool", got, err)
 	}

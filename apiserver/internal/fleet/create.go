@@ -91,16 +91,27 @@ func (b *Backend) placeOn(ctx context.Context, team string, p e2bapi.CreateParam
 	if allowed != nil {
 		req.Exclude = func(node string) bool { return !allowed[node] }
 	}
-	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) error {
+	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) (placement.Created, error) {
 		sb, err := b.create(ctx, team, p, n, res)
 		out = sb
-		return err
+		return createdOf(sb, err)
 	})
 	if err != nil {
 		return nil, "", false, volumeHostError(createError(ctx, err), p, allowed)
 	}
 	b.remember(out.ID, team, node, out)
 	return out, node, false, nil
+}
+
+// createdOf is what placement is told of a sandbox a create started (sb,
+// unless err). sb's StartedAt is in whole seconds, rounded down: a second
+// later is no earlier than the host's start, so placement goes on counting
+// the sandbox against its host until an inventory surely counts it.
+func createdOf(sb *e2bapi.Sandbox, err error) (placement.Created, error) {
+	if err != nil || sb == nil {
+		return placement.Created{}, err
+	}
+	return placement.Created{ID: sb.ID, StartedAt: sb.StartedAt.Add(time.Second)}, nil
 }
 
 // volumeHostError says, for a create pinned to the hosts of its volumes

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
@@ -122,6 +123,46 @@ func TestCreateCold(t *testing.T) {
 	}
 	if a.callCount() != 0 {
 		t.Errorf("node-a (no template) got calls %v", a.calls)
+	}
+}
+
+// TestCreateBurstSpreads proves that creates in a row, with no publish
+// between them, spread over the hosts as if each saw the ones before: the
+// Backend tells placement what each create started, and a kill through it
+// ends that count.
+func TestCreateBurstSpreads(t *testing.T) {
+	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
+	h := newHarness(t, a, b)
+	var before []string
+	for range 2 {
+		sb, err := h.b.Create(t.Context(), "team1", params("base"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, sb.ID)
+	}
+	// Both hosts publish two seconds later: their inventories count the two
+	// sandboxes, and placement stops counting them itself.
+	for _, n := range []*fakeNode{a, b} {
+		inv := n.inventory()
+		inv.PublishedAt = &metav1.Time{Time: t0.Add(2 * time.Second)}
+		h.src.Apply(inv)
+		n.frac = 3 * time.Second // the hosts' clocks go on
+	}
+	on := map[string]int{}
+	for range 12 {
+		sb, err := h.b.Create(t.Context(), "team1", params("base"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		on[sb.Node]++
+	}
+	total := map[string]int{"node-a": on["node-a"], "node-b": on["node-b"]}
+	for _, id := range before {
+		total[map[bool]string{true: "node-a", false: "node-b"}[a.sandboxes[id] != nil]]++
+	}
+	if d := total["node-a"] - total["node-b"]; d < -1 || d > 1 {
+		t.Fatalf("12 creates after a publish went %v; with the 2 before, %v: want them even", on, total)
 	}
 }
 

@@ -136,6 +136,7 @@ func (b *Backend) kill(ctx context.Context, team, id string, l *located) error {
 		return classify("kill", id, err)
 	}
 	b.remember(id, team, l.node, nil)
+	b.placer.Forget(id)
 	return nil
 }
 
@@ -410,6 +411,7 @@ func (b *Backend) KillOnNode(ctx context.Context, node, id string) error {
 	if _, err := b.clients(node, n.Spec.Endpoint).Kill(ctx, connect.NewRequest(&sandboxdv1.KillRequest{SandboxId: id})); err != nil {
 		return classify("kill", id, err)
 	}
+	b.placer.Forget(id)
 	return nil
 }
 

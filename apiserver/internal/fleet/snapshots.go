@@ -235,19 +235,19 @@ func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.
 	res := Defaults{CPUMilli: s.CPUMilli, MemoryMiB: s.MemoryMiB}
 	req := placement.Request{Template: s.Template, Version: s.TemplateVersion, CPUMilli: res.CPUMilli, MemoryMiB: res.MemoryMiB,
 		Exclude: func(node string) bool { return slices.Contains(s.Nodes, node) || allowed != nil && !allowed[node] }}
-	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) error {
+	node, err := b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) (placement.Created, error) {
 		if err := b.pullTo(ctx, team, s, n); err != nil {
-			return err
+			return placement.Created{}, err
 		}
 		sb, err := b.createFromSnapshotOn(ctx, team, p, n.Name)
 		switch {
 		case errors.Is(err, e2bapi.ErrCapacity):
-			return fmt.Errorf("%w: %w", placement.ErrNodeFull, err)
+			return placement.Created{}, fmt.Errorf("%w: %w", placement.ErrNodeFull, err)
 		case errors.Is(err, e2bapi.ErrUnavailable):
-			return fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, err)
+			return placement.Created{}, fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, err)
 		}
 		out = sb
-		return err
+		return createdOf(sb, err)
 	})
 	if err != nil {
 		if errors.Is(err, placement.ErrNoCapacity) && last != nil {

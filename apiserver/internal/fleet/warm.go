@@ -41,7 +41,7 @@ func (b *Backend) Warm(ctx context.Context, template, pool string, override Defa
 	if spread != nil {
 		req.Spread = spread.Count
 	}
-	node, err = b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) (err error) {
+	node, err = b.placer.Place(ctx, req, func(ctx context.Context, n *v1beta1.NodeInventory) (_ placement.Created, err error) {
 		if spread != nil {
 			spread.Add(n.Name, 1)
 			defer func() {
@@ -60,17 +60,22 @@ func (b *Backend) Warm(ctx context.Context, template, pool string, override Defa
 			case code == connect.CodeResourceExhausted, code == connect.CodeNotFound, code == connect.CodeInvalidArgument:
 				// Full, or the inventory listed a template the host no
 				// longer has: another node may do.
-				return fmt.Errorf("%w: %w", placement.ErrNodeFull, err)
+				return placement.Created{}, fmt.Errorf("%w: %w", placement.ErrNodeFull, err)
 			case isTransport(err):
-				return fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, err)
+				return placement.Created{}, fmt.Errorf("%w: %w", placement.ErrNodeUnavailable, err)
 			}
-			return err
+			return placement.Created{}, err
 		}
-		if resp.Msg.GetSandbox().GetId() == "" {
-			return fmt.Errorf("node %s answered Warm without a sandbox", n.Name)
+		sb := resp.Msg.GetSandbox()
+		if sb.GetId() == "" {
+			return placement.Created{}, fmt.Errorf("node %s answered Warm without a sandbox", n.Name)
 		}
-		id = resp.Msg.GetSandbox().GetId()
-		return nil
+		id = sb.GetId()
+		c := placement.Created{ID: id}
+		if sb.GetStartedAt() != nil {
+			c.StartedAt = sb.GetStartedAt().AsTime()
+		}
+		return c, nil
 	})
 	if err != nil {
 		return "", "", fmt.Errorf("warm a sandbox of %s for pool %s: %w", template, pool, err)
