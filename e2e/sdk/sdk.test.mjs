@@ -473,6 +473,16 @@ test(`${pkg}: pause with keepMemory false keeps the files and boots afresh; onRe
   assert.equal(await timed.isRunning(), false)
   await timed.connect()
   assert.equal(await timed.files.read('/home/user/t.txt'), 'timed')
+
+  // setTimeout(0) ends it now as its deadline would: paused, without memory.
+  const ended = await create({ timeoutMs: 600_000, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+  await ended.files.write('/home/user/e.txt', 'ended')
+  const bg3 = await ended.commands.run('sleep 3600', { background: true })
+  await ended.setTimeout(0)
+  assert.equal(await ended.isRunning(), false)
+  await ended.connect()
+  assert.equal(await ended.files.read('/home/user/e.txt'), 'ended')
+  assert.equal((await ended.commands.list()).some((c) => c.pid === bg3.pid), false, 'a process survived setTimeout(0) with keepMemory false')
 })
 
 // Outbound rules, as e2b's own tests (packages/js-sdk/tests/sandbox/

@@ -160,6 +160,10 @@ func TestSingleHostThroughTheE2BAPI(t *testing.T) {
 	if code, _ = s.call(s.keyA, http.MethodPost, "/sandboxes/"+id+"/pause", nil); code != http.StatusConflict {
 		t.Errorf("second pause: %d", code)
 	}
+	// A paused sandbox has no deadline to set: 404, as in e2b.
+	if code, body = s.call(s.keyA, http.MethodPost, "/sandboxes/"+id+"/timeout", map[string]any{"timeout": 60}); code != http.StatusNotFound {
+		t.Errorf("timeout of the paused sandbox: %d %s", code, body)
+	}
 	if code, body = s.call(s.keyA, http.MethodPost, "/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}); code != http.StatusCreated || !strings.Contains(string(body), created.EnvdAccessToken) {
 		t.Errorf("connect to the paused sandbox: %d %s", code, body)
 	}

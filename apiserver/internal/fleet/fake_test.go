@@ -53,6 +53,8 @@ type fakeNode struct {
 	refusePause func(n *fakeNode, id string) error
 	// pausedFilesOnly is the files_only of the last Pause.
 	pausedFilesOnly bool
+	// refuseSetTimeout, when set, answers SetTimeout in its place.
+	refuseSetTimeout error
 }
 
 func newFakeNode(name string, templates ...string) *fakeNode {
@@ -110,7 +112,7 @@ func (n *fakeNode) Create(_ context.Context, req *connect.Request[sandboxdv1.Cre
 	sb := &sandboxdv1.Sandbox{
 		Id: id, Template: m.GetTemplate(), State: sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING, Team: m.GetTeam(),
 		Metadata: m.GetMetadata(), StartedAt: timestamppb.New(t0.Add(n.frac)), EndAt: timestamppb.New(t0.Add(n.frac + m.GetTimeout().AsDuration())),
-		Resources: m.GetResources(), EnvdVersion: "0.2.0", AutoPause: m.GetAutoPause(),
+		Resources: m.GetResources(), EnvdVersion: "0.2.0", AutoPause: m.GetAutoPause(), AutoPauseFilesOnly: m.GetAutoPauseFilesOnly(),
 		AllowInternetAccess: m.AllowInternetAccess == nil || m.GetAllowInternetAccess(),
 	}
 	n.sandboxes[id] = sb
@@ -220,6 +222,9 @@ func (n *fakeNode) SetTimeout(_ context.Context, req *connect.Request[sandboxdv1
 	defer n.mu.Unlock()
 	if err := n.record("SetTimeout"); err != nil {
 		return nil, err
+	}
+	if n.refuseSetTimeout != nil {
+		return nil, n.refuseSetTimeout
 	}
 	sb, ok := n.sandboxes[req.Msg.GetSandboxId()]
 	if !ok {

@@ -466,8 +466,8 @@ func TestSetTimeout(t *testing.T) {
 // A timeout of 0 ends the sandbox now, as e2b's API does: killed, or with
 // auto-pause paused (keeping its memory), here, not by a deadline of now
 // at sandboxd, which would leave it a last timeout of ~0 for auto-resume
-// to give it. List says so at once; a paused sandbox is refused, as for
-// any timeout.
+// to give it. List says so at once; a paused sandbox is a 404, as for any
+// timeout.
 func TestSetTimeoutZeroEndsTheSandbox(t *testing.T) {
 	a := newFakeNode("node-a", "base")
 	h := newHarness(t, a)
@@ -500,8 +500,44 @@ func TestSetTimeoutZeroEndsTheSandbox(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].ID != paused.ID || list[0].State != e2bapi.StatePaused {
 		t.Errorf("List = %+v, %v; want only the auto-paused sandbox, paused", list, err)
 	}
-	if err := h.b.SetTimeout(t.Context(), "team1", paused.ID, 0, false); !errors.Is(err, e2bapi.ErrConflict) {
-		t.Errorf("SetTimeout(0) of a paused sandbox = %v, want ErrConflict", err)
+	// As e2b's API, whose store of sandboxes with a deadline has no paused
+	// ones: 404, whatever the timeout, and for a refresh too.
+	for _, tc := range []struct {
+		timeout    time.Duration
+		onlyExtend bool
+	}{{0, false}, {time.Minute, false}, {time.Minute, true}} {
+		if err := h.b.SetTimeout(t.Context(), "team1", paused.ID, tc.timeout, tc.onlyExtend); !errors.Is(err, e2bapi.ErrNotFound) {
+			t.Errorf("SetTimeout(%s, onlyExtend %v) of a paused sandbox = %v, want ErrNotFound", tc.timeout, tc.onlyExtend, err)
+		}
+	}
+	// Paused between the lookup and the deadline: sandboxd refuses, and
+	// that is a 404 too.
+	running, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.refuseSetTimeout = connect.NewError(connect.CodeFailedPrecondition, errors.New("only a running sandbox has a deadline"))
+	if err := h.b.SetTimeout(t.Context(), "team1", running.ID, time.Minute, false); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Errorf("SetTimeout of a sandbox paused meanwhile = %v, want ErrNotFound", err)
+	}
+}
+
+// A timeout of 0 pauses a sandbox created with autoPauseMemory: false
+// with its files only, as its deadline would.
+func TestSetTimeoutZeroPausesFilesOnly(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	p := params("base")
+	p.AutoPause, p.AutoPauseMemory = true, false
+	sb, err := h.b.Create(t.Context(), "team1", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.b.SetTimeout(t.Context(), "team1", sb.ID, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(a.calls, "Pause") || !a.pausedFilesOnly {
+		t.Fatalf("calls %v (files only: %v), want a pause with the files only", a.calls, a.pausedFilesOnly)
 	}
 }
 

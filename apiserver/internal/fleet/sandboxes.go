@@ -149,25 +149,31 @@ func (b *Backend) SetTimeout(ctx context.Context, team, id string, timeout time.
 	if err != nil {
 		return err
 	}
+	if l.sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING {
+		// As e2b's API: only a running sandbox has a deadline, and its
+		// store of running sandboxes has no other.
+		return fmt.Errorf("set timeout of sandbox %s: %w: it is paused", id, e2bapi.ErrNotFound)
+	}
 	if timeout <= 0 && !onlyExtend {
 		return b.endNow(ctx, team, id, l)
 	}
 	_, err = b.setTimeout(ctx, l, id, timeout, onlyExtend)
+	if errors.Is(err, e2bapi.ErrConflict) {
+		// sandboxd's only refusal: the sandbox was paused meanwhile.
+		return fmt.Errorf("set timeout of sandbox %s: %w: it was paused", id, e2bapi.ErrNotFound)
+	}
 	return err
 }
 
-// endNow ends l, a sandbox of team, at once. Not by a deadline of now at
+// endNow ends l, a running sandbox of team, at once, as its deadline
+// would: killed, or paused with auto-pause (keeping its memory unless it
+// was created with autoPauseMemory: false). Not by a deadline of now at
 // sandboxd (its shortest timeout): that would also become the sandbox's
 // last timeout, which an auto-resume gives it, so traffic would wake it
-// only to pause it again. The pause keeps the memory, as autoPauseMemory
-// does by default: whether the sandbox was created with
-// autoPauseMemory: false, sandboxd does not say.
+// only to pause it again.
 func (b *Backend) endNow(ctx context.Context, team, id string, l *located) error {
-	switch {
-	case l.sb.GetState() != sandboxdv1.SandboxState_SANDBOX_STATE_RUNNING:
-		return fmt.Errorf("set timeout of sandbox %s: %w: it is paused; only a running sandbox has a deadline", id, e2bapi.ErrConflict)
-	case l.sb.GetAutoPause():
-		return b.pause(ctx, team, id, l, true)
+	if l.sb.GetAutoPause() {
+		return b.pause(ctx, team, id, l, !l.sb.GetAutoPauseFilesOnly())
 	}
 	return b.kill(ctx, team, id, l)
 }

@@ -275,3 +275,24 @@ func TestClaimValidation(t *testing.T) {
 		t.Fatalf("Claim by template = %v, %v", resp, err)
 	}
 }
+
+// TestAutoPauseFilesOnlyShown: a created or claimed sandbox says whether its
+// deadline's pause keeps the files only, so that the apiserver can end it
+// now (a timeout of 0) the same way.
+func TestAutoPauseFilesOnlyShown(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	filesOnly := h.create(func(m *pb.CreateRequest) { m.AutoPause, m.AutoPauseFilesOnly = true, true }).GetSandbox()
+	memory := h.create(func(m *pb.CreateRequest) { m.AutoPause = true }).GetSandbox()
+	if !filesOnly.GetAutoPauseFilesOnly() || memory.GetAutoPauseFilesOnly() {
+		t.Fatalf("created: files only %v, with memory %v; want true, false", filesOnly.GetAutoPauseFilesOnly(), memory.GetAutoPauseFilesOnly())
+	}
+	got, err := h.client.Get(t.Context(), connect.NewRequest(&pb.GetRequest{SandboxId: filesOnly.GetId()}))
+	if err != nil || !got.Msg.GetSandbox().GetAutoPauseFilesOnly() {
+		t.Fatalf("Get = %v, %v; want auto_pause_files_only", got, err)
+	}
+	id := h.warm(1)[0]
+	claimed, err := h.client.Claim(t.Context(), claimReq(&pb.ClaimRequest{SandboxId: id, AutoPause: true, AutoPauseFilesOnly: true}))
+	if err != nil || !claimed.Msg.GetSandbox().GetAutoPauseFilesOnly() {
+		t.Fatalf("Claim = %v, %v; want auto_pause_files_only", claimed, err)
+	}
+}

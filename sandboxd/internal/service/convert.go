@@ -39,6 +39,7 @@ func (s *Service) toSandbox(rec *store.Record) *pb.Sandbox {
 		Resources:           &pb.Resources{CpuMilli: rec.CPUMilli, MemoryMib: rec.MemoryMiB, DiskMib: rec.DiskMiB},
 		EnvdVersion:         rec.EnvdVersion,
 		AutoPause:           rec.AutoPause,
+		AutoPauseFilesOnly:  rec.AutoPauseFilesOnly,
 		AllowInternetAccess: rec.AllowInternetAccess,
 		AutoResume:          rec.AutoResume,
 		AllowPublicTraffic:  rec.TrafficAccessToken == "",

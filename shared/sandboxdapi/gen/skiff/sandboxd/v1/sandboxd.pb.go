@@ -233,8 +233,11 @@ type Sandbox struct {
 	Egress          *Egress        `protobuf:"bytes,19,opt,name=egress,proto3" json:"egress,omitempty"`
 	MaskRequestHost string         `protobuf:"bytes,20,opt,name=mask_request_host,json=maskRequestHost,proto3" json:"mask_request_host,omitempty"`
 	VolumeMounts    []*VolumeMount `protobuf:"bytes,21,rep,name=volume_mounts,json=volumeMounts,proto3" json:"volume_mounts,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// With auto_pause: a pause at its deadline keeps the files only (the
+	// create's auto_pause_files_only).
+	AutoPauseFilesOnly bool `protobuf:"varint,22,opt,name=auto_pause_files_only,json=autoPauseFilesOnly,proto3" json:"auto_pause_files_only,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
@@ -412,6 +415,13 @@ func (x *Sandbox) GetVolumeMounts() []*VolumeMount {
 		return x.VolumeMounts
 	}
 	return nil
+}
+
+func (x *Sandbox) GetAutoPauseFilesOnly() bool {
+	if x != nil {
+		return x.AutoPauseFilesOnly
+	}
+	return false
 }
 
 type CreateRequest struct {
@@ -3909,7 +3919,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tcpu_milli\x18\x01 \x01(\x03R\bcpuMilli\x12\x1d\n" +
 	"\n" +
 	"memory_mib\x18\x02 \x01(\x03R\tmemoryMib\x12\x19\n" +
-	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xae\a\n" +
+	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xe1\a\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12)\n" +
@@ -3936,7 +3946,8 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"files_only\x18\x12 \x01(\bR\tfilesOnly\x121\n" +
 	"\x06egress\x18\x13 \x01(\v2\x19.skiff.sandboxd.v1.EgressR\x06egress\x12*\n" +
 	"\x11mask_request_host\x18\x14 \x01(\tR\x0fmaskRequestHost\x12C\n" +
-	"\rvolume_mounts\x18\x15 \x03(\v2\x1e.skiff.sandboxd.v1.VolumeMountR\fvolumeMounts\x1a;\n" +
+	"\rvolume_mounts\x18\x15 \x03(\v2\x1e.skiff.sandboxd.v1.VolumeMountR\fvolumeMounts\x121\n" +
+	"\x15auto_pause_files_only\x18\x16 \x01(\bR\x12autoPauseFilesOnly\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\a\n" +
