@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 
-	"github.com/skiff-dev/skiff/envd/internal/asuser"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 	"github.com/skiff-dev/skiff/wire"
 )
@@ -70,8 +69,9 @@ func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
 			return withStatus(http.StatusBadRequest, err, fmt.Sprintf("invalid source path %q: %v", s, err))
 		}
 	}
-	// Every path is checked, opened, created and removed as the user.
-	if err := asuser.Do(u, func() error { return checkSources(sources) }); err != nil {
+	// As e2b's envd: every path is checked, opened and removed as root, and
+	// the destination and its new directories are the user's.
+	if err := checkSources(sources); err != nil {
 		return err
 	}
 
@@ -81,7 +81,7 @@ func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer a.abort()
 	for _, src := range sources {
-		if err := appendFile(a.f, src, u); err != nil {
+		if err := appendFile(a.f, src); err != nil {
 			return err
 		}
 	}
@@ -91,7 +91,7 @@ func (h *handler) compose(w http.ResponseWriter, r *http.Request) error {
 	if err := a.commit(); err != nil {
 		return err
 	}
-	if err := asuser.Do(u, func() error { return removeSources(sources, dest, a.target) }); err != nil {
+	if err := removeSources(sources, dest, a.target); err != nil {
 		return err
 	}
 	return writeJSON(w, uploadedEntry{Name: baseName(dest), Path: dest, Type: "file"})
@@ -111,14 +111,10 @@ func checkSources(sources []string) error {
 	return nil
 }
 
-// appendFile copies the regular file src, opened as u, to the end of dst.
-func appendFile(dst *os.File, src string, u *identity.User) error {
-	var f *os.File
-	if err := asuser.Do(u, func() error {
-		var err error
-		f, _, err = openRegular(src)
-		return err
-	}); err != nil {
+// appendFile copies the regular file src to the end of dst.
+func appendFile(dst *os.File, src string) error {
+	f, _, err := openRegular(src)
+	if err != nil {
 		return err
 	}
 	defer f.Close()

@@ -2,22 +2,18 @@ package files
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
-	"syscall"
 
-	"github.com/skiff-dev/skiff/envd/internal/asuser"
+	"github.com/skiff-dev/skiff/envd/internal/ensure"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 )
 
-// Modes of what the routes create; the process umask applies to directories.
-const (
-	newDirMode  fs.FileMode = 0o755
-	newFileMode fs.FileMode = 0o644
-)
+// newFileMode is the mode of a file the routes create; directories are
+// ensure.DirMode.
+const newFileMode fs.FileMode = 0o644
 
 // destFile is the file an upload or a compose writes. An upload writes in
 // place, as e2b's envd does, so a directory watcher sees create and write
@@ -27,9 +23,8 @@ const (
 type destFile struct {
 	f       *os.File // nil once closed
 	target  string
-	tmp     string         // the temporary file a replacement writes; "" in place
-	created bool           // in place, the upload made the file: abort removes it
-	user    *identity.User // whose identity renames and removes use
+	tmp     string // the temporary file a replacement writes; "" in place
+	created bool   // in place, the upload made the file: abort removes it
 }
 
 // How createDest writes.
@@ -38,29 +33,13 @@ const (
 	replacement = true
 )
 
-// createDest opens dest for writing as u. It resolves a symlinked dest to
-// the file it points to, creates missing parent directories, and opens the
-// file truncated (in place) or a temporary file beside it (replacement),
-// with the mode of the file that exists, else newFileMode. Every path is
-// resolved and opened with u's identity (asuser.Do), so the kernel allows
-// exactly what it would allow u; what it creates is u's, and a file that
-// exists keeps its owner and mode.
+// createDest opens dest for writing for u, as e2b's envd does: as root,
+// so u may write wherever root may. It resolves a symlinked dest to the file
+// it points to, creates missing parent directories (owned by u), and opens
+// the file truncated (in place) or a temporary file beside it (replacement),
+// with the mode of the file that exists, else newFileMode. The file written
+// is u's, a file that existed too (e2b's envd chowns it).
 func createDest(dest string, u *identity.User, replace bool) (*destFile, error) {
-	var d *destFile
-	err := asuser.Do(u, func() error {
-		var err error
-		d, err = openDest(dest, replace)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	d.user = u
-	return d, nil
-}
-
-// openDest is createDest's work, made with the caller's identity.
-func openDest(dest string, replace bool) (*destFile, error) {
 	target := dest
 	mode := newFileMode
 	fi, err := os.Lstat(dest)
@@ -82,7 +61,7 @@ func openDest(dest string, replace bool) (*destFile, error) {
 	}
 	created := err != nil
 	dir := filepath.Dir(target)
-	if err := mkdirAll(dir); err != nil {
+	if _, err := ensure.Dirs(dir, u); err != nil {
 		return nil, fsError(err, "create directory "+dir)
 	}
 	d := &destFile{target: target}
@@ -92,6 +71,10 @@ func openDest(dest string, replace bool) (*destFile, error) {
 			return nil, fsError(err, "create file "+target)
 		}
 		d.f, d.created = f, created
+		if err := f.Chown(int(u.UID), int(u.GID)); err != nil {
+			d.abort()
+			return nil, fsError(err, "chown "+target)
+		}
 		return d, nil
 	}
 	f, err := os.CreateTemp(dir, ".envd-compose-*")
@@ -100,9 +83,12 @@ func openDest(dest string, replace bool) (*destFile, error) {
 	}
 	d.f, d.tmp = f, f.Name()
 	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		os.Remove(d.tmp)
+		d.abort()
 		return nil, fsError(err, "chmod "+d.tmp)
+	}
+	if err := f.Chown(int(u.UID), int(u.GID)); err != nil {
+		d.abort()
+		return nil, fsError(err, "chown "+d.tmp)
 	}
 	return d, nil
 }
@@ -128,7 +114,7 @@ func (d *destFile) commit() error {
 	if d.tmp == "" {
 		return nil
 	}
-	if err := asuser.Do(d.user, func() error { return os.Rename(d.tmp, d.target) }); err != nil {
+	if err := os.Rename(d.tmp, d.target); err != nil {
 		return fsError(err, "rename to "+d.target)
 	}
 	d.tmp = ""
@@ -136,8 +122,8 @@ func (d *destFile) commit() error {
 }
 
 // abort closes the file and removes a replacement, or an in-place file the
-// upload created, as the user; a file that existed keeps what was written,
-// as with e2b's envd.
+// upload created; a file that existed keeps what was written, as with
+// e2b's envd.
 func (d *destFile) abort() {
 	if d.f != nil {
 		d.f.Close()
@@ -148,39 +134,10 @@ func (d *destFile) abort() {
 	if tmp == "" && !created {
 		return
 	}
-	_ = asuser.Do(d.user, func() error {
-		if tmp != "" {
-			os.Remove(tmp)
-		}
-		if created {
-			os.Remove(d.target)
-		}
-		return nil
-	})
-}
-
-// mkdirAll is os.MkdirAll with an error for a path that exists and is not
-// a directory, and without trouble from a directory made concurrently.
-func mkdirAll(dir string) error {
-	fi, err := os.Stat(dir)
-	switch {
-	case err == nil && fi.IsDir():
-		return nil
-	case err == nil:
-		return &fs.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
-	case !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("stat directory: %w", err)
+	if tmp != "" {
+		os.Remove(tmp)
 	}
-	if parent := filepath.Dir(dir); parent != dir {
-		if err := mkdirAll(parent); err != nil {
-			return err
-		}
+	if created {
+		os.Remove(d.target)
 	}
-	if err := os.Mkdir(dir, newDirMode); err != nil {
-		if fi, serr := os.Stat(dir); serr == nil && fi.IsDir() {
-			return nil // created concurrently
-		}
-		return fmt.Errorf("make directory: %w", err)
-	}
-	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/skiff-dev/skiff/envd/internal/asuser"
 	"github.com/skiff-dev/skiff/envd/internal/entry"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 )
@@ -214,7 +213,7 @@ func (up *uploader) add(dest string, src io.Reader) error {
 	// user xattrs gets the file without its metadata, as with e2b's envd, and
 	// the answer does not claim any.
 	md := up.md
-	if err := asuser.Do(up.user, func() error { return entry.SetMetadata(a.target, md) }); err != nil {
+	if err := entry.SetMetadata(a.target, md); err != nil {
 		switch {
 		case errors.Is(err, entry.ErrInvalidMetadata):
 			return withStatus(http.StatusBadRequest, err, err.Error())

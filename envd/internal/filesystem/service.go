@@ -2,9 +2,9 @@
 // stat, mkdir, move, list and remove, plus directory watches as a server
 // stream (WatchDir) or as polled watchers (CreateWatcher and friends).
 //
-// Every path is resolved and touched with the identity of the request's
-// user (asuser.Do), so the kernel allows exactly what it would allow that
-// user, whatever symlinks lie on the way; what is created is the user's.
+// As in e2b's envd, every path is resolved and touched as root (envd's own
+// identity), whichever user the request acts as; the directories it
+// creates are given to that user (package ensure).
 package filesystem
 
 import (
@@ -20,7 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/skiff-dev/skiff/envd/internal/asuser"
+	"github.com/skiff-dev/skiff/envd/internal/ensure"
 	"github.com/skiff-dev/skiff/envd/internal/entry"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 	"github.com/skiff-dev/skiff/envd/internal/state"
@@ -127,79 +127,39 @@ func osError(err error) *connect.Error {
 // Stat describes one entry (see entry.Info). An empty path is the default
 // workdir, else the user's home.
 func (s *Service) Stat(_ context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	p, u, err := s.resolveRead(req, req.Msg.GetPath())
+	p, _, err := s.resolveRead(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	var e *filesystem.EntryInfo
-	if err := asuser.Do(u, func() error {
-		var err error
-		e, err = entry.Info(p)
-		return err
-	}); err != nil {
+	e, err := entry.Info(p)
+	if err != nil {
 		return nil, osError(err)
 	}
 	return connect.NewResponse(&filesystem.StatResponse{Entry: e}), nil
 }
 
-// mkdirAll creates p and its missing parents. It reports whether it
-// created p itself; an existing non-directory is an error. Called in
-// asuser.Do, it creates them as the user, owned by the user.
-func mkdirAll(p string) (created bool, err error) {
-	fi, err := os.Stat(p)
-	if err == nil {
-		if !fi.IsDir() {
-			return false, &fs.PathError{Op: "mkdir", Path: p, Err: syscall.ENOTDIR}
-		}
-		return false, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return false, err
-	}
-	if parent := filepath.Dir(p); parent != p {
-		if _, err := mkdirAll(parent); err != nil {
-			return false, err
-		}
-	}
-	if err := os.Mkdir(p, 0o755); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			// Lost a race; fine if it is a directory.
-			if fi, serr := os.Stat(p); serr == nil && fi.IsDir() {
-				return false, nil
-			}
-		}
-		return false, err
-	}
-	return true, nil
-}
-
-// MakeDir creates a directory and its missing parents as the user, so
-// owned by the user.
+// MakeDir creates a directory and its missing parents, owned by the user.
 func (s *Service) MakeDir(_ context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
 	p, u, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	var e *filesystem.EntryInfo
-	if err := asuser.Do(u, func() error {
-		var err error
-		e, err = makeDir(p)
-		return err
-	}); err != nil {
+	e, err := makeDir(p, u)
+	if err != nil {
 		return nil, osError(err)
 	}
 	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: e}), nil
 }
 
-// makeDir is MakeDir's work, made with the caller's identity.
-func makeDir(p string) (*filesystem.EntryInfo, error) {
+// makeDir is MakeDir's work.
+func makeDir(p string, u *identity.User) (*filesystem.EntryInfo, error) {
 	if fi, err := os.Stat(p); err == nil {
 		if fi.IsDir() {
 			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory '%s' already exists", p))
 		}
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path '%s' already exists and is not a directory", p))
 	}
-	created, err := mkdirAll(p)
+	created, err := ensure.Dirs(p, u)
 	if err != nil {
 		if errors.Is(err, syscall.ENOTDIR) {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("make dir %s: %w", p, err))
@@ -212,8 +172,8 @@ func makeDir(p string) (*filesystem.EntryInfo, error) {
 	return entry.Info(p)
 }
 
-// Move renames source to destination as the user, creating the
-// destination's parents.
+// Move renames source to destination, creating the destination's missing
+// parents, owned by the user.
 func (s *Service) Move(_ context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
 	src, u, err := s.resolve(req, req.Msg.GetSource())
 	if err != nil {
@@ -223,23 +183,19 @@ func (s *Service) Move(_ context.Context, req *connect.Request[filesystem.MoveRe
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid path '%s': %w", req.Msg.GetDestination(), err))
 	}
-	var e *filesystem.EntryInfo
-	if err := asuser.Do(u, func() error {
-		var err error
-		e, err = move(src, dst)
-		return err
-	}); err != nil {
+	e, err := move(src, dst, u)
+	if err != nil {
 		return nil, osError(err)
 	}
 	return connect.NewResponse(&filesystem.MoveResponse{Entry: e}), nil
 }
 
-// move is Move's work, made with the caller's identity.
-func move(src, dst string) (*filesystem.EntryInfo, error) {
+// move is Move's work.
+func move(src, dst string, u *identity.User) (*filesystem.EntryInfo, error) {
 	if _, err := os.Lstat(src); err != nil {
 		return nil, err
 	}
-	if _, err := mkdirAll(filepath.Dir(dst)); err != nil {
+	if _, err := ensure.Dirs(filepath.Dir(dst), u); err != nil {
 		if errors.Is(err, syscall.ENOTDIR) {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("create parent of %s: %w", dst, err))
 		}
@@ -254,10 +210,9 @@ func move(src, dst string) (*filesystem.EntryInfo, error) {
 // ListDir lists a directory recursively up to depth (0 means 1), without
 // following symlinks below it and without the directory itself. A symlink
 // given as the path is followed, and entries are named under the path as
-// given (/a/link/x, not /b/x for link → /b), as e2b's envd names them. It
-// reads as the user: a subdirectory the user may not read is skipped.
+// given (/a/link/x, not /b/x for link → /b), as e2b's envd names them.
 func (s *Service) ListDir(_ context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	p, u, err := s.resolveRead(req, req.Msg.GetPath())
+	p, _, err := s.resolveRead(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -265,18 +220,14 @@ func (s *Service) ListDir(_ context.Context, req *connect.Request[filesystem.Lis
 	if depth == 0 {
 		depth = 1
 	}
-	var entries []*filesystem.EntryInfo
-	if err := asuser.Do(u, func() error {
-		var err error
-		entries, err = listDir(p, depth)
-		return err
-	}); err != nil {
+	entries, err := listDir(p, depth)
+	if err != nil {
 		return nil, osError(err)
 	}
 	return connect.NewResponse(&filesystem.ListDirResponse{Entries: entries}), nil
 }
 
-// listDir is ListDir's work, made with the caller's identity.
+// listDir is ListDir's work.
 func listDir(p string, depth int) ([]*filesystem.EntryInfo, error) {
 	root, err := filepath.EvalSymlinks(p)
 	if err != nil {
@@ -315,14 +266,13 @@ func listDir(p string, depth int) ([]*filesystem.EntryInfo, error) {
 	return entries, err
 }
 
-// Remove deletes a path recursively as the user; a missing path is not an
-// error.
+// Remove deletes a path recursively; a missing path is not an error.
 func (s *Service) Remove(_ context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
-	p, u, err := s.resolve(req, req.Msg.GetPath())
+	p, _, err := s.resolve(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	if err := asuser.Do(u, func() error { return os.RemoveAll(p) }); err != nil {
+	if err := os.RemoveAll(p); err != nil {
 		return nil, osError(err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil

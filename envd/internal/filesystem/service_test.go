@@ -18,7 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
-	"github.com/skiff-dev/skiff/envd/internal/asuser/asusertest"
+	"github.com/skiff-dev/skiff/envd/internal/ensure/ensuretest"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 	"github.com/skiff-dev/skiff/envd/internal/state"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem"
@@ -185,7 +185,7 @@ func TestMakeDir(t *testing.T) {
 	wantCode(t, err, connect.CodeUnauthenticated)
 
 	t.Run("created dirs are owned by the user", func(t *testing.T) {
-		tr := asusertest.New(t)
+		tr := ensuretest.New(t)
 		u := tr.User
 		p := filepath.Join(tr.Home, "owned", "x")
 		resp, err := client.MakeDir(ctx, as(u.Name, &filesystem.MakeDirRequest{Path: p}))
@@ -195,10 +195,10 @@ func TestMakeDir(t *testing.T) {
 		if resp.Msg.GetEntry().GetOwner() != u.Name {
 			t.Errorf("owner = %q, want %s", resp.Msg.GetEntry().GetOwner(), u.Name)
 		}
-		asusertest.CheckOwner(t, filepath.Join(tr.Home, "owned"), u.UID, u.GID)
-		asusertest.CheckOwner(t, p, u.UID, u.GID)
+		ensuretest.CheckOwner(t, filepath.Join(tr.Home, "owned"), u.UID, u.GID)
+		ensuretest.CheckOwner(t, p, u.UID, u.GID)
 		// The pre-existing parent keeps its owner.
-		asusertest.CheckOwner(t, tr.Home, u.UID, u.GID)
+		ensuretest.CheckOwner(t, tr.Home, u.UID, u.GID)
 	})
 }
 

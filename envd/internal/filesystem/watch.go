@@ -14,7 +14,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/skiff-dev/skiff/envd/internal/asuser"
 	"github.com/skiff-dev/skiff/envd/internal/entry"
 	"github.com/skiff-dev/skiff/envd/internal/identity"
 	"github.com/skiff-dev/skiff/envd/internal/keepalive"
@@ -68,7 +67,7 @@ func startWatcher(u *identity.User, root string, recursive, includeEntry, stopOn
 		user: u, root: root, recursive: recursive, includeEntry: includeEntry, stopOnError: stopOnError,
 		emit: emit, fw: fw, stopCh: make(chan struct{}), done: make(chan struct{}),
 	}
-	if err := asuser.Do(u, w.addRoot); err != nil {
+	if err := w.addRoot(); err != nil {
 		_ = fw.Close()
 		return nil, osError(err)
 	}
@@ -175,19 +174,15 @@ func (w *watcher) handle(ev fsnotify.Event) {
 	if !w.recursive || !ev.Has(fsnotify.Create) {
 		return
 	}
-	// Watch a new directory as the user; announce what it already holds
-	// after, so that no thread keeps the user's identity while emit waits.
-	// Entries created between the Add and the walk may be reported twice
-	// (by inotify and by the walk); none are missed.
+	// Watch a new directory, then announce what it already holds. Entries
+	// created between the Add and the walk may be reported twice (by inotify
+	// and by the walk); none are missed.
 	var found []string
-	_ = asuser.Do(w.user, func() error {
-		if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
-			if err := w.fw.Add(ev.Name); err == nil {
-				found, _ = w.addTree(ev.Name, true)
-			}
+	if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
+		if err := w.fw.Add(ev.Name); err == nil {
+			found, _ = w.addTree(ev.Name, true)
 		}
-		return nil
-	})
+	}
 	for _, p := range found {
 		w.send(p, filesystem.EventType_EVENT_TYPE_CREATE)
 	}
@@ -201,11 +196,7 @@ func (w *watcher) send(path string, typ filesystem.EventType) {
 	}
 	ev := &filesystem.FilesystemEvent{Name: rel, Type: typ}
 	if w.includeEntry {
-		_ = asuser.Do(w.user, func() error {
-			var err error
-			ev.Entry, err = entry.Info(path)
-			return err
-		})
+		ev.Entry, _ = entry.Info(path)
 	}
 	w.emit(ev, w.stopCh)
 }

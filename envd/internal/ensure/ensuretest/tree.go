@@ -1,8 +1,9 @@
-// Package asusertest builds the file tree that envd's tests use to show that
-// a request acting as an unprivileged user can do no more than that user:
+// Package ensuretest builds the file tree that envd's tests use to show what
+// a request acting as an unprivileged user does: as e2b's envd, it acts as
+// root, and gives what it creates or writes to the user. The tree has
 // root-owned files and directories next to the user's home, and symlinks the
 // user planted in that home pointing at them.
-package asusertest
+package ensuretest
 
 import (
 	"io/fs"
