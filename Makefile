@@ -160,9 +160,10 @@ image: runsc ## Build the chart's image (IMAGE) as bin/skiff-image.tar, a docker
 	cd sandboxd && go run ./cmd/skiff-image --bin $(BIN)/image --runsc $(SKIFF_RUNSC) --output $(BIN)/skiff-image.tar --tag $(IMAGE)
 
 .PHONY: sdk-deps
-sdk-deps: ## Install the pinned e2b SDKs (npm ci) of the SDK suites.
+sdk-deps: ## Install the pinned e2b SDKs (npm ci) of the SDK suites, and vitest for e2b's own tests (e2e/upstream).
 	cd envd/test/sdk && npm ci --no-audit --no-fund --loglevel=error
 	cd e2e/sdk && npm ci --no-audit --no-fund --loglevel=error
+	cd e2e/upstream/js && npm ci --no-audit --no-fund --loglevel=error
 
 .PHONY: sdk-test
 sdk-test: envd sdk-deps ## The unmodified e2b JS SDK (E2B_SDKS: 2.51.0 and 2.50.0) against a real envd (the whole system's suite is e2e/sdk, in go-test).

@@ -35,6 +35,9 @@ type Options struct {
 	Domain, DomainPort string
 	// SandboxdArgs are more flags for sandboxd (system.Config).
 	SandboxdArgs []string
+	// NoTeamLimits turns make up's per-team create rate and sandbox limit
+	// off, for a suite that creates faster than 5 a second (e2b's own).
+	NoTeamLimits bool
 }
 
 // StartWith is Start with options.
@@ -77,6 +80,9 @@ func StartWith(tb testing.TB, o Options, teams ...string) *system.System {
 	// more than a few at once), as an SDK user's code would.
 	cfg.CreateRatePerTeam, cfg.CreateBurstPerTeam = system.DefaultCreateRatePerTeam, system.DefaultCreateBurstPerTeam
 	cfg.MaxSandboxesPerTeam = system.DefaultMaxSandboxesPerTeam
+	if o.NoTeamLimits {
+		cfg.CreateRatePerTeam, cfg.MaxSandboxesPerTeam = 0, 0
+	}
 	cfg.Env, cfg.Runtime, cfg.RunscPath, cfg.SandboxdArgs = o.Env, o.Runtime, o.RunscPath, o.SandboxdArgs
 	cfg.Domain, cfg.DomainPort = o.Domain, o.DomainPort
 	cfg.Progress = testWriter{tb}

@@ -1,0 +1,63 @@
+// Package upstream runs e2b's own JS SDK tests, written by e2b for its
+// cloud and copied unchanged but for their imports (js/tests, by
+// hack/e2b-tests/vendor.sh; js/COMMIT names the commit, js/package.json
+// pins the SDK of that commit), against the whole system started as
+// `make up --domain` starts it. js/skip.mjs lists the few it does not run,
+// with why.
+package upstream
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skiff-dev/skiff/e2e/internal/systemtest"
+	"github.com/skiff-dev/skiff/shared/testing/hosttest"
+)
+
+func TestE2BSuite(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("node is needed: apt-get install nodejs npm")
+	}
+	if _, err := os.Stat("js/node_modules/.bin/vitest"); err != nil {
+		t.Fatal("the suite's packages are not installed: run `npm ci` in e2e/upstream/js (make sdk-deps does)")
+	}
+	// Domain mode: the tests reach sandboxes' ports and presigned file
+	// URLs by name, as against e2b's cloud; and no per-team limits, since
+	// they create sandboxes faster than make up's 5 a second.
+	_, port, _ := net.SplitHostPort(hosttest.FreeAddr(t))
+	sys := systemtest.StartWith(t, systemtest.Options{Domain: "skiff.localhost", DomainPort: port, NoTeamLimits: true}, "team-a")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node_modules/.bin/vitest", "run", "--reporter=verbose", "--no-color")
+	cmd.Dir = "js"
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "E2B_") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	cmd.Env = append(cmd.Env,
+		"E2B_DOMAIN="+sys.E2BDomain,
+		"NODE_EXTRA_CA_CERTS="+sys.DomainFiles.CA,
+		"E2B_API_KEY="+sys.Keys["team-a"],
+		"NO_COLOR=1",
+	)
+	out, err := cmd.CombinedOutput()
+	t.Logf("vitest run (e2b's tests at %s, E2B_DOMAIN=%s):\n%s", commit(t), sys.E2BDomain, out)
+	if err != nil {
+		t.Fatalf("e2b's own SDK tests failed against Skiff: %v", err)
+	}
+}
+
+// commit is the e2b commit the tests were copied from.
+func commit(t *testing.T) string {
+	b, err := os.ReadFile("js/COMMIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Copies e2b's own JS SDK tests (the e2b-dev/E2B repository, packages/js-sdk/
+# tests) that run against a live API and envd into e2e/upstream/js/tests,
+# with their imports of the SDK's source ('../../src', '../../src/errors', …)
+# turned into imports of the published package ('e2b'), which
+# e2e/upstream/js/package.json pins to the version of that commit.
+#
+#   hack/e2b-tests/vendor.sh <E2B checkout or bare repository> <commit>
+#
+# Left out: tests of the SDK alone (mocked servers with msw, internal
+# modules), template builds, volumes (mocked), and the runtimes. Which of
+# the copied tests Skiff does not run, and why, is in e2e/upstream/js/skip.mjs.
+set -euo pipefail
+repo=${1:?usage: vendor.sh <E2B repository> <commit>}
+commit=${2:?usage: vendor.sh <E2B repository> <commit>}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=$root/e2e/upstream/js
+src=packages/js-sdk
+
+files=(
+  tests/setup.ts tests/template.ts tests/cmdHelper.ts
+  tests/api/info.test.ts tests/api/kill.test.ts tests/api/list.test.ts tests/api/snapshot.test.ts
+)
+while IFS= read -r f; do
+  files+=("${f#"$src"/}")
+done < <(git -C "$repo" ls-tree -r --name-only "$commit" "$src/tests/sandbox" | grep -E '\.test\.ts$|/helpers\.ts$')
+
+rm -rf "$out/tests"
+kept=0
+for f in "${files[@]}"; do
+  body=$(git -C "$repo" show "$commit:$src/$f")
+  # Tests of the SDK alone: they mock the servers or reach its internals.
+  if grep -qE "from 'msw|vi\.mock\(|src/(envd|api|sandbox/(commands|filesystem/watchHandle|sandboxApi|iam))" <<<"$body"; then
+    echo "left out (tests the SDK alone): $f"
+    continue
+  fi
+  mkdir -p "$out/$(dirname "$f")"
+  sed -E "s#from '(\.\./)+src(/index\.js|/errors\.js|/errors|/sandbox/filesystem)?'#from 'e2b'#" <<<"$body" >"$out/$f"
+  kept=$((kept + 1))
+done
+git -C "$repo" show "$commit:LICENSE" >"$out/LICENSE"
+git -C "$repo" rev-parse "$commit" >"$out/COMMIT"
+echo "copied $kept files of $commit into $out/tests"
