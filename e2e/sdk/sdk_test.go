@@ -5,7 +5,6 @@ package sdk
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/skiff-dev/skiff/e2e/internal/systemtest"
 	"github.com/skiff-dev/skiff/shared/testing/egresstest"
-	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
 // world starts the web servers and DNS server the outbound-rules cases
@@ -83,24 +81,12 @@ func TestSDKDomain(t *testing.T) {
 	if _, err := os.Stat("node_modules/e2b"); err != nil {
 		t.Fatal("the SDKs are not installed: run `npm ci` in e2e/sdk (make sdk-deps does)")
 	}
-	_, port, _ := net.SplitHostPort(hosttest.FreeAddr(t))
-	sys := systemtest.StartWith(t, systemtest.Options{Domain: "skiff.localhost", DomainPort: port}, "team-a", "team-b")
+	sys, env := systemtest.StartDomain(t, systemtest.Options{}, "team-a", "team-b")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1",
 		"--test-name-pattern=create, run as user|files write|presigned|a user port|private traffic|autoResume wakes|a snapshot starts|fork gives|volumes", "sdk.test.mjs")
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "E2B_") {
-			cmd.Env = append(cmd.Env, e)
-		}
-	}
-	cmd.Env = append(cmd.Env,
-		"E2B_PACKAGE=e2b",
-		"E2B_DOMAIN="+sys.E2BDomain,
-		"NODE_EXTRA_CA_CERTS="+sys.DomainFiles.CA,
-		"E2B_API_KEY="+sys.Keys["team-a"],
-		"SKIFF_API_KEY_B="+sys.Keys["team-b"],
-	)
+	cmd.Env = append(env, "E2B_PACKAGE=e2b", "SKIFF_API_KEY_B="+sys.Keys["team-b"])
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test (e2b, E2B_DOMAIN=%s):\n%s", sys.E2BDomain, out)
 	if err != nil {

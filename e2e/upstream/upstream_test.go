@@ -8,7 +8,6 @@ package upstream
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/skiff-dev/skiff/e2e/internal/systemtest"
-	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
 func TestE2BSuite(t *testing.T) {
@@ -29,23 +27,12 @@ func TestE2BSuite(t *testing.T) {
 	// Domain mode: the tests reach sandboxes' ports and presigned file
 	// URLs by name, as against e2b's cloud; and no per-team limits, since
 	// they create sandboxes faster than make up's 5 a second.
-	_, port, _ := net.SplitHostPort(hosttest.FreeAddr(t))
-	sys := systemtest.StartWith(t, systemtest.Options{Domain: "skiff.localhost", DomainPort: port, NoTeamLimits: true}, "team-a")
+	sys, env := systemtest.StartDomain(t, systemtest.Options{NoTeamLimits: true}, "team-a")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node_modules/.bin/vitest", "run", "--reporter=verbose", "--no-color")
 	cmd.Dir = "js"
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "E2B_") {
-			cmd.Env = append(cmd.Env, e)
-		}
-	}
-	cmd.Env = append(cmd.Env,
-		"E2B_DOMAIN="+sys.E2BDomain,
-		"NODE_EXTRA_CA_CERTS="+sys.DomainFiles.CA,
-		"E2B_API_KEY="+sys.Keys["team-a"],
-		"NO_COLOR=1",
-	)
+	cmd.Env = append(env, "NO_COLOR=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("vitest run (e2b's tests at %s, E2B_DOMAIN=%s):\n%s", commit(t), sys.E2BDomain, out)
 	if err != nil {

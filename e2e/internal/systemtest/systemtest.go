@@ -130,3 +130,26 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.tb.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+// StartDomain is StartWith in domain mode (o.Domain "skiff.localhost" on a
+// free port), and returns with the system the environment that points an
+// unmodified JS SDK at it: this process's, without its E2B_ variables, and
+// E2B_DOMAIN, NODE_EXTRA_CA_CERTS and E2B_API_KEY (the first team's key).
+func StartDomain(tb testing.TB, o Options, teams ...string) (*system.System, []string) {
+	tb.Helper()
+	addr, err := system.FreeAddr()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, port, _ := strings.Cut(addr, ":")
+	o.Domain, o.DomainPort = "skiff.localhost", port
+	sys := StartWith(tb, o, teams...)
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "E2B_") {
+			env = append(env, e)
+		}
+	}
+	env = append(env, "E2B_DOMAIN="+sys.E2BDomain, "NODE_EXTRA_CA_CERTS="+sys.DomainFiles.CA, "E2B_API_KEY="+sys.Keys[teams[0]])
+	return sys, env
+}
