@@ -38,6 +38,12 @@ for f in "${files[@]}"; do
   sed -E "s#from '(\.\./)+src(/index\.js|/errors\.js|/errors|/sandbox/filesystem)?'#from 'e2b'#" <<<"$body" >"$out/$f"
   kept=$((kept + 1))
 done
+# An import of the SDK's source the rewriting above did not turn into 'e2b'
+# (a new internal path) would be run against nothing: stop instead.
+if grep -rnE "['\"](\.\./)+src(['/\"])" "$out/tests"; then
+  echo "vendor.sh: the imports above still name the SDK's source; extend the rewriting or leave those files out" >&2
+  exit 1
+fi
 git -C "$repo" show "$commit:LICENSE" >"$out/LICENSE"
 git -C "$repo" rev-parse "$commit" >"$out/COMMIT"
 echo "copied $kept files of $commit into $out/tests"

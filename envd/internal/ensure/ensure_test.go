@@ -26,8 +26,10 @@ func TestDirs(t *testing.T) {
 	ensuretest.CheckOwner(t, filepath.Join(tr.Private, "a"), u.UID, u.GID)
 	ensuretest.CheckOwner(t, p, u.UID, u.GID)
 	ensuretest.CheckOwner(t, tr.Private, 0, 0)
-	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&^ensure.DirMode != 0 {
-		t.Errorf("mode of %s = %v, %v; want within %v", p, fi.Mode(), err, ensure.DirMode)
+	if fi, err := os.Stat(p); err != nil {
+		t.Error(err)
+	} else if fi.Mode().Perm()&^ensure.DirMode != 0 {
+		t.Errorf("mode of %s = %v, want within %v", p, fi.Mode(), ensure.DirMode)
 	}
 	if created, err := ensure.Dirs(p, u); err != nil || created {
 		t.Errorf("Dirs of an existing directory = %v, %v; want not created", created, err)

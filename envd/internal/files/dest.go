@@ -66,7 +66,10 @@ func createDest(dest string, u *identity.User, replace bool) (*destFile, error) 
 	}
 	d := &destFile{target: target}
 	if !replace {
-		f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+		// Given to u before it is emptied, as e2b's envd chowns a file
+		// that exists before it opens it: a chown that fails leaves the
+		// file as it was.
+		f, err := openFile(target, os.O_WRONLY|os.O_CREATE, mode)
 		if err != nil {
 			return nil, fsError(err, "create file "+target)
 		}
@@ -74,6 +77,10 @@ func createDest(dest string, u *identity.User, replace bool) (*destFile, error) 
 		if err := f.Chown(int(u.UID), int(u.GID)); err != nil {
 			d.abort()
 			return nil, fsError(err, "chown "+target)
+		}
+		if err := f.Truncate(0); err != nil {
+			d.abort()
+			return nil, fsError(err, "truncate "+target)
 		}
 		return d, nil
 	}

@@ -76,7 +76,7 @@ func openRegular(p string) (*os.File, fs.FileInfo, error) {
 	if err := checkRegular(p, fi); err != nil {
 		return nil, nil, err
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := openFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, pathError("open", p, err)
 	}

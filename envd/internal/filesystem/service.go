@@ -84,10 +84,11 @@ func (s *Service) resolve(req connect.AnyRequest, p string) (string, *identity.U
 // resolveRead is resolve for a request that only reads (Stat, ListDir, the
 // watches): an empty path means the default workdir, else the user's home.
 // Requests that change anything use resolve, which refuses it.
-func (s *Service) resolveRead(req connect.AnyRequest, p string) (string, *identity.User, error) {
-	return s.resolveBy(req, p, func(p string, u *identity.User) (string, error) {
+func (s *Service) resolveRead(req connect.AnyRequest, p string) (string, error) {
+	p, _, err := s.resolveBy(req, p, func(p string, u *identity.User) (string, error) {
 		return identity.ResolveReadPath(p, u, s.sb.Workdir())
 	})
+	return p, err
 }
 
 // resolveBy is the requesting user and p resolved for them by resolvePath;
@@ -127,7 +128,7 @@ func osError(err error) *connect.Error {
 // Stat describes one entry (see entry.Info). An empty path is the default
 // workdir, else the user's home.
 func (s *Service) Stat(_ context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	p, _, err := s.resolveRead(req, req.Msg.GetPath())
+	p, err := s.resolveRead(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +213,7 @@ func move(src, dst string, u *identity.User) (*filesystem.EntryInfo, error) {
 // given as the path is followed, and entries are named under the path as
 // given (/a/link/x, not /b/x for link → /b), as e2b's envd names them.
 func (s *Service) ListDir(_ context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	p, _, err := s.resolveRead(req, req.Msg.GetPath())
+	p, err := s.resolveRead(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/skiff-dev/skiff/envd/internal/entry"
-	"github.com/skiff-dev/skiff/envd/internal/identity"
 	"github.com/skiff-dev/skiff/envd/internal/keepalive"
 	"github.com/skiff-dev/skiff/envd/proto/filesystem"
 )
@@ -29,7 +28,6 @@ const maxQueuedEvents = 10_000
 // watcher turns fsnotify events under root into FilesystemEvents. One
 // goroutine (loop) owns the fsnotify watcher and calls emit; stop ends it.
 type watcher struct {
-	user         *identity.User // whose identity adds watches and reads entries
 	root         string
 	recursive    bool
 	includeEntry bool
@@ -56,15 +54,14 @@ func checkWatchRoot(p string) error {
 }
 
 // startWatcher watches root (and, when recursive, every directory below it)
-// as u, so only where u may read, and starts the goroutine delivering
-// events to emit.
-func startWatcher(u *identity.User, root string, recursive, includeEntry, stopOnError bool, emit func(*filesystem.FilesystemEvent, <-chan struct{})) (*watcher, error) {
+// and starts the goroutine delivering events to emit.
+func startWatcher(root string, recursive, includeEntry, stopOnError bool, emit func(*filesystem.FilesystemEvent, <-chan struct{})) (*watcher, error) {
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("create watcher: %w", err))
 	}
 	w := &watcher{
-		user: u, root: root, recursive: recursive, includeEntry: includeEntry, stopOnError: stopOnError,
+		root: root, recursive: recursive, includeEntry: includeEntry, stopOnError: stopOnError,
 		emit: emit, fw: fw, stopCh: make(chan struct{}), done: make(chan struct{}),
 	}
 	if err := w.addRoot(); err != nil {
@@ -258,14 +255,14 @@ func (s *Service) unregister(id string) *watcher {
 // (deadline_exceeded). An empty path is the default workdir, else the user's
 // home.
 func (s *Service) WatchDir(ctx context.Context, req *connect.Request[filesystem.WatchDirRequest], stream *connect.ServerStream[filesystem.WatchDirResponse]) error {
-	p, u, err := s.resolveRead(req, req.Msg.GetPath())
+	p, err := s.resolveRead(req, req.Msg.GetPath())
 	if err != nil {
 		return err
 	}
 	// allow_network_mounts is accepted and ignored: a sandbox has no
 	// network mounts to refuse.
 	events := make(chan *filesystem.FilesystemEvent, 64)
-	w, err := startWatcher(u, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), true,
+	w, err := startWatcher(p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), true,
 		func(ev *filesystem.FilesystemEvent, stop <-chan struct{}) {
 			select {
 			case events <- ev:
@@ -360,12 +357,12 @@ func (q *pollQueue) drain() []*filesystem.FilesystemEvent {
 // GetWatcherEvents drains them; it runs until RemoveWatcher or Close. An
 // empty path is the default workdir, else the user's home, as for WatchDir.
 func (s *Service) CreateWatcher(_ context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
-	p, u, err := s.resolveRead(req, req.Msg.GetPath())
+	p, err := s.resolveRead(req, req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
 	q := &pollQueue{}
-	w, err := startWatcher(u, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), false,
+	w, err := startWatcher(p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), false,
 		func(ev *filesystem.FilesystemEvent, _ <-chan struct{}) { q.push(ev) })
 	if err != nil {
 		return nil, err

@@ -9,13 +9,9 @@ package harden
 
 import (
 	"fmt"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
-
-// nonDumpable records that NonDumpable was called, for KeepNonDumpable.
-var nonDumpable atomic.Bool
 
 // NonDumpable makes envd's process not dumpable (prctl PR_SET_DUMPABLE 0):
 // no core dumps, its /proc/<pid> files owned by root, and ptrace(2) and
@@ -26,7 +22,6 @@ func NonDumpable() error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl PR_SET_DUMPABLE: %w", err)
 	}
-	nonDumpable.Store(true)
 	return nil
 }
 
@@ -38,21 +33,4 @@ func Dumpable() (int, error) {
 		return 0, fmt.Errorf("prctl PR_GET_DUMPABLE: %w", err)
 	}
 	return v, nil
-}
-
-// KeepNonDumpable makes the process not dumpable again if NonDumpable was
-// called and the flag is back at 1. The kernel sets the flag to the
-// fs.suid_dumpable sysctl whenever a thread's credentials change, an fsuid
-// switch included; at its default (0), or at 2, envd stays protected, but at
-// 1 (a debugging setting) every switch would make envd dumpable for good.
-// Call it after a thread gives back an identity it took.
-func KeepNonDumpable() error {
-	if !nonDumpable.Load() {
-		return nil
-	}
-	v, err := Dumpable()
-	if err != nil || v != 1 {
-		return err
-	}
-	return NonDumpable()
 }

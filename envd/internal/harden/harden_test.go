@@ -13,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 // helperEnv selects what the test binary does when a test runs it as a
@@ -199,35 +197,5 @@ func TestNonDumpableRefusesPtrace(t *testing.T) {
 				t.Errorf("probe:\n%s\nwant\n%s", out, want)
 			}
 		})
-	}
-}
-
-// TestKeepNonDumpable: the flag the kernel set back to 1 is cleared again,
-// and nothing is done before NonDumpable was called.
-func TestKeepNonDumpable(t *testing.T) {
-	set := func(v int) {
-		t.Helper()
-		if err := unix.Prctl(unix.PR_SET_DUMPABLE, uintptr(v), 0, 0, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	was := nonDumpable.Load()
-	t.Cleanup(func() { nonDumpable.Store(was) })
-
-	nonDumpable.Store(false)
-	set(1)
-	if err := KeepNonDumpable(); err != nil {
-		t.Fatal(err)
-	}
-	if v := dumpable(t); v != 1 {
-		t.Errorf("dumpable = %d, want 1 untouched before NonDumpable", v)
-	}
-
-	nonDumpable.Store(true)
-	if err := KeepNonDumpable(); err != nil {
-		t.Fatal(err)
-	}
-	if v := dumpable(t); v != 0 {
-		t.Errorf("dumpable = %d, want 0", v)
 	}
 }
