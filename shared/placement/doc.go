@@ -27,11 +27,14 @@
 // The create's resources are held against the node while create runs, so
 // concurrent creates see each other. When create succeeds, the sandbox it
 // reports (Created) goes on being counted against the node until the node's
-// inventory counts it: until the first inventory of the node stamped a second
-// or more after the host started the sandbox, a Forget (the caller killed
-// it), or Options.MaxHold. Without that, creates in a row between two
-// publishes would all see the same inventory and, with K at least the
-// fleet's size, all go to the same freest node. The times compared are both
+// inventory counts it: until the first inventory of the node that lists it,
+// or, for a sandbox that ended before any did, the first stamped a second or
+// more after the host started it; or a Forget (the caller killed it); or
+// Options.MaxHold. Without that, creates in a row between two publishes
+// would all see the same inventory and, with K at least the fleet's size,
+// all go to the same freest node. Only sandboxes placed through Place are
+// counted so; a fork or a resume, which its caller starts on a node it
+// chose, is counted once its host publishes. The times compared are both
 // the host's clock (its publisher's stamp and its sandboxd's start), never
 // this process's. A sandbox placed by another replica is counted once its
 // host publishes; until then this Placer can undercount the node. That is

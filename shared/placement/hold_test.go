@@ -181,3 +181,35 @@ func TestPlaceForgetAndExpiry(t *testing.T) {
 		t.Fatalf("held after MaxHold and a create reporting nothing = %d, want 0", got)
 	}
 }
+
+// TestPlaceHoldEndsWhenListed proves that a placed sandbox stops counting
+// at the first inventory of its node that lists it, however soon after its
+// start that inventory is stamped (a host publishes a change at once, in the
+// same second), while the ones it does not list go on counting.
+func TestPlaceHoldEndsWhenListed(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	capa := res(100_000, 100*256, 100)
+	src := inventory.NewStaticSource(stamped(node("a", capa, res(0, 0, 0), "base"), t0))
+	p := placement.New(src, seeded(1, 1))
+	req := placement.Request{Template: "base", MemoryMiB: 256}
+	s := newStarter(t0.Add(200 * time.Millisecond))
+	for range 5 {
+		if _, err := p.Place(t.Context(), req, s.create); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv := stamped(node("a", capa, res(0, 3*256, 3), "base"), t0.Add(300*time.Millisecond))
+	for _, id := range s.ids["a"][:3] {
+		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxRunning, MemoryMiB: 256})
+	}
+	src.Apply(inv)
+	// A create that reports nothing, to prune without adding a hold.
+	if _, err := p.Place(t.Context(), req, func(context.Context, *v1beta1.NodeInventory) (placement.Created, error) {
+		return placement.Created{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Held(); got != 2 {
+		t.Fatalf("held after an inventory listing 3 of 5 = %d, want 2", got)
+	}
+}

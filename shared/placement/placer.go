@@ -38,15 +38,16 @@ type Request struct {
 // node's inventory does: a burst of creates between two publishes then
 // spreads as if each saw the ones before it.
 type Created struct {
-	// ID is the sandbox's; Forget ends its count. A zero Created (no ID
-	// and no StartedAt) is not counted past the create.
+	// ID is the sandbox's. The count ends at the first inventory of the
+	// node that lists it (whose allocation counts it), or at Forget. A zero
+	// Created (no ID and no StartedAt) is not counted past the create.
 	ID string
 	// StartedAt is when the host started the sandbox, by the host's clock.
-	// The count ends at the first inventory of the node stamped a whole
-	// second or more after it (an inventory's stamp is in whole seconds and
-	// taken before the host's sandboxes are read, so that inventory counts
-	// the sandbox, or no longer has it). Zero: only Forget and
-	// Options.MaxHold end it.
+	// A sandbox that ends before any inventory lists it stops counting at
+	// the first inventory of the node stamped a second or more after it
+	// (the host's publisher reads its sandboxes after it takes the stamp,
+	// and stamps keep whole seconds). Zero: only a listing, Forget and
+	// Options.MaxHold end the count.
 	StartedAt time.Time
 }
 
@@ -84,13 +85,16 @@ func (u usage) plus(v usage) usage {
 // held is what one node holds of the sandboxes this Placer placed there
 // that the node's inventory does not count yet: their sum and each of them.
 type held struct {
-	sum     usage
-	placed  []placed
-	checked time.Time // the node's stamp when placed was last pruned by it
+	sum    usage
+	placed []placed
+	// checked is the node's inventory version that placed was last pruned
+	// by; "" (a new hold, or a source without versions): none.
+	checked string
 }
 
-// placed is one sandbox counted against its node: until the node's stamp
-// reaches until, or this Placer's clock reaches expires.
+// placed is one sandbox counted against its node: until the node's
+// inventory lists it, the node's stamp reaches until, or this Placer's clock
+// reaches expires.
 type placed struct {
 	id      string
 	req     Request
@@ -211,7 +215,7 @@ func (p *Placer) holdLocked(node string, req Request, c Created) {
 	}
 	h.placed = append(h.placed, pl)
 	h.sum = h.sum.add(req, 1)
-	h.checked = time.Time{} // the stamp already seen may end it
+	h.checked = "" // the inventory already seen may list it
 }
 
 // Forget stops counting sandbox id, which this Placer placed, against its
@@ -234,8 +238,10 @@ func (p *Placer) Forget(id string) {
 	}
 }
 
-// pruneLocked ends the holds that nodes' inventories now count or that have
-// expired. Nodes not listed keep theirs until they expire.
+// pruneLocked ends the holds that nodes' inventories now count (they list
+// the sandbox, or are stamped past its until) or that have expired. An
+// inventory is read again only at a version not read before. Nodes not
+// listed keep their holds until they expire.
 func (p *Placer) pruneLocked(nodes []v1beta1.NodeInventory) {
 	if len(p.held) == 0 {
 		return
@@ -244,16 +250,18 @@ func (p *Placer) pruneLocked(nodes []v1beta1.NodeInventory) {
 	for i := range nodes {
 		n := &nodes[i]
 		h := p.held[n.Name]
-		if h == nil || n.PublishedAt == nil || !n.PublishedAt.After(h.checked) {
+		if h == nil || h.checked != "" && h.checked == n.ResourceVersion {
 			continue
 		}
-		h.checked = n.PublishedAt.Time
+		h.checked = n.ResourceVersion
+		listed := h.listedIn(n)
 		h.placed = slices.DeleteFunc(h.placed, func(pl placed) bool {
-			if pl.until.IsZero() || n.PublishedAt.Time.Before(pl.until) {
-				return false
+			counted := listed[pl.id] ||
+				!pl.until.IsZero() && n.PublishedAt != nil && !n.PublishedAt.Time.Before(pl.until)
+			if counted {
+				h.sum = h.sum.add(pl.req, -1)
 			}
-			h.sum = h.sum.add(pl.req, -1)
-			return true
+			return counted
 		})
 	}
 	for name, h := range p.held {
@@ -268,6 +276,23 @@ func (p *Placer) pruneLocked(nodes []v1beta1.NodeInventory) {
 			delete(p.held, name)
 		}
 	}
+}
+
+// listedIn returns which of h's sandboxes n's inventory lists.
+func (h *held) listedIn(n *v1beta1.NodeInventory) map[string]bool {
+	ids := make(map[string]bool, len(h.placed))
+	for _, pl := range h.placed {
+		if pl.id != "" {
+			ids[pl.id] = true
+		}
+	}
+	listed := make(map[string]bool)
+	for i := 0; i < len(n.Spec.Sandboxes) && len(listed) < len(ids); i++ {
+		if id := n.Spec.Sandboxes[i].ID; ids[id] {
+			listed[id] = true
+		}
+	}
+	return listed
 }
 
 // maxStackSample is the largest K whose sample lives on the stack.

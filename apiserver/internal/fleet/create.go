@@ -104,14 +104,13 @@ func (b *Backend) placeOn(ctx context.Context, team string, p e2bapi.CreateParam
 }
 
 // createdOf is what placement is told of a sandbox a create started (sb,
-// unless err). sb's StartedAt is in whole seconds, rounded down: a second
-// later is no earlier than the host's start, so placement goes on counting
-// the sandbox against its host until an inventory surely counts it.
+// unless err), so that it counts the sandbox against its host until the
+// host's inventory does.
 func createdOf(sb *e2bapi.Sandbox, err error) (placement.Created, error) {
 	if err != nil || sb == nil {
 		return placement.Created{}, err
 	}
-	return placement.Created{ID: sb.ID, StartedAt: sb.StartedAt.Add(time.Second)}, nil
+	return placement.Created{ID: sb.ID, StartedAt: sb.StartedAt}, nil
 }
 
 // volumeHostError says, for a create pinned to the hosts of its volumes

@@ -12,8 +12,8 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
@@ -127,42 +127,47 @@ func TestCreateCold(t *testing.T) {
 }
 
 // TestCreateBurstSpreads proves that creates in a row, with no publish
-// between them, spread over the hosts as if each saw the ones before: the
-// Backend tells placement what each create started, and a kill through it
-// ends that count.
+// between them, spread over the hosts as if each saw the ones before (the
+// Backend tells placement what each create started), and that a kill
+// through the Backend ends that count.
 func TestCreateBurstSpreads(t *testing.T) {
 	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
-	h := newHarness(t, a, b)
-	var before []string
+	// node-b has two sandboxes when the hosts publish.
 	for range 2 {
-		sb, err := h.b.Create(t.Context(), "team1", params("base"))
-		if err != nil {
+		if _, err := b.Create(t.Context(), connect.NewRequest(&sandboxdv1.CreateRequest{Template: "base", Team: "team1", Timeout: durationpb.New(time.Hour),
+			Resources: &sandboxdv1.Resources{CpuMilli: fleet.DefaultCPUMilli, MemoryMib: fleet.DefaultMemoryMiB}})); err != nil {
 			t.Fatal(err)
 		}
-		before = append(before, sb.ID)
 	}
-	// Both hosts publish two seconds later: their inventories count the two
-	// sandboxes, and placement stops counting them itself.
-	for _, n := range []*fakeNode{a, b} {
-		inv := n.inventory()
-		inv.PublishedAt = &metav1.Time{Time: t0.Add(2 * time.Second)}
-		h.src.Apply(inv)
-		n.frac = 3 * time.Second // the hosts' clocks go on
-	}
-	on := map[string]int{}
+	h := newHarness(t, a, b)
+	on := map[string][]string{}
 	for range 12 {
 		sb, err := h.b.Create(t.Context(), "team1", params("base"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		on[sb.Node]++
+		on[sb.Node] = append(on[sb.Node], sb.ID)
 	}
-	total := map[string]int{"node-a": on["node-a"], "node-b": on["node-b"]}
-	for _, id := range before {
-		total[map[bool]string{true: "node-a", false: "node-b"}[a.sandboxes[id] != nil]]++
+	// Without the count, every one goes to node-a, the freer at the
+	// publish.
+	if d := len(on["node-a"]) - (2 + len(on["node-b"])); d < -1 || d > 1 {
+		t.Fatalf("12 creates after a publish: %d on node-a (0 before), %d on node-b (2 before); want them even", len(on["node-a"]), len(on["node-b"]))
 	}
-	if d := total["node-a"] - total["node-b"]; d < -1 || d > 1 {
-		t.Fatalf("12 creates after a publish went %v; with the 2 before, %v: want them even", on, total)
+	// Killed through the Backend, node-a's stop counting: the next creates
+	// all go there, though no host published.
+	for _, id := range on["node-a"] {
+		if err := h.b.Kill(t.Context(), "team1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		sb, err := h.b.Create(t.Context(), "team1", params("base"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Node != "node-a" {
+			t.Fatalf("a create after node-a's sandboxes were killed went to %s, want node-a", sb.Node)
+		}
 	}
 }
 
@@ -519,6 +524,26 @@ func TestSetTimeoutZeroEndsTheSandbox(t *testing.T) {
 	a.refuseSetTimeout = connect.NewError(connect.CodeFailedPrecondition, errors.New("only a running sandbox has a deadline"))
 	if err := h.b.SetTimeout(t.Context(), "team1", running.ID, time.Minute, false); !errors.Is(err, e2bapi.ErrNotFound) {
 		t.Errorf("SetTimeout of a sandbox paused meanwhile = %v, want ErrNotFound", err)
+	}
+}
+
+// A timeout of 0 for an auto-pause sandbox that was paused between the
+// lookup and the pause is a 404, as for any timeout of a paused sandbox.
+func TestSetTimeoutZeroPausedMeanwhile(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	p := params("base")
+	p.AutoPause = true
+	sb, err := h.b.Create(t.Context(), "team1", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.refusePause = func(n *fakeNode, id string) error {
+		n.sandboxes[id].State = sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("sandbox is paused, not running"))
+	}
+	if err := h.b.SetTimeout(t.Context(), "team1", sb.ID, 0, false); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Fatalf("SetTimeout(0) of a sandbox paused meanwhile = %v, want ErrNotFound", err)
 	}
 }
 

@@ -155,11 +155,13 @@ func (b *Backend) SetTimeout(ctx context.Context, team, id string, timeout time.
 		return fmt.Errorf("set timeout of sandbox %s: %w: it is paused", id, e2bapi.ErrNotFound)
 	}
 	if timeout <= 0 && !onlyExtend {
-		return b.endNow(ctx, team, id, l)
+		err = b.endNow(ctx, team, id, l)
+	} else {
+		_, err = b.setTimeout(ctx, l, id, timeout, onlyExtend)
 	}
-	_, err = b.setTimeout(ctx, l, id, timeout, onlyExtend)
 	if errors.Is(err, e2bapi.ErrConflict) {
-		// sandboxd's only refusal: the sandbox was paused meanwhile.
+		// The deadline's and the pause's one refusal: the sandbox was
+		// paused meanwhile.
 		return fmt.Errorf("set timeout of sandbox %s: %w: it was paused", id, e2bapi.ErrNotFound)
 	}
 	return err
