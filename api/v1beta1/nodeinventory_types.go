@@ -396,14 +396,17 @@ type SandboxEntry struct {
 	Team string `json:"team,omitempty"`
 
 	// StartedAt is when the sandbox started (for a claimed warm sandbox: when
-	// it was claimed).
+	// it was claimed), to the microsecond, so that sandboxes started in the
+	// same second list in the order they started (older hosts wrote whole
+	// seconds, which readers take as well).
 	// +required
-	StartedAt metav1.Time `json:"startedAt"`
+	StartedAt MicroTime `json:"startedAt"`
 
 	// EndAt is the sandbox's deadline: its host kills (or, with auto-pause,
-	// pauses) it then. Unset for a warm sandbox.
+	// pauses) it then. To the microsecond, as StartedAt. Unset for a warm
+	// sandbox.
 	// +optional
-	EndAt *metav1.Time `json:"endAt,omitempty"`
+	EndAt *MicroTime `json:"endAt,omitempty"`
 
 	// CPUMilli is the CPU the sandbox holds, in thousandths of a core.
 	// +optional
@@ -429,7 +432,7 @@ type SandboxEntry struct {
 	EnvdVersion string `json:"envdVersion,omitempty"`
 
 	// Metadata is the e2b metadata the sandbox was created with. It is
-	// bounded, so that an inventory of 2,000 sandboxes stays under 1 MiB: at
+	// bounded, so that an inventory of 2,000 sandboxes stays near 1 MiB: at
 	// most 8 entries, keys of at most 64 bytes, and at most
 	// MaxSandboxMetadataBytes bytes of keys and values together.
 	// +optional

@@ -3,15 +3,14 @@ package v1beta1
 import (
 	"slices"
 	"testing"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"time"
 )
 
 // A shard's entries are its listed ones, then its valid packed ones; the
 // listed slice is never written to, even with room to spare.
 func TestShardEntries(t *testing.T) {
 	entry := func(id, team string) SandboxEntry {
-		return SandboxEntry{ID: id, Template: "base", State: SandboxRunning, Team: team, StartedAt: metav1.Now()}
+		return SandboxEntry{ID: id, Template: "base", State: SandboxRunning, Team: team, StartedAt: NewMicroTime(time.Now())}
 	}
 	listed := make([]SandboxEntry, 1, 4) // room after it: an append must not use it
 	listed[0] = entry("aaaaaaaaaaaaaaaaaaaa", "t")

@@ -12,12 +12,19 @@ import (
 	"github.com/skiff-dev/skiff/api/v1beta1"
 )
 
-// An inventory of 2,000 sandboxes, each with names of a realistic length and
-// metadata filled to its bound, stays under 1 MiB, well inside etcd's
-// request limit.
-func TestInventoryOf2000SandboxesUnder1MiB(t *testing.T) {
+// An inventory of 2,000 sandboxes, each with names of a realistic length,
+// metadata filled to its bound and the largest disk, takes about 1 MiB,
+// well inside etcd's 1.5 MiB request limit: 1,050,350 bytes, 28,000 of them
+// the microseconds of the sandboxes' times, which took this worst case
+// past 1 MiB. (TestInventoryOf2000SandboxesStoredUnder1MiB, in
+// shared/publish, stores one with a smaller disk on a real kube-apiserver:
+// under 1 MiB, managed fields included.)
+func TestInventoryOf2000SandboxesSize(t *testing.T) {
 	now := metav1.NewTime(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	end := metav1.NewTime(now.Add(time.Hour))
+	// An entry's times are written with their microseconds, six digits
+	// whatever they are.
+	started := v1beta1.NewMicroTime(now.Add(123456 * time.Microsecond))
+	end := v1beta1.NewMicroTime(started.Add(time.Hour))
 	// 8 keys of 8 bytes and values of 16: 192 bytes, the bound.
 	meta := map[string]string{}
 	for i := range 8 {
@@ -42,7 +49,7 @@ func TestInventoryOf2000SandboxesUnder1MiB(t *testing.T) {
 	for i := range 2000 {
 		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, v1beta1.SandboxEntry{
 			ID: fmt.Sprintf("i%019d", i), Template: "code-interpreter-v1", State: v1beta1.SandboxRunning,
-			Pool: "team-analytics/code-interp", Team: "team-analytics", StartedAt: now, EndAt: &end,
+			Pool: "team-analytics/code-interp", Team: "team-analytics", StartedAt: started, EndAt: &end,
 			CPUMilli: 2000, MemoryMiB: 2048, DiskMiB: 1048576, Metadata: meta, // the largest disk
 		})
 	}
@@ -51,7 +58,7 @@ func TestInventoryOf2000SandboxesUnder1MiB(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("2,000 sandboxes: %d bytes (%.0f per sandbox)", len(data), float64(len(data))/2000)
-	if len(data) >= 1<<20 {
-		t.Fatalf("inventory is %d bytes, want under 1 MiB", len(data))
+	if limit := 11 << 20 / 10; len(data) >= limit {
+		t.Fatalf("inventory is %d bytes, want under 1.1 MiB (%d)", len(data), limit)
 	}
 }

@@ -367,7 +367,10 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 }
 
 // Entry is a sandbox as the NodeInventory lists it (Spec leaves out its
-// envd version when it is the node's).
+// envd version when it is the node's). Its times are to the microsecond
+// (v1beta1.NewMicroTime), as the inventory's JSON keeps them: an entry is
+// the same whether a reader has it from Kubernetes or straight from here
+// (the apiserver's single-host mode).
 func Entry(sb *pb.Sandbox) v1beta1.SandboxEntry {
 	e := v1beta1.SandboxEntry{
 		ID:          sb.GetId(),
@@ -375,14 +378,14 @@ func Entry(sb *pb.Sandbox) v1beta1.SandboxEntry {
 		State:       State(sb.GetState()),
 		Pool:        sb.GetPool(),
 		Team:        sb.GetTeam(),
-		StartedAt:   metav1.NewTime(sb.GetStartedAt().AsTime()),
+		StartedAt:   v1beta1.NewMicroTime(sb.GetStartedAt().AsTime()),
 		CPUMilli:    sb.GetResources().GetCpuMilli(),
 		MemoryMiB:   sb.GetResources().GetMemoryMib(),
 		DiskMiB:     sb.GetResources().GetDiskMib(),
 		EnvdVersion: sb.GetEnvdVersion(),
 	}
 	if sb.GetEndAt() != nil {
-		end := metav1.NewTime(sb.GetEndAt().AsTime())
+		end := v1beta1.NewMicroTime(sb.GetEndAt().AsTime())
 		e.EndAt = &end
 	}
 	if len(sb.GetMetadata()) > 0 {

@@ -2,6 +2,7 @@ package hostinventory
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/inventory"
@@ -319,6 +321,29 @@ func TestSpecEnvdVersionAndDisk(t *testing.T) {
 	}
 	if e := spec.Sandboxes[1]; e.EnvdVersion != "0.6.3" || e.DiskMiB != 0 {
 		t.Errorf("an entry with an older envd: version %q, disk %d", e.EnvdVersion, e.DiskMiB)
+	}
+}
+
+// An entry's times are sandboxd's to the microsecond, as the inventory's
+// JSON keeps them: the entry a reader decodes is the one Entry made.
+func TestEntryTimesInMicroseconds(t *testing.T) {
+	start := time.Date(2026, 11, 29, 12, 0, 0, 320_456_789, time.UTC)
+	e := Entry(&pb.Sandbox{Id: "a0000000000000000000", Template: "base", Team: "t",
+		StartedAt: timestamppb.New(start), EndAt: timestamppb.New(start.Add(time.Hour))})
+	want := start.Truncate(time.Microsecond)
+	if !e.StartedAt.Time.Equal(want) || e.EndAt == nil || !e.EndAt.Time.Equal(want.Add(time.Hour)) {
+		t.Fatalf("entry times %v, %v; want %v and an hour later", e.StartedAt, e.EndAt, want)
+	}
+	raw, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back v1beta1.SandboxEntry
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(back, e) {
+		t.Errorf("through JSON %+v, want %+v", back, e)
 	}
 }
 

@@ -68,7 +68,7 @@ func BenchmarkWriteServerCost(b *testing.B) {
 		}{
 			{"apply", func(ctx context.Context, i int) error {
 				if n > 0 {
-					end := metav1.NewTime(inv.Spec.Sandboxes[i%n].EndAt.Add(time.Second))
+					end := v1beta1.NewMicroTime(inv.Spec.Sandboxes[i%n].EndAt.Add(time.Second))
 					inv.Spec.Sandboxes[i%n].EndAt = &end
 				} else {
 					inv.Spec.Allocated.Sandboxes = int32(i % 2)
@@ -138,10 +138,10 @@ func costInventory(node string, n int) *v1beta1.NodeInventory {
 		},
 	}
 	for i := range n {
-		end := metav1.NewTime(now.Add(time.Hour))
+		end := v1beta1.NewMicroTime(now.Add(time.Hour))
 		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, v1beta1.SandboxEntry{
 			ID: fmt.Sprintf("%015d%05d", i, n)[:20], Template: "base", State: v1beta1.SandboxRunning,
-			Team: fmt.Sprintf("team-%02d", i%20), StartedAt: now, EndAt: &end, CPUMilli: 2000, MemoryMiB: 512, DiskMiB: 1024,
+			Team: fmt.Sprintf("team-%02d", i%20), StartedAt: v1beta1.NewMicroTime(now.Time), EndAt: &end, CPUMilli: 2000, MemoryMiB: 512, DiskMiB: 1024,
 			Metadata: map[string]string{"user": fmt.Sprintf("u-%05d", i), "node": node},
 		})
 	}

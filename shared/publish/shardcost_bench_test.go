@@ -48,7 +48,7 @@ func BenchmarkShardWriteServerCost(b *testing.B) {
 	shards := dyn.Resource(v1beta1.GroupVersion.WithResource("nodeinventoryshards"))
 
 	change := func(i int) {
-		end := metav1.NewTime(entries[i%len(entries)].EndAt.Add(time.Second))
+		end := v1beta1.NewMicroTime(entries[i%len(entries)].EndAt.Add(time.Second))
 		entries[i%len(entries)].EndAt = &end
 	}
 	shardObject := func(name string) *unstructured.Unstructured {

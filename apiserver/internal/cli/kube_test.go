@@ -154,7 +154,7 @@ func tryPublish(ctx context.Context, c client.Client, name, endpoint string, at 
 }
 
 func entry(id, team string, state v1beta1.SandboxState) v1beta1.SandboxEntry {
-	return v1beta1.SandboxEntry{ID: id, Template: "base", State: state, Team: team, StartedAt: metav1.Now(), CPUMilli: 1000, MemoryMiB: 512}
+	return v1beta1.SandboxEntry{ID: id, Template: "base", State: state, Team: team, StartedAt: v1beta1.NewMicroTime(time.Now()), CPUMilli: 1000, MemoryMiB: 512}
 }
 
 // api calls the e2b API at base with key.

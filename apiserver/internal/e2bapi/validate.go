@@ -14,7 +14,7 @@ import (
 
 // Metadata bounds: a sandbox's metadata is stored in its node's
 // NodeInventory, whose CRD bounds it (api/v1beta1 SandboxEntry.Metadata) so
-// that an inventory of 2,000 sandboxes stays under 1 MiB. A create that
+// that an inventory of 2,000 sandboxes stays near 1 MiB. A create that
 // would not fit is refused here, with a 400 naming "metadata", rather than
 // failing later at the publisher.
 const (

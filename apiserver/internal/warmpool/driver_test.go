@@ -63,7 +63,7 @@ func (h *hosts) Warm(_ context.Context, template, pool string, _ fleet.Defaults,
 	id := fmt.Sprintf("%0*d", sandboxid.Len-len(tag), h.n) + tag
 	inv := h.nodes[best]
 	inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, v1beta1.SandboxEntry{ID: id, Template: template, State: v1beta1.SandboxWarm, Pool: pool,
-		StartedAt: metav1.Time{Time: time.Unix(int64(h.n), 0)}})
+		StartedAt: v1beta1.NewMicroTime(time.Unix(int64(h.n), 0))})
 	h.src.Apply(inv)
 	return best, id, nil
 }

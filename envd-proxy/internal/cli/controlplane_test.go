@@ -32,7 +32,7 @@ func publish(ctx context.Context, c client.Client, node, endpoint string, at tim
 	}
 	for _, id := range ids {
 		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, v1beta1.SandboxEntry{
-			ID: id, Template: "base", State: v1beta1.SandboxRunning, Team: "team-a", StartedAt: metav1.Now(),
+			ID: id, Template: "base", State: v1beta1.SandboxRunning, Team: "team-a", StartedAt: v1beta1.NewMicroTime(time.Now()),
 			Metadata: map[string]string{"owner": "test"},
 		})
 	}

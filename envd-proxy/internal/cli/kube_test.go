@@ -3,6 +3,7 @@ package cli
 import (
 	"slices"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -12,7 +13,7 @@ import (
 // entry is a running sandbox of team (none: invalid) with metadata.
 func entry(id string, team string) v1beta1.SandboxEntry {
 	return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxRunning, Team: team,
-		StartedAt: metav1.Now(), Metadata: map[string]string{"k": "v"}}
+		StartedAt: v1beta1.NewMicroTime(time.Now()), Metadata: map[string]string{"k": "v"}}
 }
 
 // packedBC is sandbox bbbbbbbbbbbbbbbbbbbb packed, and

@@ -124,7 +124,8 @@ func fleet(b *testing.B, env *kubetest.Env, nodes, sandboxes int) client.Reader 
 // benchInventory is node i with sandboxes entries, one in ten warm of "base".
 func benchInventory(i, sandboxes int) *v1beta1.NodeInventory {
 	now := metav1.Now()
-	end := metav1.NewTime(now.Add(time.Hour))
+	started := v1beta1.NewMicroTime(now.Time)
+	end := v1beta1.NewMicroTime(now.Add(time.Hour))
 	inv := &v1beta1.NodeInventory{
 		ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("bench-node-%03d", i)},
 		PublishedAt: &now,
@@ -138,7 +139,7 @@ func benchInventory(i, sandboxes int) *v1beta1.NodeInventory {
 	for j := range inv.Spec.Sandboxes {
 		sb := v1beta1.SandboxEntry{
 			ID: fmt.Sprintf("b%03d%016d", i, j), Template: "python", State: v1beta1.SandboxRunning,
-			Team: "team-a", StartedAt: now, EndAt: &end, CPUMilli: 100, MemoryMiB: 256,
+			Team: "team-a", StartedAt: started, EndAt: &end, CPUMilli: 100, MemoryMiB: 256,
 		}
 		if j%10 == 9 {
 			sb.Template, sb.State, sb.Team, sb.EndAt, sb.Pool = "base", v1beta1.SandboxWarm, "", nil, "pools/base"

@@ -32,7 +32,7 @@ func publish(ctx context.Context, c client.Client, name string) error {
 			Capacity: v1beta1.NodeCapacity{CPUMilli: 4000, MemoryMiB: 8192, Sandboxes: 10},
 			Sandboxes: []v1beta1.SandboxEntry{{
 				ID: strings.Repeat("w", 16) + name[len(name)-4:], Template: "base", State: v1beta1.SandboxWarm,
-				StartedAt: metav1.Now(),
+				StartedAt: v1beta1.NewMicroTime(time.Now()),
 			}},
 		},
 	}

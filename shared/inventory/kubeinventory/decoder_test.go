@@ -6,15 +6,29 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/skiff-dev/skiff/api/v1beta1"
 )
 
 // packedEntry is a valid running entry whose metadata holds value.
 func packedEntry(id, value string) v1beta1.SandboxEntry {
 	return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxRunning, Team: "team-a",
-		StartedAt: metav1.NewTime(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)), Metadata: map[string]string{"k": value}}
+		StartedAt: v1beta1.NewMicroTime(time.Date(2026, 12, 5, 10, 0, 0, 20_345_000, time.UTC)), Metadata: map[string]string{"k": value}}
+}
+
+// Packed entries keep their times' microseconds, decoded afresh or taken
+// from the last decode.
+func TestPackedDecoderKeepsMicroseconds(t *testing.T) {
+	e := packedEntry("aaaaaaaaaaaaaaaaaaaa", "x")
+	end := v1beta1.NewMicroTime(e.StartedAt.Add(time.Hour + 789*time.Microsecond))
+	e.EndAt = &end
+	packed := mustPack(t, e)
+	var d packedDecoder
+	for _, pass := range []string{"first", "second"} {
+		got, err := d.decode(packed)
+		if err != nil || len(got) != 1 || !reflect.DeepEqual(got[0], e) {
+			t.Fatalf("%s decode = %+v, %v; want %+v", pass, got, err, e)
+		}
+	}
 }
 
 // mustPack is PackSandboxes of entries.

@@ -20,7 +20,7 @@ func BenchmarkJoinChanges(b *testing.B) {
 	const n, perHost, changed, added = 16, 2000, 100, 28
 	entry := func(i int, meta string) v1beta1.SandboxEntry {
 		return v1beta1.SandboxEntry{ID: fmt.Sprintf("%020d", i), Template: "base", State: v1beta1.SandboxRunning, Team: "team-a",
-			StartedAt: metav1.NewTime(now), CPUMilli: 1000, MemoryMiB: 512, Metadata: map[string]string{"k": meta}}
+			StartedAt: v1beta1.NewMicroTime(now), CPUMilli: 1000, MemoryMiB: 512, Metadata: map[string]string{"k": meta}}
 	}
 	parts := make([][]v1beta1.SandboxEntry, n)
 	for i := range perHost {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -24,7 +25,7 @@ func TestValidateAgreesWithTheSchema(t *testing.T) {
 	valid := func() v1beta1.SandboxEntry {
 		return v1beta1.SandboxEntry{
 			ID: "abcdefghij0123456789", Template: "base", State: v1beta1.SandboxRunning, Team: "team-a",
-			StartedAt: metav1.Now(), CPUMilli: 2000, MemoryMiB: 512, DiskMiB: 1024,
+			StartedAt: v1beta1.NewMicroTime(time.Now()), CPUMilli: 2000, MemoryMiB: 512, DiskMiB: 1024,
 			Metadata: map[string]string{"user": "u-1"},
 		}
 	}
@@ -47,7 +48,7 @@ func TestValidateAgreesWithTheSchema(t *testing.T) {
 		{"pool of 317", func(e *v1beta1.SandboxEntry) { e.Pool = strings.Repeat("p", 317) }, true},
 		{"pool of 318", func(e *v1beta1.SandboxEntry) { e.Pool = strings.Repeat("p", 318) }, false},
 		{"envd version of 33", func(e *v1beta1.SandboxEntry) { e.EnvdVersion = strings.Repeat("1", 33) }, false},
-		{"no start", func(e *v1beta1.SandboxEntry) { e.StartedAt = metav1.Time{} }, false},
+		{"no start", func(e *v1beta1.SandboxEntry) { e.StartedAt = v1beta1.MicroTime{} }, false},
 		{"negative memory", func(e *v1beta1.SandboxEntry) { e.MemoryMiB = -1 }, false},
 		{"9 metadata entries", func(e *v1beta1.SandboxEntry) {
 			for i := range 9 {

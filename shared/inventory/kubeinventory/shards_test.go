@@ -40,7 +40,7 @@ func shardedHost(node string, n int) *v1beta1.NodeInventory {
 	for i := range n {
 		e := v1beta1.SandboxEntry{
 			ID: fmt.Sprintf("%0*d", 20-len(tag), i) + tag, Template: "base", State: v1beta1.SandboxRunning,
-			Team: "team-a", StartedAt: stamp, Metadata: map[string]string{"i": fmt.Sprint(i)},
+			Team: "team-a", StartedAt: v1beta1.NewMicroTime(stamp.Time), Metadata: map[string]string{"i": fmt.Sprint(i)},
 		}
 		if i%5 == 0 {
 			e.State, e.Team = v1beta1.SandboxWarm, ""

@@ -404,7 +404,7 @@ func TestReadErrors(t *testing.T) {
 func TestJoinShards(t *testing.T) {
 	entry := func(id string) v1beta1.SandboxEntry {
 		// A valid ID (20 lowercase letters and digits): id, padded with z.
-		e := v1beta1.SandboxEntry{ID: id + strings.Repeat("z", 20-len(id)), Template: "base", State: v1beta1.SandboxWarm, StartedAt: metav1.NewTime(now), Metadata: map[string]string{"k": id}}
+		e := v1beta1.SandboxEntry{ID: id + strings.Repeat("z", 20-len(id)), Template: "base", State: v1beta1.SandboxWarm, StartedAt: v1beta1.NewMicroTime(now), Metadata: map[string]string{"k": id}}
 		if strings.HasPrefix(id, "bad") {
 			e.State = v1beta1.SandboxRunning // without a team: the schema would refuse it
 		}
@@ -584,7 +584,7 @@ func TestJoinChanges(t *testing.T) {
 		}
 	}
 	entry := func(id, meta string) v1beta1.SandboxEntry {
-		return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm, StartedAt: metav1.NewTime(now), Metadata: map[string]string{"k": meta}}
+		return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm, StartedAt: v1beta1.NewMicroTime(now), Metadata: map[string]string{"k": meta}}
 	}
 	a, b := []string{idIn(0, "a"), idIn(1, "a"), idIn(2, "a"), idIn(3, "a")}, []string{idIn(0, "b"), idIn(1, "b"), idIn(2, "b"), idIn(3, "b")}
 	var objs []client.Object
@@ -667,7 +667,7 @@ func TestJoinChangesUnsortedShard(t *testing.T) {
 	const n = 1
 	id := func(p string) string { return p + strings.Repeat("z", 20-len(p)) }
 	entry := func(id, meta string) v1beta1.SandboxEntry {
-		return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm, StartedAt: metav1.NewTime(now), Metadata: map[string]string{"k": meta}}
+		return v1beta1.SandboxEntry{ID: id, Template: "base", State: v1beta1.SandboxWarm, StartedAt: v1beta1.NewMicroTime(now), Metadata: map[string]string{"k": meta}}
 	}
 	sh := &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: v1beta1.ShardName("h", 0)},
 		Spec: v1beta1.NodeInventoryShardSpec{Node: "h", Index: 0, Fold: 1,
@@ -702,7 +702,7 @@ func TestJoinChangesUnsortedShard(t *testing.T) {
 // the shards it joined, whatever the reader holds.
 func TestJoinTracked(t *testing.T) {
 	entry := func(id, meta string) v1beta1.SandboxEntry {
-		return v1beta1.SandboxEntry{ID: id + strings.Repeat("z", 20-len(id)), Template: "base", State: v1beta1.SandboxWarm, StartedAt: metav1.NewTime(now), Metadata: map[string]string{"k": meta}}
+		return v1beta1.SandboxEntry{ID: id + strings.Repeat("z", 20-len(id)), Template: "base", State: v1beta1.SandboxWarm, StartedAt: v1beta1.NewMicroTime(now), Metadata: map[string]string{"k": meta}}
 	}
 	shard := func(meta string) *v1beta1.NodeInventoryShard {
 		return &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: v1beta1.ShardName("h", 0)},

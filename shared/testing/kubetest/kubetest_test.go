@@ -8,6 +8,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,7 +34,7 @@ func TestCRDsOnControlPlane(t *testing.T) {
 				Capacity: v1beta1.NodeCapacity{CPUMilli: 1000, MemoryMiB: 1024, Sandboxes: 4},
 				Sandboxes: []v1beta1.SandboxEntry{{
 					ID: "abcdefghij0123456789", Template: "base", State: v1beta1.SandboxRunning, Team: "team-a",
-					StartedAt: now, Metadata: map[string]string{"user": "alice"},
+					StartedAt: v1beta1.NewMicroTime(now.Time), Metadata: map[string]string{"user": "alice"},
 				}},
 			},
 		}
@@ -100,6 +101,43 @@ func TestCRDsOnControlPlane(t *testing.T) {
 				t.Fatalf("create: err = %v, want it to mention %q", err, tc.wantErr)
 			}
 		})
+	}
+
+	// An entry's times keep their microseconds on the server; one in whole
+	// seconds, as an older host wrote it, is taken and read back.
+	start := time.Date(2026, 12, 5, 10, 0, 1, 20_345_000, time.UTC)
+	inv := inventory(func(i *v1beta1.NodeInventory) {
+		end := v1beta1.NewMicroTime(start.Add(time.Hour))
+		i.Spec.Sandboxes[0].StartedAt, i.Spec.Sandboxes[0].EndAt = v1beta1.NewMicroTime(start), &end
+	})
+	if err := c.Create(ctx, inv); err != nil {
+		t.Fatal(err)
+	}
+	var back v1beta1.NodeInventory
+	if err := c.Get(ctx, client.ObjectKeyFromObject(inv), &back); err != nil {
+		t.Fatal(err)
+	}
+	if e := back.Spec.Sandboxes[0]; !e.StartedAt.Time.Equal(start) || e.EndAt == nil || !e.EndAt.Time.Equal(start.Add(time.Hour)) {
+		t.Fatalf("stored times %v, %v; want %v and an hour later", e.StartedAt, e.EndAt, start)
+	}
+	old := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1beta1.GroupVersion.String(), "kind": "NodeInventory",
+		"metadata": map[string]any{"generateName": "node-"},
+		"spec": map[string]any{
+			"endpoint": "10.0.0.1:27777",
+			"capacity": map[string]any{"cpuMilli": int64(1000), "memoryMiB": int64(1024), "sandboxes": int64(4)},
+			"sandboxes": []any{map[string]any{"id": "abcdefghij0123456789", "template": "base", "state": "running", "team": "team-a",
+				"startedAt": "2026-12-05T10:00:01Z", "endAt": "2026-12-05T11:00:01Z"}},
+		},
+	}}
+	if err := c.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(old), &back); err != nil {
+		t.Fatalf("an entry in whole seconds: %v", err)
+	}
+	if e := back.Spec.Sandboxes[0]; !e.StartedAt.Time.Equal(start.Truncate(time.Second)) {
+		t.Fatalf("an entry in whole seconds read as %v", e.StartedAt)
 	}
 
 	// Template defaults come from the schema.

@@ -23,8 +23,8 @@ import (
 func fleet20x2000(b *testing.B) (*inventory.StaticSource, []*v1beta1.NodeInventory) {
 	b.Helper()
 	src := inventory.NewStaticSource()
-	now := metav1.Now()
-	end := metav1.NewTime(now.Add(time.Hour))
+	now := v1beta1.NewMicroTime(time.Now())
+	end := v1beta1.NewMicroTime(now.Add(time.Hour))
 	var nodes []*v1beta1.NodeInventory
 	for n := range 20 {
 		name := fmt.Sprintf("host-%02d", n)

@@ -30,7 +30,7 @@ func inv(name string, rv int, teams ...string) *v1beta1.NodeInventory {
 	n := &v1beta1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: strconv.Itoa(rv)}}
 	for i, team := range teams {
 		n.Spec.Sandboxes = append(n.Spec.Sandboxes, v1beta1.SandboxEntry{ID: id(name, i), Template: "base", State: v1beta1.SandboxRunning,
-			Team: team, StartedAt: metav1.Time{Time: time.Now().Add(-time.Hour)}, Metadata: map[string]string{"i": strconv.Itoa(i % 2)}})
+			Team: team, StartedAt: v1beta1.NewMicroTime(time.Now().Add(-time.Hour)), Metadata: map[string]string{"i": strconv.Itoa(i % 2)}})
 	}
 	return n
 }

@@ -29,7 +29,7 @@ func id(node string, n int) string {
 
 func entry(node string, n int, team string) v1beta1.SandboxEntry {
 	return v1beta1.SandboxEntry{ID: id(node, n), Template: "base", State: v1beta1.SandboxRunning, Team: team,
-		StartedAt: metav1.Time{Time: t0}, CPUMilli: 1000, MemoryMiB: 256, Metadata: map[string]string{"app": "x", "has space": "v"}}
+		StartedAt: v1beta1.NewMicroTime(t0), CPUMilli: 1000, MemoryMiB: 256, Metadata: map[string]string{"app": "x", "has space": "v"}}
 }
 
 func node(name string, rv int, entries ...v1beta1.SandboxEntry) *v1beta1.NodeInventory {
@@ -107,8 +107,8 @@ func TestBatchesNumberedByTheNewestInventory(t *testing.T) {
 }
 
 func TestWarmSandboxesShowInTheirPoolsNamespace(t *testing.T) {
-	warm := v1beta1.SandboxEntry{ID: id("n1", 1), Template: "base", State: v1beta1.SandboxWarm, Pool: "pools/base", StartedAt: metav1.Time{Time: t0}}
-	orphan := v1beta1.SandboxEntry{ID: id("n1", 2), Template: "base", State: v1beta1.SandboxWarm, StartedAt: metav1.Time{Time: t0}}
+	warm := v1beta1.SandboxEntry{ID: id("n1", 1), Template: "base", State: v1beta1.SandboxWarm, Pool: "pools/base", StartedAt: v1beta1.NewMicroTime(t0)}
+	orphan := v1beta1.SandboxEntry{ID: id("n1", 2), Template: "base", State: v1beta1.SandboxWarm, StartedAt: v1beta1.NewMicroTime(t0)}
 	foreign := entry("other", 3, "a") // another node's tag: not n1's to list
 	src := inventory.NewStaticSource(node("n1", 10, warm, orphan, foreign))
 	v := New(src, Options{})
