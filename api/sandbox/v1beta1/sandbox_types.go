@@ -43,9 +43,10 @@ type SandboxSpec struct {
 	Resources SandboxResources `json:"resources,omitempty"`
 
 	// EndAt is the sandbox's deadline: its host kills it (or, with
-	// auto-pause, pauses it) then. Unset for a warm sandbox.
+	// auto-pause, pauses it) then, in microseconds (as the host's
+	// NodeInventory has it). Unset for a warm sandbox.
 	// +optional
-	EndAt *metav1.Time `json:"endAt,omitempty"`
+	EndAt *metav1.MicroTime `json:"endAt,omitempty"`
 
 	// Pool is the SandboxWarmPool (namespace/name) that started the sandbox,
 	// if a warm pool did.
@@ -89,9 +90,11 @@ type SandboxStatus struct {
 	State SandboxState `json:"state,omitempty"`
 
 	// StartedAt is when the sandbox started (for a claimed warm sandbox:
-	// when it was claimed).
+	// when it was claimed), in microseconds (as the host's NodeInventory
+	// has it); metadata.creationTimestamp is the same time in whole
+	// seconds.
 	// +optional
-	StartedAt metav1.Time `json:"startedAt,omitempty"`
+	StartedAt metav1.MicroTime `json:"startedAt,omitempty"`
 }
 
 // SandboxList is a list of Sandbox.

@@ -236,8 +236,8 @@ func schema_skiff_api_sandbox_v1beta1_SandboxSpec(ref common.ReferenceCallback) 
 					},
 					"endAt": {
 						SchemaProps: spec.SchemaProps{
-							Description: "EndAt is the sandbox's deadline: its host kills it (or, with auto-pause, pauses it) then. Unset for a warm sandbox.",
-							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+							Description: "EndAt is the sandbox's deadline: its host kills it (or, with auto-pause, pauses it) then, in microseconds (as the host's NodeInventory has it). Unset for a warm sandbox.",
+							Ref:         ref(v1.MicroTime{}.OpenAPIModelName()),
 						},
 					},
 					"pool": {
@@ -267,7 +267,7 @@ func schema_skiff_api_sandbox_v1beta1_SandboxSpec(ref common.ReferenceCallback) 
 			},
 		},
 		Dependencies: []string{
-			v1beta1.SandboxResources{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1beta1.SandboxResources{}.OpenAPIModelName(), v1.MicroTime{}.OpenAPIModelName()},
 	}
 }
 
@@ -287,15 +287,15 @@ func schema_skiff_api_sandbox_v1beta1_SandboxStatus(ref common.ReferenceCallback
 					},
 					"startedAt": {
 						SchemaProps: spec.SchemaProps{
-							Description: "StartedAt is when the sandbox started (for a claimed warm sandbox: when it was claimed).",
-							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+							Description: "StartedAt is when the sandbox started (for a claimed warm sandbox: when it was claimed), in microseconds (as the host's NodeInventory has it); metadata.creationTimestamp is the same time in whole seconds.",
+							Ref:         ref(v1.MicroTime{}.OpenAPIModelName()),
 						},
 					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Time{}.OpenAPIModelName()},
+			v1.MicroTime{}.OpenAPIModelName()},
 	}
 }
 

@@ -397,7 +397,7 @@ func toSandbox(node, ns string, e *fleetv1beta1.SandboxEntry) *v1beta1.Sandbox {
 			Name:              e.ID,
 			Namespace:         ns,
 			UID:               types.UID(uuid.NewSHA1(uidSpace, []byte(node+"/"+e.ID)).String()),
-			CreationTimestamp: metav1.NewTime(e.StartedAt.Time),
+			CreationTimestamp: metav1.NewTime(e.StartedAt.Time), // whole seconds in JSON
 			Labels:            labelsOf(ns, e),
 		},
 		Spec: v1beta1.SandboxSpec{
@@ -407,10 +407,10 @@ func toSandbox(node, ns string, e *fleetv1beta1.SandboxEntry) *v1beta1.Sandbox {
 			Pool:      e.Pool,
 			Metadata:  maps.Clone(e.Metadata),
 		},
-		Status: v1beta1.SandboxStatus{State: v1beta1.SandboxState(e.State), StartedAt: metav1.NewTime(e.StartedAt.Time)},
+		Status: v1beta1.SandboxStatus{State: v1beta1.SandboxState(e.State), StartedAt: e.StartedAt.MicroTime},
 	}
 	if e.EndAt != nil {
-		t := metav1.NewTime(e.EndAt.Time)
+		t := e.EndAt.MicroTime
 		sb.Spec.EndAt = &t
 	}
 	return sb
@@ -448,10 +448,10 @@ func same(sb *v1beta1.Sandbox, node string, e *fleetv1beta1.SandboxEntry) bool {
 	s := &sb.Spec
 	if s.NodeName != node || s.Template != e.Template || s.Pool != e.Pool ||
 		s.Resources.CPUMilli != e.CPUMilli || s.Resources.MemoryMiB != e.MemoryMiB ||
-		sb.Status.State != v1beta1.SandboxState(e.State) || !sb.Status.StartedAt.Time.Equal(e.StartedAt.Time) {
+		sb.Status.State != v1beta1.SandboxState(e.State) || !sb.Status.StartedAt.Equal(&e.StartedAt.MicroTime) {
 		return false
 	}
-	if (s.EndAt == nil) != (e.EndAt == nil) || (s.EndAt != nil && !s.EndAt.Time.Equal(e.EndAt.Time)) {
+	if (s.EndAt == nil) != (e.EndAt == nil) || (s.EndAt != nil && !s.EndAt.Equal(&e.EndAt.MicroTime)) {
 		return false
 	}
 	return maps.Equal(s.Metadata, e.Metadata)

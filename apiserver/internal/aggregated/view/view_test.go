@@ -2,9 +2,11 @@ package view
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +105,35 @@ func TestBatchesNumberedByTheNewestInventory(t *testing.T) {
 	rebuild(t, v)
 	if v.Current().RV != 106<<seqBits|snapshotSeq {
 		t.Errorf("rv after a lower revision %d", v.Current().RV)
+	}
+}
+
+// A Sandbox's startedAt and endAt are its entry's, to the microsecond, and
+// a change of the fraction alone is a change; creationTimestamp is the
+// start in whole seconds.
+func TestSandboxTimesInMicroseconds(t *testing.T) {
+	e := entry("n1", 1, "a")
+	e.StartedAt = v1beta1.NewMicroTime(t0.Add(20_345 * time.Microsecond))
+	end := v1beta1.NewMicroTime(e.StartedAt.Add(time.Hour))
+	e.EndAt = &end
+	src := inventory.NewStaticSource(node("n1", 100, e))
+	v := New(src, Options{})
+	rebuild(t, v)
+	sb := v.Current().Get("a", id("n1", 1))
+	raw, err := json.Marshal(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"startedAt":"2026-12-02T10:00:00.020345Z"`, `"endAt":"2026-12-02T11:00:00.020345Z"`, `"creationTimestamp":"2026-12-02T10:00:00Z"`} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("sandbox %s: no %s", raw, want)
+		}
+	}
+	e.StartedAt = v1beta1.NewMicroTime(e.StartedAt.Add(time.Microsecond))
+	src.Apply(node("n1", 101, e))
+	rebuild(t, v)
+	if got := v.Current().Get("a", id("n1", 1)); got == sb || !got.Status.StartedAt.Time.Equal(e.StartedAt.Time) {
+		t.Errorf("a start a microsecond later: %v, want %v", got.Status.StartedAt, e.StartedAt)
 	}
 }
 
