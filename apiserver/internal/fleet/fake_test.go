@@ -46,7 +46,7 @@ type fakeNode struct {
 	traffic map[string]string
 	old     bool
 	// frac is added to t0 as a sandbox's start, for sandboxd's clock,
-	// which is not in whole seconds.
+	// which is not in whole seconds (nor microseconds).
 	frac time.Duration
 	// refusePause, when set, answers Pause in its place, with the node
 	// locked: it may change the sandboxes, as a call in between would.

@@ -186,18 +186,21 @@ func (b *Backend) remember(id, team, node string, sb *e2bapi.Sandbox) {
 	b.recent[id] = recentWrite{node: node, team: team, at: b.now(), sb: c}
 }
 
-// wholeSeconds is t as a metav1.Time keeps it through JSON: the
-// inventory's precision, which every sandbox this backend returns has
-// (toSandbox, fromEntry: a static source, make up's, keeps sandboxd's
-// milliseconds), so that a sandbox's times do not change when the inventory
-// takes over from this replica's write (a listing paged meanwhile, whose
-// cursor is the last sandbox's start and ID, listed a sandbox twice), nor
-// differ between a list and a GET.
-func wholeSeconds(t time.Time) time.Time {
+// microseconds is t as an inventory entry keeps it through JSON
+// (v1beta1.MicroTime: truncated to the microsecond), the precision every
+// sandbox this backend returns has (toSandbox, fromEntry: a static source,
+// make up's, need not have it), so that a sandbox's times do not change
+// when the inventory takes over from this replica's write (a listing paged
+// meanwhile, whose cursor is the last sandbox's start and ID, would list a
+// sandbox twice or skip one), nor differ between a list and a GET. (A host
+// whose vk-sandbox predates microseconds publishes whole seconds: until it
+// is upgraded, its sandboxes' times lose their fraction when its inventory
+// takes over.)
+func microseconds(t time.Time) time.Time {
 	if t.IsZero() {
 		return t
 	}
-	return t.Truncate(time.Second)
+	return t.Truncate(time.Microsecond)
 }
 
 // maxSkippedClaims bounds the extra candidates a create asks for to step

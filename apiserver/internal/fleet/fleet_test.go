@@ -857,7 +857,7 @@ func TestListAgreesWithGet(t *testing.T) {
 
 func testListAgreesWithGet(t *testing.T, direct bool) {
 	a := newFakeNode("node-a", "base")
-	a.frac = 700 * time.Millisecond // sandboxd's clock is not in whole seconds
+	a.frac = 700*time.Millisecond + 123_456 // sandboxd's clock has nanoseconds
 	h := newHarness(t)
 	h.nodes[a.endpoint()] = a
 	h.direct = direct
@@ -907,14 +907,14 @@ func testListAgreesWithGet(t *testing.T, direct bool) {
 	}
 }
 
-// A sandbox's listed start does not move when the inventory (whole
-// seconds, as metav1.Time goes through JSON) takes over from this
-// replica's write (sandboxd's clock): the listing's cursor is the last
+// A sandbox's listed start does not move when the inventory (microseconds,
+// as v1beta1.MicroTime goes through JSON) takes over from this replica's
+// write (sandboxd's clock, nanoseconds): the listing's cursor is the last
 // sandbox's start and ID, and a start that moved between two pages listed
 // a sandbox on both (the SDK suite's pagination test, through the fleet).
 func TestListedStartStaysWhenTheInventoryTakesOver(t *testing.T) {
 	a := newFakeNode("node-a", "base")
-	a.frac = 700 * time.Millisecond
+	a.frac = 700*time.Millisecond + 123_456
 	h := newHarness(t, a)
 	var ids []string
 	for range 3 {

@@ -97,7 +97,7 @@ func fromEntry(n *v1beta1.NodeInventory, e *v1beta1.SandboxEntry) e2bapi.Sandbox
 		Node:        n.Name,
 		State:       e2bapi.StateRunning,
 		EnvdVersion: e.EnvdVersion,
-		StartedAt:   wholeSeconds(e.StartedAt.Time),
+		StartedAt:   microseconds(e.StartedAt.Time),
 		CPUMilli:    e.CPUMilli,
 		MemoryMB:    e.MemoryMiB,
 		DiskMB:      e.DiskMiB,
@@ -110,7 +110,7 @@ func fromEntry(n *v1beta1.NodeInventory, e *v1beta1.SandboxEntry) e2bapi.Sandbox
 		sb.State = e2bapi.StatePaused
 	}
 	if e.EndAt != nil {
-		sb.EndAt = wholeSeconds(e.EndAt.Time)
+		sb.EndAt = microseconds(e.EndAt.Time)
 	}
 	return sb
 }

@@ -362,10 +362,10 @@ func toSandbox(node string, sb *sandboxdv1.Sandbox, tok tokens) *e2bapi.Sandbox 
 		AutoResume:         sb.GetAutoResume(),
 	}
 	if sb.GetStartedAt() != nil {
-		out.StartedAt = wholeSeconds(sb.GetStartedAt().AsTime())
+		out.StartedAt = microseconds(sb.GetStartedAt().AsTime())
 	}
 	if sb.GetEndAt() != nil {
-		out.EndAt = wholeSeconds(sb.GetEndAt().AsTime())
+		out.EndAt = microseconds(sb.GetEndAt().AsTime())
 	}
 	allow, public := sb.GetAllowInternetAccess(), sb.GetAllowPublicTraffic()
 	out.AllowInternetAccess, out.AllowPublicTraffic = &allow, &public
