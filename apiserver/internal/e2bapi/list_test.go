@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -265,6 +266,59 @@ func TestPaginationStableUnderChange(t *testing.T) {
 	want := append(slices.Clone(ids[4:]), newer)
 	if !slices.Equal(rest, want) {
 		t.Fatalf("rest = %v, want %v", rest, want)
+	}
+}
+
+// Sandboxes started within one second page in the order they started: the
+// cursor carries the start's fraction (its token has held nanoseconds
+// from the first), so a page boundary between two of them neither skips
+// nor repeats one, and startedAfter takes a fraction too.
+func TestPaginationSubSecondStarts(t *testing.T) {
+	f, h := newTestServer(t)
+	// Six sandboxes 20 ms apart, their IDs in the reverse order: a tie on
+	// the second would list them backwards.
+	var ids []string
+	for i := range 6 {
+		id := strings.Repeat(string(rune('f'-i)), 20)
+		f.addWithID(id, teamA, StateRunning, t0.Add(300*time.Millisecond+time.Duration(i)*20*time.Millisecond), nil)
+		ids = append(ids, id)
+	}
+	walk := func(query string, limit int) []string {
+		t.Helper()
+		var got []string
+		token := ""
+		for range 10 {
+			target := "/v2/sandboxes?limit=" + strconv.Itoa(limit) + "&" + query
+			if token != "" {
+				target += "&nextToken=" + url.QueryEscape(token)
+			}
+			rec := do(t, h, http.MethodGet, target, "", keyA)
+			for _, s := range decodeList(t, rec) {
+				got = append(got, s.SandboxID)
+			}
+			if token = rec.Header().Get(headerNextToken); token == "" {
+				return got
+			}
+		}
+		t.Fatalf("%s by %d: the pages do not end", query, limit)
+		return nil
+	}
+	reversed := slices.Clone(ids)
+	slices.Reverse(reversed)
+	for _, limit := range []int{1, 2, 4, 100} {
+		if got := walk("order=asc", limit); !slices.Equal(got, ids) {
+			t.Errorf("asc by %d: %v, want %v", limit, got, ids)
+		}
+		if got := walk("order=desc", limit); !slices.Equal(got, reversed) {
+			t.Errorf("desc by %d: %v, want %v", limit, got, reversed)
+		}
+	}
+	third := url.QueryEscape(t0.Add(340 * time.Millisecond).Format(time.RFC3339Nano))
+	if got := walk("order=asc&startedAfter="+third, 2); !slices.Equal(got, ids[2:]) {
+		t.Errorf("startedAfter the third's start: %v, want %v", got, ids[2:])
+	}
+	if got := walk("order=asc&startedAfter="+url.QueryEscape(t0.Format(time.RFC3339)), 100); !slices.Equal(got, ids) {
+		t.Errorf("startedAfter their second: %v, want %v", got, ids)
 	}
 }
 
