@@ -86,7 +86,8 @@ func TestSDKDomain(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1",
 		"--test-name-pattern=create, run as user|files write|presigned|a user port|private traffic|autoResume wakes|a snapshot starts|fork gives|volumes", "sdk.test.mjs")
-	cmd.Env = append(env, "E2B_PACKAGE=e2b", "SKIFF_API_KEY_B="+sys.Keys["team-b"])
+	env = append(env, "E2B_PACKAGE=e2b", "SKIFF_API_KEY_B="+sys.Keys["team-b"])
+	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	t.Logf("node --test (e2b, E2B_DOMAIN=%s):\n%s", sys.E2BDomain, out)
 	if err != nil {

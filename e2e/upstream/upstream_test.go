@@ -32,7 +32,8 @@ func TestE2BSuite(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node_modules/.bin/vitest", "run", "--reporter=verbose", "--no-color")
 	cmd.Dir = "js"
-	cmd.Env = append(env, "NO_COLOR=1")
+	env = append(env, "NO_COLOR=1")
+	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	t.Logf("vitest run (e2b's tests at %s, E2B_DOMAIN=%s):\n%s", commit(t), sys.E2BDomain, out)
 	if err != nil {
