@@ -87,9 +87,27 @@ func (u usage) plus(v usage) usage {
 type held struct {
 	sum    usage
 	placed []placed
-	// checked is the node's inventory version that placed was last pruned
-	// by; "" (a new hold, or a source without versions): none.
-	checked string
+	// checked is the node's inventory as placed was last pruned by it;
+	// zero (a new hold): none.
+	checked inventoryKey
+}
+
+// inventoryKey tells one read of a node's inventory from the next: its
+// resourceVersion, with its stamp and size in case a joined version (see
+// kubeinventory) repeats.
+type inventoryKey struct {
+	rv        string
+	stamp     time.Time
+	sandboxes int
+}
+
+// keyOf is n's inventoryKey.
+func keyOf(n *v1beta1.NodeInventory) inventoryKey {
+	k := inventoryKey{rv: n.ResourceVersion, sandboxes: len(n.Spec.Sandboxes)}
+	if n.PublishedAt != nil {
+		k.stamp = n.PublishedAt.Time
+	}
+	return k
 }
 
 // placed is one sandbox counted against its node: until the node's
@@ -215,7 +233,7 @@ func (p *Placer) holdLocked(node string, req Request, c Created) {
 	}
 	h.placed = append(h.placed, pl)
 	h.sum = h.sum.add(req, 1)
-	h.checked = "" // the inventory already seen may list it
+	h.checked = inventoryKey{} // the inventory already seen may list it
 }
 
 // Forget stops counting sandbox id, which this Placer placed, against its
@@ -240,8 +258,12 @@ func (p *Placer) Forget(id string) {
 
 // pruneLocked ends the holds that nodes' inventories now count (they list
 // the sandbox, or are stamped past its until) or that have expired. An
-// inventory is read again only at a version not read before. Nodes not
-// listed keep their holds until they expire.
+// inventory is read again only when it changed since it was last read (see
+// inventoryKey). Nodes not listed keep their holds until they expire. A
+// sharded inventory may list a sandbox (its shard) a moment before its
+// allocation (the NodeInventory, written after the shards) counts it: the
+// node is then undercounted for that moment, as without holds, and sandboxd
+// refuses what does not fit.
 func (p *Placer) pruneLocked(nodes []v1beta1.NodeInventory) {
 	if len(p.held) == 0 {
 		return
@@ -250,10 +272,14 @@ func (p *Placer) pruneLocked(nodes []v1beta1.NodeInventory) {
 	for i := range nodes {
 		n := &nodes[i]
 		h := p.held[n.Name]
-		if h == nil || h.checked != "" && h.checked == n.ResourceVersion {
+		if h == nil {
 			continue
 		}
-		h.checked = n.ResourceVersion
+		k := keyOf(n)
+		if k.rv != "" && h.checked == k {
+			continue
+		}
+		h.checked = k
 		listed := h.listedIn(n)
 		h.placed = slices.DeleteFunc(h.placed, func(pl placed) bool {
 			counted := listed[pl.id] ||

@@ -19,11 +19,16 @@ import (
 // a path through /proc/self/fd/1, or a link to it that a process of the
 // sandbox planted, would otherwise write that file past the limits envd
 // keeps. With openat2 (RESOLVE_NO_MAGICLINKS) the kernel refuses such a path
-// with ELOOP; a kernel without it (ENOSYS) has the path refused here when it
-// names or leads into /proc or /dev/fd, or is a link that does not resolve.
+// with ELOOP; a kernel without it (ENOSYS, before Linux 5.6) has the path
+// refused here when it names or leads into /proc or /dev/fd, or is a link
+// that does not resolve: stricter than openat2 (no /proc/meminfo), and
+// checked before the open, which a process of the sandbox could race.
 func openFile(p string, flag int, perm fs.FileMode) (*os.File, error) {
 	how := &unix.OpenHow{Flags: uint64(flag) | unix.O_CLOEXEC, Mode: uint64(perm.Perm()), Resolve: unix.RESOLVE_NO_MAGICLINKS}
 	fd, err := unix.Openat2(unix.AT_FDCWD, p, how)
+	for errors.Is(err, unix.EINTR) { // as os.OpenFile retries (a FIFO, FUSE)
+		fd, err = unix.Openat2(unix.AT_FDCWD, p, how)
+	}
 	switch {
 	case err == nil:
 		return os.NewFile(uintptr(fd), p), nil
