@@ -163,21 +163,22 @@ func (w *watcher) handle(ev fsnotify.Event) {
 	if ev.Name == w.root {
 		return // the watched directory itself (deleted or moved away)
 	}
+	// A new directory is watched before its CREATE is sent, so that a
+	// client that writes into it on seeing that event is seen doing so;
+	// what it already holds is announced after. Entries created between the
+	// Add and the walk may be reported twice (by inotify and by the walk);
+	// none are missed.
+	var found []string
+	if w.recursive && ev.Has(fsnotify.Create) {
+		if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
+			if err := w.fw.Add(ev.Name); err == nil {
+				found, _ = w.addTree(ev.Name, true)
+			}
+		}
+	}
 	for _, o := range ops {
 		if ev.Has(o.op) {
 			w.send(ev.Name, o.typ)
-		}
-	}
-	if !w.recursive || !ev.Has(fsnotify.Create) {
-		return
-	}
-	// Watch a new directory, then announce what it already holds. Entries
-	// created between the Add and the walk may be reported twice (by inotify
-	// and by the walk); none are missed.
-	var found []string
-	if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
-		if err := w.fw.Add(ev.Name); err == nil {
-			found, _ = w.addTree(ev.Name, true)
 		}
 	}
 	for _, p := range found {
