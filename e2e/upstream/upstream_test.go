@@ -1,15 +1,16 @@
 // Package upstream runs e2b's own JS SDK tests, written by e2b for its
 // cloud and copied unchanged but for their imports (js/tests, by
 // hack/e2b-tests/vendor.sh; js/COMMIT names the commit, js/package.json
-// pins the SDK of that commit), against the whole system started as
-// `make up --domain` starts it. js/skip.mjs lists the few it does not run,
-// with why.
+// pins the SDK of that commit, and the newest), against the whole system
+// started as `make up --domain` starts it, once with each SDK. js/skip.mjs
+// lists the few it does not run, with why.
 package upstream
 
 import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,16 +29,20 @@ func TestE2BSuite(t *testing.T) {
 	// URLs by name, as against e2b's cloud; and no per-team limits, since
 	// they create sandboxes faster than make up's 5 a second.
 	sys, env := systemtest.StartDomain(t, systemtest.Options{NoTeamLimits: true}, "team-a")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node_modules/.bin/vitest", "run", "--reporter=verbose", "--no-color")
-	cmd.Dir = "js"
-	env = append(env, "NO_COLOR=1")
-	cmd.Env = env
-	out, err := cmd.CombinedOutput()
-	t.Logf("vitest run (e2b's tests at %s, E2B_DOMAIN=%s):\n%s", commit(t), sys.E2BDomain, out)
-	if err != nil {
-		t.Fatalf("e2b's own SDK tests failed against Skiff: %v", err)
+	// The SDK of the tests' commit, then the newest (js/package.json).
+	for _, pkg := range []string{"e2b", "e2b-2.51.0"} {
+		t.Run(pkg, func(t *testing.T) {
+			cmd := exec.CommandContext(ctx, "node_modules/.bin/vitest", "run", "--reporter=verbose", "--no-color")
+			cmd.Dir = "js"
+			cmd.Env = append(slices.Clip(env), "NO_COLOR=1", "SKIFF_E2B_PACKAGE="+pkg)
+			out, err := cmd.CombinedOutput()
+			t.Logf("vitest run (e2b's tests at %s, %s, E2B_DOMAIN=%s):\n%s", commit(t), pkg, sys.E2BDomain, out)
+			if err != nil {
+				t.Fatalf("e2b's own SDK tests failed against Skiff with %s: %v", pkg, err)
+			}
+		})
 	}
 }
 

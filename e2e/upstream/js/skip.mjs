@@ -19,8 +19,22 @@ export const skip = [
   ['MCP gateway start failure kills the created sandbox', 'mcp: 501'],
 ]
 
-// pattern is vitest's --testNamePattern that runs every test but those.
-export function pattern() {
+// skipWith are more tests not run with a newer SDK than the tests' own,
+// by the package's name in package.json.
+export const skipWith = {
+  'e2b-2.51.0': [
+    // The SDK of the tests' commit refuses count 0 itself; 2.51 sends it,
+    // with the test's placeholder key, and the API checks the key first
+    // (401), as e2b's does (its OpenAPI validator checks security before
+    // the body).
+    ['fork with count lower than 1 fails', 'SDK 2.51 leaves count to the API, which answers the placeholder key first'],
+  ],
+}
+
+// pattern is vitest's --testNamePattern that runs every test but those
+// (and, with pkg, those of skipWith[pkg]).
+export function pattern(pkg) {
   const esc = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
-  return `^(?!(?:${skip.map(([name]) => esc(name)).join('|')})$)`
+  const names = [...skip, ...(skipWith[pkg] ?? [])].map(([name]) => esc(name))
+  return `^(?!(?:${names.join('|')})$)`
 }
