@@ -77,15 +77,9 @@ func (u usage) add(req Request, sign int64) usage {
 	return usage{u.cpuMilli + sign*req.CPUMilli, u.memoryMiB + sign*req.MemoryMiB, u.sandboxes + sign}
 }
 
-// plus returns u and v together.
-func (u usage) plus(v usage) usage {
-	return usage{u.cpuMilli + v.cpuMilli, u.memoryMiB + v.memoryMiB, u.sandboxes + v.sandboxes}
-}
-
 // held is what one node holds of the sandboxes this Placer placed there
-// that the node's inventory does not count yet: their sum and each of them.
+// that the node's inventory does not count yet.
 type held struct {
-	sum    usage
 	placed []placed
 	// checked is the node's inventory as placed was last pruned by it;
 	// zero (a new hold): none.
@@ -160,8 +154,9 @@ func New(src inventory.Source, opts Options) *Placer {
 // package documentation for the algorithm).
 //
 // create gets the node's inventory (its Endpoint is where to dial), must not
-// modify it, reports the sandbox it started (see Created), and should wrap a full node's refusal into ErrNodeFull and an
-// unreachable node into ErrNodeUnavailable: those exclude the node and try
+// modify it, reports the sandbox it started (see Created), and should wrap a
+// full node's refusal into ErrNodeFull and an unreachable node into
+// ErrNodeUnavailable: those exclude the node and try
 // another, up to Options.MaxAttempts nodes. Any other error, or one that
 // arrives once ctx is done, is returned at once, wrapped with the node's name.
 // With no eligible node left, Place returns an error wrapping ErrNoCapacity
@@ -232,7 +227,6 @@ func (p *Placer) holdLocked(node string, req Request, c Created) {
 		pl.until = c.StartedAt.Add(time.Second)
 	}
 	h.placed = append(h.placed, pl)
-	h.sum = h.sum.add(req, 1)
 	h.checked = inventoryKey{} // the inventory already seen may list it
 }
 
@@ -246,7 +240,6 @@ func (p *Placer) Forget(id string) {
 	defer p.mu.Unlock()
 	for name, h := range p.held {
 		if i := slices.IndexFunc(h.placed, func(pl placed) bool { return pl.id == id }); i >= 0 {
-			h.sum = h.sum.add(h.placed[i].req, -1)
 			h.placed = slices.Delete(h.placed, i, i+1)
 			if len(h.placed) == 0 {
 				delete(p.held, name)
@@ -282,22 +275,12 @@ func (p *Placer) pruneLocked(nodes []v1beta1.NodeInventory) {
 		h.checked = k
 		listed := h.listedIn(n)
 		h.placed = slices.DeleteFunc(h.placed, func(pl placed) bool {
-			counted := listed[pl.id] ||
+			return listed[pl.id] ||
 				!pl.until.IsZero() && n.PublishedAt != nil && !n.PublishedAt.Time.Before(pl.until)
-			if counted {
-				h.sum = h.sum.add(pl.req, -1)
-			}
-			return counted
 		})
 	}
 	for name, h := range p.held {
-		h.placed = slices.DeleteFunc(h.placed, func(pl placed) bool {
-			if now.Before(pl.expires) {
-				return false
-			}
-			h.sum = h.sum.add(pl.req, -1)
-			return true
-		})
+		h.placed = slices.DeleteFunc(h.placed, func(pl placed) bool { return !now.Before(pl.expires) })
 		if len(h.placed) == 0 {
 			delete(p.held, name)
 		}
@@ -426,7 +409,9 @@ func (p *Placer) releaseLocked(node string, req Request) {
 func (p *Placer) scoreLocked(n *v1beta1.NodeInventory, req Request) (float64, bool) {
 	capa, alloc, fly := &n.Spec.Capacity, &n.Spec.Allocated, p.inflight[n.Name]
 	if h := p.held[n.Name]; h != nil {
-		fly = fly.plus(h.sum)
+		for _, pl := range h.placed {
+			fly = fly.add(pl.req, 1)
+		}
 	}
 	cpu := 1.0
 	if n.Spec.CPUAdmission != v1beta1.CPUShared {
