@@ -348,6 +348,10 @@ func (o *Options) newRuntime(log *slog.Logger) (closingRuntime, error) {
 		opts.RunDir = filepath.Join(o.RunDir, native.Name)
 		opts.UIDBase, opts.PidsLimit, opts.CgroupParent, opts.Logger = o.UIDBase, o.PidsLimit, o.CgroupParent, log
 		opts.Slots, opts.SpareDisks, opts.GoInit = o.MaxSandboxes, o.SpareDisks, o.GoInit
+		// The network namespaces and the volumes' mounts are below
+		// --run-dir, the volumes below the state directory or
+		// --volume-dir.
+		opts.PrivateDirs = []string{o.RunDir, stateDir, o.VolumeDir}
 		if o.InitBinary != OwnBinary {
 			opts.InitBinary = o.InitBinary
 		} else {

@@ -663,7 +663,17 @@ func (c *Container) newInitProcess(p *Process, cmd *exec.Cmd, comm *processComm)
 			return nil, err
 		}
 	}
-	data, err := c.bootstrapData(c.config.Namespaces.CloneFlags(), nsMaps, plan)
+	// A C init's mount namespace made from a base one (Skiff): joined
+	// first, then a new one made as the configuration says.
+	var rootfsTree string
+	if plan != nil && c.config.BaseMountNamespace != "" {
+		if _, joined := nsMaps[configs.NEWNS]; joined {
+			return nil, errors.New("a base mount namespace for a container that joins one")
+		}
+		nsMaps[configs.NEWNS] = c.config.BaseMountNamespace
+		rootfsTree = c.config.Rootfs
+	}
+	data, err := c.bootstrapData(c.config.Namespaces.CloneFlags(), nsMaps, plan, rootfsTree)
 	if err != nil {
 		return nil, err
 	}
@@ -690,7 +700,7 @@ func (c *Container) newSetnsProcess(p *Process, cmd *exec.Cmd, comm *processComm
 	state := c.currentState()
 	// for setns process, we don't have to set cloneflags as the process namespaces
 	// will only be set via setns syscall
-	data, err := c.bootstrapData(0, state.NamespacePaths, nil)
+	data, err := c.bootstrapData(0, state.NamespacePaths, nil, "")
 	if err != nil {
 		return nil, err
 	}
@@ -1074,7 +1084,7 @@ type netlinkError struct{ error }
 // such as one that uses nsenter package to bootstrap the container's
 // init process correctly, i.e. with correct namespaces, uid/gid
 // mapping etc.
-func (c *Container) bootstrapData(cloneFlags uintptr, nsMaps map[configs.NamespaceType]string, cInitPlan []byte) (_ io.Reader, Err error) {
+func (c *Container) bootstrapData(cloneFlags uintptr, nsMaps map[configs.NamespaceType]string, cInitPlan []byte, rootfsTree string) (_ io.Reader, Err error) {
 	// create the netlink message
 	r := nl.NewNetlinkRequest(int(InitMsg), 0)
 
@@ -1194,6 +1204,14 @@ func (c *Container) bootstrapData(cloneFlags uintptr, nsMaps map[configs.Namespa
 		r.AddData(&Bytemsg{
 			Type:  SkiffInitPlanAttr,
 			Value: cInitPlan,
+		})
+	}
+	// The root the C init carries into a mount namespace made from a
+	// base one (Skiff).
+	if rootfsTree != "" {
+		r.AddData(&Bytemsg{
+			Type:  SkiffRootfsTreeAttr,
+			Value: []byte(rootfsTree),
 		})
 	}
 

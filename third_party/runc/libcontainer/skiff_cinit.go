@@ -26,6 +26,12 @@ var CInit bool
 // plan (SKIFF_INIT_PLAN_ATTR in nsenter/skiff_init.h).
 const SkiffInitPlanAttr uint16 = 27300
 
+// SkiffRootfsTreeAttr is the bootstrap data's attribute holding the path
+// of the root that the init's stage 1 clones (open_tree) before it joins a
+// base mount namespace, and the C init attaches in the container's
+// (SKIFF_ROOTFS_TREE_ATTR in nsenter/skiff_init.h).
+const SkiffRootfsTreeAttr uint16 = 27301
+
 // The plan's entries (the enum in nsenter/skiff_init.c).
 const (
 	planRootfs uint32 = iota + 1

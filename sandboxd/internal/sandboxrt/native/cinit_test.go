@@ -50,6 +50,8 @@ func TestCInitSetsUpTheSandboxAsTheGoInit(t *testing.T) {
 		// devices too, and the sandboxes' IDs on the host differ.
 		view = regexp.MustCompile(`(master|shared|propagate_from):[0-9]+`).ReplaceAllString(view, "$1:N")
 		view = regexp.MustCompile(`/dev/loop[0-9]+`).ReplaceAllString(view, "/dev/loopN")
+		// The overlay's layers are named by sandboxd's descriptors.
+		view = regexp.MustCompile(`/proc/self/fd/[0-9]+`).ReplaceAllString(view, "/proc/self/fd/N")
 		if m := regexp.MustCompile(`(?m)^\s*0\s+([0-9]+)\s+[0-9]+$`).FindStringSubmatch(view); m != nil {
 			base, _ := strconv.Atoi(m[1])
 			view = strings.Replace(view, m[0], strings.Replace(m[0], m[1], "base", 1), 1)

@@ -61,10 +61,15 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd, usernsPath str
 			IDMapping: &configs.MountIDMapping{UserNSPath: usernsPath},
 		})
 	}
+	var baseNS string
+	if r.baseNS != nil {
+		baseNS = nsFDPath(r.baseNS)
+	}
 	return &configs.Config{
-		Rootfs:          filepath.Join(r.dir(spec.ID), "rootfs"),
-		RootPropagation: unix.MS_SLAVE | unix.MS_REC,
-		Hostname:        spec.Hostname,
+		Rootfs:             filepath.Join(r.dir(spec.ID), "rootfs"),
+		BaseMountNamespace: baseNS,
+		RootPropagation:    unix.MS_SLAVE | unix.MS_REC,
+		Hostname:           spec.Hostname,
 		Namespaces: configs.Namespaces{
 			// Joined, not made: see newUserns for why. The mappings
 			// below are that namespace's, which libcontainer reads.

@@ -102,6 +102,12 @@ type Options struct {
 	// starting Go's runtime. Like InitBinary it holds for the whole
 	// process: the last runtime made sets it.
 	GoInit bool
+	// PrivateDirs are directories, beside Dir and RunDir, below which
+	// sandboxd mounts things per sandbox or volume (the network
+	// namespaces, the volumes): a sandbox's mount namespace is made from a
+	// base one without their mounts (basens.go), so that a start costs the
+	// same with thousands of sandboxes running as with none.
+	PrivateDirs []string
 	// Logger receives what goes wrong in the background.
 	Logger *slog.Logger
 }
@@ -151,6 +157,10 @@ type Runtime struct {
 	spareSeq atomic.Uint64
 	spareMu  sync.Mutex
 	spares   map[int64][]string
+
+	// baseNS holds the mount namespace each sandbox's is made from
+	// (basens.go); nil: sandboxd's own (the Go init, or none could be made).
+	baseNS *os.File
 }
 
 var (
@@ -230,6 +240,12 @@ func New(opts Options) (*Runtime, error) {
 			r.slots[m.Slot] = id
 		}
 	}
+	if libcontainer.CInit {
+		private := slices.DeleteFunc(append([]string{opts.Dir, opts.RunDir}, opts.PrivateDirs...), func(d string) bool { return d == "" })
+		if r.baseNS, err = openBaseMountNS(private); err != nil {
+			opts.Logger.Warn("sandboxes' mount namespaces are made from sandboxd's, whose mounts for every running sandbox each start then copies", "error", err)
+		}
+	}
 	return r, nil
 }
 
@@ -254,9 +270,15 @@ func checkSearchable(dir string) error {
 	}
 }
 
-// Close releases what the runtime holds for itself: its spare disks.
-// Sandboxes keep running.
-func (r *Runtime) Close() error { return r.discardSpares() }
+// Close releases what the runtime holds for itself: its spare disks and
+// its base mount namespace. Sandboxes keep running.
+func (r *Runtime) Close() error {
+	err := r.discardSpares()
+	if r.baseNS != nil {
+		err = errors.Join(err, r.baseNS.Close())
+	}
+	return err
+}
 
 // Options returns the options the runtime was made with.
 func (r *Runtime) Options() Options { return r.opts }

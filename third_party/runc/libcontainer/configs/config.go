@@ -120,6 +120,16 @@ type Config struct {
 	// Path to a directory containing the container's root filesystem.
 	Rootfs string `json:"rootfs"`
 
+	// BaseMountNamespace, when set, is the path of a mount namespace that
+	// an init done in C joins before it makes the container's own, which
+	// is then a copy of that one rather than of the caller's; the root
+	// (a mount at Rootfs in the caller's namespace) is carried into it as a
+	// detached copy. A host whose namespace holds a mount or more for each
+	// of thousands of containers makes each new one from a namespace
+	// without them. Not kept in the state: it matters only to the init's
+	// start. (Skiff)
+	BaseMountNamespace string `json:"-"`
+
 	// Umask is the umask to use inside of the container.
 	Umask *uint32 `json:"umask,omitempty"`
 

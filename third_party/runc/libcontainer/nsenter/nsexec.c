@@ -19,6 +19,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
@@ -98,6 +99,9 @@ struct nlconfig_t {
 	/* The plan of an init done in C (Skiff: skiff_init.c). */
 	char *skiff_plan;
 	size_t skiff_plan_len;
+
+	/* The root to carry into a mount namespace made from a base one (Skiff). */
+	char *skiff_rootfs_tree;
 };
 
 /*
@@ -139,6 +143,9 @@ int setns(int fd, int nstype)
 
 /* XXX: This is ugly. */
 static int syncfd = -1;
+
+/* A detached copy of the root, for the C init (Skiff); -1: none. */
+static int skiff_rootfs_tree = -1;
 
 static int write_file(char *data, size_t data_len, char *pathfmt, ...)
 {
@@ -450,6 +457,9 @@ static void nl_parse(int fd, struct nlconfig_t *config)
 		case SKIFF_INIT_PLAN_ATTR:
 			config->skiff_plan = current;
 			config->skiff_plan_len = payload_len;
+			break;
+		case SKIFF_ROOTFS_TREE_ATTR:
+			config->skiff_rootfs_tree = current;
 			break;
 		default:
 			bail("unknown netlink message type %d", nlattr->nla_type);
@@ -1038,6 +1048,20 @@ void nsexec(void)
 			 * [stage 2: STAGE_INIT]) would be meaningless). We could send it
 			 * using cmsg(3) but that's just annoying.
 			 */
+			/*
+			 * The root, cloned while this process still sees it, before
+			 * it joins a base mount namespace (Skiff): the C init attaches
+			 * it in the container's. A new mount namespace copies every
+			 * mount of the one it is made from, and pivot_root's
+			 * unmounting of the old root frees them again.
+			 */
+			if (config.skiff_rootfs_tree) {
+				/* OPEN_TREE_CLONE is 1 (linux/mount.h clashes with sys/mount.h). */
+				skiff_rootfs_tree = (int)syscall(SYS_open_tree, AT_FDCWD, config.skiff_rootfs_tree, 1 | O_CLOEXEC);
+				if (skiff_rootfs_tree < 0)
+					bail("failed to clone the root %s", config.skiff_rootfs_tree);
+			}
+
 			if (config.namespaces)
 				join_namespaces(config.namespaces);
 
@@ -1225,7 +1249,7 @@ void nsexec(void)
 
 			/* An init done in C (Skiff): it never returns. */
 			if (config.skiff_plan != NULL)
-				skiff_init(config.skiff_plan, config.skiff_plan_len);
+				skiff_init(config.skiff_plan, config.skiff_plan_len, skiff_rootfs_tree);
 
 			/* Free netlink data. */
 			nl_free(&config);

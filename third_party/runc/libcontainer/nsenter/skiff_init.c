@@ -896,7 +896,7 @@ static void close_from(unsigned int min, int cloexec)
 	}
 }
 
-void skiff_init(char *data, size_t len)
+void skiff_init(char *data, size_t len, int rootfs_tree)
 {
 	struct plan *p = calloc(1, sizeof(struct plan));
 	int parent_pid = getppid();
@@ -944,6 +944,17 @@ void skiff_init(char *data, size_t len)
 
 	if (p->keyring)
 		join_keyring(p->keyring, p->keyring_perm);
+
+	/*
+	 * The root, when this mount namespace was made from a base one that
+	 * does not have it: the copy stage 1 made of it, attached where it
+	 * was.
+	 */
+	if (rootfs_tree >= 0) {
+		if (syscall(SYS_move_mount, rootfs_tree, "", AT_FDCWD, p->rootfs, SK_MOVE_MOUNT_F_EMPTY_PATH) < 0)
+			fail("attach the root at %s", p->rootfs);
+		close(rootfs_tree);
+	}
 
 	/* prepareRoot */
 	if (mount("", "/", "", p->propagation ? p->propagation : MS_SLAVE | MS_REC, NULL) < 0)
