@@ -349,9 +349,8 @@ func (o *Options) newRuntime(log *slog.Logger) (closingRuntime, error) {
 		opts.UIDBase, opts.PidsLimit, opts.CgroupParent, opts.Logger = o.UIDBase, o.PidsLimit, o.CgroupParent, log
 		opts.Slots, opts.SpareDisks, opts.GoInit = o.MaxSandboxes, o.SpareDisks, o.GoInit
 		// The network namespaces and the volumes' mounts are below
-		// --run-dir, the volumes below the state directory or
-		// --volume-dir.
-		opts.PrivateDirs = []string{o.RunDir, stateDir, o.VolumeDir}
+		// --run-dir; a shared --volume-dir may have mounts below it.
+		opts.PrivateDirs = []string{o.RunDir, o.VolumeDir}
 		if o.InitBinary != OwnBinary {
 			opts.InitBinary = o.InitBinary
 		} else {

@@ -38,7 +38,7 @@ import (
 func init() { runtime.LockOSThread() }
 
 // openBaseMountNS makes the base mount namespace without the mounts below
-// each of private (their own mounts stay) and returns a descriptor that
+// each of private (those at or above any of them stay) and returns a descriptor that
 // holds it: it lives as long as the descriptor is open.
 func openBaseMountNS(private []string) (*os.File, error) {
 	var dirs []string
@@ -80,7 +80,7 @@ func openBaseMountNS(private []string) (*os.File, error) {
 			var below []string
 			for _, d := range dirs {
 				for _, mp := range mountinfo.ParseUnder(info, d) {
-					if mp != d {
+					if !holds(mp, dirs) {
 						below = append(below, mp)
 					}
 				}
@@ -91,7 +91,7 @@ func openBaseMountNS(private []string) (*os.File, error) {
 			slices.SortStableFunc(below, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
 			for _, mp := range below {
 				for {
-					err := unix.Unmount(mp, unix.MNT_DETACH)
+					err := unix.Unmount(mp, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 					if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 						break
 					}
@@ -109,6 +109,19 @@ func openBaseMountNS(private []string) (*os.File, error) {
 		return nil, fmt.Errorf("base mount namespace: %w", r.err)
 	}
 	return r.f, nil
+}
+
+// holds reports whether a mount at mp holds one of dirs (is at it or
+// above it): one of them may be a mount of its own below another (the
+// runtime's directory on a filesystem of its own, below the run
+// directory), and the base keeps the mounts of each.
+func holds(mp string, dirs []string) bool {
+	for _, d := range dirs {
+		if mp == d || strings.HasPrefix(d, mp+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // nsFDPath is a path another process (the sandbox's init) opens f by.

@@ -20,18 +20,19 @@ import (
 func TestSandboxMountNamespaceFromTheBase(t *testing.T) {
 	var leftover, other string
 	rt, dir := newRuntime(t, func(o *native.Options) {
-		// Mounts that were there before the runtime opened: one below
-		// its directory (a sandbox of a previous sandboxd), one below
-		// one of its private directories, one elsewhere.
+		// Mounts that were there before the runtime opened: its
+		// directory, on a filesystem of its own below one of its
+		// private directories (kept: the init needs it); one below its
+		// directory (a sandbox of a previous sandboxd) and one below a
+		// private directory (gone); one elsewhere (kept).
 		leftover = filepath.Join(o.Dir, "sandboxes", "leftover", "rootfs")
-		private := filepath.Join(filepath.Dir(o.Dir), "volumes")
-		o.PrivateDirs = []string{private}
-		other = filepath.Join(filepath.Dir(o.Dir), "other")
-		for _, d := range []string{leftover, filepath.Join(private, "v"), other} {
+		o.PrivateDirs = []string{filepath.Dir(o.Dir)}
+		other = t.TempDir()
+		for _, d := range []string{o.Dir, leftover, filepath.Join(filepath.Dir(o.Dir), "volumes", "v"), other} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=1m"); err != nil {
+			if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=256m"); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = unix.Unmount(d, unix.MNT_DETACH) })
@@ -64,6 +65,9 @@ func TestSandboxMountNamespaceFromTheBase(t *testing.T) {
 		if strings.HasPrefix(mp, nativeDir+"/") || strings.HasPrefix(mp, filepath.Join(dir, "volumes")+"/") {
 			t.Errorf("the base mount namespace has %s", mp)
 		}
+	}
+	if !slices.Contains(mountinfo.ParseUnder([]byte(base), nativeDir), nativeDir) {
+		t.Errorf("the base mount namespace lost %s, the runtime's directory", nativeDir)
 	}
 	if !slices.Contains(mountinfo.ParseUnder([]byte(base), other), other) {
 		t.Errorf("the base mount namespace lost %s, a mount outside the runtime's directories", other)
