@@ -109,6 +109,17 @@ func (o *Options) Run(ctx context.Context) error {
 		log.Info("raised the kernel's IPv4 neighbour table bound for the sandboxes", "sysctl", "net.ipv4.neigh.default.gc_thresh3",
 			"from", limits.NeighRaisedFrom, "to", limits.NeighMax)
 	}
+	if o.CgroupFavorDynmods {
+		d, err := hostlimits.FavorDynmods()
+		switch {
+		case err != nil:
+			return err
+		case d.Mountpoint == "":
+			log.Warn("no cgroup2 mount: moving each sandbox into its cgroups may wait for an RCU grace period", "option", hostlimits.DynmodsOption)
+		case !d.Already:
+			log.Info("remounted the host's cgroup2 hierarchy so that moving sandboxes into cgroups does not wait", "mountpoint", d.Mountpoint, "option", hostlimits.DynmodsOption)
+		}
+	}
 	log.Info("bounded the processes of all sandboxes together", "pids_max", limits.SandboxPids, "per_sandbox", o.PidsLimit,
 		"kernel_pid_max", limits.PidMax, "kernel_threads_max", limits.ThreadsMax, "host_reserve", o.PidsReserve)
 	stateDir := o.Global.StateDir
