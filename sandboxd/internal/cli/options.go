@@ -291,9 +291,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.PidsReserve, "host-pids-reserve", o.PidsReserve, "Processes kept for the host: all sandboxes together may have the smaller of kernel.pid_max and kernel.threads-max "+
 		"less this (the pids.max of --cgroup-parent). At start kernel.pid_max is raised, when lower, to --max-sandboxes × --pids-limit + this (at most 4194304); "+
 		"serve refuses to start when it cannot, or when the sandboxes' share is below one --pids-limit. Not negative.")
-	fs.BoolVar(&o.CgroupFavorDynmods, "cgroup-favor-dynmods", o.CgroupFavorDynmods, "At start, remount the host's cgroup2 hierarchy (the unified one of a hybrid host) with favordynmods, keeping its other options: "+
-		"moving each new sandbox into its cgroups then no longer waits for an RCU grace period (5 to 17 ms a start), at the cost of slightly slower forks and exits host-wide (Linux 6.0 or later; one setting for the whole kernel). "+
-		"A host without a cgroup2 mount is left as it is.")
+	fs.BoolVar(&o.CgroupFavorDynmods, "cgroup-favor-dynmods", o.CgroupFavorDynmods, "At start, set the cgroup2 option favordynmods on the host's cgroup2 hierarchy (the unified one of a hybrid host), keeping its other options: "+
+		"moving each new sandbox into its cgroups then no longer waits for an RCU grace period (5 to 17 ms a start), at the cost of slightly slower forks and exits host-wide. "+
+		"One setting for the whole kernel that outlives sandboxd (Linux 6.18 keeps it until reboot); false leaves the host as it is and undoes nothing. "+
+		"Where it cannot be set (no cgroup2 mount, a kernel before 6.0, no permission) serve warns and starts.")
 	fs.StringVar(&o.CgroupParent, "cgroup-parent", o.CgroupParent, "Cgroup under which each sandbox gets its own, relative: below sandboxd's cgroup on cgroup v1, beside it on v2.")
 
 	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "Directory of what ends with the host's boot: the sandboxes' network namespaces (netns/<id>) and the native runtime's state of each running sandbox (native/containers/<id>); a tmpfs such as /run.")

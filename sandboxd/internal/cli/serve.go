@@ -110,14 +110,23 @@ func (o *Options) Run(ctx context.Context) error {
 			"from", limits.NeighRaisedFrom, "to", limits.NeighMax)
 	}
 	if o.CgroupFavorDynmods {
+		// A start waits longer without it, and works: no failure here
+		// keeps sandboxd from starting.
 		d, err := hostlimits.FavorDynmods()
+		why := "moving each sandbox into its cgroups may wait for an RCU grace period (5 to 17 ms a start)"
 		switch {
 		case err != nil:
-			return err
+			log.Warn("could not set the cgroup2 option: "+why, "option", hostlimits.DynmodsOption, "error", err)
 		case d.Mountpoint == "":
-			log.Warn("no cgroup2 mount: moving each sandbox into its cgroups may wait for an RCU grace period", "option", hostlimits.DynmodsOption)
-		case !d.Already:
-			log.Info("remounted the host's cgroup2 hierarchy so that moving sandboxes into cgroups does not wait", "mountpoint", d.Mountpoint, "option", hostlimits.DynmodsOption)
+			log.Warn("no cgroup2 mount to set the option through: "+why, "option", hostlimits.DynmodsOption)
+		case d.Unsupported:
+			log.Warn("the kernel has no such cgroup2 option (Linux 6.0 or later has it): "+why, "option", hostlimits.DynmodsOption)
+		case d.Already:
+		case !d.Set:
+			log.Warn("the kernel took the cgroup2 option but did not apply it (sandboxd outside the host's cgroup namespace?): "+why,
+				"option", hostlimits.DynmodsOption, "mountpoint", d.Mountpoint)
+		default:
+			log.Info("set the cgroup2 option so that moving sandboxes into their cgroups does not wait", "option", hostlimits.DynmodsOption, "mountpoint", d.Mountpoint)
 		}
 	}
 	log.Info("bounded the processes of all sandboxes together", "pids_max", limits.SandboxPids, "per_sandbox", o.PidsLimit,
