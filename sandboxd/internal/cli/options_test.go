@@ -192,7 +192,7 @@ func TestServeFlags(t *testing.T) {
 		"listen", "admin-listen", "node-name", "auth-token-file", "tls-cert", "tls-key", "client-ca", "insecure-no-auth", "shutdown-timeout",
 		"max-sandboxes", "cpu-capacity", "memory-capacity", "cpu-overcommit", "memory-overcommit", "overcommit", "sandbox-cidr", "envd", "envd-ready-timeout", "prepared-sandboxes",
 		"max-timeout", "default-cpu", "default-memory", "default-disk", "metrics-interval", "metrics-samples", "runtime", "runsc", "runsc-platform",
-		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr", "enable-pprof",
+		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "cgroup-favor-dynmods", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr", "enable-pprof",
 		"log-level", "log-format", "snapshot-memory", "peer-ca", "egress-proxy-port", "dns-filter-port", "resolv-conf",
 		"volume-dir", "volume-shared", "volume-size", "init-binary", "go-init", "spare-disks",
 	} {
@@ -203,8 +203,8 @@ func TestServeFlags(t *testing.T) {
 	if serve.InheritedFlags().Lookup("state-dir") == nil {
 		t.Error("serve does not inherit --state-dir")
 	}
-	if n != 51 {
-		t.Errorf("serve has %d flags of its own, want 51: a new flag goes into this test and the docs", n)
+	if n != 52 {
+		t.Errorf("serve has %d flags of its own, want 52: a new flag goes into this test and the docs", n)
 	}
 }
 

@@ -113,7 +113,7 @@ func (o *Options) Run(ctx context.Context) error {
 		// A start waits longer without it, and works: no failure here
 		// keeps sandboxd from starting.
 		d, err := hostlimits.FavorDynmods()
-		why := "moving each sandbox into its cgroups may wait for an RCU grace period (5 to 17 ms a start)"
+		const why = "moving each sandbox into its cgroups may wait for an RCU grace period (5 to 17 ms a start)"
 		switch {
 		case err != nil:
 			log.Warn("could not set the cgroup2 option: "+why, "option", hostlimits.DynmodsOption, "error", err)
