@@ -15,13 +15,8 @@ import (
 // lists them: a mount before those on top of it. dir is made absolute and
 // its symbolic links resolved first, as the kernel lists mount points.
 func Under(dir string) ([]string, error) {
-	dir, err := filepath.Abs(dir)
+	dir, err := Resolve(dir)
 	if err != nil {
-		return nil, err
-	}
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		dir = real
-	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	data, err := os.ReadFile("/proc/self/mountinfo")
@@ -29,6 +24,21 @@ func Under(dir string) ([]string, error) {
 		return nil, err
 	}
 	return ParseUnder(data, dir), nil
+}
+
+// Resolve is dir as mountinfo names a mount point there: absolute, its
+// symbolic links resolved (a dir that does not exist yet is kept as it is).
+func Resolve(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		return real, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	return dir, nil
 }
 
 // ParseUnder is Under of mountinfo, the text of a mountinfo file.
@@ -39,7 +49,7 @@ func ParseUnder(mountinfo []byte, dir string) []string {
 		if len(f) < 5 {
 			continue
 		}
-		mp := unescape(f[4])
+		mp := Unescape(f[4])
 		if mp == dir || strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
@@ -47,8 +57,9 @@ func ParseUnder(mountinfo []byte, dir string) []string {
 	return out
 }
 
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
+// Unescape undoes mountinfo's octal escapes (\040 for a space) in a
+// mount point or source.
+func Unescape(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/shared/mountinfo"
 )
 
 // Moving a process into a cgroup (what every sandbox's start does, in each
@@ -109,7 +111,7 @@ func cgroup2Mount(info string) (mountEntry, bool) {
 		if len(f) < 6 || len(g) < 3 || g[0] != "cgroup2" {
 			continue
 		}
-		return mountEntry{point: unescapeMount(f[4]), source: g[1], superOpts: strings.Split(g[2], ",")}, true
+		return mountEntry{point: mountinfo.Unescape(f[4]), source: g[1], superOpts: strings.Split(g[2], ",")}, true
 	}
 	return mountEntry{}, false
 }
@@ -128,10 +130,4 @@ func (m mountEntry) options() []string {
 		}
 	}
 	return append(opts, DynmodsOption)
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
 }

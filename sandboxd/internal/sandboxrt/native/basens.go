@@ -3,9 +3,7 @@ package native
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -43,13 +41,8 @@ func init() { runtime.LockOSThread() }
 func openBaseMountNS(private []string) (*os.File, error) {
 	var dirs []string
 	for _, d := range private {
-		d, err := filepath.Abs(d)
+		d, err := mountinfo.Resolve(d)
 		if err != nil {
-			return nil, err
-		}
-		if real, err := filepath.EvalSymlinks(d); err == nil {
-			d = real
-		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 		if d == "/" {
