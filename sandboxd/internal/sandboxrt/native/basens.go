@@ -27,8 +27,8 @@ import (
 // sandbox's root is carried into its namespace as a detached copy.
 
 // Goroutines that move their thread into another namespace and leave it
-// there (openBaseMountNS, mountBootID, the envd listener) end that thread
-// by exiting locked to it. The main thread cannot end: the Go runtime parks
+// there (onThrowawayThread: the base namespace, the boot ID's mount, the
+// envd listener) end that thread by exiting locked to it. The main thread cannot end: the Go runtime parks
 // it instead, still in that namespace, and /proc/self, which is the main
 // thread's, then shows that namespace to the whole process (its mountinfo,
 // its net). Keeping the main goroutine on the main thread keeps every
@@ -50,58 +50,46 @@ func openBaseMountNS(private []string) (*os.File, error) {
 		}
 		dirs = append(dirs, d)
 	}
-	type result struct {
-		f   *os.File
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		// The thread enters the new namespace and is never unlocked: it
-		// ends with this goroutine, and no other goroutine runs on it.
-		runtime.LockOSThread()
-		f, err := func() (*os.File, error) {
-			if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
-				return nil, fmt.Errorf("unshare: %w", err)
-			}
-			if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-				return nil, fmt.Errorf("make it private: %w", err)
-			}
-			info, err := os.ReadFile("/proc/thread-self/mountinfo")
-			if err != nil {
-				return nil, err
-			}
-			var below []string
-			for _, d := range dirs {
-				for _, mp := range mountinfo.ParseUnder(info, d) {
-					if !holds(mp, dirs) {
-						below = append(below, mp)
-					}
+	f, err := onThrowawayThread(func() (*os.File, error) {
+		if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+			return nil, fmt.Errorf("unshare: %w", err)
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return nil, fmt.Errorf("make it private: %w", err)
+		}
+		info, err := os.ReadFile("/proc/thread-self/mountinfo")
+		if err != nil {
+			return nil, err
+		}
+		var below []string
+		for _, d := range dirs {
+			for _, mp := range mountinfo.ParseUnder(info, d) {
+				if !holds(mp, dirs) {
+					below = append(below, mp)
 				}
 			}
-			// The shallowest first: detaching a mount detaches those
-			// below it, whose own unmount then finds nothing (EINVAL);
-			// each path until none is left at it (stacked mounts).
-			slices.SortStableFunc(below, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
-			for _, mp := range below {
-				for {
-					err := unix.Unmount(mp, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-					if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-						break
-					}
-					if err != nil {
-						return nil, fmt.Errorf("unmount %s: %w", mp, err)
-					}
+		}
+		// The shallowest first: detaching a mount detaches those
+		// below it, whose own unmount then finds nothing (EINVAL);
+		// each path until none is left at it (stacked mounts).
+		slices.SortStableFunc(below, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
+		for _, mp := range below {
+			for {
+				err := unix.Unmount(mp, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+				if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+					break
+				}
+				if err != nil {
+					return nil, fmt.Errorf("unmount %s: %w", mp, err)
 				}
 			}
-			return os.Open("/proc/thread-self/ns/mnt")
-		}()
-		done <- result{f, err}
-	}()
-	r := <-done
-	if r.err != nil {
-		return nil, fmt.Errorf("base mount namespace: %w", r.err)
+		}
+		return os.Open("/proc/thread-self/ns/mnt")
+	})
+	if err != nil {
+		return nil, fmt.Errorf("base mount namespace: %w", err)
 	}
-	return r.f, nil
+	return f, nil
 }
 
 // holds reports whether a mount at mp holds one of dirs (is at it or

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,26 +42,18 @@ func mountBootID(dir string, pid int) error {
 		return fmt.Errorf("boot ID: %w", err)
 	}
 	defer ns.Close()
-	errc := make(chan error, 1)
-	go func() {
-		// The thread joins the sandbox's mount namespace and is never
-		// unlocked: it ends with this goroutine, and no other goroutine
-		// ever runs on it.
-		runtime.LockOSThread()
-		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				return fmt.Errorf("unshare: %w", err)
-			}
-			if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNS); err != nil {
-				return fmt.Errorf("enter the sandbox's mount namespace: %w", err)
-			}
-			if err := unix.MoveMount(tree, "", unix.AT_FDCWD, bootIDPath, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-				return fmt.Errorf("move_mount to %s: %w", bootIDPath, err)
-			}
-			return nil
-		}()
-	}()
-	if err := <-errc; err != nil {
+	// The throwaway thread joins the sandbox's mount namespace and ends
+	// there.
+	_, err = onThrowawayThread(func() (struct{}, error) {
+		if err := enterMountNS(ns); err != nil {
+			return struct{}{}, fmt.Errorf("enter the sandbox's mount namespace: %w", err)
+		}
+		if err := unix.MoveMount(tree, "", unix.AT_FDCWD, bootIDPath, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return struct{}{}, fmt.Errorf("move_mount to %s: %w", bootIDPath, err)
+		}
+		return struct{}{}, nil
+	})
+	if err != nil {
 		return fmt.Errorf("boot ID: %w", err)
 	}
 	return nil

@@ -34,7 +34,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -953,39 +952,31 @@ func listenIn(netnsPath string, port int) (*os.File, error) {
 		return nil, err
 	}
 	defer target.Close()
-	type result struct {
-		fd  int
-		err error
-	}
-	done := make(chan result, 1)
-	// On a thread of its own, locked and never unlocked: a thread left in
-	// the sandbox's namespace (a failed switch back) dies with the
-	// goroutine instead of running other goroutines.
-	go func() {
-		runtime.LockOSThread()
+	// On a throwaway thread: one left in the sandbox's namespace ends
+	// instead of running other goroutines.
+	fd, err := onThrowawayThread(func() (int, error) {
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- result{-1, fmt.Errorf("enter network namespace: %w", err)}
-			return
+			return -1, fmt.Errorf("enter network namespace: %w", err)
 		}
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err == nil {
-			err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-			if err == nil {
-				err = unix.Bind(fd, &unix.SockaddrInet4{Port: port})
-			}
-			if err == nil {
-				err = unix.Listen(fd, unix.SOMAXCONN)
-			}
-			if err != nil {
-				_ = unix.Close(fd)
-				fd = -1
-			}
+		if err != nil {
+			return -1, err
 		}
-		done <- result{fd, err}
-	}()
-	r := <-done
-	if r.err != nil {
-		return nil, fmt.Errorf("listen on port %d: %w", port, r.err)
+		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+		if err == nil {
+			err = unix.Bind(fd, &unix.SockaddrInet4{Port: port})
+		}
+		if err == nil {
+			err = unix.Listen(fd, unix.SOMAXCONN)
+		}
+		if err != nil {
+			_ = unix.Close(fd)
+			return -1, err
+		}
+		return fd, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen on port %d: %w", port, err)
 	}
-	return os.NewFile(uintptr(r.fd), "envd-listener"), nil
+	return os.NewFile(uintptr(fd), "envd-listener"), nil
 }
