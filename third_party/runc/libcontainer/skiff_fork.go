@@ -5,4 +5,4 @@ package libcontainer
 // Fork names this fork of libcontainer: the runc release it was made from
 // and a digest of its files. Two binaries with the same Fork run each
 // other's containers' inits. (Skiff)
-const Fork = "runc v1.5.3, fork 26a78611a69122e4"
+const Fork = "runc v1.5.3, fork 2e3d9506d11d9215"

@@ -1043,12 +1043,6 @@ void nsexec(void)
 			write_log(DEBUG, "~> nsexec stage-1");
 
 			/*
-			 * We need to setns first. We cannot do this earlier (in stage 0)
-			 * because of the fact that we forked to get here (the PID of
-			 * [stage 2: STAGE_INIT]) would be meaningless). We could send it
-			 * using cmsg(3) but that's just annoying.
-			 */
-			/*
 			 * The root, cloned while this process still sees it, before
 			 * it joins a base mount namespace (Skiff): the C init attaches
 			 * it in the container's. A new mount namespace copies every
@@ -1062,6 +1056,12 @@ void nsexec(void)
 					bail("failed to clone the root %s", config.skiff_rootfs_tree);
 			}
 
+			/*
+			 * We need to setns first. We cannot do this earlier (in stage 0)
+			 * because of the fact that we forked to get here (the PID of
+			 * [stage 2: STAGE_INIT]) would be meaningless). We could send it
+			 * using cmsg(3) but that's just annoying.
+			 */
 			if (config.namespaces)
 				join_namespaces(config.namespaces);
 
