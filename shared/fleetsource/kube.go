@@ -19,6 +19,7 @@ import (
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
+	"github.com/skiff-dev/skiff/shared/serverclock"
 )
 
 // KubeFleet is kube mode's fleet: one informer cache that holds the
@@ -44,6 +45,10 @@ type KubeFleet struct {
 	err    error // the cache's, once it stopped
 }
 
+// newServerClock makes the freshness filter's clock in the
+// kube-apiserver's time; a test replaces it.
+var newServerClock = func(log *slog.Logger) *serverclock.Clock { return serverclock.New(nil, log, nil) }
+
 // OpenKube builds the informer cache at cfg with opts and opens an informer
 // for NodeInventory, NodeInventoryShard and each of also, so that a kind whose CRD is not
 // installed is named as such now rather than at sync. stale is the
@@ -54,6 +59,14 @@ type KubeFleet struct {
 func OpenKube(ctx context.Context, cfg *rest.Config, opts cache.Options, stale kubeinventory.Options, also ...client.Object) (*KubeFleet, error) {
 	if opts.NewInformer == nil {
 		opts.NewInformer = retrying(retryLog())
+	}
+	if stale.ServerTime && stale.Clock == nil {
+		// The informers' lists and watches tell the freshness filter
+		// the kube-apiserver's time.
+		clock := newServerClock(slog.Default().With("component", "inventory"))
+		cfg = rest.CopyConfig(cfg)
+		cfg.Wrap(clock.Wrap)
+		stale.Clock = clock
 	}
 	c, err := cache.New(cfg, opts)
 	if err != nil {

@@ -2,6 +2,8 @@ package fleetsource_test
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/fleetsource"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
+	"github.com/skiff-dev/skiff/shared/serverclock"
 	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
 
@@ -147,4 +150,73 @@ func TestOpenKubeWatchesAgainSoonAfterAnOutage(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("the cache saw a change %s after the kube-apiserver came back from %s down", time.Since(back).Round(100*time.Millisecond), outage)
+}
+
+// A reader whose clock runs behind caps the fleet's reference by the
+// kube-apiserver's time (--inventory-server-time), so a dead host leaves it
+// when it leaves the others; capped by its own clock, it would keep the
+// host as long as its clock is behind.
+func TestOpenKubeJudgesFreshnessInTheServersTime(t *testing.T) {
+	env := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	behind := func() time.Time { return time.Now().Add(-5 * time.Minute) }
+	var clocks []*serverclock.Clock
+	defer fleetsource.SetServerClockNow(behind, func(c *serverclock.Clock) { clocks = append(clocks, c) })()
+	now := time.Now()
+	for name, stamp := range map[string]time.Time{"host-live": now, "host-dead": now.Add(-kubeinventory.DefaultStaleAfter - 10*time.Second)} {
+		inv := &v1beta1.NodeInventory{
+			ObjectMeta:  metav1.ObjectMeta{Name: name},
+			PublishedAt: &metav1.Time{Time: stamp},
+			Spec: v1beta1.NodeInventorySpec{
+				Endpoint: "127.0.0.1:27777",
+				Capacity: v1beta1.NodeCapacity{CPUMilli: 1000, MemoryMiB: 1024, Sandboxes: 4},
+			},
+		}
+		if err := env.Client.Create(ctx, inv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, serverTime := range []bool{true, false} {
+		opts := kubeinventory.NewOptions()
+		opts.ServerTime = serverTime
+		if !serverTime {
+			// The reader's clock, as it is (a serverclock never told
+			// the kube-apiserver's time).
+			opts.Clock = serverclock.New(behind, nil, nil)
+		}
+		kf, err := fleetsource.OpenKube(ctx, env.Config, cache.Options{Scheme: scheme(t)}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kf.Start(ctx, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := kf.Source.ListNodes(ctx)
+		if err := errors.Join(err, kf.Stop()); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, n := range nodes {
+			names = append(names, n.Name)
+		}
+		slices.Sort(names)
+		want := []string{"host-live"}
+		if !serverTime {
+			// The control: by a clock five minutes behind, the dead host's
+			// stamp is not behind at all.
+			want = []string{"host-dead", "host-live"}
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("server time %v: the fleet is %v, want %v", serverTime, names, want)
+		}
+		if serverTime {
+			if len(clocks) != 1 {
+				t.Fatalf("OpenKube made %d server clocks, want 1", len(clocks))
+			}
+			if off := clocks[0].Offset(); off < 5*time.Minute-2*time.Second || off > 5*time.Minute+2*time.Second {
+				t.Errorf("the reader's clock is 5m behind, and its offset is %s", off)
+			}
+		}
+	}
 }

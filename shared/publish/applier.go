@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
+	"github.com/skiff-dev/skiff/shared/serverclock"
 )
 
 // Source is the host's inventory as of now, without publishedAt; it fails
@@ -44,6 +45,7 @@ type InventoryApplier struct {
 	log     *slog.Logger
 	metrics *Metrics
 	now     func() time.Time
+	clock   *serverclock.Clock
 
 	last     *v1beta1.NodeInventorySpec // the spec last written
 	unsynced bool                       // the last attempt found the source out of sync
@@ -65,13 +67,17 @@ type Config struct {
 	Metrics *Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// ServerClock, when not nil, corrects publishedAt to the
+	// kube-apiserver's time; it should measure against Now. The
+	// publishes' schedule keeps Now.
+	ServerClock *serverclock.Clock
 }
 
 // New returns an applier; Run runs it.
 func New(c Config) *InventoryApplier {
 	a := &InventoryApplier{
 		src: c.Source, w: c.Writer, changes: c.Changes, node: c.NodeName, opts: c.Options,
-		log: c.Log, metrics: c.Metrics, now: c.Now,
+		log: c.Log, metrics: c.Metrics, now: c.Now, clock: c.ServerClock,
 	}
 	if a.log == nil {
 		a.log = slog.Default()
@@ -159,10 +165,25 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 		a.metrics.attempt(unchanged, 0)
 		return unchanged, nil
 	}
-	stamp := metav1.NewTime(now)
+	var offset time.Duration
+	if a.clock != nil {
+		offset = a.clock.Offset()
+	}
+	stamp := metav1.NewTime(now.Add(offset))
 	inv.PublishedAt = &stamp
 	start := time.Now()
-	if err := a.write(ctx, inv, changed); err != nil {
+	err = a.write(ctx, inv, changed)
+	if err == nil && a.clock != nil && a.clock.Offset() != offset {
+		// The write's own response moved the clock (the first one of a
+		// host whose clock is off, or its clock stepped): stamp again
+		// rather than leave a stamp readers may take for a dead host's
+		// until the next interval.
+		offset = a.clock.Offset()
+		stamp = metav1.NewTime(now.Add(offset))
+		inv.PublishedAt = &stamp
+		err = a.write(ctx, inv, false)
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return failed, nil
 		}
@@ -171,7 +192,7 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 		return failed, nil
 	}
 	a.metrics.attempt(written, time.Since(start))
-	a.metrics.published(now, len(inv.Spec.Sandboxes))
+	a.metrics.published(stamp.Time, len(inv.Spec.Sandboxes))
 	if changed {
 		a.log.Info("published the inventory", "node", inv.Name, "sandboxes", len(inv.Spec.Sandboxes), "changed", true)
 	} else {

@@ -16,6 +16,7 @@ type Metrics struct {
 	shardWrites prometheus.Counter
 	folds       prometheus.Counter
 	carried     prometheus.Gauge
+	offset      prometheus.Gauge
 }
 
 // NewMetrics registers the publisher's metrics with reg.
@@ -38,11 +39,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "inventory_folds_total", Help: "Publishes that wrote the changes the NodeInventory carried into its shards (past --publish-max-changes, or with nothing newer to publish)."}),
 		carried: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
 			Name: "inventory_carried_changes", Help: "Changed sandboxes the last NodeInventory written carries in spec.sandboxChanges, not yet in its shards."}),
+		offset: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
+			Name: "clock_offset_seconds", Help: "What publishedAt adds to this host's clock for the kube-apiserver's (learnt from its responses' Date; 0 within a second, or with --publish-server-time=false)."}),
 	}
 	for _, o := range []outcome{written, unchanged, notSynced, failed} {
 		m.attempts.WithLabelValues(o.String())
 	}
-	reg.MustRegister(m.attempts, m.duration, m.lastStamp, m.sandboxes, m.shardWrites, m.folds, m.carried)
+	reg.MustRegister(m.attempts, m.duration, m.lastStamp, m.sandboxes, m.shardWrites, m.folds, m.carried, m.offset)
 	return m
 }
 
@@ -62,6 +65,14 @@ func (m *Metrics) published(stamp time.Time, sandboxes int) {
 	}
 	m.lastStamp.Set(float64(stamp.Unix()))
 	m.sandboxes.Set(float64(sandboxes))
+}
+
+// ClockOffset records what this host's clock is off the kube-apiserver's
+// (serverclock.New's onChange).
+func (m *Metrics) ClockOffset(d time.Duration) {
+	if m != nil {
+		m.offset.Set(d.Seconds())
+	}
 }
 
 func (m *Metrics) shardWritten() {

@@ -48,6 +48,10 @@ type Options struct {
 	// 0: every change rewrites the shards it touches. Only with packed
 	// shards.
 	MaxChanges int
+	// ServerTime stamps publishedAt in the kube-apiserver's time
+	// (shared/serverclock) rather than this host's when the two differ by
+	// more than serverclock.Tolerance.
+	ServerTime bool
 }
 
 // ShardFormat is how a NodeInventoryShard holds its sandboxes.
@@ -65,12 +69,12 @@ const (
 
 // NewOptions returns the defaults.
 func NewOptions() Options {
-	return Options{Interval: DefaultInterval, MinInterval: DefaultMinInterval, SandboxShards: DefaultSandboxShards, ShardFormat: ShardsPacked, MaxChanges: DefaultMaxChanges}
+	return Options{Interval: DefaultInterval, MinInterval: DefaultMinInterval, SandboxShards: DefaultSandboxShards, ShardFormat: ShardsPacked, MaxChanges: DefaultMaxChanges, ServerTime: true}
 }
 
 // AddFlags registers --publish-interval, --publish-min-interval,
-// --publish-sandbox-shards, --publish-shard-format and
-// --publish-max-changes, defaulting to the current values.
+// --publish-sandbox-shards, --publish-shard-format, --publish-max-changes
+// and --publish-server-time, defaulting to the current values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "publish-interval", o.Interval,
 		"How often the host's NodeInventory is applied with publishedAt = now, even when nothing else changed; at least 1s (publishedAt has whole seconds). "+
@@ -88,6 +92,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How many changed sandboxes (changed, added or removed) a publish may carry in the NodeInventory's spec.sandboxChanges before it folds them into the shards they belong to, "+
 			"so that a change costs one write of the inventory rather than one of every shard it touches; a publish with nothing newer folds them too. 0 to 4096; only with packed shards. "+
 			"0 rewrites the shards on every change: only for sandbox-apiservers and envd proxies older than spec.sandboxChanges, which do not read it (upgrade those first).")
+	fs.BoolVar(&o.ServerTime, "publish-server-time", o.ServerTime,
+		"Stamp publishedAt in the kube-apiserver's time when this host's clock is more than a second off it (learnt from the Date of its responses; warned about, and in skiff_vk_sandbox_clock_offset_seconds). "+
+			"Readers compare the hosts' stamps with each other: a host whose clock runs behind the others by more than their --inventory-stale-after would never count as live. "+
+			"false stamps this host's clock as it is.")
 }
 
 // Validate reports every option that cannot work, naming its flag.

@@ -26,14 +26,19 @@ type Options struct {
 	PublishInterval time.Duration
 	// Clock caps the reference at now; nil means the real clock.
 	Clock clock.PassiveClock
+	// ServerTime makes fleetsource.OpenKube give the Source a Clock in
+	// the kube-apiserver's time (shared/serverclock), learnt from its
+	// informers' responses, when Clock is nil.
+	ServerTime bool
 }
 
 // NewOptions returns the defaults.
 func NewOptions() Options {
-	return Options{StaleAfter: DefaultStaleAfter}
+	return Options{StaleAfter: DefaultStaleAfter, ServerTime: true}
 }
 
-// AddFlags registers --inventory-stale-after, defaulting to the current value.
+// AddFlags registers --inventory-stale-after, --inventory-publish-interval
+// and --inventory-server-time, defaulting to the current values.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.StaleAfter, "inventory-stale-after", o.StaleAfter,
 		"With --inventory kube: drop a node from the fleet when its NodeInventory publishedAt trails the newest one (capped at now) by more than this; greater than 0. "+
@@ -42,6 +47,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"With --inventory kube: how often the hosts publish their NodeInventory (vk-sandbox's --publish-interval). "+
 			"After an outage longer than --inventory-stale-after, the hosts fresh before it keep their place this long after the first publish this reader sees "+
 			"while they publish again, instead of leaving at that publish; a host dead through the outage leaves then. At most --inventory-stale-after; 0 is a third of it (30s by default).")
+	fs.BoolVar(&o.ServerTime, "inventory-server-time", o.ServerTime,
+		"With --inventory kube: cap the newest publishedAt by the kube-apiserver's time rather than this process's clock when the two differ by more than a second "+
+			"(learnt from the Date of its responses, and warned about), as vk-sandbox stamps it (its --publish-server-time): a reader whose clock runs behind would keep a dead host that much longer. "+
+			"false caps it by this process's clock as it is.")
 }
 
 // Validate reports options that cannot work, naming the flag.

@@ -24,6 +24,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/nodetoken"
 	"github.com/skiff-dev/skiff/shared/publish"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
+	"github.com/skiff-dev/skiff/shared/serverclock"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/hostwatch"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/provider"
 	"github.com/skiff-dev/skiff/vk-sandbox/internal/vknode"
@@ -78,6 +79,16 @@ func serve(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pubMetrics := publish.NewMetrics(reg)
+	var clock *serverclock.Clock
+	if o.Publish.ServerTime {
+		// Every response of the kube-apiserver (the lease's renewals, the
+		// inventory's writes) tells the publisher its time.
+		clock = serverclock.New(nil, log.With("component", "publisher"), pubMetrics.ClockOffset)
+		cfg.Wrap(clock.Wrap)
+	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
@@ -92,12 +103,9 @@ func serve(ctx context.Context, o *Options) error {
 	host := hostinventory.New(sbd, endpoint, hostinventory.Options{})
 	fan := hostwatch.NewFanout(host.Changed())
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	pubMetrics := publish.NewMetrics(reg)
 	applier := publish.New(publish.Config{
 		Source: host, Writer: publish.NewKubeWriter(dyn, o.Publish).WithMetrics(pubMetrics), Changes: fan.Subscribe(), NodeName: o.NodeName,
-		Options: o.Publish, Log: log.With("component", "publisher"), Metrics: pubMetrics,
+		Options: o.Publish, Log: log.With("component", "publisher"), Metrics: pubMetrics, ServerClock: clock,
 	})
 	podMetrics := provider.NewMetrics(reg)
 

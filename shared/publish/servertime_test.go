@@ -1,0 +1,79 @@
+package publish
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/skiff-dev/skiff/shared/serverclock"
+	"github.com/skiff-dev/skiff/shared/testing/kubetest"
+)
+
+// TestApplierStampsTheServersTime runs a publisher whose clock is minutes
+// off against a real kube-apiserver: its stamps are in the
+// kube-apiserver's time from its first publish on.
+func TestApplierStampsTheServersTime(t *testing.T) {
+	env := kubetest.Start(t)
+	watcher := dynamic.NewForConfigOrDie(env.Config)
+	for _, skew := range []time.Duration{-3 * time.Minute, 5 * time.Minute} {
+		t.Run(skew.String(), func(t *testing.T) {
+			node := "host-skew-" + map[bool]string{true: "behind", false: "ahead"}[skew < 0]
+			now := func() time.Time { return time.Now().Add(skew) }
+			reg := prometheus.NewRegistry()
+			m := NewMetrics(reg)
+			clock := serverclock.New(now, nil, m.ClockOffset)
+			cfg := rest.CopyConfig(env.Config)
+			cfg.Wrap(clock.Wrap)
+			writes := watchWrites(t, watcher, node)
+			src := newSource(node, 2)
+			interval := 30 * time.Second
+			run(t, New(Config{Source: src, Writer: NewKubeWriter(dynamic.NewForConfigOrDie(cfg), Options{}), Changes: src.changes, NodeName: node,
+				Options: Options{Interval: interval, MinInterval: 100 * time.Millisecond}, Metrics: m, Now: now, ServerClock: clock}))
+
+			// The first write goes out before any answer has told the
+			// clock, stamped by the host's clock; its answer does, and the
+			// same publish stamps again rather than wait an interval.
+			// Every write from then on is in the kube-apiserver's time
+			// (whole seconds; the kube-apiserver runs on this machine's
+			// clock).
+			inServerTime := func(w stamped) bool {
+				d := time.Since(w.stamp)
+				return d >= -time.Second && d <= 3*time.Second
+			}
+			first := next(t, writes, 30*time.Second)
+			if inServerTime(first) {
+				t.Fatalf("the first write is stamped %s, in the kube-apiserver's time before any answer (the host's clock is %s off)", first.stamp, skew)
+			}
+			second := next(t, writes, interval/2)
+			if !inServerTime(second) {
+				t.Fatalf("the second write is stamped %s, %s from the kube-apiserver's time (the host's clock is %s off)", second.stamp, -time.Since(second.stamp), skew)
+			}
+			src.set(node, 3)
+			if w := next(t, writes, interval/2); !inServerTime(w) || len(w.spec.Sandboxes) != 3 {
+				t.Fatalf("the change was written with %d sandboxes, stamped %s (the host's clock is %s off)", len(w.spec.Sandboxes), w.stamp, skew)
+			}
+			if got := gauge(t, reg, "skiff_vk_sandbox_clock_offset_seconds"); got < -skew.Seconds()-2 || got > -skew.Seconds()+2 {
+				t.Errorf("skiff_vk_sandbox_clock_offset_seconds = %v, want about %v", got, -skew.Seconds())
+			}
+		})
+	}
+}
+
+// gauge is the value of the unlabelled gauge name in reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
