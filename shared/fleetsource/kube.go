@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	k8sclock "k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -45,10 +46,6 @@ type KubeFleet struct {
 	err    error // the cache's, once it stopped
 }
 
-// newServerClock makes the freshness filter's clock in the
-// kube-apiserver's time; a test replaces it.
-var newServerClock = func(log *slog.Logger) *serverclock.Clock { return serverclock.New(nil, log, nil) }
-
 // OpenKube builds the informer cache at cfg with opts and opens an informer
 // for NodeInventory, NodeInventoryShard and each of also, so that a kind whose CRD is not
 // installed is named as such now rather than at sync. stale is the
@@ -63,10 +60,10 @@ func OpenKube(ctx context.Context, cfg *rest.Config, opts cache.Options, stale k
 	if stale.ServerTime && stale.Clock == nil {
 		// The informers' lists and watches tell the freshness filter
 		// the kube-apiserver's time.
-		clock := newServerClock(slog.Default().With("component", "inventory"))
+		clock := serverclock.New(nil, slog.Default().With("component", "inventory"), nil)
 		cfg = rest.CopyConfig(cfg)
 		cfg.Wrap(clock.Wrap)
-		stale.Clock = clock
+		stale.Clock, stale.Local = clock, k8sclock.RealClock{}
 	}
 	c, err := cache.New(cfg, opts)
 	if err != nil {

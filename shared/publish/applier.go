@@ -165,31 +165,39 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 		a.metrics.attempt(unchanged, 0)
 		return unchanged, nil
 	}
-	var offset time.Duration
+	stamp := metav1.NewTime(now)
+	var corrections uint64
 	if a.clock != nil {
-		offset = a.clock.Offset()
+		corrections = a.clock.Corrections()
+		stamp = metav1.NewTime(now.Add(a.clock.Offset()))
 	}
-	stamp := metav1.NewTime(now.Add(offset))
 	inv.PublishedAt = &stamp
 	start := time.Now()
-	err = a.write(ctx, inv, changed)
-	if err == nil && a.clock != nil && a.clock.Offset() != offset {
-		// The write's own response moved the clock (the first one of a
-		// host whose clock is off, or its clock stepped): stamp again
-		// rather than leave a stamp readers may take for a dead host's
-		// until the next interval.
-		offset = a.clock.Offset()
-		stamp = metav1.NewTime(now.Add(offset))
-		inv.PublishedAt = &stamp
-		err = a.write(ctx, inv, false)
-	}
-	if err != nil {
+	if err := a.write(ctx, inv, changed); err != nil {
 		if ctx.Err() != nil {
 			return failed, nil
 		}
 		a.log.Error("publish the inventory", "error", err)
 		a.metrics.attempt(failed, time.Since(start))
 		return failed, nil
+	}
+	spec := inv.Spec
+	a.last = &spec
+	if a.clock != nil && a.clock.Corrections() != corrections {
+		// The write's own answer corrected the clock (the first one of
+		// a host whose clock is off, or a clock stepped): stamp again
+		// rather than leave a stamp readers may take for a dead host's
+		// until the next interval.
+		stamp = metav1.NewTime(now.Add(a.clock.Offset()))
+		inv.PublishedAt = &stamp
+		if err := a.write(ctx, inv, false); err != nil {
+			if ctx.Err() != nil {
+				return failed, nil
+			}
+			a.log.Error("stamp the inventory again in the kube-apiserver's time", "error", err)
+			a.metrics.attempt(failed, time.Since(start))
+			return failed, nil
+		}
 	}
 	a.metrics.attempt(written, time.Since(start))
 	a.metrics.published(stamp.Time, len(inv.Spec.Sandboxes))
@@ -198,7 +206,5 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 	} else {
 		a.log.Debug("published the inventory", "node", inv.Name, "sandboxes", len(inv.Spec.Sandboxes), "changed", false)
 	}
-	spec := inv.Spec
-	a.last = &spec
 	return written, nil
 }

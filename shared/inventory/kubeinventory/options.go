@@ -26,9 +26,15 @@ type Options struct {
 	PublishInterval time.Duration
 	// Clock caps the reference at now; nil means the real clock.
 	Clock clock.PassiveClock
+	// Local measures the recovery's PublishInterval on the reader's own
+	// clock (with its monotonic reading); nil means Clock. Set it when
+	// Clock is not this process's (shared/serverclock's), whose
+	// corrections would move the recovery's end.
+	Local clock.PassiveClock
 	// ServerTime makes fleetsource.OpenKube give the Source a Clock in
 	// the kube-apiserver's time (shared/serverclock), learnt from its
-	// informers' responses, when Clock is nil.
+	// informers' answers, when Clock is nil (and the real clock as
+	// Local).
 	ServerTime bool
 }
 

@@ -129,6 +129,26 @@ func TestRecoveryEndsOneIntervalOnTheReadersClock(t *testing.T) {
 	f.fresh("a")
 }
 
+// The recovery's end is measured on Local, the reader's own clock: the
+// clock that caps the reference (the kube-apiserver's time, corrected now
+// and then by shared/serverclock) may jump, and must not end it early.
+func TestRecoveryEndsOnTheLocalClock(t *testing.T) {
+	f := newFleet(t, map[string]time.Duration{"a": -time.Second, "dead": -time.Second})
+	local := clocktesting.NewFakePassiveClock(now)
+	f.src = New(f.reader, Options{StaleAfter: 10 * time.Second, PublishInterval: 3 * time.Second, Clock: f.clock, Local: local})
+	f.fresh("a", "dead")
+	f.publish("a", 15*time.Second) // the jump
+	local.SetTime(now.Add(15 * time.Second))
+	f.fresh("a", "dead")
+	// The cap's clock is corrected a minute ahead; the reader's own has
+	// moved a second.
+	f.clock.SetTime(now.Add(75 * time.Second))
+	local.SetTime(now.Add(16 * time.Second))
+	f.fresh("a", "dead")
+	local.SetTime(now.Add(18 * time.Second)) // one interval after the jump
+	f.fresh("a")
+}
+
 // A live host that publishes within the interval after the jump keeps its
 // place through the end of the recovery, whichever rule ends it.
 func TestRecoveryByClockKeepsLiveHosts(t *testing.T) {

@@ -70,8 +70,9 @@ type Candidate = inventory.Candidate
 type Source struct {
 	reader     client.Reader
 	staleAfter time.Duration
-	clock      clock.PassiveClock
-	grace      time.Duration
+	// clock caps the reference; local measures the recovery's end.
+	clock, local clock.PassiveClock
+	grace        time.Duration
 	// ref is what the last list computed; nil before the first.
 	ref atomic.Pointer[reference]
 
@@ -179,7 +180,10 @@ func New(reader client.Reader, opts Options) *Source {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Source{reader: reader, staleAfter: opts.StaleAfter, grace: opts.PublishInterval, clock: opts.Clock, joins: map[string]*joined{}, shardGens: map[string]uint64{}}
+	if opts.Local == nil {
+		opts.Local = opts.Clock
+	}
+	return &Source{reader: reader, staleAfter: opts.StaleAfter, grace: opts.PublishInterval, clock: opts.Clock, local: opts.Local, joins: map[string]*joined{}, shardGens: map[string]uint64{}}
 }
 
 // TrackShardEvents tells the Source that its reader is an informer cache
@@ -668,7 +672,7 @@ func (s *Source) get(ctx context.Context, name string, inv *v1beta1.NodeInventor
 		return fmt.Errorf("get node inventory %s: %w", name, err)
 	}
 	ref := s.reference()
-	if behind, ok := s.behind(inv.PublishedAt, ref, s.clock.Now()); !ok {
+	if behind, ok := s.behind(inv.PublishedAt, ref, s.local.Now()); !ok {
 		return inventory.Stale(name, behind, s.staleAfter)
 	}
 	return nil
@@ -678,7 +682,7 @@ func (s *Source) get(ctx context.Context, name string, inv *v1beta1.NodeInventor
 // place to the fresh ones.
 func (s *Source) fresh(items []v1beta1.NodeInventory) []v1beta1.NodeInventory {
 	ref := s.advance(items)
-	now := s.clock.Now()
+	now := s.local.Now()
 	kept := items[:0]
 	for i := range items {
 		if _, ok := s.behind(items[i].PublishedAt, ref, now); ok {
@@ -700,8 +704,8 @@ func (s *Source) advance(items []v1beta1.NodeInventory) reference {
 	}
 	// With no readable stamp, newest and so the reference are zero: every
 	// node is fresh.
-	now := s.clock.Now()
-	ref := min(newest, now.UnixNano())
+	ref := min(newest, s.clock.Now().UnixNano())
+	now := s.local.Now()
 	for {
 		prev := s.ref.Load()
 		last := reference{}
