@@ -57,13 +57,17 @@ func OpenKube(ctx context.Context, cfg *rest.Config, opts cache.Options, stale k
 	if opts.NewInformer == nil {
 		opts.NewInformer = retrying(retryLog())
 	}
-	if stale.ServerTime && stale.Clock == nil {
+	if stale.ServerTime && stale.Clock == nil && opts.HTTPClient == nil {
 		// The informers' lists and watches tell the freshness filter
-		// the kube-apiserver's time.
-		clock := serverclock.New(nil, slog.Default().With("component", "inventory"), nil)
+		// the kube-apiserver's time. (A cache given its own HTTP
+		// client would not call through cfg's transport.)
+		clock := serverclock.New(serverclock.Config{Log: slog.Default().With("component", "inventory")})
 		cfg = rest.CopyConfig(cfg)
 		cfg.Wrap(clock.Wrap)
-		stale.Clock, stale.Local = clock, k8sclock.RealClock{}
+		stale.Clock = clock
+		if stale.Local == nil {
+			stale.Local = k8sclock.RealClock{}
+		}
 	}
 	c, err := cache.New(cfg, opts)
 	if err != nil {

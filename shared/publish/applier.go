@@ -169,35 +169,34 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 	var corrections uint64
 	if a.clock != nil {
 		corrections = a.clock.Corrections()
-		stamp = metav1.NewTime(now.Add(a.clock.Offset()))
+		stamp = metav1.NewTime(a.clock.Now())
 	}
 	inv.PublishedAt = &stamp
 	start := time.Now()
-	if err := a.write(ctx, inv, changed); err != nil {
+	err = a.write(ctx, inv, changed)
+	if err == nil {
+		spec := inv.Spec
+		a.last = &spec
+		if a.clock != nil && a.clock.Corrections() != corrections {
+			// The write's own answer moved the clock (the first one
+			// of a host whose clock is off): stamp again, unless by no
+			// more than the tolerance, rather than leave a stamp
+			// readers may take for a dead host's until the next
+			// interval.
+			if again := a.clock.Now(); again.Sub(stamp.Time).Abs() > serverclock.Tolerance {
+				stamp = metav1.NewTime(again)
+				inv.PublishedAt = &stamp
+				err = a.write(ctx, inv, false)
+			}
+		}
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return failed, nil
 		}
 		a.log.Error("publish the inventory", "error", err)
 		a.metrics.attempt(failed, time.Since(start))
 		return failed, nil
-	}
-	spec := inv.Spec
-	a.last = &spec
-	if a.clock != nil && a.clock.Corrections() != corrections {
-		// The write's own answer corrected the clock (the first one of
-		// a host whose clock is off, or a clock stepped): stamp again
-		// rather than leave a stamp readers may take for a dead host's
-		// until the next interval.
-		stamp = metav1.NewTime(now.Add(a.clock.Offset()))
-		inv.PublishedAt = &stamp
-		if err := a.write(ctx, inv, false); err != nil {
-			if ctx.Err() != nil {
-				return failed, nil
-			}
-			a.log.Error("stamp the inventory again in the kube-apiserver's time", "error", err)
-			a.metrics.attempt(failed, time.Since(start))
-			return failed, nil
-		}
 	}
 	a.metrics.attempt(written, time.Since(start))
 	a.metrics.published(stamp.Time, len(inv.Spec.Sandboxes))

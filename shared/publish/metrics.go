@@ -1,9 +1,12 @@
 package publish
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/skiff-dev/skiff/shared/serverclock"
 )
 
 // Metrics are the publisher's Prometheus metrics. A nil *Metrics records
@@ -16,7 +19,8 @@ type Metrics struct {
 	shardWrites prometheus.Counter
 	folds       prometheus.Counter
 	carried     prometheus.Gauge
-	offset      prometheus.Gauge
+	// clock is the clock whose offset the clock gauge shows; nil: 0.
+	clock atomic.Pointer[serverclock.Clock]
 }
 
 // NewMetrics registers the publisher's metrics with reg.
@@ -39,13 +43,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "inventory_folds_total", Help: "Publishes that wrote the changes the NodeInventory carried into its shards (past --publish-max-changes, or with nothing newer to publish)."}),
 		carried: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
 			Name: "inventory_carried_changes", Help: "Changed sandboxes the last NodeInventory written carries in spec.sandboxChanges, not yet in its shards."}),
-		offset: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
-			Name: "clock_offset_seconds", Help: "What publishedAt adds to this host's clock for the kube-apiserver's (learnt from its responses' Date; 0 within a second, or with --publish-server-time=false)."}),
 	}
 	for _, o := range []outcome{written, unchanged, notSynced, failed} {
 		m.attempts.WithLabelValues(o.String())
 	}
-	reg.MustRegister(m.attempts, m.duration, m.lastStamp, m.sandboxes, m.shardWrites, m.folds, m.carried, m.offset)
+	offset := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
+		Name: "clock_offset_seconds", Help: "What publishedAt adds to this host's wall clock for the kube-apiserver's time (learnt from its answers' Date; 0 while they agree within a second, and with --publish-server-time=false)."},
+		func() float64 {
+			if c := m.clock.Load(); c != nil {
+				return c.Offset().Seconds()
+			}
+			return 0
+		})
+	reg.MustRegister(m.attempts, m.duration, m.lastStamp, m.sandboxes, m.shardWrites, m.folds, m.carried, offset)
 	return m
 }
 
@@ -67,11 +77,11 @@ func (m *Metrics) published(stamp time.Time, sandboxes int) {
 	m.sandboxes.Set(float64(sandboxes))
 }
 
-// ClockOffset records what this host's clock is off the kube-apiserver's
-// (serverclock.New's onChange).
-func (m *Metrics) ClockOffset(d time.Duration) {
+// ShowClock makes the clock offset gauge show c's offset from this host's
+// wall clock.
+func (m *Metrics) ShowClock(c *serverclock.Clock) {
 	if m != nil {
-		m.offset.Set(d.Seconds())
+		m.clock.Store(c)
 	}
 }
 

@@ -24,7 +24,8 @@ func TestApplierStampsTheServersTime(t *testing.T) {
 			now := func() time.Time { return time.Now().Add(skew) }
 			reg := prometheus.NewRegistry()
 			m := NewMetrics(reg)
-			clock := serverclock.New(now, nil, m.ClockOffset)
+			clock := serverclock.New(serverclock.Config{Now: now})
+			m.ShowClock(clock)
 			cfg := rest.CopyConfig(env.Config)
 			cfg.Wrap(clock.Wrap)
 			writes := watchWrites(t, watcher, node)
@@ -40,8 +41,11 @@ func TestApplierStampsTheServersTime(t *testing.T) {
 			// (whole seconds; the kube-apiserver runs on this machine's
 			// clock).
 			inServerTime := func(w stamped) bool {
+				// Whole seconds, the estimate's second, the writes and
+				// the watch's delivery on a loaded machine, against a
+				// host minutes off.
 				d := time.Since(w.stamp)
-				return d >= -time.Second && d <= 3*time.Second
+				return d >= -2*time.Second && d <= 30*time.Second
 			}
 			first := next(t, writes, 30*time.Second)
 			if inServerTime(first) {

@@ -27,9 +27,9 @@ type Options struct {
 	// Clock caps the reference at now; nil means the real clock.
 	Clock clock.PassiveClock
 	// Local measures the recovery's PublishInterval on the reader's own
-	// clock (with its monotonic reading); nil means Clock. Set it when
-	// Clock is not this process's (shared/serverclock's), whose
-	// corrections would move the recovery's end.
+	// clock (with its monotonic reading); nil means Clock, or the real
+	// clock when Clock corrects itself (shared/serverclock's, whose
+	// corrections would move the recovery's end).
 	Local clock.PassiveClock
 	// ServerTime makes fleetsource.OpenKube give the Source a Clock in
 	// the kube-apiserver's time (shared/serverclock), learnt from its

@@ -182,6 +182,10 @@ func New(reader client.Reader, opts Options) *Source {
 	}
 	if opts.Local == nil {
 		opts.Local = opts.Clock
+		if _, corrects := opts.Clock.(interface{ Corrections() uint64 }); corrects {
+			// Its corrections would move the recovery's end.
+			opts.Local = clock.RealClock{}
+		}
 	}
 	return &Source{reader: reader, staleAfter: opts.StaleAfter, grace: opts.PublishInterval, clock: opts.Clock, local: opts.Local, joins: map[string]*joined{}, shardGens: map[string]uint64{}}
 }

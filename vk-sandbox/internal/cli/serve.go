@@ -86,8 +86,9 @@ func serve(ctx context.Context, o *Options) error {
 	if o.Publish.ServerTime {
 		// Every response of the kube-apiserver (the lease's renewals, the
 		// inventory's writes) tells the publisher its time.
-		clock = serverclock.New(nil, log.With("component", "publisher"), pubMetrics.ClockOffset)
+		clock = serverclock.New(serverclock.Config{Log: log.With("component", "publisher")})
 		cfg.Wrap(clock.Wrap)
+		pubMetrics.ShowClock(clock)
 	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
