@@ -27,12 +27,13 @@ file="$root/shared/inventory/kubeinventory/source.go"
 mutants=$(cat <<'MUTANTS'
 boundary: exactly StaleAfter behind dropped (<= to <) ~ if d <= s.staleAfter { ~ if d < s.staleAfter {
 boundary: one second more kept (window widened by 1s) ~ if d <= s.staleAfter { ~ if d <= s.staleAfter+time.Second {
-min against now removed ~ ref := min(newest, now.UnixNano()) ~ ref := newest
-max for min ~ ref := min(newest, now.UnixNano()) ~ ref := max(newest, now.UnixNano())
+min against now removed ~ ref := min(newest, s.clock.Now().UnixNano()) ~ ref := newest
+max for min ~ ref := min(newest, s.clock.Now().UnixNano()) ~ ref := max(newest, s.clock.Now().UnixNano())
+recovery deadline on the cap's clock ~ ref := min(newest, s.clock.Now().UnixNano())\n\tnow := s.local.Now() ~ ref := min(newest, s.clock.Now().UnixNano())\n\tnow := s.clock.Now()
 newest by min instead of max ~ newest = max(newest, ts) ~ newest = min(newest, ts)
 reference never stored ~ if s.ref.CompareAndSwap(prev, &next) {\n\t\t\treturn next ~ if true {\n\t\t\treturn next
 list filter removed ~ if _, ok := s.behind(items[i].PublishedAt, ref, now); ok { ~ if _, ok := s.behind(items[i].PublishedAt, ref, now); ok || true {
-lookup filter removed ~ if behind, ok := s.behind(inv.PublishedAt, ref, s.clock.Now()); !ok { ~ if behind, ok := s.behind(inv.PublishedAt, ref, s.clock.Now()); !ok && false {
+lookup filter removed ~ if behind, ok := s.behind(inv.PublishedAt, ref, s.local.Now()); !ok { ~ if behind, ok := s.behind(inv.PublishedAt, ref, s.local.Now()); !ok && false {
 lookup reads a zero reference as now ~ ref := s.reference()\n\tif behind ~ ref := s.reference()\n\tref.at = cmp.Or(ref.at, s.clock.Now().UnixNano())\n\tif behind
 zero reference not fresh ~ if ref.at == 0 {\n\t\treturn 0, true ~ if ref.at == 0 {\n\t\treturn 0, false
 parse error ignored (unreadable read as a stamp) ~ if sec <= 0 || sec >= maxStampSeconds {\n\t\treturn 0, false ~ if sec <= 0 || sec >= maxStampSeconds {\n\t\treturn stamp.UnixNano(), true
