@@ -32,9 +32,10 @@
 // more after the host started it; or a Forget (the caller killed it); or
 // Options.MaxHold. Without that, creates in a row between two publishes
 // would all see the same inventory and, with K at least the fleet's size,
-// all go to the same freest node. Only sandboxes placed through Place are
-// counted so; a fork or a resume, which its caller starts on a node it
-// chose, is counted once its host publishes. The times compared are both
+// all go to the same freest node. A fork, which its caller starts on the
+// source's node rather than through Place, is counted the same way through
+// Hold; a resume needs no count, since a paused sandbox's host counts it
+// already (its inventory lists every sandbox it holds). The times compared are both
 // the host's clock (its publisher's stamp and its sandboxd's start), never
 // this process's. A sandbox placed by another replica is counted once its
 // host publishes; until then this Placer can undercount the node. That is

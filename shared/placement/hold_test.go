@@ -213,3 +213,48 @@ func TestPlaceHoldEndsWhenListed(t *testing.T) {
 		t.Fatalf("held after an inventory listing 3 of 5 = %d, want 2", got)
 	}
 }
+
+// TestHoldCountsForks proves that sandboxes started on a node without
+// Place (a fork's, on its source's node) count against the node through
+// Hold until its inventory lists them, as placed ones do: the creates after
+// them go to the other node.
+func TestHoldCountsForks(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	capa := res(100_000, 100*256, 100)
+	src := inventory.NewStaticSource(
+		stamped(node("a", capa, res(0, 0, 0), "base"), t0),
+		stamped(node("b", capa, res(0, 0, 0), "base"), t0),
+	)
+	p := placement.New(src, seeded(2, 1))
+	req := placement.Request{Template: "base", CPUMilli: 500, MemoryMiB: 256}
+	p.Hold("a", req, placement.Created{}) // a zero Created: nothing to count
+	for i := range 4 {
+		p.Hold("a", req, placement.Created{ID: fmt.Sprintf("fork-%d", i), StartedAt: t0.Add(200 * time.Millisecond)})
+	}
+	if got := p.Held(); got != 4 {
+		t.Fatalf("held = %d, want the 4 forks", got)
+	}
+	s := newStarter(t0.Add(300 * time.Millisecond))
+	for range 4 {
+		if _, err := p.Place(t.Context(), req, s.create); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.on["a"] != 0 || s.on["b"] != 4 {
+		t.Fatalf("4 creates after 4 forks on a: %d on a, %d on b; want all on b", s.on["a"], s.on["b"])
+	}
+	// a's inventory lists the forks: they stop counting.
+	inv := stamped(node("a", capa, res(2000, 4*256, 4), "base"), t0.Add(400*time.Millisecond))
+	for i := range 4 {
+		inv.Spec.Sandboxes = append(inv.Spec.Sandboxes, v1beta1.SandboxEntry{ID: fmt.Sprintf("fork-%d", i), Template: "base", State: v1beta1.SandboxRunning, CPUMilli: 500, MemoryMiB: 256})
+	}
+	src.Apply(inv)
+	if _, err := p.Place(t.Context(), req, func(context.Context, *v1beta1.NodeInventory) (placement.Created, error) {
+		return placement.Created{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Held(); got != 4 {
+		t.Fatalf("held after a's inventory listed its forks = %d, want b's 4", got)
+	}
+}

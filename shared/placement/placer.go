@@ -230,6 +230,20 @@ func (p *Placer) holdLocked(node string, req Request, c Created) {
 	h.checked = inventoryKey{} // the inventory already seen may list it
 }
 
+// Hold counts sandbox c against node as if this Placer had placed it there
+// for req, until the node's inventory counts it (see Created): for the
+// sandboxes a host starts on a node the caller chose rather than through
+// Place (forks of a sandbox, on the source's host). A zero Created is not
+// counted.
+func (p *Placer) Hold(node string, req Request, c Created) {
+	if c.ID == "" && c.StartedAt.IsZero() {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdLocked(node, req, c)
+}
+
 // Forget stops counting sandbox id, which this Placer placed, against its
 // node: the caller killed it.
 func (p *Placer) Forget(id string) {

@@ -124,6 +124,32 @@ func (n *fakeNode) Create(_ context.Context, req *connect.Request[sandboxdv1.Cre
 	return connect.NewResponse(&sandboxdv1.CreateResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[id], TrafficAccessToken: n.traffic[id]}), nil
 }
 
+// Fork starts count copies of a running sandbox on this node.
+func (n *fakeNode) Fork(_ context.Context, req *connect.Request[sandboxdv1.ForkRequest]) (*connect.Response[sandboxdv1.ForkResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("Fork"); err != nil {
+		return nil, err
+	}
+	src := n.sandboxes[req.Msg.GetSandboxId()]
+	if src == nil || src.GetTeam() != req.Msg.GetTeam() {
+		return nil, n.notFound(req.Msg.GetSandboxId())
+	}
+	resp := &sandboxdv1.ForkResponse{}
+	for range req.Msg.GetCount() {
+		id, err := sandboxid.New(sandboxid.NodeTag(n.name))
+		if err != nil {
+			return nil, err
+		}
+		sb := proto.CloneOf(src)
+		sb.Id, sb.EndAt = id, timestamppb.New(t0.Add(n.frac+req.Msg.GetTimeout().AsDuration()))
+		n.sandboxes[id] = sb
+		n.tokens[id] = "token-" + id
+		resp.Forks = append(resp.Forks, &sandboxdv1.ForkResult{Created: &sandboxdv1.CreateResponse{Sandbox: proto.CloneOf(sb), EnvdAccessToken: n.tokens[id]}})
+	}
+	return connect.NewResponse(resp), nil
+}
+
 func (n *fakeNode) Claim(_ context.Context, req *connect.Request[sandboxdv1.ClaimRequest]) (*connect.Response[sandboxdv1.ClaimResponse], error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

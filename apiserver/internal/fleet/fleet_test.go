@@ -171,6 +171,41 @@ func TestCreateBurstSpreads(t *testing.T) {
 	}
 }
 
+// TestForksCountAgainstTheirHost proves that the sandboxes a fork starts
+// on its source's host count against that host until it publishes, as the
+// creates placement made do: the creates right after go elsewhere.
+func TestForksCountAgainstTheirHost(t *testing.T) {
+	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
+	h := newHarness(t, a, b)
+	src, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forked, other := b, a
+	if src.Node == "node-a" {
+		forked, other = a, b
+	}
+	forks, err := h.b.Fork(t.Context(), "team1", src.ID, 6, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks {
+		if f.Err != nil || f.Sandbox.Node != forked.name {
+			t.Fatalf("fork = %+v, %v; want a sandbox on %s", f.Sandbox, f.Err, forked.name)
+		}
+	}
+	// The source's host now holds 7 to the other's 0; no host published.
+	for i := range 6 {
+		sb, err := h.b.Create(t.Context(), "team1", params("base"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Node != other.name {
+			t.Fatalf("create %d after 6 forks on %s went there too; want %s", i, forked.name, other.name)
+		}
+	}
+}
+
 func TestCreateWarm(t *testing.T) {
 	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
 	idA, idB := a.addWarm(t, "base"), b.addWarm(t, "base")

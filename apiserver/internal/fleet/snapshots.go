@@ -347,6 +347,11 @@ func (b *Backend) Fork(ctx context.Context, team, id string, count int, timeout 
 		sb := toSandbox(l.node, c.GetSandbox(), tok)
 		sb.State = e2bapi.StateRunning
 		b.remember(sb.ID, team, l.node, sb)
+		// Placement counts the fork against its host until the host
+		// lists it, as it does the sandboxes it placed.
+		res := c.GetSandbox().GetResources()
+		b.placer.Hold(l.node, placement.Request{Template: sb.TemplateID, CPUMilli: res.GetCpuMilli(), MemoryMiB: res.GetMemoryMib()},
+			placement.Created{ID: sb.ID, StartedAt: sb.StartedAt})
 		out[i].Sandbox = sb
 	}
 	return out, nil
