@@ -32,12 +32,17 @@
 // more after the host started it; or a Forget (the caller killed it); or
 // Options.MaxHold. Without that, creates in a row between two publishes
 // would all see the same inventory and, with K at least the fleet's size,
-// all go to the same freest node. A fork, which its caller starts on the
-// source's node rather than through Place, is counted the same way through
+// all go to the same freest node. A sandbox its caller starts on a node it
+// chose rather than through Place (a fork, on its source's node; a create
+// from a snapshot, on a node that holds it) is counted the same way through
 // Hold; a resume needs no count, since a paused sandbox's host counts it
-// already (its inventory lists every sandbox it holds). The times compared are both
-// the host's clock (its publisher's stamp and its sandboxd's start), never
-// this process's. A sandbox placed by another replica is counted once its
+// already (its inventory lists every sandbox it holds). The times compared
+// are both the host's (its publisher's stamp and its sandboxd's start),
+// never this process's; but the stamp is in the kube-apiserver's time
+// (shared/serverclock), so on a host whose own clock runs more than a
+// second behind it the stamp rule can end a count before an inventory
+// counts the sandbox: the node is then undercounted for that moment. A
+// sandbox placed by another replica is counted once its
 // host publishes; until then this Placer can undercount the node. That is
 // safe because sandboxd, not placement, has the last word: a host that is full refuses with resource_exhausted, which the
 // caller reports as ErrNodeFull, and Place then excludes that node and

@@ -19,8 +19,8 @@ const (
 	// caller asks for no particular number.
 	DefaultClaimLimit = 3
 	// DefaultMaxHold bounds how long a Placer goes on counting a sandbox it
-	// placed against its node while the node's inventory has not counted
-	// it yet.
+	// placed (or was told of by Hold) against its node while the node's
+	// inventory has not counted it yet.
 	DefaultMaxHold = 30 * time.Second
 )
 
@@ -40,9 +40,9 @@ type Options struct {
 	// ClaimRetryable says whether a claim's error means "try the next
 	// candidate"; nil means IsClaimRetryable.
 	ClaimRetryable func(error) bool
-	// MaxHold bounds how long a placed sandbox is counted against its node
-	// by this Placer, as a safety net: the count normally ends at the
-	// node's first inventory that lists it (see Created).
+	// MaxHold bounds how long a placed (or held) sandbox is counted
+	// against its node by this Placer, as a safety net: the count normally
+	// ends at the node's first inventory that lists it (see Created).
 	MaxHold time.Duration
 	// Rand samples nodes and breaks ties, for reproducible tests; nil means
 	// the process-wide source. The Placer serialises its use of it.
@@ -64,7 +64,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxAttempts, "placement-max-attempts", o.MaxAttempts,
 		"Most nodes one cold create tries when nodes refuse (full or unreachable) before answering 503 sandbox_capacity_unavailable. At least 1.")
 	fs.DurationVar(&o.MaxHold, "placement-max-hold", o.MaxHold,
-		"Longest this replica counts a sandbox it placed against its host while the host's inventory may not count it yet, so that creates in a burst spread. The count normally ends at the host's first inventory that lists the sandbox, or when this replica kills it; this bounds it for a sandbox no inventory ever lists. At least 1s.")
+		"Longest this replica counts a sandbox it placed (or forked, or started from a snapshot on a host that holds it) against its host while the host's inventory may not count it yet, so that creates in a burst spread. The count normally ends at the host's first inventory that lists the sandbox, or when this replica kills it; this bounds it for a sandbox no inventory ever lists. At least 1s.")
 }
 
 // Validate reports options that cannot work, naming the flag.

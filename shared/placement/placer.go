@@ -244,8 +244,8 @@ func (p *Placer) Hold(node string, req Request, c Created) {
 	p.holdLocked(node, req, c)
 }
 
-// Forget stops counting sandbox id, which this Placer placed, against its
-// node: the caller killed it.
+// Forget stops counting sandbox id, which this Placer placed or was told
+// of by Hold, against its node: the caller killed it.
 func (p *Placer) Forget(id string) {
 	if id == "" {
 		return

@@ -55,6 +55,10 @@ type fakeNode struct {
 	pausedFilesOnly bool
 	// refuseSetTimeout, when set, answers SetTimeout in its place.
 	refuseSetTimeout error
+	// snapshots are the snapshots this node holds, by ID, as the template
+	// and resources a create from one starts a sandbox with (its source's,
+	// as sandboxd's).
+	snapshots map[string]*sandboxdv1.CreateRequest
 }
 
 func newFakeNode(name string, templates ...string) *fakeNode {
@@ -98,6 +102,14 @@ func (n *fakeNode) Create(_ context.Context, req *connect.Request[sandboxdv1.Cre
 	m := req.Msg
 	if n.full {
 		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("no room"))
+	}
+	if id := m.GetSnapshot(); id != "" {
+		snap, ok := n.snapshots[id]
+		if !ok {
+			return nil, n.notFound(id)
+		}
+		m = proto.CloneOf(m)
+		m.Template, m.Resources = snap.GetTemplate(), snap.GetResources()
 	}
 	if !slices.Contains(n.templates, m.GetTemplate()) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("template: this host has no template %q", m.GetTemplate()))

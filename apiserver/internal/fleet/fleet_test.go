@@ -204,6 +204,46 @@ func TestForksCountAgainstTheirHost(t *testing.T) {
 			t.Fatalf("create %d after 6 forks on %s went there too; want %s", i, forked.name, other.name)
 		}
 	}
+	// Killed through the Backend, the forks stop counting: the source's
+	// host, with 1, is the freer again, though no host published.
+	for _, f := range forks {
+		if err := h.b.Kill(t.Context(), "team1", f.Sandbox.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sb, err := h.b.Create(t.Context(), "team1", params("base")); err != nil || sb.Node != forked.name {
+		t.Fatalf("a create after the forks were killed = %+v, %v; want one on %s", sb, err, forked.name)
+	}
+}
+
+// TestSnapshotCreatesCountAgainstTheirHost proves the same of creates from
+// a snapshot on the host that holds it (started there, not placed).
+func TestSnapshotCreatesCountAgainstTheirHost(t *testing.T) {
+	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
+	b.snapshots = map[string]*sandboxdv1.CreateRequest{"snap-1": {Template: "base",
+		Resources: &sandboxdv1.Resources{CpuMilli: fleet.DefaultCPUMilli, MemoryMib: fleet.DefaultMemoryMiB}}}
+	h := newHarness(t, a, b)
+	p := params("base")
+	p.Snapshot = &e2bapi.Snapshot{ID: "snap-1", Team: "team1", Template: "base", Node: "node-b", Nodes: []string{"node-b"},
+		CPUMilli: fleet.DefaultCPUMilli, MemoryMiB: fleet.DefaultMemoryMiB}
+	for range 4 {
+		sb, err := h.b.Create(t.Context(), "team1", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Node != "node-b" {
+			t.Fatalf("a create from a snapshot held by node-b went to %s", sb.Node)
+		}
+	}
+	for i := range 4 {
+		sb, err := h.b.Create(t.Context(), "team1", params("base"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Node != "node-a" {
+			t.Fatalf("create %d after 4 from a snapshot on node-b went there too; want node-a", i)
+		}
+	}
 }
 
 func TestCreateWarm(t *testing.T) {

@@ -221,6 +221,10 @@ func (b *Backend) createFromSnapshot(ctx context.Context, team string, p e2bapi.
 		}
 		sb, err := b.createFromSnapshotOn(ctx, team, p, node)
 		if err == nil {
+			// Started on a node chosen here, not through Place: counted
+			// against it as a placed sandbox would be. (The pull below
+			// goes through Place, which counts its own.)
+			b.hold(node, sb)
 			return sb, node, nil
 		}
 		if !errors.Is(err, e2bapi.ErrCapacity) && !errors.Is(err, e2bapi.ErrUnavailable) {
@@ -347,14 +351,18 @@ func (b *Backend) Fork(ctx context.Context, team, id string, count int, timeout 
 		sb := toSandbox(l.node, c.GetSandbox(), tok)
 		sb.State = e2bapi.StateRunning
 		b.remember(sb.ID, team, l.node, sb)
-		// Placement counts the fork against its host until the host
-		// lists it, as it does the sandboxes it placed.
-		res := c.GetSandbox().GetResources()
-		b.placer.Hold(l.node, placement.Request{Template: sb.TemplateID, CPUMilli: res.GetCpuMilli(), MemoryMiB: res.GetMemoryMib()},
-			placement.Created{ID: sb.ID, StartedAt: sb.StartedAt})
+		b.hold(l.node, sb)
 		out[i].Sandbox = sb
 	}
 	return out, nil
+}
+
+// hold has placement count sb, which its host started on node without
+// placement (a fork, a create from a snapshot the node holds), against
+// node until the host lists it, as it counts the sandboxes it placed.
+func (b *Backend) hold(node string, sb *e2bapi.Sandbox) {
+	b.placer.Hold(node, placement.Request{Template: sb.TemplateID, CPUMilli: sb.CPUMilli, MemoryMiB: sb.MemoryMB},
+		placement.Created{ID: sb.ID, StartedAt: sb.StartedAt})
 }
 
 // forkError is the e2bapi category of one fork's failure on its host.
