@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	k8sclock "k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -64,10 +63,7 @@ func OpenKube(ctx context.Context, cfg *rest.Config, opts cache.Options, stale k
 		clock := serverclock.New(serverclock.Config{Log: slog.Default().With("component", "inventory")})
 		cfg = rest.CopyConfig(cfg)
 		cfg.Wrap(clock.Wrap)
-		stale.Clock = clock
-		if stale.Local == nil {
-			stale.Local = k8sclock.RealClock{}
-		}
+		stale.Clock = clock // kubeinventory measures durations on the real clock then
 	}
 	c, err := cache.New(cfg, opts)
 	if err != nil {

@@ -207,7 +207,7 @@ func (p *Placer) create(ctx context.Context, node *v1beta1.NodeInventory, req Re
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.releaseLocked(node.Name, req)
-		if err == nil && (c.ID != "" || !c.StartedAt.IsZero()) {
+		if err == nil {
 			p.holdLocked(node.Name, req, c)
 		}
 	}()
@@ -215,8 +215,12 @@ func (p *Placer) create(ctx context.Context, node *v1beta1.NodeInventory, req Re
 	return err
 }
 
-// holdLocked counts sandbox c, placed on node for req, against the node.
+// holdLocked counts sandbox c, placed on node for req, against the node;
+// a zero Created is not counted.
 func (p *Placer) holdLocked(node string, req Request, c Created) {
+	if c.ID == "" && c.StartedAt.IsZero() {
+		return
+	}
 	h := p.held[node]
 	if h == nil {
 		h = &held{}
@@ -233,12 +237,9 @@ func (p *Placer) holdLocked(node string, req Request, c Created) {
 // Hold counts sandbox c against node as if this Placer had placed it there
 // for req, until the node's inventory counts it (see Created): for the
 // sandboxes a host starts on a node the caller chose rather than through
-// Place (forks of a sandbox, on the source's host). A zero Created is not
-// counted.
+// Place (a fork, on its source's host; a create from a snapshot, on a host
+// that holds it). A zero Created is not counted.
 func (p *Placer) Hold(node string, req Request, c Created) {
-	if c.ID == "" && c.StartedAt.IsZero() {
-		return
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.holdLocked(node, req, c)
