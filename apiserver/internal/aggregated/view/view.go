@@ -18,7 +18,21 @@
 // replicas that watch the same etcd number the same state alike, and a
 // client may list from one and watch from the other. Within batch b, the
 // i-th event has resourceVersion b<<20 | i+1 and the batch's snapshot b<<20
-// | 0xfffff: "every change up to and including batch b".
+// | 0xfffff: "every change up to and including batch b". The batch's last
+// event carries the snapshot's number, so that a client that has seen the
+// whole batch is at a version every replica numbers alike.
+//
+// Only those versions are. Two replicas may build batch b from different
+// rebuilds (one coalesced two inventory changes that the other applied
+// apart), so the changes of their batch b, and their order, can differ,
+// and the state after its i-th event on one replica is no state the other
+// ever had. A watch from a version inside a batch (the connection cut
+// mid-batch, a selected sandbox's own resourceVersion) is therefore a 410
+// Gone, whose informer lists again, on every replica, its own included:
+// nothing in the number says which replica gave it. A watch that allows
+// bookmarks gets one at the batch's end when the batch's last event was
+// not for it, so that an informer with a selector leaves every batch at its
+// end too.
 package view
 
 import (
@@ -325,6 +339,12 @@ func (v *View) apply(newest uint64, nodes map[string]*nodeState, changes []Event
 		changes[i].rv = rv
 		changes[i].Object.ResourceVersion = strconv.FormatUint(rv, 10)
 	}
+	if n := len(changes); n > 0 {
+		// The batch's last event is at its end: the snapshot's version.
+		rv := batch<<seqBits | snapshotSeq
+		changes[n-1].rv = rv
+		changes[n-1].Object.ResourceVersion = strconv.FormatUint(rv, 10)
+	}
 	v.batch = batch
 	snap := &Snapshot{RV: batch<<seqBits | snapshotSeq, items: v.merge(changes)}
 	if v.current == nil {
@@ -523,6 +543,12 @@ func (v *View) since(rv uint64) ([]Event, <-chan struct{}, bool) {
 		i++
 	}
 	return v.history[i:len(v.history):len(v.history)], v.changed, true
+}
+
+// insideBatch is the watch error for a resourceVersion inside a batch
+// (the package's doc says why).
+func insideBatch(rv uint64) *apierrors.StatusError {
+	return apierrors.NewResourceExpired(fmt.Sprintf("resource version %d is inside a batch of changes, which another replica may have made of other changes; list again", rv))
 }
 
 // expired is the watch error for a resourceVersion older than the history.

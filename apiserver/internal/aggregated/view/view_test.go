@@ -92,7 +92,8 @@ func TestBatchesNumberedByTheNewestInventory(t *testing.T) {
 	if events[0].Type != watch.Modified || events[0].Object.Status.State != sbv1.SandboxPaused || events[1].Type != watch.Deleted || events[1].Object.Namespace != "b" {
 		t.Errorf("events %v %v", events[0], events[1])
 	}
-	if events[0].rv != 105<<seqBits|1 || events[1].rv != 105<<seqBits|2 {
+	// The last is at the batch's end.
+	if events[0].rv != 105<<seqBits|1 || events[1].rv != 105<<seqBits|snapshotSeq {
 		t.Errorf("event rvs %d %d", events[0].rv, events[1].rv)
 	}
 	// The first snapshot is still what it was.
@@ -355,7 +356,7 @@ func TestWatchWithASelectorSeesSandboxesLeaveAndEnter(t *testing.T) {
 	if e.Type != watch.Deleted || gone.Name != id("n1", 1) || gone.Status.State != sbv1.SandboxRunning || gone.Spec.Resources.CPUMilli != 2000 {
 		t.Fatalf("after the pause: %v %+v", e.Type, e.Object)
 	}
-	pauseRV := strconv.FormatUint(12<<seqBits|1, 10)
+	pauseRV := strconv.FormatUint(12<<seqBits|snapshotSeq, 10)
 	if gone.ResourceVersion != pauseRV || before.ResourceVersion == pauseRV {
 		t.Errorf("DELETED at resourceVersion %s (the sandbox's before: %s), want the pause's %s", gone.ResourceVersion, before.ResourceVersion, pauseRV)
 	}
@@ -418,5 +419,121 @@ func TestSlowWatcherThatFallsOutOfTheHistoryGetsGone(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// Two replicas can make batches of one number from different changes: one
+// applied an inventory's two revisions apart, the other together. A
+// version inside a batch is then no state of the other replica, and a
+// watch from it would skip changes there; it is a 410 on every replica.
+// The version at a batch's end, which its last event carries, is the same
+// state on both, and a watch from it resumes on either.
+func TestAWatchResumesOnAnotherReplicaOnlyFromABatchsEnd(t *testing.T) {
+	one, two := entry("n1", 1, "a"), entry("n1", 2, "a")
+	srcA := inventory.NewStaticSource(node("n1", 10, one, two))
+	srcB := inventory.NewStaticSource(node("n1", 10, one, two))
+	a, b := New(srcA, Options{}), New(srcB, Options{})
+	rebuild(t, a)
+	rebuild(t, b)
+	// Revision 15 pauses sandbox 1; replica A rebuilds, B does not.
+	paused := one
+	paused.State = v1beta1.SandboxPaused
+	srcA.Apply(node("n1", 15, paused, two))
+	rebuild(t, a)
+	srcB.Apply(node("n1", 15, paused, two))
+	// Revision 20 kills sandbox 2 and starts 3; both rebuild.
+	for _, r := range []struct {
+		v   *View
+		src *inventory.StaticSource
+	}{{a, srcA}, {b, srcB}} {
+		r.src.Apply(node("n1", 20, paused, entry("n1", 3, "a")))
+		rebuild(t, r.v)
+	}
+	if a.Current().RV != b.Current().RV {
+		t.Fatalf("the replicas number the same state %d and %d", a.Current().RV, b.Current().RV)
+	}
+	// B's batch 20 is [1 paused, 2 deleted, 3 added], A's [2 deleted, 3
+	// added]: after B's first event, A's history would skip the deletion.
+	evB, _, _ := b.since(10<<seqBits | snapshotSeq)
+	if len(evB) != 3 || evB[0].rv != 20<<seqBits|1 || evB[1].Type != watch.Deleted || evB[2].rv != 20<<seqBits|snapshotSeq {
+		t.Fatalf("B's batch 20: %v", evB)
+	}
+	evA, _, _ := a.since(evB[0].rv)
+	if len(evA) != 1 || evA[0].Type != watch.Added {
+		t.Fatalf("A's events after B's first of batch 20: %v, want only the ADDED that skips the deletion", evA)
+	}
+	ctx := t.Context()
+	for name, v := range map[string]*View{"A": a, "B": b} {
+		if _, err := v.Watch(ctx, WatchOptions{ResourceVersion: evB[0].rv}); !apierrors.IsResourceExpired(err) {
+			t.Errorf("%s: a watch from inside batch 20: %v, want 410 Gone", name, err)
+		}
+		// A watch-list from there asks only for a state at least as new.
+		w, err := v.Watch(ctx, WatchOptions{ResourceVersion: evB[0].rv, SendInitialEvents: true})
+		if err != nil {
+			t.Errorf("%s: a watch-list from inside batch 20: %v", name, err)
+		} else {
+			w.Stop()
+		}
+	}
+	// From the end of batch 20, where B's last event left its client, A
+	// sends the next change.
+	w, err := a.Watch(ctx, WatchOptions{ResourceVersion: evB[2].rv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	srcA.Apply(node("n1", 21, paused))
+	rebuild(t, a)
+	if e := recv(t, w); e.Type != watch.Deleted || e.Object.(*sbv1.Sandbox).Name != id("n1", 3) {
+		t.Fatalf("after the end of batch 20: %v %+v", e.Type, e.Object)
+	}
+}
+
+// A watch with a selector that allows bookmarks, whose last event of a
+// batch was not the batch's last, gets a bookmark at the batch's end, so
+// that it can resume on any replica; one that does not allow them gets
+// nothing more.
+func TestAWatchLeftInsideABatchGetsABookmarkAtItsEnd(t *testing.T) {
+	src := inventory.NewStaticSource(node("n1", 10))
+	v := New(src, Options{})
+	rebuild(t, v)
+	ctx := t.Context()
+	inA := func(sb *sbv1.Sandbox) bool { return sb.Namespace == "a" }
+	marks, err := v.Watch(ctx, WatchOptions{ResourceVersion: v.Current().RV, Bookmarks: true, BookmarkInterval: time.Hour, Filter: inA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer marks.Stop()
+	plain, err := v.Watch(ctx, WatchOptions{ResourceVersion: v.Current().RV, Filter: inA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Stop()
+	// Batch 11: a's sandbox, then b's (key order).
+	src.Apply(node("n1", 11, entry("n1", 1, "a"), entry("n1", 2, "b")))
+	rebuild(t, v)
+	end := strconv.FormatUint(11<<seqBits|snapshotSeq, 10)
+	for name, w := range map[string]watch.Interface{"bookmarks": marks, "plain": plain} {
+		if e := recv(t, w); e.Type != watch.Added || e.Object.(*sbv1.Sandbox).ResourceVersion != strconv.FormatUint(11<<seqBits|1, 10) {
+			t.Fatalf("%s: %v %+v", name, e.Type, e.Object)
+		}
+	}
+	if e := recv(t, marks); e.Type != watch.Bookmark || e.Object.(*sbv1.Sandbox).ResourceVersion != end {
+		t.Fatalf("after a batch whose last event was filtered: %v %+v, want a bookmark at %s", e.Type, e.Object, end)
+	}
+	// Batch 12 ends with a's sandbox: its event is at the end, and no
+	// bookmark follows.
+	src.Apply(node("n1", 12, entry("n1", 0, "a"), entry("n1", 1, "a"), entry("n1", 2, "b")))
+	rebuild(t, v)
+	if e := recv(t, marks); e.Type != watch.Added || e.Object.(*sbv1.Sandbox).ResourceVersion != strconv.FormatUint(12<<seqBits|snapshotSeq, 10) {
+		t.Fatalf("batch 12: %v %+v", e.Type, e.Object)
+	}
+	if e := recv(t, plain); e.Type != watch.Added || e.Object.(*sbv1.Sandbox).Name != id("n1", 0) {
+		t.Fatalf("plain, batch 12: %v %+v", e.Type, e.Object)
+	}
+	select {
+	case e := <-marks.ResultChan():
+		t.Fatalf("after a batch that ended with the watch's event: %v %+v", e.Type, e.Object)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

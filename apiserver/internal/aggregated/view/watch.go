@@ -37,9 +37,12 @@ type WatchOptions struct {
 
 // Watch starts a watch. The error is a Kubernetes status error: 410 Gone
 // (apierrors.IsResourceExpired) for a resourceVersion older than the
-// history, a TooLargeResourceVersion one for a version the view has not
-// reached within a few seconds.
+// history or inside a batch, a TooLargeResourceVersion one for a version
+// the view has not reached within a few seconds.
 func (v *View) Watch(ctx context.Context, o WatchOptions) (watch.Interface, error) {
+	if rv := o.ResourceVersion; rv != 0 && !o.SendInitialEvents && rv&snapshotSeq != snapshotSeq {
+		return nil, insideBatch(rv)
+	}
 	cur, err := v.WaitFor(ctx, o.ResourceVersion)
 	if err != nil {
 		return nil, err
@@ -130,15 +133,21 @@ func (w *watcher) run(ctx context.Context, initial []*v1beta1.Sandbox, cursor ui
 			send(watch.Event{Type: watch.Error, Object: expired(cursor)})
 			return
 		}
+		var sent uint64
 		for _, e := range events {
 			cursor = e.rv
-			if out, ok := w.event(e); ok && !send(out) {
-				return
+			if out, ok := w.event(e); ok {
+				if !send(out) {
+					return
+				}
+				sent = e.rv
 			}
 		}
-		if len(events) > 0 {
-			// Past the last event of a batch is the batch's snapshot.
-			cursor = cursor>>seqBits<<seqBits | snapshotSeq
+		// The history holds whole batches: the last event is at its
+		// batch's end. A client whose last event was inside a batch
+		// could resume only with a 410; a bookmark moves it to the end.
+		if sent != 0 && sent != cursor && w.o.Bookmarks && !send(watch.Event{Type: watch.Bookmark, Object: bookmark(cursor, false)}) {
+			return
 		}
 		select {
 		case <-ctx.Done():
