@@ -55,8 +55,9 @@ func (p *proc) run(first bool) error {
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group: a terminal's Ctrl-C reaches only us, and we
-	// stop the servers in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// stop the servers in order. If we die without stopping them (SIGKILL,
+	// a test binary's timeout), each gets SIGTERM and stops itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)

@@ -1,7 +1,10 @@
 package system
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,4 +93,71 @@ func TestSupervisorRestartsWhatDies(t *testing.T) {
 	if n := strings.Count(progress.String(), "restarted sleeper"); n != 2 {
 		t.Errorf("%d restarts, want 2 (none after stop):\n%s", n, progress)
 	}
+}
+
+// supervisedHelper, when set, makes TestSupervisedHelper the process whose
+// death TestServersEndWithTheirSupervisor watches.
+const supervisedHelper = "SKIFF_TEST_SUPERVISED_HELPER"
+
+// TestSupervisedHelper starts a server, prints its PID and waits to be
+// killed. It runs only as TestServersEndWithTheirSupervisor's child.
+func TestSupervisedHelper(t *testing.T) {
+	state := os.Getenv(supervisedHelper)
+	if state == "" {
+		t.Skip("a helper of TestServersEndWithTheirSupervisor")
+	}
+	s := &System{cfg: Config{State: state, Progress: io.Discard}}
+	if err := os.MkdirAll(s.LogDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.start("sleeper", "sleep", "600"); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("pid %d\n", s.PID("sleeper"))
+	time.Sleep(time.Minute) // killed before
+}
+
+// A supervisor that dies without stopping its servers (SIGKILL, a test
+// binary's timeout) takes them with it: each gets SIGTERM.
+func TestServersEndWithTheirSupervisor(t *testing.T) {
+	if _, err := exec.LookPath("sleep"); err != nil {
+		t.Skip("no sleep(1) on this machine")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSupervisedHelper$", "-test.v")
+	cmd.Env = append(os.Environ(), supervisedHelper+"="+t.TempDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := 0
+	sc := bufio.NewScanner(out)
+	for pid == 0 && sc.Scan() {
+		_, _ = fmt.Sscanf(sc.Text(), "pid %d", &pid)
+	}
+	if pid == 0 {
+		t.Fatalf("the helper printed no pid (%v)", sc.Err())
+	}
+	// Kill the sleeper if this test fails, so that it leaves nothing.
+	defer func() {
+		if t.Failed() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	// Gone, or a zombie that this machine's init has not reaped yet.
+	waitFor(t, "the server ended with its supervisor", 10*time.Second, func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		_, after, _ := strings.Cut(string(stat), ") ")
+		return strings.HasPrefix(after, "Z")
+	})
 }

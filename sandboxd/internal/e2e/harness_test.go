@@ -182,8 +182,10 @@ func (h *host) tryStart() bool {
 	cmd := exec.Command("/proc/self/exe", h.args...)
 	cmd.Env = append(os.Environ(), asSandboxd+"=1")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own session, so it is the daemon, not part of the test's group.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Its own session, so it is the daemon, not part of the test's group;
+	// killed with the test binary even when that ends without its
+	// cleanups (a panic, go test's -timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}

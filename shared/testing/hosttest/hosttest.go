@@ -292,7 +292,9 @@ func (d *Daemon) Start() {
 	defer logf.Close()
 	cmd := exec.Command(d.bin, d.Args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Its own session; killed with the test binary even when that ends
+	// without its cleanups (a panic, go test's -timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		d.t.Fatal(err)
 	}
