@@ -16,7 +16,10 @@
 // A batch is numbered after the newest etcd revision among the inventories
 // it was built from (never below the last batch's number plus one), so two
 // replicas that watch the same etcd number the same state alike, and a
-// client may list from one and watch from the other. Within batch b, the
+// client may list from one and watch from the other. (Not quite always: a
+// batch with no newer write of a listed inventory behind it, a host turned
+// stale or an inventory deleted, takes the last batch's number plus one,
+// which the other replica may give to the write of that revision.) Within batch b, the
 // i-th event has resourceVersion b<<20 | i+1 and the batch's snapshot b<<20
 // | 0xfffff: "every change up to and including batch b". The batch's last
 // event carries the snapshot's number, so that a client that has seen the
@@ -327,24 +330,12 @@ func appendDeleted(changes []Event, prev, next *nodeState) []Event {
 func (v *View) apply(newest uint64, nodes map[string]*nodeState, changes []Event) {
 	slices.SortFunc(changes, func(a, b Event) int { return compareSandboxes(a.Object, b.Object) })
 	batch := max(newest, v.batch+1)
-	if n := uint64(len(changes)); n > maxBatchSeq {
-		// More changes than one batch can number: give it the numbers of
-		// the batches after it too.
-		batch += n / maxBatchSeq
-	}
-	first := batch - uint64(len(changes))/maxBatchSeq
 	for i := range changes {
-		b, seq := first+uint64(i/maxBatchSeq), uint64(i%maxBatchSeq)+1
-		rv := b<<seqBits | seq
+		rv := eventRV(batch, uint64(i), uint64(len(changes)), maxBatchSeq)
 		changes[i].rv = rv
 		changes[i].Object.ResourceVersion = strconv.FormatUint(rv, 10)
 	}
-	if n := len(changes); n > 0 {
-		// The batch's last event is at its end: the snapshot's version.
-		rv := batch<<seqBits | snapshotSeq
-		changes[n-1].rv = rv
-		changes[n-1].Object.ResourceVersion = strconv.FormatUint(rv, 10)
-	}
+	batch += spill(uint64(len(changes)), maxBatchSeq)
 	v.batch = batch
 	snap := &Snapshot{RV: batch<<seqBits | snapshotSeq, items: v.merge(changes)}
 	if v.current == nil {
@@ -366,6 +357,27 @@ func (v *View) apply(newest uint64, nodes map[string]*nodeState, changes []Event
 	}
 	close(v.changed)
 	v.changed = make(chan struct{})
+}
+
+// spill is how many numbers after its own a batch of n changes takes, per
+// to a number: a batch of more changes than one number can hold gives the
+// rest the numbers of the batches after it.
+func spill(n, per uint64) uint64 {
+	if n == 0 {
+		return 0
+	}
+	return (n - 1) / per
+}
+
+// eventRV is the resourceVersion of change i of a batch of n numbered from
+// batch on (its own number, then those spill gives it), per to a number:
+// b<<seqBits | seq, the last one at the batch's end (seq snapshotSeq of
+// the batch's last number).
+func eventRV(batch, i, n, per uint64) uint64 {
+	if i == n-1 {
+		return (batch+spill(n, per))<<seqBits | snapshotSeq
+	}
+	return (batch+i/per)<<seqBits | (i%per + 1)
 }
 
 // merge returns the current snapshot's items with changes (sorted by key)

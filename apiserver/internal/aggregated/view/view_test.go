@@ -537,3 +537,38 @@ func TestAWatchLeftInsideABatchGetsABookmarkAtItsEnd(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// A batch's events are numbered in order after the last batch's end, the
+// last at the batch's own end, however many a number must hold: here three
+// to a number, so that the spill to the numbers after it shows.
+func TestEventsOfABatchAreNumberedInOrder(t *testing.T) {
+	const per, batch = 3, 20
+	for n := uint64(1); n <= 10; n++ {
+		last := uint64((batch-1)<<seqBits | snapshotSeq) // the batch before's end
+		perNumber := map[uint64]int{}
+		for i := range n {
+			rv := eventRV(batch, i, n, per)
+			if rv <= last {
+				t.Fatalf("n=%d: event %d at %#x, not after %#x", n, i, rv, last)
+			}
+			last = rv
+			seq := rv & snapshotSeq
+			if seq == 0 || (seq == snapshotSeq) != (i == n-1) {
+				t.Errorf("n=%d: event %d has sequence %#x", n, i, seq)
+			}
+			perNumber[rv>>seqBits]++
+		}
+		end := uint64(batch+spill(n, per))<<seqBits | snapshotSeq
+		if last != end {
+			t.Errorf("n=%d: the last event at %#x, the batch's end at %#x", n, last, end)
+		}
+		if want := (n + per - 1) / per; uint64(len(perNumber)) != want {
+			t.Errorf("n=%d: %d numbers used, want %d", n, len(perNumber), want)
+		}
+		for b, k := range perNumber {
+			if k > per {
+				t.Errorf("n=%d: %d events numbered %d", n, k, b)
+			}
+		}
+	}
+}
