@@ -2,6 +2,7 @@ package system
 
 import (
 	"fmt"
+	"github.com/skiff-dev/skiff/shared/spawn"
 	"io"
 	"os"
 	"os/exec"
@@ -57,8 +58,8 @@ func (p *proc) run(first bool) error {
 	// Its own process group: a terminal's Ctrl-C reaches only us, and we
 	// stop the servers in order. If we die without stopping them (SIGKILL,
 	// a test binary's timeout), each gets SIGTERM and stops itself.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := spawn.Start(cmd, syscall.SIGTERM); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}

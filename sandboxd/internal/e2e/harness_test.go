@@ -32,6 +32,7 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/spawn"
 	"github.com/skiff-dev/skiff/shared/testing/forwardtest"
 	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 	"github.com/skiff-dev/skiff/wire"
@@ -185,8 +186,8 @@ func (h *host) tryStart() bool {
 	// Its own session, so it is the daemon, not part of the test's group;
 	// killed with the test binary even when that ends without its
 	// cleanups (a panic, go test's -timeout).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := spawn.Start(cmd, syscall.SIGKILL); err != nil {
 		h.t.Fatal(err)
 	}
 	exited := make(chan struct{})

@@ -29,6 +29,7 @@ import (
 	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 	"github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1/sandboxdv1connect"
+	"github.com/skiff-dev/skiff/shared/spawn"
 	"github.com/skiff-dev/skiff/shared/testing/forwardtest"
 	"github.com/skiff-dev/skiff/shared/testing/loopback"
 )
@@ -294,8 +295,8 @@ func (d *Daemon) Start() {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own session; killed with the test binary even when that ends
 	// without its cleanups (a panic, go test's -timeout).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := spawn.Start(cmd, syscall.SIGKILL); err != nil {
 		d.t.Fatal(err)
 	}
 	exited := make(chan struct{})
