@@ -109,6 +109,20 @@ type NodeInventorySpec struct {
 	// +kubebuilder:validation:Maximum=64
 	SandboxShards int32 `json:"sandboxShards,omitempty"`
 
+	// ShardsResourceVersion is the resourceVersion of the newest write of
+	// this host's shards before this inventory was written. The shards
+	// and the inventory reach a reader through two watches, in no set
+	// order between them; a reader none of whose shards of this host is
+	// as new has not seen the host's last shard writes yet (a fold), and
+	// keeps the host's sandboxes as it last joined them until it has,
+	// rather than join the inventory with shards older than it
+	// (shared/inventory/kubeinventory). Empty: not known (the first
+	// write, or a host older than the field).
+	// +optional
+	// +kubebuilder:validation:MaxLength=20
+	// +kubebuilder:validation:Pattern=`^[0-9]*$`
+	ShardsResourceVersion string `json:"shardsResourceVersion,omitempty"`
+
 	// SandboxChanges are changes to the shards' sandboxes that the host
 	// has not written to its shards yet. A sharded host publishes a change
 	// here, in the inventory it writes on every publish anyway, rather than

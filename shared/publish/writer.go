@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -95,6 +96,9 @@ type hostState struct {
 	// fold is the newest fold number of the shards written; changes are
 	// on top of it.
 	fold int64
+	// shardsRV is the newest resourceVersion a shard's write left (0:
+	// none known), which the inventory's writes carry.
+	shardsRV uint64
 	// changes is how many changes the inventory's last write carried: a
 	// stamp folds them first.
 	changes int
@@ -187,6 +191,11 @@ func (w *KubeWriter) write(ctx context.Context, inv *v1beta1.NodeInventory, fold
 				return err
 			}
 		}
+	}
+	if n > 0 {
+		// Tells a reader which shard writes it must have seen to join
+		// this inventory (spec.shardsResourceVersion).
+		head.Spec.ShardsResourceVersion = w.shardsRV(inv.Name)
 	}
 	out, err := w.apply(ctx, w.res, "NodeInventory", inv.Name, &head)
 	w.remember(inv.Name, out, err)
@@ -324,8 +333,8 @@ func (w *KubeWriter) applyShards(ctx context.Context, node string, parts [][]v1b
 		if w.maxChanges > 0 {
 			sh.Spec.Fold = number
 		}
-		_, err := w.apply(ctx, w.shards, "NodeInventoryShard", sh.Name, sh)
-		w.rememberShard(node, len(parts), k, part, number, err)
+		out, err := w.apply(ctx, w.shards, "NodeInventoryShard", sh.Name, sh)
+		w.rememberShard(node, len(parts), k, part, number, out, err)
 		if err != nil {
 			return err
 		}
@@ -414,7 +423,7 @@ func (w *KubeWriter) remember(name string, out *unstructured.Unstructured, err e
 	}
 	st.rv = out.GetResourceVersion()
 	if uid := out.GetUID(); uid != st.uid {
-		st.uid, st.shards = uid, nil
+		st.uid, st.shards, st.shardsRV = uid, nil, 0
 	}
 }
 
@@ -447,8 +456,9 @@ func (w *KubeWriter) wrote(name string, k int, part []v1beta1.SandboxEntry) bool
 }
 
 // rememberShard keeps what shard k of name (of n) was written with, as
-// fold number, or makes it unknown after a failed write.
-func (w *KubeWriter) rememberShard(name string, n, k int, part []v1beta1.SandboxEntry, number int64, err error) {
+// fold number, and the resourceVersion the write left (out), or makes it
+// unknown after a failed write.
+func (w *KubeWriter) rememberShard(name string, n, k int, part []v1beta1.SandboxEntry, number int64, out *unstructured.Unstructured, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.written[name]
@@ -464,6 +474,20 @@ func (w *KubeWriter) rememberShard(name string, n, k int, part []v1beta1.Sandbox
 	}
 	st.shards[k] = &part
 	st.fold = max(st.fold, number)
+	if rv, perr := strconv.ParseUint(out.GetResourceVersion(), 10, 64); perr == nil {
+		st.shardsRV = max(st.shardsRV, rv)
+	}
+}
+
+// shardsRV is the newest resourceVersion a write of name's shards left,
+// as spec.shardsResourceVersion spells it; "": none known.
+func (w *KubeWriter) shardsRV(name string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if st := w.written[name]; st != nil && st.shardsRV > 0 {
+		return strconv.FormatUint(st.shardsRV, 10)
+	}
+	return ""
 }
 
 // rememberChanges keeps how many changes the inventory's write carried;

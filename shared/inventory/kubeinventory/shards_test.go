@@ -316,10 +316,35 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 		}
 		return inv.Spec.SandboxChanges, out
 	}
+	// shardsNamed checks that the stored inventory names the newest write
+	// of the shards stored (spec.shardsResourceVersion); "" when want is
+	// that it names none.
+	shardsNamed := func(step, want string) {
+		t.Helper()
+		var inv v1beta1.NodeInventory
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-c"}, &inv); err != nil {
+			t.Fatal(err)
+		}
+		if want != "" {
+			var newest uint64
+			_, shards := stored()
+			for _, sh := range shards {
+				rv, _ := strconv.ParseUint(sh.rv, 10, 64)
+				newest = max(newest, rv)
+			}
+			want = strconv.FormatUint(newest, 10)
+		}
+		if inv.Spec.ShardsResourceVersion != want {
+			t.Errorf("%s: the inventory names shard write %q, want %q", step, inv.Spec.ShardsResourceVersion, want)
+		}
+	}
 	changes, first := stored()
 	if changes != nil || len(first) != 4 {
 		t.Fatalf("first write: changes %+v, %d shards; want none and 4", changes, len(first))
 	}
+	// The first inventory was written before its shards, which name it as
+	// their owner.
+	shardsNamed("first write", "")
 	fold0 := first[v1beta1.ShardName("node-c", 0)].fold
 	for name, sh := range first {
 		if sh.fold == 0 || sh.fold != fold0 {
@@ -390,6 +415,7 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 		t.Fatalf("stored changes: %d entries, %v; want 2", len(entries), err)
 	}
 	seen("three changes carried")
+	shardsNamed("three changes carried", "the newest")
 	if got := metrics(); got != [3]float64{4, 0, 3} {
 		t.Errorf("shard writes, folds, carried changes: %v, want the first write's 4 shards, no fold, 3 carried", got)
 	}
@@ -413,6 +439,7 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 		t.Fatalf("shards after the fold: %v, before: %v; want some rewritten by a later fold", shards, first)
 	}
 	seen("folded")
+	shardsNamed("folded", "the newest")
 	if got := metrics(); got[1] != 1 || got[2] != 0 || got[0] <= 4 {
 		t.Errorf("shard writes, folds, carried changes: %v, want shards written by one fold, none carried", got)
 	}
@@ -484,6 +511,7 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 		}
 	}
 	seen("restarted")
+	shardsNamed("restarted", "the newest")
 	host.Spec.Sandboxes[2].Metadata = map[string]string{"i": "carried again"}
 	if err := w.Apply(ctx, host); err != nil {
 		t.Fatal(err)

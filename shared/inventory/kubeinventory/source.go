@@ -484,7 +484,15 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 		}
 	}
 	prev, rebuilt := j, false
-	if j == nil || !slices.Equal(j.rvs, rvs) || j.changes != changes {
+	switch {
+	case j != nil && newest < shardsWritten(inv):
+		// The host wrote shards before this inventory that this cache
+		// has not delivered yet: the two watches run in no set order
+		// between them, and after a fold the inventory no longer
+		// carries the changes those shards now hold. The node keeps
+		// the sandboxes of its last join, a state the host published,
+		// until they arrive; their event joins it again.
+	case j == nil || !slices.Equal(j.rvs, rvs) || j.changes != changes:
 		rebuilt = true
 		// Built outside the lock: packed entries are decoded here, once
 		// per version of their shard or inventory.
@@ -499,7 +507,7 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 		j.stamp = stamp
 		s.joins[inv.Name] = j
 		s.mu.Unlock()
-	} else if !clean {
+	case !clean:
 		// Read again and the same: the next join need not read them.
 		s.mu.Lock()
 		j.stamp = stamp
@@ -541,6 +549,16 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 	s.mu.Unlock()
 	inv.ResourceVersion = strconv.FormatUint(v, 10)
 	return nil
+}
+
+// shardsWritten is the resourceVersion of the newest shard write the host
+// made before inv (spec.shardsResourceVersion); 0: not known.
+func shardsWritten(inv *v1beta1.NodeInventory) uint64 {
+	rv, err := strconv.ParseUint(inv.Spec.ShardsResourceVersion, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return rv
 }
 
 // joinShards is the memo of a node's shards (by index; nil: missing or

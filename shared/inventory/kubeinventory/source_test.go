@@ -754,3 +754,116 @@ func TestJoinTracked(t *testing.T) {
 		t.Errorf("after an event of no known node: %s, want v3", got)
 	}
 }
+
+// After a fold the inventory carries no changes, and the shards hold them.
+// The inventory and its shards reach a reader's cache through two
+// watches, in no set order between them: a reader whose cache has the
+// inventory that names the fold's shard writes
+// (spec.shardsResourceVersion) but not yet the shards keeps the node's
+// sandboxes as last joined, the shards and the changes before the fold,
+// rather than lose the changes; once the shards arrive it joins them.
+func TestJoinWaitsForTheShardsTheInventoryNames(t *testing.T) {
+	entry := func(id, meta string) v1beta1.SandboxEntry {
+		return v1beta1.SandboxEntry{ID: id + strings.Repeat("z", 20-len(id)), Template: "base", State: v1beta1.SandboxWarm, StartedAt: v1beta1.NewMicroTime(now), Metadata: map[string]string{"k": meta}}
+	}
+	sh := &v1beta1.NodeInventoryShard{ObjectMeta: metav1.ObjectMeta{Name: v1beta1.ShardName("h", 0)},
+		Spec: v1beta1.NodeInventoryShardSpec{Node: "h", Index: 0, Fold: 1, Sandboxes: []v1beta1.SandboxEntry{entry("a", "old")}}}
+	changed, err := v1beta1.PackSandboxes([]v1beta1.SandboxEntry{entry("a", "new"), entry("b", "new")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := v1beta1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(packed(t, sh)).Build()
+	if err := reader.Get(t.Context(), client.ObjectKeyFromObject(sh), sh); err != nil {
+		t.Fatal(err)
+	}
+	inv := node("h", ago(0))
+	inv.Spec.SandboxShards = 1
+	inv.Spec.ShardsResourceVersion = sh.ResourceVersion
+	inv.Spec.SandboxChanges = &v1beta1.SandboxChanges{Fold: 1, Packed: changed}
+	if err := reader.Create(t.Context(), inv); err != nil {
+		t.Fatal(err)
+	}
+	for _, tracked := range []bool{false, true} {
+		src := New(reader, withClock(NewOptions()))
+		if tracked {
+			src.TrackShardEvents()
+		}
+		joined := func(step string, want ...string) {
+			t.Helper()
+			all, err := src.ListNodesShared(t.Context())
+			if err != nil || len(all) != 1 {
+				t.Fatalf("%s: ListNodesShared: %+v, %v", step, all, err)
+			}
+			var got []string
+			for _, e := range all[0].Spec.Sandboxes {
+				got = append(got, e.ID[:1]+"="+e.Metadata["k"])
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("tracked %v, %s: joined %v, want %v", tracked, step, got, want)
+			}
+		}
+		joined("changes carried", "a=new", "b=new")
+
+		// The host folds: its shard, then its inventory, which now names
+		// that write and carries nothing. The cache has the inventory
+		// first.
+		if err := reader.Get(t.Context(), client.ObjectKeyFromObject(inv), inv); err != nil {
+			t.Fatal(err)
+		}
+		rv, _ := strconv.ParseUint(sh.ResourceVersion, 10, 64)
+		inv.Spec.ShardsResourceVersion = strconv.FormatUint(rv+1, 10)
+		inv.Spec.SandboxChanges = nil
+		if err := reader.Update(t.Context(), inv); err != nil {
+			t.Fatal(err)
+		}
+		joined("the fold's inventory before its shard", "a=new", "b=new")
+
+		// The shard arrives.
+		folded := sh.DeepCopy()
+		folded.Spec.Fold = 2
+		folded.Spec.Sandboxes = []v1beta1.SandboxEntry{entry("a", "new"), entry("b", "new"), entry("c", "folded")}
+		if err := reader.Update(t.Context(), packed(t, folded)); err != nil {
+			t.Fatal(err)
+		}
+		if folded.ResourceVersion != inv.Spec.ShardsResourceVersion {
+			t.Fatalf("the shard's write is at %s, the inventory names %s", folded.ResourceVersion, inv.Spec.ShardsResourceVersion)
+		}
+		src.ShardEvent(folded)
+		joined("the fold's shard arrived", "a=new", "b=new", "c=folded")
+
+		// Back to the start for the other Source.
+		sh.ResourceVersion = folded.ResourceVersion
+		sh.Spec.Sandboxes, sh.Spec.Packed = []v1beta1.SandboxEntry{entry("a", "old")}, ""
+		if err := reader.Update(t.Context(), packed(t, sh)); err != nil {
+			t.Fatal(err)
+		}
+		if err := reader.Get(t.Context(), client.ObjectKeyFromObject(inv), inv); err != nil {
+			t.Fatal(err)
+		}
+		inv.Spec.ShardsResourceVersion = sh.ResourceVersion
+		inv.Spec.SandboxChanges = &v1beta1.SandboxChanges{Fold: 1, Packed: changed}
+		if err := reader.Update(t.Context(), inv); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A reader that has joined nothing of the node yet joins what it has.
+	if err := reader.Get(t.Context(), client.ObjectKeyFromObject(inv), inv); err != nil {
+		t.Fatal(err)
+	}
+	rv, _ := strconv.ParseUint(sh.ResourceVersion, 10, 64)
+	inv.Spec.ShardsResourceVersion = strconv.FormatUint(rv+1, 10)
+	inv.Spec.SandboxChanges = nil
+	if err := reader.Update(t.Context(), inv); err != nil {
+		t.Fatal(err)
+	}
+	fresh := New(reader, withClock(NewOptions()))
+	got, err := fresh.NodeInventory(t.Context(), "h")
+	if err != nil || len(got.Spec.Sandboxes) != 1 || got.Spec.Sandboxes[0].Metadata["k"] != "old" {
+		t.Errorf("a first join ahead of its shards: %+v, %v; want the shard as it is", got, err)
+	}
+}
