@@ -2,13 +2,14 @@ package system
 
 import (
 	"fmt"
-	"github.com/skiff-dev/skiff/shared/spawn"
 	"io"
 	"os"
 	"os/exec"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/skiff-dev/skiff/shared/spawn"
 )
 
 // How a server that exits on its own is restarted: after minBackoff, then

@@ -558,7 +558,7 @@ func TestEventsOfABatchAreNumberedInOrder(t *testing.T) {
 			}
 			perNumber[rv>>seqBits]++
 		}
-		end := uint64(batch+spill(n, per))<<seqBits | snapshotSeq
+		end := (batch+spill(n, per))<<seqBits | snapshotSeq
 		if last != end {
 			t.Errorf("n=%d: the last event at %#x, the batch's end at %#x", n, last, end)
 		}
