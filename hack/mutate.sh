@@ -49,7 +49,7 @@ recovery without its clock deadline ~ return r.until != 0 && r.at < r.until && n
 Observe does not advance ~ s.advance(list.Items)\n\treturn nil ~ _ = list.Items\n\treturn nil
 join keeps a shard naming another node ~ if sh == nil || sh.Spec.Node != inv.Name || int(sh.Spec.Index) != k { ~ if sh == nil || int(sh.Spec.Index) != k {
 join keeps a shard naming another index ~ if sh == nil || sh.Spec.Node != inv.Name || int(sh.Spec.Index) != k { ~ if sh == nil || sh.Spec.Node != inv.Name {
-join never refreshed (memo kept) ~ case j == nil || !slices.Equal(j.rvs, rvs) || ~ case j == nil || !slices.Equal(j.rvs, j.rvs) ||
+join never refreshed (memo kept) ~ || j == nil || !slices.Equal(j.rvs, rvs) || ~ || j == nil || !slices.Equal(j.rvs, j.rvs) ||
 join version the last shard's, not the newest ~ newest = max(newest, rv) ~ newest = rv
 join version ignores the inventory's own ~ v := max(j.rv, rv) ~ v := max(j.rv, 0*rv)
 join version not moved by a late shard ~ v = max(v, prev.returned+1) ~ v = max(v, prev.returned)
@@ -62,7 +62,9 @@ join reuses a changed shard's entries ~ prev.rvs[k] == rvs[k]: ~ prev.rvs[k] != 
 changes never applied ~ if changes != "" {\n\t\t\tj.applyChanges( ~ if false {\n\t\t\tj.applyChanges(
 changes applied to a shard a later fold wrote ~ return shards[k] == nil || shards[k].Spec.Fold <= changes.Fold ~ return true
 changes memo kept for a new inventory version ~ || j.changes != changes: ~ :
-join takes shards older than the inventory names ~ case j != nil && newest < shardsWritten(inv): ~ case false:
+join takes shards older than the inventory names ~ case wait == waitOn: ~ case false:
+join waits for a shard write forever ~ if now.Sub(j.waitSince) < s.grace { ~ if true {
+join waits again for a shard write it gave up on ~ if newest >= want || want <= j.gaveUp { ~ if newest >= want {
 changes' removed IDs ignored ~ removed[id], touched[k] = struct{}{}, true ~ touched[k] = true
 changed entry joins beside the one it replaces ~ if len(cs) > 0 && entries[cs[0]].ID == id { ~ if len(cs) > 0 && entries[cs[0]].ID == id && false {
 new entries after the shard's, not merged by ID ~ (i == len(part) || entries[cs[0]].ID < part[i].ID) ~ (i == len(part))

@@ -109,15 +109,19 @@ type NodeInventorySpec struct {
 	// +kubebuilder:validation:Maximum=64
 	SandboxShards int32 `json:"sandboxShards,omitempty"`
 
-	// ShardsResourceVersion is the resourceVersion of the newest write of
-	// this host's shards before this inventory was written. The shards
-	// and the inventory reach a reader through two watches, in no set
-	// order between them; a reader none of whose shards of this host is
-	// as new has not seen the host's last shard writes yet (a fold), and
-	// keeps the host's sandboxes as it last joined them until it has,
-	// rather than join the inventory with shards older than it
-	// (shared/inventory/kubeinventory). Empty: not known (the first
-	// write, or a host older than the field).
+	// ShardsResourceVersion is the resourceVersion of the newest shard
+	// write the host's publisher made before writing this inventory. The
+	// shards and the inventory reach a reader through two watches, in no
+	// set order between them; a reader none of whose shards of this host
+	// is as new has not seen the host's last shard writes yet (a fold),
+	// and keeps the host's sandboxes as it last joined them until it has
+	// (for a publish interval at the most), rather than join the
+	// inventory with shards older than it (shared/inventory/kubeinventory).
+	// Empty: not known (the first write, which comes before the shards
+	// that name it as their owner, or a host older than the field). The
+	// first write after the inventory was deleted and made again names
+	// the shard writes of the one before, which the new shards' are newer
+	// than.
 	// +optional
 	// +kubebuilder:validation:MaxLength=20
 	// +kubebuilder:validation:Pattern=`^[0-9]*$`

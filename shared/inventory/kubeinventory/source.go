@@ -38,7 +38,11 @@
 // reader that skips an unchanged node by its resourceVersion sees a change
 // to any shard. A Source told of every shard event (TrackShardEvents, as
 // package fleetsource wires the servers') reads the shards only of the
-// nodes with a shard event since their last join.
+// nodes with a shard event since their last join. An inventory that names
+// a shard write newer than every shard of its node this reader has
+// (spec.shardsResourceVersion: the shards' watch is behind the
+// inventories') leaves the node as last joined until the shards arrive,
+// for one PublishInterval on the reader's own clock at the most.
 package kubeinventory
 
 import (
@@ -122,6 +126,11 @@ type joined struct {
 	// Source.
 	shards []*v1beta1.NodeInventoryShard
 	stamp  uint64
+	// waitFor is the shard write (spec.shardsResourceVersion) this join
+	// is kept for, since waitSince on the reader's clock; gaveUp, the
+	// newest such write a join stopped waiting for (under Source.mu).
+	waitFor, gaveUp uint64
+	waitSince       time.Time
 }
 
 // reference is what a list computed: the reference and, during a recovery,
@@ -484,20 +493,24 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 		}
 	}
 	prev, rebuilt := j, false
+	wait, gaveUp := waitNone, uint64(0)
+	if j != nil {
+		wait, gaveUp = s.awaitShards(j, inv, newest)
+	}
 	switch {
-	case j != nil && newest < shardsWritten(inv):
+	case wait == waitOn:
 		// The host wrote shards before this inventory that this cache
 		// has not delivered yet: the two watches run in no set order
 		// between them, and after a fold the inventory no longer
 		// carries the changes those shards now hold. The node keeps
-		// the sandboxes of its last join, a state the host published,
-		// until they arrive; their event joins it again.
-	case j == nil || !slices.Equal(j.rvs, rvs) || j.changes != changes:
+		// the sandboxes of its last join until they arrive; their
+		// event joins it again.
+	case wait == waitOver || j == nil || !slices.Equal(j.rvs, rvs) || j.changes != changes:
 		rebuilt = true
 		// Built outside the lock: packed entries are decoded here, once
 		// per version of their shard or inventory.
 		j = joinShards(shards, rvs, newest, j)
-		j.shards = shards
+		j.shards, j.gaveUp = shards, gaveUp
 		if changes != "" {
 			j.applyChanges(inv.Name, shards, inv.Spec.SandboxChanges, changes)
 		} else {
@@ -549,6 +562,39 @@ func (s *Source) join(inv *v1beta1.NodeInventory, lookup func(name string) (*v1b
 	s.mu.Unlock()
 	inv.ResourceVersion = strconv.FormatUint(v, 10)
 	return nil
+}
+
+// What a join does about the shard writes its inventory names.
+const (
+	waitNone = iota // its shards are as new, or it names none
+	waitOn          // keep the last join: the shards are on their way
+	waitOver        // join the shards as they are: waited long enough
+)
+
+// awaitShards is what the join of inv, whose node's shards are newest at
+// the most, does about the shard write inv names, given j, the node's last
+// join: wait while the reader's clock has not run a publish interval since
+// it first saw that name, then join without them, once, with a warning
+// (a shard deleted by someone other than its host would otherwise hold
+// the node back until its host next writes a shard). gaveUp is what the
+// next join records as given up on.
+func (s *Source) awaitShards(j *joined, inv *v1beta1.NodeInventory, newest uint64) (wait int, gaveUp uint64) {
+	want := shardsWritten(inv)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if newest >= want || want <= j.gaveUp {
+		return waitNone, j.gaveUp
+	}
+	now := s.local.Now()
+	if j.waitFor != want {
+		j.waitFor, j.waitSince = want, now
+	}
+	if now.Sub(j.waitSince) < s.grace {
+		return waitOn, j.gaveUp
+	}
+	slog.Warn("a NodeInventory names a write of its shards that this reader has not seen within a publish interval; its sandboxes are joined with the shards it has",
+		"node", inv.Name, "shardsResourceVersion", want, "newest_shard", newest, "waited", s.grace)
+	return waitOver, want
 }
 
 // shardsWritten is the resourceVersion of the newest shard write the host

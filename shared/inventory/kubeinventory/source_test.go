@@ -761,7 +761,10 @@ func TestJoinTracked(t *testing.T) {
 // inventory that names the fold's shard writes
 // (spec.shardsResourceVersion) but not yet the shards keeps the node's
 // sandboxes as last joined, the shards and the changes before the fold,
-// rather than lose the changes; once the shards arrive it joins them.
+// rather than lose the changes; once the shards arrive it joins them. It
+// waits a publish interval on its own clock at the most (a shard deleted
+// by someone else would hold the node back until its host's next shard
+// write), then joins the shards it has.
 func TestJoinWaitsForTheShardsTheInventoryNames(t *testing.T) {
 	entry := func(id, meta string) v1beta1.SandboxEntry {
 		return v1beta1.SandboxEntry{ID: id + strings.Repeat("z", 20-len(id)), Template: "base", State: v1beta1.SandboxWarm, StartedAt: v1beta1.NewMicroTime(now), Metadata: map[string]string{"k": meta}}
@@ -788,7 +791,10 @@ func TestJoinWaitsForTheShardsTheInventoryNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tracked := range []bool{false, true} {
-		src := New(reader, withClock(NewOptions()))
+		opts := withClock(NewOptions())
+		local := clocktesting.NewFakePassiveClock(now)
+		opts.Local, opts.PublishInterval = local, 30*time.Second
+		src := New(reader, opts)
 		if tracked {
 			src.TrackShardEvents()
 		}
@@ -821,6 +827,29 @@ func TestJoinWaitsForTheShardsTheInventoryNames(t *testing.T) {
 			t.Fatal(err)
 		}
 		joined("the fold's inventory before its shard", "a=new", "b=new")
+		local.SetTime(now.Add(29 * time.Second))
+		joined("the fold's inventory 29 s before its shard", "a=new", "b=new")
+		local.SetTime(now.Add(30 * time.Second))
+		joined("a publish interval without the fold's shard", "a=old")
+		joined("and after", "a=old")
+		// A change the host carries next is joined at once: the reader
+		// does not wait for that shard write again.
+		later, err := v1beta1.PackSandboxes([]v1beta1.SandboxEntry{entry("d", "new")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []*v1beta1.SandboxChanges{{Fold: 2, Packed: later}, nil} {
+			if err := reader.Get(t.Context(), client.ObjectKeyFromObject(inv), inv); err != nil {
+				t.Fatal(err)
+			}
+			inv.Spec.SandboxChanges = c
+			if err := reader.Update(t.Context(), inv); err != nil {
+				t.Fatal(err)
+			}
+			if c != nil {
+				joined("a change carried after the wait", "a=old", "d=new")
+			}
+		}
 
 		// The shard arrives.
 		folded := sh.DeepCopy()
