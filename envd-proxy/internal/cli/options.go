@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -58,6 +60,9 @@ type Options struct {
 	// MaxConnsPerClient caps one client address's open connections; 0 is
 	// no cap.
 	MaxConnsPerClient int
+	// TrustedProxies are --trusted-proxies: the reverse proxies in front
+	// of this one, whose clients are counted by X-Forwarded-For.
+	TrustedProxies []string
 	// TokenRoutes bounds the X-Access-Token index; 0 turns token routing off.
 	TokenRoutes int
 	// IndexRefresh is how often the routing index is rebuilt besides (kube
@@ -102,7 +107,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"A body that keeps moving may take as long as it takes (uploads, Connect streams); the default is above the longest pause between a stream's keep-alives (50 to 90s). 0 never cuts.")
 	fs.IntVar(&o.MaxConnsPerClient, "max-conns-per-client", o.MaxConnsPerClient, "Most open connections from one client IP address (IPv4-mapped IPv6 counts as IPv4); each request on a connection beyond "+
 		"gets 429 in e2b's shape with Retry-After: 1, and that connection closes. Behind a load balancer that does not keep the client's address (an L7 ingress) "+
-		"every client shares the balancer's: raise it, or set 0 (no cap).")
+		"every client shares the balancer's: name it in --trusted-proxies, or set 0 (no cap).")
+	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxies", o.TrustedProxies, "Addresses or CIDRs of reverse proxies in front of this one (an L7 ingress's pods), comma-separated: "+
+		"their connections are not counted against --max-conns-per-client; instead each request through one counts, while it is in flight, for the client "+
+		"X-Forwarded-For names (its rightmost address that is not a trusted proxy's), and one beyond the cap gets 429 on a connection that stays open. "+
+		"Name only proxies that set X-Forwarded-For: a client that reaches the proxy from a trusted address may name any client.")
 	fs.IntVar(&o.TokenRoutes, "token-routes", o.TokenRoutes, "Most X-Access-Token values remembered, least recently used out first, to route the /files calls of the JS SDKs 2.7 to 2.13, "+
 		"which carry no routing headers; 0 turns that off.")
 	fs.DurationVar(&o.IndexRefresh, "index-refresh-interval", o.IndexRefresh, "How often the routing index is rebuilt from the fleet; greater than 0. With --inventory kube it is also rebuilt "+
@@ -110,6 +119,28 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"whose stream broke can still be routed.")
 	o.Log.AddFlags(fs)
 	daemon.AddHelp(fs, "log-level", "With debug, a line is logged per proxied request.")
+}
+
+// trustedProxies parses --trusted-proxies: a CIDR, or an address (the
+// prefix of that address alone).
+func (o *Options) trustedProxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var errs []error
+	for _, s := range o.TrustedProxies {
+		s = strings.TrimSpace(s)
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--trusted-proxies: %q is neither an address nor a CIDR", s))
+			continue
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, errors.Join(errs...)
 }
 
 // Complete fills what follows from the flags given; the proxy has nothing
@@ -142,6 +173,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxConnsPerClient < 0 {
 		add("--max-conns-per-client must not be negative, got %d", o.MaxConnsPerClient)
+	}
+	if _, err := o.trustedProxies(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.TokenRoutes < 0 {
 		add("--token-routes must not be negative, got %d", o.TokenRoutes)

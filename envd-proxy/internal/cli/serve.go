@@ -87,6 +87,10 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 	if err != nil {
 		return err
 	}
+	trustedProxies, err := o.trustedProxies()
+	if err != nil {
+		return err
+	}
 	tlsConfig, err := o.serverTLS()
 	if err != nil {
 		return err
@@ -167,6 +171,8 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		IdleTimeout:       o.IdleTimeout,
 		MaxConnsPerClient: o.MaxConnsPerClient,
 		OverLimit:         http.HandlerFunc(handler.TooManyConnections),
+		TrustedProxies:    trustedProxies,
+		TooManyRequests:   http.HandlerFunc(handler.TooManyRequests),
 		ShutdownTimeout:   o.Shutdown.Timeout,
 		Registry:          metrics.Registry,
 		Pprof:             o.Admin.EnablePprof,

@@ -123,6 +123,8 @@ func TestValidate(t *testing.T) {
 		{"body idle timeout and connection cap off", func(o *Options) { o.BodyIdleTimeout, o.MaxConnsPerClient = 0, 0 }, ""},
 		{"negative body idle timeout", func(o *Options) { o.BodyIdleTimeout = -1 }, "--body-idle-timeout"},
 		{"negative connection cap", func(o *Options) { o.MaxConnsPerClient = -1 }, "--max-conns-per-client"},
+		{"trusted proxies", func(o *Options) { o.TrustedProxies = []string{"10.0.0.0/8", " 192.168.1.7", "fd00::/8", "::ffff:10.1.2.3"} }, ""},
+		{"a trusted proxy that is no address", func(o *Options) { o.TrustedProxies = []string{"10.0.0.0/8", "ingress.local"} }, `--trusted-proxies: "ingress.local"`},
 		{"zero index refresh", func(o *Options) { o.IndexRefresh = 0 }, "--index-refresh-interval"},
 		{"debug logs as JSON", func(o *Options) { o.Log.Level, o.Log.Format = "debug", "json" }, ""},
 		{"unknown log level", func(o *Options) { o.Log.Level = "loud" }, "--log-level"},
@@ -156,7 +158,7 @@ func TestFlagsRegisterEveryOption(t *testing.T) {
 	}
 	for _, name := range []string{"listen", "admin-listen", "inventory", "sandboxd", "sandboxd-token-file", "node-token-key-file", "kubeconfig",
 		"inventory-stale-after", "tls-cert", "tls-key", "idle-timeout", "shutdown-timeout", "token-routes", "index-refresh-interval", "log-level", "log-format",
-		"body-idle-timeout", "max-conns-per-client"} {
+		"body-idle-timeout", "max-conns-per-client", "trusted-proxies"} {
 		if serve.Flags().Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
 		}
@@ -169,5 +171,24 @@ func TestFlagsRegisterEveryOption(t *testing.T) {
 	cmd.SetArgs([]string{"serve", "--sandboxd-token-file", "/nonexistent", "--sandboxd", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--sandboxd-token-file") {
 		t.Fatalf("serve with an unreadable token file: %v", err)
+	}
+}
+
+// --trusted-proxies takes CIDRs and addresses (each its own prefix),
+// IPv4-mapped IPv6 as IPv4.
+func TestTrustedProxiesParsed(t *testing.T) {
+	o := Options{TrustedProxies: []string{"10.1.2.3/8", "192.168.1.7", "::ffff:172.16.0.1", "fd00::1/64"}}
+	got, err := o.trustedProxies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.0/8", "192.168.1.7/32", "172.16.0.1/32", "fd00::/64"}
+	if len(got) != len(want) {
+		t.Fatalf("parsed %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].String() != want[i] {
+			t.Errorf("prefix %d: %s, want %s", i, got[i], want[i])
+		}
 	}
 }

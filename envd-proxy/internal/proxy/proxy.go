@@ -347,6 +347,16 @@ func (p *Proxy) TooManyConnections(w http.ResponseWriter, _ *http.Request) {
 	p.metrics.request(route.ByNone, http.StatusTooManyRequests)
 }
 
+// TooManyRequests answers a request beyond its client's cap that came
+// through a trusted reverse proxy: 429 in e2b's shape with Retry-After, on
+// a connection that stays open (the reverse proxy's, which its other
+// clients share).
+func (p *Proxy) TooManyRequests(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Retry-After", "1")
+	wire.WriteError(w, http.StatusTooManyRequests, "too many requests in flight from this client; retry later")
+	p.metrics.request(route.ByNone, http.StatusTooManyRequests)
+}
+
 // bodyFailed logs a response body that ended early: sandboxd (or the
 // sandbox) failing midway is a warning; the client going away is not.
 func (p *Proxy) bodyFailed(r *http.Request, fw *forward, err error) {

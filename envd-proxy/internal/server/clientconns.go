@@ -47,10 +47,12 @@ func (c *clientConns) release(addr netip.Addr) {
 }
 
 // limitListener marks each accepted connection with whether its client is
-// within the cap.
+// within the cap; a connection from a trusted proxy is not counted, but
+// marked as such (see forwarded.go).
 type limitListener struct {
 	net.Listener
-	conns *clientConns
+	conns   *clientConns
+	trusted []netip.Prefix
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -61,6 +63,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	addr := clientAddr(conn.RemoteAddr())
 	if !addr.IsValid() { // not TCP: nothing to count by
 		return conn, nil
+	}
+	if trusted(addr, l.trusted) {
+		return &countedConn{Conn: conn, addr: addr, viaProxy: true}, nil
 	}
 	if !l.conns.acquire(addr) {
 		return &countedConn{Conn: conn, over: true}, nil
@@ -77,13 +82,15 @@ func clientAddr(a net.Addr) netip.Addr {
 	return netip.Addr{}
 }
 
-// countedConn releases its client's count once, on its first Close.
+// countedConn releases its client's count once, on its first Close. One
+// from a trusted proxy (viaProxy) is not counted.
 type countedConn struct {
 	net.Conn
-	over  bool
-	addr  netip.Addr
-	conns *clientConns
-	once  sync.Once
+	over     bool
+	viaProxy bool
+	addr     netip.Addr
+	conns    *clientConns
+	once     sync.Once
 }
 
 func (c *countedConn) Close() error {
@@ -122,17 +129,18 @@ type onlyWriter struct{ io.Writer }
 
 type onlyReader struct{ io.Reader }
 
-type overLimitKey struct{}
+type connKey struct{}
 
-// markOverLimit is the server's ConnContext: it records in a connection's
-// context whether the connection is beyond its client's cap. TLS wraps
-// the listener's connections, so it looks underneath.
-func markOverLimit(ctx context.Context, c net.Conn) context.Context {
+// markConn is the server's ConnContext: it records in a connection's
+// context the connection as the listener counted it (beyond its client's
+// cap, or from a trusted proxy). TLS wraps the listener's connections, so
+// it looks underneath.
+func markConn(ctx context.Context, c net.Conn) context.Context {
 	for {
 		switch cc := c.(type) {
 		case *countedConn:
-			if cc.over {
-				return context.WithValue(ctx, overLimitKey{}, true)
+			if cc.over || cc.viaProxy {
+				return context.WithValue(ctx, connKey{}, cc)
 			}
 			return ctx
 		case interface{ NetConn() net.Conn }:
@@ -143,14 +151,26 @@ func markOverLimit(ctx context.Context, c net.Conn) context.Context {
 	}
 }
 
-// refuseOverLimit answers every request on an over-limit connection with
-// over, and passes the others to next.
-func refuseOverLimit(next, over http.Handler) http.Handler {
+// clientLimits answers every request on an over-limit connection with
+// over; a request on a trusted proxy's connection goes to next while its
+// client (forwardedClient) has fewer than reqs' cap in flight, and to
+// tooMany beyond. The others go to next.
+func clientLimits(next, over, tooMany http.Handler, reqs *clientRequests, prefixes []netip.Prefix) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if v, _ := r.Context().Value(overLimitKey{}).(bool); v {
+		cc, _ := r.Context().Value(connKey{}).(*countedConn)
+		switch {
+		case cc == nil:
+			next.ServeHTTP(w, r)
+		case cc.over:
 			over.ServeHTTP(w, r)
-			return
+		default:
+			client := forwardedClient(r, cc.addr, prefixes)
+			if !reqs.acquire(client) {
+				tooMany.ServeHTTP(w, r)
+				return
+			}
+			defer reqs.release(client)
+			next.ServeHTTP(w, r)
 		}
-		next.ServeHTTP(w, r)
 	})
 }

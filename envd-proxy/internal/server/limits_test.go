@@ -9,8 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -308,4 +311,92 @@ func TestConnectionCapPerClient(t *testing.T) {
 	if code := status(second); code != http.StatusTooManyRequests {
 		t.Fatalf("a second TLS connection beyond a cap of 1: %d, want 429", code)
 	}
+}
+
+// Behind a trusted reverse proxy (--trusted-proxies) the proxy's
+// connections are not counted, however many it opens; each request counts
+// while in flight for the client X-Forwarded-For names (its rightmost
+// address that is not a trusted proxy's: what a client writes to its left
+// changes nothing), and one beyond the cap gets 429 in e2b's shape on a
+// connection that stays open for the proxy's other clients.
+func TestTrustedProxyClientsCountedByRequest(t *testing.T) {
+	release := make(chan struct{})
+	var slow atomic.Int32 // slow requests that reached the stand-in sandboxd
+	h, id := proxyWith(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			slow.Add(1)
+			<-release
+		}
+		_, _ = io.WriteString(w, "ok")
+	}), proxy.Config{})
+	// Before the stand-in sandboxd closes, which waits for its handlers.
+	var releaseOnce sync.Once
+	done := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(done)
+	const maxPerClient = 2
+	srv := start(t, Config{Handler: h, IdleTimeout: time.Minute, ShutdownTimeout: time.Second,
+		MaxConnsPerClient: maxPerClient, OverLimit: http.HandlerFunc(h.TooManyConnections),
+		TrustedProxies:  []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		TooManyRequests: http.HandlerFunc(h.TooManyRequests)})
+	send := func(conn net.Conn, path, xff string) {
+		t.Helper()
+		req := "GET " + path + " HTTP/1.1\r\nHost: x\r\nE2b-Sandbox-Id: " + id + "\r\nE2b-Sandbox-Port: 8080\r\n"
+		if xff != "" {
+			req += "X-Forwarded-For: " + xff + "\r\n"
+		}
+		if _, err := io.WriteString(conn, req+"\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call := func(conn net.Conn, br *bufio.Reader, path, xff string) (answer, string) {
+		t.Helper()
+		send(conn, path, xff)
+		return readAnswer(t, br)
+	}
+
+	// Four connections at once from the trusted proxy, beyond a cap of
+	// two: each serves.
+	var conns []net.Conn
+	var readers []*bufio.Reader
+	for i := range maxPerClient + 2 {
+		c, br := dialProxy(t, srv.addr)
+		conns, readers = append(conns, c), append(readers, br)
+		if resp, body := call(c, br, "/", "10.0.0.1"); resp.StatusCode != http.StatusOK || body != "ok" {
+			t.Fatalf("connection %d of the trusted proxy: %d %q", i+1, resp.StatusCode, body)
+		}
+	}
+
+	// Client 10.0.0.3 has two requests in flight: its next is refused,
+	// under whatever it puts to the left, and another client's passes on
+	// the same connection. (A fresh client: a request counts until its
+	// handler has returned, which may be a moment after its answer.)
+	send(conns[0], "/slow", "10.0.0.3")
+	send(conns[1], "/slow", "10.0.0.3")
+	waitFor(t, "both slow requests are in flight", func() bool { return slow.Load() == 2 })
+	for _, xff := range []string{"10.0.0.3", "10.9.9.9, 10.0.0.3", "10.0.0.3, 127.0.0.5", "[::ffff:10.0.0.3]:4000"} {
+		resp, body := call(conns[2], readers[2], "/", xff)
+		e2bError(t, "client 10.0.0.3 beyond its cap (X-Forwarded-For: "+xff+")", resp.StatusCode, body, http.StatusTooManyRequests)
+		if resp.Close || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("the 429 closes the trusted proxy's connection %v, Retry-After %q", resp.Close, resp.Header.Get("Retry-After"))
+		}
+	}
+	if resp, body := call(conns[2], readers[2], "/", "10.0.0.2"); resp.StatusCode != http.StatusOK {
+		t.Errorf("another client on the same connection: %d %q", resp.StatusCode, body)
+	}
+	// Without X-Forwarded-For, the trusted proxy itself is the client.
+	if resp, _ := call(conns[3], readers[3], "/", ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("a request without X-Forwarded-For: %d", resp.StatusCode)
+	}
+
+	// Its requests done, the client is within its cap again.
+	done()
+	for i := range 2 {
+		if resp, body := readAnswer(t, readers[i]); resp.StatusCode != http.StatusOK || body != "ok" {
+			t.Fatalf("slow request %d: %d %q", i+1, resp.StatusCode, body)
+		}
+	}
+	waitFor(t, "client 10.0.0.3 is served after its requests ended", func() bool {
+		resp, _ := call(conns[2], readers[2], "/", "10.0.0.3")
+		return resp.StatusCode == http.StatusOK
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,15 @@ type Config struct {
 	// MaxConnsPerClient; it should set "Connection: close". Nil answers a
 	// plain 429.
 	OverLimit http.Handler
+	// TrustedProxies are the addresses of reverse proxies in front of
+	// this one (an L7 ingress): their connections are not counted, and
+	// each request on one counts, while in flight, against
+	// MaxConnsPerClient for the client its X-Forwarded-For names.
+	TrustedProxies []netip.Prefix
+	// TooManyRequests answers a request beyond its client's cap that came
+	// through a trusted proxy; it must not close the connection, which the
+	// proxy shares among its clients. Nil answers a plain 429.
+	TooManyRequests http.Handler
 	// ShutdownTimeout bounds the drain of requests in flight on shutdown.
 	ShutdownTimeout time.Duration
 	// Registry is served on /metrics; nil serves no metrics.
@@ -74,12 +84,18 @@ func Serve(ctx context.Context, cfg Config, ln, adminLn net.Listener) error {
 				http.Error(w, "too many connections from this client", http.StatusTooManyRequests)
 			})
 		}
-		handler = refuseOverLimit(handler, over)
-		ln = &limitListener{Listener: ln, conns: newClientConns(cfg.MaxConnsPerClient)}
+		tooMany := cfg.TooManyRequests
+		if tooMany == nil {
+			tooMany = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, "too many requests in flight from this client", http.StatusTooManyRequests)
+			})
+		}
+		handler = clientLimits(handler, over, tooMany, newClientRequests(cfg.MaxConnsPerClient), cfg.TrustedProxies)
+		ln = &limitListener{Listener: ln, conns: newClientConns(cfg.MaxConnsPerClient), trusted: cfg.TrustedProxies}
 	}
 	proxySrv := newHTTPServer(handler, cfg, log)
 	if cfg.MaxConnsPerClient > 0 {
-		proxySrv.ConnContext = markOverLimit
+		proxySrv.ConnContext = markConn
 	}
 	admin := daemon.AdminConfig{Pprof: cfg.Pprof}
 	if cfg.Registry != nil {
@@ -96,7 +112,7 @@ func Serve(ctx context.Context, cfg Config, ln, adminLn net.Listener) error {
 	group.ServeAdmin(admin, adminLn)
 	group.Serve("the envd proxy", proxySrv, ln)
 	log.InfoContext(ctx, "envd proxy serving", "address", ln.Addr().String(), "admin_address", adminLn.Addr().String(),
-		"tls", cfg.TLS != nil, "max_conns_per_client", cfg.MaxConnsPerClient, "pprof", cfg.Pprof)
+		"tls", cfg.TLS != nil, "max_conns_per_client", cfg.MaxConnsPerClient, "trusted_proxies", len(cfg.TrustedProxies), "pprof", cfg.Pprof)
 	return group.Wait(ctx)
 }
 

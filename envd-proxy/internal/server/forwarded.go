@@ -1,0 +1,95 @@
+package server
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+)
+
+// Behind a reverse proxy (an L7 ingress) every client reaches the proxy
+// over the ingress's pooled connections, so counting connections by their
+// peer caps every client together. Connections from a trusted proxy
+// (Config.TrustedProxies) are therefore not counted; each request on one
+// counts instead, while it is in flight, for the client X-Forwarded-For
+// names: the rightmost address in it that is not a trusted proxy's (those
+// to its left are whatever the client sent). An HTTP/1.1 request in flight
+// holds one of the ingress's connections to the proxy, so the cap bounds
+// what one client can hold either way.
+
+// trusted reports whether addr is one of prefixes'.
+func trusted(addr netip.Addr, prefixes []netip.Prefix) bool {
+	for _, p := range prefixes {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardedClient is the client of r, which arrived from peer, a trusted
+// proxy: the rightmost X-Forwarded-For address that is not trusted, or
+// the leftmost when all are; peer itself when the header names none it
+// can read (a proxy that does not set it).
+func forwardedClient(r *http.Request, peer netip.Addr, prefixes []netip.Prefix) netip.Addr {
+	var hops []string
+	for _, v := range r.Header.Values("X-Forwarded-For") {
+		hops = append(hops, strings.Split(v, ",")...)
+	}
+	client := peer
+	for i := len(hops) - 1; i >= 0; i-- {
+		addr, ok := parseHop(hops[i])
+		if !ok {
+			break // nothing left of a hop it cannot read is worth more
+		}
+		client = addr
+		if !trusted(addr, prefixes) {
+			break
+		}
+	}
+	return client
+}
+
+// parseHop reads one X-Forwarded-For entry: an address, perhaps with a
+// port ("1.2.3.4:5", "[::1]:5"), IPv4-mapped IPv6 unmapped.
+func parseHop(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+// clientRequests counts the requests in flight of each client that
+// reached the proxy through a trusted proxy.
+type clientRequests struct {
+	max int
+
+	mu       sync.Mutex
+	inFlight map[netip.Addr]int
+}
+
+func newClientRequests(max int) *clientRequests {
+	return &clientRequests{max: max, inFlight: make(map[netip.Addr]int)}
+}
+
+func (c *clientRequests) acquire(addr netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inFlight[addr] >= c.max {
+		return false
+	}
+	c.inFlight[addr]++
+	return true
+}
+
+func (c *clientRequests) release(addr netip.Addr) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inFlight[addr]--; c.inFlight[addr] <= 0 {
+		delete(c.inFlight, addr)
+	}
+}
