@@ -123,7 +123,9 @@ func TestValidate(t *testing.T) {
 		{"body idle timeout and connection cap off", func(o *Options) { o.BodyIdleTimeout, o.MaxConnsPerClient = 0, 0 }, ""},
 		{"negative body idle timeout", func(o *Options) { o.BodyIdleTimeout = -1 }, "--body-idle-timeout"},
 		{"negative connection cap", func(o *Options) { o.MaxConnsPerClient = -1 }, "--max-conns-per-client"},
-		{"trusted proxies", func(o *Options) { o.TrustedProxies = []string{"10.0.0.0/8", " 192.168.1.7", "fd00::/8", "::ffff:10.1.2.3"} }, ""},
+		{"trusted proxies", func(o *Options) {
+			o.TrustedProxies = []string{"10.0.0.0/8", " 192.168.1.7", "fd00::/8", "::ffff:10.1.2.3"}
+		}, ""},
 		{"a trusted proxy that is no address", func(o *Options) { o.TrustedProxies = []string{"10.0.0.0/8", "ingress.local"} }, `--trusted-proxies: "ingress.local"`},
 		{"zero index refresh", func(o *Options) { o.IndexRefresh = 0 }, "--index-refresh-interval"},
 		{"debug logs as JSON", func(o *Options) { o.Log.Level, o.Log.Format = "debug", "json" }, ""},
