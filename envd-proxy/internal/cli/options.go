@@ -111,7 +111,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxies", o.TrustedProxies, "Addresses or CIDRs of reverse proxies in front of this one (an L7 ingress's pods), comma-separated: "+
 		"their connections are not counted against --max-conns-per-client; instead each request through one counts, while it is in flight, for the client "+
 		"X-Forwarded-For names (its rightmost address that is not a trusted proxy's), and one beyond the cap gets 429 on a connection that stays open. "+
-		"Name only proxies that set X-Forwarded-For: a client that reaches the proxy from a trusted address may name any client.")
+		"Name only the proxies' own addresses, as narrowly as you can, and only proxies that set X-Forwarded-For: whatever connects from a trusted address is not capped by connections and may name any client.")
 	fs.IntVar(&o.TokenRoutes, "token-routes", o.TokenRoutes, "Most X-Access-Token values remembered, least recently used out first, to route the /files calls of the JS SDKs 2.7 to 2.13, "+
 		"which carry no routing headers; 0 turns that off.")
 	fs.DurationVar(&o.IndexRefresh, "index-refresh-interval", o.IndexRefresh, "How often the routing index is rebuilt from the fleet; greater than 0. With --inventory kube it is also rebuilt "+
@@ -129,6 +129,11 @@ func (o *Options) trustedProxies() ([]netip.Prefix, error) {
 	for _, s := range o.TrustedProxies {
 		s = strings.TrimSpace(s)
 		if p, err := netip.ParsePrefix(s); err == nil {
+			if p.Addr().Is4In6() {
+				// Peers are compared as IPv4: such a prefix would match none.
+				errs = append(errs, fmt.Errorf("--trusted-proxies: write %q as an IPv4 CIDR", s))
+				continue
+			}
 			out = append(out, p.Masked())
 			continue
 		}
@@ -176,6 +181,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := o.trustedProxies(); err != nil {
 		errs = append(errs, err)
+	}
+	if len(o.TrustedProxies) > 0 && o.MaxConnsPerClient == 0 {
+		add("--trusted-proxies needs the cap it refines: --max-conns-per-client is 0")
 	}
 	if o.TokenRoutes < 0 {
 		add("--token-routes must not be negative, got %d", o.TokenRoutes)

@@ -127,6 +127,8 @@ func TestValidate(t *testing.T) {
 			o.TrustedProxies = []string{"10.0.0.0/8", " 192.168.1.7", "fd00::/8", "::ffff:10.1.2.3"}
 		}, ""},
 		{"a trusted proxy that is no address", func(o *Options) { o.TrustedProxies = []string{"10.0.0.0/8", "ingress.local"} }, `--trusted-proxies: "ingress.local"`},
+		{"a trusted IPv4-mapped CIDR", func(o *Options) { o.TrustedProxies = []string{"::ffff:10.0.0.0/104"} }, "as an IPv4 CIDR"},
+		{"trusted proxies without a cap", func(o *Options) { o.TrustedProxies, o.MaxConnsPerClient = []string{"10.0.0.0/8"}, 0 }, "--max-conns-per-client is 0"},
 		{"zero index refresh", func(o *Options) { o.IndexRefresh = 0 }, "--index-refresh-interval"},
 		{"debug logs as JSON", func(o *Options) { o.Log.Level, o.Log.Format = "debug", "json" }, ""},
 		{"unknown log level", func(o *Options) { o.Log.Level = "loud" }, "--log-level"},

@@ -50,15 +50,17 @@ func forwardedClient(r *http.Request, peer netip.Addr, prefixes []netip.Prefix) 
 	return client
 }
 
-// parseHop reads one X-Forwarded-For entry: an address, perhaps with a
-// port ("1.2.3.4:5", "[::1]:5"), IPv4-mapped IPv6 unmapped.
+// parseHop reads one X-Forwarded-For entry: an address, perhaps in
+// brackets or with a port ("1.2.3.4:5", "[::1]", "[::1]:5"), IPv4-mapped
+// IPv6 unmapped and a zone dropped (a prefix never contains a zoned
+// address).
 func parseHop(s string) (netip.Addr, bool) {
 	s = strings.TrimSpace(s)
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap(), true
+	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err == nil {
+		return a.Unmap().WithZone(""), true
 	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), true
+		return ap.Addr().Unmap().WithZone(""), true
 	}
 	return netip.Addr{}, false
 }

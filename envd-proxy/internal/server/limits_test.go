@@ -336,7 +336,7 @@ func TestTrustedProxyClientsCountedByRequest(t *testing.T) {
 	const maxPerClient = 2
 	srv := start(t, Config{Handler: h, IdleTimeout: time.Minute, ShutdownTimeout: time.Second,
 		MaxConnsPerClient: maxPerClient, OverLimit: http.HandlerFunc(h.TooManyConnections),
-		TrustedProxies:  []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		TrustedProxies:  []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 		TooManyRequests: http.HandlerFunc(h.TooManyRequests)})
 	send := func(conn net.Conn, path, xff string) {
 		t.Helper()
@@ -373,7 +373,7 @@ func TestTrustedProxyClientsCountedByRequest(t *testing.T) {
 	send(conns[0], "/slow", "10.0.0.3")
 	send(conns[1], "/slow", "10.0.0.3")
 	waitFor(t, "both slow requests are in flight", func() bool { return slow.Load() == 2 })
-	for _, xff := range []string{"10.0.0.3", "10.9.9.9, 10.0.0.3", "10.0.0.3, 127.0.0.5", "[::ffff:10.0.0.3]:4000"} {
+	for _, xff := range []string{"10.0.0.3", "10.9.9.9, 10.0.0.3", "10.0.0.3, 127.0.0.1", "[::ffff:10.0.0.3]:4000", "[::ffff:10.0.0.3]"} {
 		resp, body := call(conns[2], readers[2], "/", xff)
 		e2bError(t, "client 10.0.0.3 beyond its cap (X-Forwarded-For: "+xff+")", resp.StatusCode, body, http.StatusTooManyRequests)
 		if resp.Close || resp.Header.Get("Retry-After") == "" {
@@ -382,6 +382,24 @@ func TestTrustedProxyClientsCountedByRequest(t *testing.T) {
 	}
 	if resp, body := call(conns[2], readers[2], "/", "10.0.0.2"); resp.StatusCode != http.StatusOK {
 		t.Errorf("another client on the same connection: %d %q", resp.StatusCode, body)
+	}
+	// A hop it cannot read ends the walk: what is left of it is the
+	// client's say, and the request counts for the trusted proxy.
+	if resp, body := call(conns[2], readers[2], "/", "10.0.0.3, unknown"); resp.StatusCode != http.StatusOK {
+		t.Errorf("X-Forwarded-For with an unreadable hop on the right: %d %q", resp.StatusCode, body)
+	}
+	// A client that connects directly (127.0.0.2, not trusted) is counted
+	// by its connections: what it writes in X-Forwarded-For counts for
+	// nobody.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 10 * time.Second}
+	direct, err := d.DialContext(t.Context(), "tcp", srv.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	_ = direct.SetDeadline(time.Now().Add(20 * time.Second))
+	if resp, body := call(direct, bufio.NewReader(direct), "/", "10.0.0.3"); resp.StatusCode != http.StatusOK {
+		t.Errorf("a direct client naming a client at its cap: %d %q", resp.StatusCode, body)
 	}
 	// Without X-Forwarded-For, the trusted proxy itself is the client.
 	if resp, _ := call(conns[3], readers[3], "/", ""); resp.StatusCode != http.StatusOK {

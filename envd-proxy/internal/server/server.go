@@ -51,8 +51,10 @@ type Config struct {
 	// MaxConnsPerClient for the client its X-Forwarded-For names.
 	TrustedProxies []netip.Prefix
 	// TooManyRequests answers a request beyond its client's cap that came
-	// through a trusted proxy; it must not close the connection, which the
-	// proxy shares among its clients. Nil answers a plain 429.
+	// through a trusted proxy; it should not ask to close the connection,
+	// which the proxy shares among its clients (the server still closes it
+	// after an answer that left much of a request body unread). Nil
+	// answers a plain 429.
 	TooManyRequests http.Handler
 	// ShutdownTimeout bounds the drain of requests in flight on shutdown.
 	ShutdownTimeout time.Duration
