@@ -790,6 +790,24 @@ func TestJoinWaitsForTheShardsTheInventoryNames(t *testing.T) {
 	if err := reader.Create(t.Context(), inv); err != nil {
 		t.Fatal(err)
 	}
+	// write changes the stored inventory.
+	write := func(change func(*v1beta1.NodeInventory)) {
+		t.Helper()
+		if err := reader.Get(t.Context(), client.ObjectKeyFromObject(inv), inv); err != nil {
+			t.Fatal(err)
+		}
+		change(inv)
+		if err := reader.Update(t.Context(), inv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// aheadOfTheShard names a shard write after sh's, and no changes: a
+	// fold's inventory, before its shard.
+	aheadOfTheShard := func(inv *v1beta1.NodeInventory) {
+		rv, _ := strconv.ParseUint(sh.ResourceVersion, 10, 64)
+		inv.Spec.ShardsResourceVersion = strconv.FormatUint(rv+1, 10)
+		inv.Spec.SandboxChanges = nil
+	}
 	for _, tracked := range []bool{false, true} {
 		opts := withClock(NewOptions())
 		local := clocktesting.NewFakePassiveClock(now)
@@ -817,15 +835,7 @@ func TestJoinWaitsForTheShardsTheInventoryNames(t *testing.T) {
 		// The host folds: its shard, then its inventory, which now names
 		// that write and carries nothing. The cache has the inventory
 		// first.
-		if err := reader.Get(t.Context(), client.ObjectKeyFromObject(inv), inv); err != nil {
-			t.Fatal(err)
-		}
-		rv, _ := strconv.ParseUint(sh.ResourceVersion, 10, 64)
-		inv.Spec.ShardsResourceVersion = strconv.FormatUint(rv+1, 10)
-		inv.Spec.SandboxChanges = nil
-		if err := reader.Update(t.Context(), inv); err != nil {
-			t.Fatal(err)
-		}
+		write(aheadOfTheShard)
 		joined("the fold's inventory before its shard", "a=new", "b=new")
 		local.SetTime(now.Add(29 * time.Second))
 		joined("the fold's inventory 29 s before its shard", "a=new", "b=new")
@@ -838,18 +848,9 @@ func TestJoinWaitsForTheShardsTheInventoryNames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range []*v1beta1.SandboxChanges{{Fold: 2, Packed: later}, nil} {
-			if err := reader.Get(t.Context(), client.ObjectKeyFromObject(inv), inv); err != nil {
-				t.Fatal(err)
-			}
-			inv.Spec.SandboxChanges = c
-			if err := reader.Update(t.Context(), inv); err != nil {
-				t.Fatal(err)
-			}
-			if c != nil {
-				joined("a change carried after the wait", "a=old", "d=new")
-			}
-		}
+		write(func(inv *v1beta1.NodeInventory) { inv.Spec.SandboxChanges = &v1beta1.SandboxChanges{Fold: 2, Packed: later} })
+		joined("a change carried after the wait", "a=old", "d=new")
+		write(func(inv *v1beta1.NodeInventory) { inv.Spec.SandboxChanges = nil })
 
 		// The shard arrives.
 		folded := sh.DeepCopy()
@@ -870,26 +871,14 @@ func TestJoinWaitsForTheShardsTheInventoryNames(t *testing.T) {
 		if err := reader.Update(t.Context(), packed(t, sh)); err != nil {
 			t.Fatal(err)
 		}
-		if err := reader.Get(t.Context(), client.ObjectKeyFromObject(inv), inv); err != nil {
-			t.Fatal(err)
-		}
-		inv.Spec.ShardsResourceVersion = sh.ResourceVersion
-		inv.Spec.SandboxChanges = &v1beta1.SandboxChanges{Fold: 1, Packed: changed}
-		if err := reader.Update(t.Context(), inv); err != nil {
-			t.Fatal(err)
-		}
+		write(func(inv *v1beta1.NodeInventory) {
+			inv.Spec.ShardsResourceVersion = sh.ResourceVersion
+			inv.Spec.SandboxChanges = &v1beta1.SandboxChanges{Fold: 1, Packed: changed}
+		})
 	}
 
 	// A reader that has joined nothing of the node yet joins what it has.
-	if err := reader.Get(t.Context(), client.ObjectKeyFromObject(inv), inv); err != nil {
-		t.Fatal(err)
-	}
-	rv, _ := strconv.ParseUint(sh.ResourceVersion, 10, 64)
-	inv.Spec.ShardsResourceVersion = strconv.FormatUint(rv+1, 10)
-	inv.Spec.SandboxChanges = nil
-	if err := reader.Update(t.Context(), inv); err != nil {
-		t.Fatal(err)
-	}
+	write(aheadOfTheShard)
 	fresh := New(reader, withClock(NewOptions()))
 	got, err := fresh.NodeInventory(t.Context(), "h")
 	if err != nil || len(got.Spec.Sandboxes) != 1 || got.Spec.Sandboxes[0].Metadata["k"] != "old" {
