@@ -848,7 +848,9 @@ func TestJoinWaitsForTheShardsTheInventoryNames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		write(func(inv *v1beta1.NodeInventory) { inv.Spec.SandboxChanges = &v1beta1.SandboxChanges{Fold: 2, Packed: later} })
+		write(func(inv *v1beta1.NodeInventory) {
+			inv.Spec.SandboxChanges = &v1beta1.SandboxChanges{Fold: 2, Packed: later}
+		})
 		joined("a change carried after the wait", "a=old", "d=new")
 		write(func(inv *v1beta1.NodeInventory) { inv.Spec.SandboxChanges = nil })
 
