@@ -9,40 +9,42 @@ import (
 	"sync"
 )
 
-// clientConns counts the open connections of each client address, so that
-// one client cannot hold every connection the proxy can take (slow bodies,
-// or merely many idle connections). A connection beyond max is still
-// accepted, but marked: each request on it is answered by the over-limit
-// handler (429) and the connection closed, which tells an HTTP client
-// more than a reset would. Over-limit connections are not counted; the
-// server's header timeout bounds the ones that send nothing.
-type clientConns struct {
+// perClient counts what each client address holds: its open connections
+// (limitListener), so that one client cannot hold every connection the
+// proxy can take (slow bodies, or merely many idle connections), or, for
+// the clients of a trusted proxy, its requests in flight (forwarded.go).
+// A connection beyond max is still accepted, but marked: each request on
+// it is answered by the over-limit handler (429) and the connection
+// closed, which tells an HTTP client more than a reset would. Over-limit
+// connections are not counted; the server's header timeout bounds the
+// ones that send nothing.
+type perClient struct {
 	max int
 
 	mu   sync.Mutex
-	open map[netip.Addr]int
+	held map[netip.Addr]int
 }
 
-func newClientConns(max int) *clientConns {
-	return &clientConns{max: max, open: make(map[netip.Addr]int)}
+func newPerClient(max int) *perClient {
+	return &perClient{max: max, held: make(map[netip.Addr]int)}
 }
 
-// acquire counts a connection of addr unless addr is at the cap.
-func (c *clientConns) acquire(addr netip.Addr) bool {
+// acquire counts one more for addr unless addr is at the cap.
+func (c *perClient) acquire(addr netip.Addr) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.open[addr] >= c.max {
+	if c.held[addr] >= c.max {
 		return false
 	}
-	c.open[addr]++
+	c.held[addr]++
 	return true
 }
 
-func (c *clientConns) release(addr netip.Addr) {
+func (c *perClient) release(addr netip.Addr) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.open[addr]--; c.open[addr] <= 0 {
-		delete(c.open, addr)
+	if c.held[addr]--; c.held[addr] <= 0 {
+		delete(c.held, addr)
 	}
 }
 
@@ -51,7 +53,7 @@ func (c *clientConns) release(addr netip.Addr) {
 // marked as such (see forwarded.go).
 type limitListener struct {
 	net.Listener
-	conns   *clientConns
+	conns   *perClient
 	trusted []netip.Prefix
 }
 
@@ -89,7 +91,7 @@ type countedConn struct {
 	over     bool
 	viaProxy bool
 	addr     netip.Addr
-	conns    *clientConns
+	conns    *perClient
 	once     sync.Once
 }
 
@@ -155,7 +157,7 @@ func markConn(ctx context.Context, c net.Conn) context.Context {
 // over; a request on a trusted proxy's connection goes to next while its
 // client (forwardedClient) has fewer than reqs' cap in flight, and to
 // tooMany beyond. The others go to next.
-func clientLimits(next, over, tooMany http.Handler, reqs *clientRequests, prefixes []netip.Prefix) http.Handler {
+func clientLimits(next, over, tooMany http.Handler, reqs *perClient, prefixes []netip.Prefix) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cc, _ := r.Context().Value(connKey{}).(*countedConn)
 		switch {

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 )
 
 // Behind a reverse proxy (an L7 ingress) every client reaches the proxy
@@ -63,35 +62,4 @@ func parseHop(s string) (netip.Addr, bool) {
 		return ap.Addr().Unmap().WithZone(""), true
 	}
 	return netip.Addr{}, false
-}
-
-// clientRequests counts the requests in flight of each client that
-// reached the proxy through a trusted proxy.
-type clientRequests struct {
-	max int
-
-	mu       sync.Mutex
-	inFlight map[netip.Addr]int
-}
-
-func newClientRequests(max int) *clientRequests {
-	return &clientRequests{max: max, inFlight: make(map[netip.Addr]int)}
-}
-
-func (c *clientRequests) acquire(addr netip.Addr) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.inFlight[addr] >= c.max {
-		return false
-	}
-	c.inFlight[addr]++
-	return true
-}
-
-func (c *clientRequests) release(addr netip.Addr) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.inFlight[addr]--; c.inFlight[addr] <= 0 {
-		delete(c.inFlight, addr)
-	}
 }

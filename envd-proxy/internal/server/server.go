@@ -92,8 +92,8 @@ func Serve(ctx context.Context, cfg Config, ln, adminLn net.Listener) error {
 				http.Error(w, "too many requests in flight from this client", http.StatusTooManyRequests)
 			})
 		}
-		handler = clientLimits(handler, over, tooMany, newClientRequests(cfg.MaxConnsPerClient), cfg.TrustedProxies)
-		ln = &limitListener{Listener: ln, conns: newClientConns(cfg.MaxConnsPerClient), trusted: cfg.TrustedProxies}
+		handler = clientLimits(handler, over, tooMany, newPerClient(cfg.MaxConnsPerClient), cfg.TrustedProxies)
+		ln = &limitListener{Listener: ln, conns: newPerClient(cfg.MaxConnsPerClient), trusted: cfg.TrustedProxies}
 	}
 	proxySrv := newHTTPServer(handler, cfg, log)
 	if cfg.MaxConnsPerClient > 0 {
