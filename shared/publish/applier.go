@@ -46,6 +46,7 @@ type InventoryApplier struct {
 	metrics *Metrics
 	now     func() time.Time
 	clock   *serverclock.Clock
+	learn   func(context.Context) error
 
 	last     *v1beta1.NodeInventorySpec // the spec last written
 	unsynced bool                       // the last attempt found the source out of sync
@@ -71,13 +72,24 @@ type Config struct {
 	// kube-apiserver's time; it should measure against Now. The
 	// publishes' schedule keeps Now.
 	ServerClock *serverclock.Clock
+	// LearnServerTime, when not nil, asks the kube-apiserver anything
+	// through the transport ServerClock observes (GET /version), so that
+	// a publish while the clock has learnt nothing yet stamps the
+	// kube-apiserver's time from its first write. Without it, the first
+	// write of a host whose clock is off carries the host's time, and the
+	// same publish stamps again once the write's answer told the clock.
+	LearnServerTime func(context.Context) error
 }
+
+// learnTimeout bounds LearnServerTime: a kube-apiserver that does not
+// answer fails the write after it anyway.
+const learnTimeout = 5 * time.Second
 
 // New returns an applier; Run runs it.
 func New(c Config) *InventoryApplier {
 	a := &InventoryApplier{
 		src: c.Source, w: c.Writer, changes: c.Changes, node: c.NodeName, opts: c.Options,
-		log: c.Log, metrics: c.Metrics, now: c.Now, clock: c.ServerClock,
+		log: c.Log, metrics: c.Metrics, now: c.Now, clock: c.ServerClock, learn: c.LearnServerTime,
 	}
 	if a.log == nil {
 		a.log = slog.Default()
@@ -164,6 +176,13 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 	if !s.shouldWrite(now, changed) {
 		a.metrics.attempt(unchanged, 0)
 		return unchanged, nil
+	}
+	if a.clock != nil && a.learn != nil && !a.clock.Anchored() {
+		lctx, cancel := context.WithTimeout(ctx, learnTimeout)
+		if err := a.learn(lctx); err != nil {
+			a.log.Debug("ask the kube-apiserver its time before the first stamp", "error", err)
+		}
+		cancel()
 	}
 	stamp := metav1.NewTime(now)
 	var corrections uint64

@@ -143,6 +143,14 @@ func (c *Clock) Offset() time.Duration {
 	return c.atLocked(t, el).Sub(t.Round(0))
 }
 
+// Anchored reports whether an answer of the kube-apiserver has told the
+// clock its time yet.
+func (c *Clock) Anchored() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.anchored
+}
+
 // Corrections counts the answers that moved the clock (not the first
 // anchor at the wall clock): a caller that read Now before a request and
 // finds the count changed after may want to read it again.
