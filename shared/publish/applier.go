@@ -47,6 +47,7 @@ type InventoryApplier struct {
 	now     func() time.Time
 	clock   *serverclock.Clock
 	learn   func(context.Context) error
+	learnt  bool // learn was called
 
 	last     *v1beta1.NodeInventorySpec // the spec last written
 	unsynced bool                       // the last attempt found the source out of sync
@@ -177,7 +178,10 @@ func (a *InventoryApplier) publish(ctx context.Context, s *schedule, now time.Ti
 		a.metrics.attempt(unchanged, 0)
 		return unchanged, nil
 	}
-	if a.clock != nil && a.learn != nil && !a.clock.Anchored() {
+	if a.clock != nil && a.learn != nil && !a.learnt && !a.clock.Anchored() {
+		// Once: an answer without the kube-apiserver's Audit-Id (a proxy
+		// that strips it) would never anchor the clock.
+		a.learnt = true
 		lctx, cancel := context.WithTimeout(ctx, learnTimeout)
 		if err := a.learn(lctx); err != nil {
 			a.log.Debug("ask the kube-apiserver its time before the first stamp", "error", err)

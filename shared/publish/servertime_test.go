@@ -49,9 +49,11 @@ func TestApplierStampsTheServersTime(t *testing.T) {
 			}
 			run(t, New(c))
 
-			// The first write goes out before any answer has told the
-			// clock, stamped by the host's clock; its answer does, and the
-			// same publish stamps again rather than wait an interval.
+			// Without LearnServerTime, the first write goes out before
+			// any answer has told the clock, stamped by the host's clock;
+			// its answer does, and the same publish stamps again rather
+			// than wait an interval. With it, the first write is stamped
+			// in the kube-apiserver's time.
 			// Every write from then on is in the kube-apiserver's time
 			// (whole seconds; the kube-apiserver runs on this machine's
 			// clock).
