@@ -19,11 +19,12 @@
 // client may list from one and watch from the other. (Not quite always: a
 // batch with no newer write of a listed inventory behind it, a host turned
 // stale or an inventory deleted, takes the last batch's number plus one,
-// which the other replica may give to the write of that revision.) Within batch b, the
-// i-th event has resourceVersion b<<20 | i+1 and the batch's snapshot b<<20
-// | 0xfffff: "every change up to and including batch b". The batch's last
-// event carries the snapshot's number, so that a client that has seen the
-// whole batch is at a version every replica numbers alike.
+// which the other replica may give to the write of that revision.) Within
+// batch b, the i-th event has resourceVersion b<<20 | i+1 and the batch's
+// snapshot b<<20 | 0xfffff: "every change up to and including batch b".
+// The batch's last event carries the snapshot's number, so that a client
+// that has seen the whole batch is at a version every replica numbers
+// alike.
 //
 // Only those versions are. Two replicas may build batch b from different
 // rebuilds (one coalesced two inventory changes that the other applied

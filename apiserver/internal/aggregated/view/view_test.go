@@ -236,6 +236,17 @@ func recv(t *testing.T, w watch.Interface) watch.Event {
 	return watch.Event{}
 }
 
+// watchFrom starts a watch of v that the test's end stops.
+func watchFrom(ctx context.Context, t *testing.T, v *View, o WatchOptions) watch.Interface {
+	t.Helper()
+	w, err := v.Watch(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return w
+}
+
 func TestWatch(t *testing.T) {
 	src := inventory.NewStaticSource(node("n1", 10, entry("n1", 1, "a"), entry("n1", 2, "b")), node("n2", 11, entry("n2", 1, "a")))
 	v := New(src, Options{})
@@ -244,11 +255,7 @@ func TestWatch(t *testing.T) {
 	defer cancel()
 
 	// The opening burst: one ADDED each of the selected sandboxes.
-	w, err := v.Watch(ctx, WatchOptions{Filter: func(sb *sbv1.Sandbox) bool { return sb.Namespace == "a" }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := watchFrom(ctx, t, v, WatchOptions{Filter: func(sb *sbv1.Sandbox) bool { return sb.Namespace == "a" }})
 	seen := map[string]bool{}
 	for range 2 {
 		e := recv(t, w)
@@ -276,20 +283,12 @@ func TestWatch(t *testing.T) {
 	}
 
 	// A watch from a resourceVersion resumes after it, without a burst.
-	w2, err := v.Watch(ctx, WatchOptions{ResourceVersion: afterLeave})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w2.Stop()
+	w2 := watchFrom(ctx, t, v, WatchOptions{ResourceVersion: afterLeave})
 	if e := recv(t, w2); e.Type != watch.Added || e.Object.(*sbv1.Sandbox).Name != id("n2", 1) {
 		t.Fatalf("resumed: %v", e.Type)
 	}
 	// sendInitialEvents: the snapshot, then the bookmark that ends it.
-	w3, err := v.Watch(ctx, WatchOptions{SendInitialEvents: true, Bookmarks: true, BookmarkInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w3.Stop()
+	w3 := watchFrom(ctx, t, v, WatchOptions{SendInitialEvents: true, Bookmarks: true, BookmarkInterval: 50 * time.Millisecond})
 	for range 2 {
 		if e := recv(t, w3); e.Type != watch.Added {
 			t.Fatalf("initial: %v", e.Type)
@@ -326,11 +325,7 @@ func TestWatchWithASelectorSeesSandboxesLeaveAndEnter(t *testing.T) {
 	rebuild(t, v)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	w, err := v.Watch(ctx, WatchOptions{Filter: func(sb *sbv1.Sandbox) bool { return sb.Status.State == sbv1.SandboxRunning }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := watchFrom(ctx, t, v, WatchOptions{Filter: func(sb *sbv1.Sandbox) bool { return sb.Status.State == sbv1.SandboxRunning }})
 	for range 2 {
 		if e := recv(t, w); e.Type != watch.Added {
 			t.Fatalf("burst: %v", e.Type)
@@ -379,11 +374,7 @@ func TestWatchWithASelectorSeesSandboxesLeaveAndEnter(t *testing.T) {
 	}
 	// Killed while selected: DELETED; a watch without a selector sees
 	// every change as it is.
-	all, err := v.Watch(ctx, WatchOptions{ResourceVersion: v.Current().RV})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer all.Stop()
+	all := watchFrom(ctx, t, v, WatchOptions{ResourceVersion: v.Current().RV})
 	src.Apply(node("n1", 15, other))
 	rebuild(t, v)
 	if e := recv(t, w); e.Type != watch.Deleted || e.Object.(*sbv1.Sandbox).Name != id("n1", 1) {
@@ -398,11 +389,7 @@ func TestSlowWatcherThatFallsOutOfTheHistoryGetsGone(t *testing.T) {
 	src := inventory.NewStaticSource(node("n1", 1))
 	v := New(src, Options{History: 2})
 	rebuild(t, v)
-	w, err := v.Watch(t.Context(), WatchOptions{ResourceVersion: v.Current().RV})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := watchFrom(t.Context(), t, v, WatchOptions{ResourceVersion: v.Current().RV})
 	// The watcher reads nothing while five batches pass.
 	for i := 1; i <= 5; i++ {
 		src.Apply(node("n1", 1+i, entry("n1", i, "a")))
@@ -477,11 +464,7 @@ func TestAWatchResumesOnAnotherReplicaOnlyFromABatchsEnd(t *testing.T) {
 	}
 	// From the end of batch 20, where B's last event left its client, A
 	// sends the next change.
-	w, err := a.Watch(ctx, WatchOptions{ResourceVersion: evB[2].rv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := watchFrom(ctx, t, a, WatchOptions{ResourceVersion: evB[2].rv})
 	srcA.Apply(node("n1", 21, paused))
 	rebuild(t, a)
 	if e := recv(t, w); e.Type != watch.Deleted || e.Object.(*sbv1.Sandbox).Name != id("n1", 3) {
@@ -499,16 +482,8 @@ func TestAWatchLeftInsideABatchGetsABookmarkAtItsEnd(t *testing.T) {
 	rebuild(t, v)
 	ctx := t.Context()
 	inA := func(sb *sbv1.Sandbox) bool { return sb.Namespace == "a" }
-	marks, err := v.Watch(ctx, WatchOptions{ResourceVersion: v.Current().RV, Bookmarks: true, BookmarkInterval: time.Hour, Filter: inA})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer marks.Stop()
-	plain, err := v.Watch(ctx, WatchOptions{ResourceVersion: v.Current().RV, Filter: inA})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Stop()
+	marks := watchFrom(ctx, t, v, WatchOptions{ResourceVersion: v.Current().RV, Bookmarks: true, BookmarkInterval: time.Hour, Filter: inA})
+	plain := watchFrom(ctx, t, v, WatchOptions{ResourceVersion: v.Current().RV, Filter: inA})
 	// Batch 11: a's sandbox, then b's (key order).
 	src.Apply(node("n1", 11, entry("n1", 1, "a"), entry("n1", 2, "b")))
 	rebuild(t, v)
