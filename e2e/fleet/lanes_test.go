@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
+	"github.com/skiff-dev/skiff/shared/spawn"
 	"github.com/skiff-dev/skiff/shared/testing/hosttest"
 )
 
@@ -586,9 +588,14 @@ func (l *lanes) sdk(t *testing.T) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "E2B_PACKAGE=e2b", "E2B_API_URL="+f.replicas[0].api, "E2B_VOLUME_API_URL="+f.replicas[0].api, "E2B_SANDBOX_URL="+f.proxyURL,
 		"E2B_API_KEY="+f.key, "SKIFF_API_KEY_B="+f.keyB)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
+	err := spawn.Start(cmd, syscall.SIGKILL)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	out := output.Bytes()
 	if err != nil {
 		t.Logf("node --test:\n%s", out)
 	}

@@ -34,7 +34,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -233,17 +232,11 @@ func (b *bench) pprofFlags(program, admin string) []string {
 	return []string{"--enable-pprof"}
 }
 
-// daemon starts program of --bin as a daemon logging to the run's folder,
-// under setpriv's parent-death signal when there is one (so that it dies
-// with this process even when that cannot clean up), and records its PID
-// (found by listen, one of its arguments).
+// daemon starts program of --bin as a daemon logging to the run's folder
+// (hosttest's Daemon: it dies with this process even when that cannot
+// clean up), and records its PID (found by listen, one of its arguments).
 func (b *bench) daemon(program, listen string, args ...string) {
-	bin := filepath.Join(b.bins, program)
-	cmd, cmdArgs := bin, args
-	if setpriv, err := exec.LookPath("setpriv"); err == nil {
-		cmd, cmdArgs = setpriv, append([]string{"--pdeathsig", "KILL", "--", bin}, args...)
-	}
-	d := hosttest.NewDaemon(b.tb, b.logs, program, cmd, cmdArgs...)
+	d := hosttest.NewDaemon(b.tb, b.logs, program, filepath.Join(b.bins, program), args...)
 	d.Start()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
