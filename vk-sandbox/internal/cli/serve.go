@@ -104,18 +104,15 @@ func serve(ctx context.Context, o *Options) error {
 	host := hostinventory.New(sbd, endpoint, hostinventory.Options{})
 	fan := hostwatch.NewFanout(host.Changed())
 
-	pubConfig := publish.Config{
+	applier := publish.New(publish.Config{
 		Source: host, Writer: publish.NewKubeWriter(dyn, o.Publish).WithMetrics(pubMetrics), Changes: fan.Subscribe(), NodeName: o.NodeName,
 		Options: o.Publish, Log: log.With("component", "publisher"), Metrics: pubMetrics, ServerClock: clock,
-	}
-	if clock != nil {
-		// Asked before the first stamp, so that even that one is in the
-		// kube-apiserver's time.
-		pubConfig.LearnServerTime = func(ctx context.Context) error {
+		// Asked (with a ServerClock) before the first stamp, so that even
+		// that one is in the kube-apiserver's time.
+		LearnServerTime: func(ctx context.Context) error {
 			return kube.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error()
-		}
-	}
-	applier := publish.New(pubConfig)
+		},
+	})
 	podMetrics := provider.NewMetrics(reg)
 
 	var kubeletLn net.Listener
