@@ -1,94 +1,29 @@
 package relay
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxtest"
 )
-
-// newNetNS makes a network namespace with `ip netns add skiff-test-<random>`,
-// brings its lo up, and deletes it when the test ends, failed or not. It
-// returns the namespace's path.
-func newNetNS(t *testing.T) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip(8)")
-	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "skiff-test-" + hex.EncodeToString(b)
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
-		}
-	})
-	for _, args := range [][]string{{"netns", "add", name}, {"-n", name, "link", "set", "lo", "up"}} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	return filepath.Join("/run/netns", name)
-}
 
 // listenInNS listens on addr from a socket made in the namespace at path
 // (it stays there), until the test ends.
 func listenInNS(t *testing.T, path, addr string) net.Listener {
 	t.Helper()
-	type result struct {
-		l   net.Listener
-		err error
+	var l net.Listener
+	var err error
+	sandboxtest.InNetns(t, path, func() { l, err = net.Listen("tcp4", addr) })
+	if err != nil {
+		t.Fatal(err)
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // not unlocked if it cannot go back: the thread ends with it
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: err}
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: err}
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: err}
-			return
-		}
-		l, err := net.Listen("tcp4", addr)
-		if rerr := netns.Set(orig); rerr != nil {
-			done <- result{err: errors.Join(err, rerr)}
-			return
-		}
-		runtime.UnlockOSThread()
-		done <- result{l, err}
-	}()
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() { _ = r.l.Close() })
-	return r.l
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 // freePort returns a port nothing on the host's 127.0.0.1 listens on now.
@@ -128,7 +63,8 @@ func getPort(t *testing.T, relayURL, port string) (int, string) {
 // loopback): the sandbox's address refuses, and the relay dials the
 // loopback of the sandbox's namespace.
 func TestLoopbackServerReached(t *testing.T) {
-	ns := newNetNS(t)
+	sandboxtest.RequireRoot(t)
+	ns := sandboxtest.Netns(t)
 	port := freePort(t) // refused at the sandbox's "address", the host's 127.0.0.1
 	serve(t, listenInNS(t, ns, "127.0.0.1:"+port), "the sandbox's loopback")
 	relay, res := startRelay(t)
