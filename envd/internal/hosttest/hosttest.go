@@ -3,9 +3,10 @@
 // (an empty or relative path, "~", a user's default directory) must never
 // reach the host's: an earlier test removed /root that way.
 //
-// A fuzz run (go test -fuzz) inside passes go's fuzz cache, under the home,
-// which the tmpfs hides: it fuzzes as well, with no cached inputs kept
-// between runs (the seeds in testdata stay where they are).
+// A fuzz run (go test -fuzz) keeps the inputs it finds in go's fuzz cache,
+// under the home (the -test.fuzzcachedir go test passes): that one folder
+// is the host's inside too, bound over the tmpfs, so that the next run
+// starts from them as it would outside.
 //
 // Run, called from TestMain, runs the package's tests again in a mount
 // namespace of their own, where /root and /home are empty tmpfs mounts,
@@ -43,9 +44,19 @@ var homes = []string{"/root", "/home"}
 // machine's memory.
 const tmpfsSize = "64m"
 
+// keepEnv names, in setup's environment, a folder of the host that stays
+// the host's inside (the fuzz cache), whether or not a tmpfs hides the
+// home it is in.
+const keepEnv = "SKIFF_HOSTTEST_KEEP"
+
 // setup runs inside the new mount namespace, as `sh -c setup sh <binary>
-// <args>...`: it mounts the tmpfs and execs the test binary.
+// <args>...`: it mounts the tmpfs and execs the test binary. The folder
+// kept is opened before the tmpfs hides it and bound, by that descriptor,
+// at its own path on top (-c: mount would otherwise resolve the path anew,
+// into the tmpfs).
 var setup = `set -e
+keep="$` + keepEnv + `"
+[ -z "$keep" ] || exec 3<"$keep"
 for d in ` + strings.Join(homes, " ") + `; do
 	if [ -d "$d" ]; then
 		mode=0755
@@ -53,7 +64,31 @@ for d in ` + strings.Join(homes, " ") + `; do
 		mount -t tmpfs -o "mode=$mode,size=` + tmpfsSize + `,nosuid,nodev" hosttest "$d"
 	fi
 done
+if [ -n "$keep" ]; then
+	mkdir -p "$keep"
+	mount -c --bind /proc/self/fd/3 "$keep"
+	exec 3<&-
+fi
 exec "$@"`
+
+// fuzzCacheDir is the folder go test keeps a fuzz target's inputs in, as it
+// passes it to the test binary (-test.fuzzcachedir=DIR); "" when it passed
+// none (no -fuzz).
+func fuzzCacheDir(args []string) string {
+	for i, a := range args {
+		name, value, eq := strings.Cut(strings.TrimPrefix(a, "-"), "=")
+		if name != "-test.fuzzcachedir" && name != "test.fuzzcachedir" {
+			continue
+		}
+		if eq {
+			return value
+		}
+		if i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
 
 // Outside reports whether Run would run the tests again in a namespace of
 // their own rather than here: the process runs as root and is not that run.
@@ -98,6 +133,14 @@ func reexec() int {
 	cmd := exec.Command(unshare, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), markerEnv+"="+strconv.Itoa(os.Getpid()))
+	if dir := fuzzCacheDir(os.Args[1:]); dir != "" {
+		// Made here, where it is seen: setup opens it before the tmpfs.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "hosttest: the fuzz cache:", err)
+			return 1
+		}
+		cmd.Env = append(cmd.Env, keepEnv+"="+dir)
+	}
 	// The child dies with this thread: when go test kills this process at
 	// its timeout, the tests inside do not run on.
 	runtime.LockOSThread()

@@ -2,9 +2,11 @@ package hosttest
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -49,6 +51,76 @@ func TestMarkerAloneIsNoGuard(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || !strings.Contains(string(out), "the homes are not hidden") {
 		t.Fatalf("run outside with the marker: %v\n%s", err, out)
+	}
+}
+
+// writeEnv asks TestWriteIntoTheFuzzCache, run by TestFuzzCacheIsTheHosts,
+// to write this text into its fuzz cache.
+const writeEnv = "SKIFF_HOSTTEST_WRITE"
+
+// A fuzz run's cache (under /root, which the tmpfs hides) is the host's
+// folder inside: what the run writes there stays after it. The test binary
+// is run again, as a fresh start would be, from inside this run's
+// namespace, whose /root (a tmpfs) is that run's host; it writes into its
+// fuzz cache there, and the file must be here after it ends.
+func TestFuzzCacheIsTheHosts(t *testing.T) {
+	if os.Getenv(markerEnv) == "" {
+		t.Skip("not root: no guard")
+	}
+	dir := filepath.Join("/root", "fuzzcache-"+t.Name())
+	hidden := filepath.Join("/root", "hidden-"+t.Name())
+	if err := os.WriteFile(hidden, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir); _ = os.Remove(hidden) })
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWriteIntoTheFuzzCache$", "-test.v", "-test.fuzzcachedir="+dir)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, markerEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, writeEnv+"=kept", "SKIFF_HOSTTEST_HIDDEN="+hidden)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestWriteIntoTheFuzzCache") {
+		t.Fatalf("the test binary run again with -test.fuzzcachedir=%s: %v\n%s", dir, err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "written"))
+	if err != nil || string(got) != "kept" {
+		t.Fatalf("what the run wrote into its fuzz cache, read after it: %q, %v; want %q", got, err, "kept")
+	}
+}
+
+// TestWriteIntoTheFuzzCache is TestFuzzCacheIsTheHosts's run inside: it
+// checks that the rest of the home is hidden and writes into the cache.
+func TestWriteIntoTheFuzzCache(t *testing.T) {
+	text := os.Getenv(writeEnv)
+	if text == "" {
+		t.Skip("run by TestFuzzCacheIsTheHosts")
+	}
+	if _, err := os.Stat(os.Getenv("SKIFF_HOSTTEST_HIDDEN")); !os.IsNotExist(err) {
+		t.Fatalf("a file of the home outside is seen inside (%v): the home is not hidden", err)
+	}
+	dir := flag.Lookup("test.fuzzcachedir").Value.String()
+	if err := os.WriteFile(filepath.Join(dir, "written"), []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFuzzCacheDir(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-test.run=^$", "-test.fuzzcachedir=/root/.cache/go-build/fuzz/x"}, "/root/.cache/go-build/fuzz/x"},
+		{[]string{"--test.fuzzcachedir", "/c"}, "/c"},
+		{[]string{"-test.fuzzcachedir"}, ""},
+		{[]string{"-test.fuzz=^F$", "-test.fuzzcachedirx=/c"}, ""},
+		{nil, ""},
+	} {
+		if got := fuzzCacheDir(c.args); got != c.want {
+			t.Errorf("fuzzCacheDir(%q) = %q, want %q", c.args, got, c.want)
+		}
 	}
 }
 
