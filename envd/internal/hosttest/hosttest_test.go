@@ -74,13 +74,12 @@ func TestFuzzCacheIsTheHosts(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir); _ = os.Remove(hidden) })
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWriteIntoTheFuzzCache$", "-test.v", "-test.fuzzcachedir="+dir)
-	var env []string
+	cmd.Env = []string{writeEnv + "=kept", "SKIFF_HOSTTEST_HIDDEN=" + hidden}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, markerEnv+"=") {
-			env = append(env, kv)
+			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(env, writeEnv+"=kept", "SKIFF_HOSTTEST_HIDDEN="+hidden)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestWriteIntoTheFuzzCache") {
 		t.Fatalf("the test binary run again with -test.fuzzcachedir=%s: %v\n%s", dir, err, out)
