@@ -185,6 +185,11 @@ func ShardOf(id string, n int) int {
 // maxItems.
 const MaxShardEntries = 4096
 
+// MaxPackedBytes bounds spec.packed, of a shard and of an inventory's
+// spec.sandboxChanges: the CRDs' maxLength (in characters, which a
+// byte count never undercounts).
+const MaxPackedBytes = 1 << 20
+
 // ShardName is the name of node's shard index. A node's name may be at
 // most 249 characters for it to have shards (an object's name is at most
 // 253).

@@ -19,6 +19,7 @@ type Metrics struct {
 	shardWrites prometheus.Counter
 	folds       prometheus.Counter
 	carried     prometheus.Gauge
+	shards      prometheus.Gauge
 	// clock is the clock whose offset the clock gauge shows; nil: 0.
 	clock atomic.Pointer[serverclock.Clock]
 }
@@ -43,6 +44,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "inventory_folds_total", Help: "Publishes that wrote the changes the NodeInventory carried into its shards (past --publish-max-changes, or with nothing newer to publish)."}),
 		carried: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
 			Name: "inventory_carried_changes", Help: "Changed sandboxes the last NodeInventory written carries in spec.sandboxChanges, not yet in its shards."}),
+		shards: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "skiff", Subsystem: "vk_sandbox",
+			Name: "inventory_shards", Help: "NodeInventoryShards the host's sandboxes are split into: --publish-sandbox-shards, or more since a shard would have passed its bounds (4,096 sandboxes, 1 MiB): then raise the flag."}),
 	}
 	for _, o := range []outcome{written, unchanged, notSynced, failed} {
 		m.attempts.WithLabelValues(o.String())
@@ -55,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			}
 			return 0
 		})
-	reg.MustRegister(m.attempts, m.duration, m.lastStamp, m.sandboxes, m.shardWrites, m.folds, m.carried, offset)
+	reg.MustRegister(m.attempts, m.duration, m.lastStamp, m.sandboxes, m.shardWrites, m.folds, m.carried, m.shards, offset)
 	return m
 }
 
@@ -82,6 +85,13 @@ func (m *Metrics) published(stamp time.Time, sandboxes int) {
 func (m *Metrics) ShowClock(c *serverclock.Clock) {
 	if m != nil {
 		m.clock.Store(c)
+	}
+}
+
+// shardsUsed records how many shards the host's sandboxes went to.
+func (m *Metrics) shardsUsed(n int) {
+	if m != nil {
+		m.shards.Set(float64(n))
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -76,9 +78,14 @@ type KubeWriter struct {
 	now func() time.Time
 	// metrics may be nil.
 	metrics *Metrics
+	// log tells when a host's shards grow past nshards.
+	log *slog.Logger
 
 	mu      sync.Mutex
 	written map[string]*hostState // by inventory name
+	// grown is, by inventory name, the shards a host's sandboxes went to
+	// when nshards could not hold them (shardsFor).
+	grown map[string]int
 	// fold is the last fold number given out, by any host's fold.
 	fold int64
 }
@@ -127,7 +134,15 @@ func NewKubeWriter(client dynamic.Interface, opts Options) *KubeWriter {
 		maxChanges: maxChanges,
 		now:        time.Now,
 		written:    map[string]*hostState{},
+		grown:      map[string]int{},
+		log:        slog.New(slog.DiscardHandler),
 	}
+}
+
+// WithLogger makes w log to log; it returns w.
+func (w *KubeWriter) WithLogger(log *slog.Logger) *KubeWriter {
+	w.log = log
+	return w
 }
 
 // WithMetrics makes w count its shard writes and folds, and the changes
@@ -160,11 +175,7 @@ func (w *KubeWriter) write(ctx context.Context, inv *v1beta1.NodeInventory, fold
 	head := *inv
 	var parts [][]v1beta1.SandboxEntry
 	if n > 0 {
-		parts = make([][]v1beta1.SandboxEntry, n)
-		for _, e := range inv.Spec.Sandboxes {
-			k := v1beta1.ShardOf(e.ID, n)
-			parts[k] = append(parts[k], e)
-		}
+		parts, n = w.split(inv.Name, inv.Spec.Sandboxes, n)
 		head.Spec.Sandboxes = nil
 		head.Spec.SandboxShards = int32(n)
 	}
@@ -217,6 +228,63 @@ func (w *KubeWriter) write(ctx context.Context, inv *v1beta1.NodeInventory, fold
 		return w.applyShards(ctx, inv.Name, parts, out.GetUID(), number)
 	}
 	return nil
+}
+
+// maxEntryBytes bounds the JSON of one SandboxEntry and its comma: every
+// string at the length the CRD allows it, each character escaped (6
+// bytes, \u003c), the rest at its longest (TestMaxEntryBytes). A shard of
+// at most MaxPackedBytes / maxEntryBytes entries (204) cannot pass
+// MaxPackedBytes, so only larger ones are measured.
+const maxEntryBytes = 5120
+
+// split puts entries into the shards of node, n (> 0) of them as
+// configured, or more when a shard would not fit its bounds: more than
+// v1beta1.MaxShardEntries entries, or more than v1beta1.MaxPackedBytes of
+// JSON (a host with thousands of sandboxes in few shards, their metadata
+// at its bound). The kube-apiserver refuses such a shard, and a host
+// whose shards cannot be written stops publishing: its sandboxes would
+// leave every reader's view. So the count doubles until every shard fits
+// (up to v1beta1.MaxInventoryShards), readers follow
+// spec.sandboxShards, and the host keeps the larger count for as long as
+// this writer runs (skiff_vk_sandbox_inventory_shards shows it).
+func (w *KubeWriter) split(node string, entries []v1beta1.SandboxEntry, n int) ([][]v1beta1.SandboxEntry, int) {
+	w.mu.Lock()
+	n = max(n, w.grown[node])
+	w.mu.Unlock()
+	for {
+		parts := make([][]v1beta1.SandboxEntry, n)
+		for _, e := range entries {
+			k := v1beta1.ShardOf(e.ID, n)
+			parts[k] = append(parts[k], e)
+		}
+		if n >= v1beta1.MaxInventoryShards || !slices.ContainsFunc(parts, tooLarge) {
+			w.mu.Lock()
+			grew := n > max(w.nshards, w.grown[node])
+			if grew {
+				w.grown[node] = n
+			}
+			w.mu.Unlock()
+			if grew {
+				w.log.Warn("a NodeInventoryShard would pass its bounds (4,096 sandboxes, 1 MiB): the host's sandboxes go to more shards from now on; raise --publish-sandbox-shards",
+					"node", node, "sandboxes", len(entries), "shards", n, "publish_sandbox_shards", w.nshards)
+			}
+			w.metrics.shardsUsed(n)
+			return parts, n
+		}
+		n = min(2*n, v1beta1.MaxInventoryShards)
+	}
+}
+
+// tooLarge reports whether a shard of part would pass a shard's bounds.
+func tooLarge(part []v1beta1.SandboxEntry) bool {
+	if len(part) > v1beta1.MaxShardEntries {
+		return true
+	}
+	if len(part) <= v1beta1.MaxPackedBytes/maxEntryBytes {
+		return false
+	}
+	raw, err := json.Marshal(part)
+	return err == nil && len(raw) > v1beta1.MaxPackedBytes
 }
 
 // storedOwner is the UID of node's stored inventory, which its shards
@@ -300,8 +368,10 @@ func (w *KubeWriter) changes(node string, parts [][]v1beta1.SandboxEntry) (_ *v1
 		return nil, 0, true
 	}
 	packed, err := v1beta1.PackSandboxes(changed)
-	if err != nil {
-		return nil, 0, false // folded instead, where the shard's write reports it
+	if err != nil || len(packed) > v1beta1.MaxPackedBytes {
+		// Folded instead, where the shard's write reports an error, and
+		// where shards hold what the inventory's field cannot.
+		return nil, 0, false
 	}
 	return &v1beta1.SandboxChanges{Fold: st.fold, Packed: packed, Removed: removed}, count, true
 }

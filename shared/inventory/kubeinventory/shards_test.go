@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -684,5 +685,112 @@ func TestControlPlaneShardEventsTracked(t *testing.T) {
 	settled("after the fold")
 	if reader.lists.Load() != 0 {
 		t.Errorf("the tracked Source listed every shard %d times", reader.lists.Load())
+	}
+}
+
+// escaped is metadata at its bound (8 entries, 192 characters) whose every
+// character JSON escapes to 6 bytes (\u003c), with v in each value.
+func escaped(v string) map[string]string {
+	out := map[string]string{}
+	for i := range 8 {
+		out[fmt.Sprintf("<%d", i)] = v + strings.Repeat("<", 22-len(v))
+	}
+	return out
+}
+
+// A host whose sandboxes would pass a shard's bound (1 MiB of packed JSON)
+// in the shards it was told to keep (--publish-sandbox-shards 1: 2,000
+// sandboxes, their metadata at its bound and escaped, 2.8 MB) writes them
+// into more shards, which readers join; the kube-apiserver would refuse
+// the one shard, and the host would stop publishing. Changes too large for
+// the inventory's spec.sandboxChanges (every sandbox's metadata, with
+// --publish-max-changes 4096) are folded into the shards instead.
+func TestControlPlaneShardsGrowPastTheirBound(t *testing.T) {
+	if os.Getenv("SKIFF_MUTATE") != "" {
+		t.Skip("SKIFF_MUTATE is set: make mutate requires the unit tests alone to kill every mutant")
+	}
+	env := kubetest.Start(t)
+	ctx := t.Context()
+	dyn := dynamic.NewForConfigOrDie(env.Config)
+	reg := prometheus.NewRegistry()
+	w := skiffpublish.NewKubeWriter(dyn, skiffpublish.Options{SandboxShards: 1, ShardFormat: skiffpublish.ShardsPacked, MaxChanges: v1beta1.MaxShardEntries}).
+		WithMetrics(skiffpublish.NewMetrics(reg))
+	host := shardedHost("node-big", 2000)
+	for i := range host.Spec.Sandboxes {
+		host.Spec.Sandboxes[i].Metadata = escaped("a")
+	}
+	if err := w.Apply(ctx, host); err != nil {
+		t.Fatalf("apply 2,000 sandboxes whose metadata is at its bound, told 1 shard: %v", err)
+	}
+	c := env.StartCache(t, &v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{})
+	opts := kubeinventory.NewOptions()
+	src := kubeinventory.New(c, opts)
+	// joined waits until readers see every sandbox of the host with
+	// metadata value v, and returns the shards it is stored in.
+	joined := func(v string) int32 {
+		t.Helper()
+		want := escaped(v)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			inv, err := src.NodeInventory(ctx, "node-big")
+			if err == nil && maps.Equal(ids(inv), ids(host)) && !slices.ContainsFunc(inv.Spec.Sandboxes, func(e v1beta1.SandboxEntry) bool {
+				return !maps.Equal(e.Metadata, want)
+			}) {
+				return inv.Spec.SandboxShards
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("readers did not see the host's 2,000 sandboxes with metadata %q within 30s (last: %v)", v, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	n := joined("a")
+	if n < 2 {
+		t.Fatalf("the host's sandboxes are in %d shards, want more than the 1 they cannot fit", n)
+	}
+	var list v1beta1.NodeInventoryShardList
+	if err := env.Client.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range list.Items {
+		if len(sh.Spec.Packed) > v1beta1.MaxPackedBytes {
+			t.Errorf("shard %s holds %d bytes, over the bound", sh.Name, len(sh.Spec.Packed))
+		}
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "skiff_vk_sandbox_inventory_shards" {
+			if got := f.GetMetric()[0].GetGauge().GetValue(); got != float64(n) {
+				t.Errorf("skiff_vk_sandbox_inventory_shards = %v, want %d", got, n)
+			}
+		}
+	}
+
+	// Every sandbox changes: 2,000 changes (under --publish-max-changes)
+	// whose JSON passes the inventory's bound.
+	for i := range host.Spec.Sandboxes {
+		host.Spec.Sandboxes[i].Metadata = escaped("b")
+	}
+	if err := w.Apply(ctx, host); err != nil {
+		t.Fatalf("apply a change of every sandbox: %v", err)
+	}
+	if again := joined("b"); again != n {
+		t.Errorf("after the change the sandboxes are in %d shards, want the %d they grew to", again, n)
+	}
+	var inv v1beta1.NodeInventory
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "node-big"}, &inv); err != nil {
+		t.Fatal(err)
+	}
+	if !inv.Spec.SandboxChanges.Empty() {
+		t.Errorf("the inventory carries %d bytes of changes, want them folded into the shards", len(inv.Spec.SandboxChanges.Packed))
+	}
+	// And it still stamps.
+	stamp := metav1.NewTime(time.Now().Add(time.Second))
+	host.PublishedAt = &stamp
+	if err := w.Stamp(ctx, host); err != nil {
+		t.Fatalf("stamp: %v", err)
 	}
 }

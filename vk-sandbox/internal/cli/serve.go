@@ -104,9 +104,10 @@ func serve(ctx context.Context, o *Options) error {
 	host := hostinventory.New(sbd, endpoint, hostinventory.Options{})
 	fan := hostwatch.NewFanout(host.Changed())
 
+	pubLog := log.With("component", "publisher")
 	applier := publish.New(publish.Config{
-		Source: host, Writer: publish.NewKubeWriter(dyn, o.Publish).WithMetrics(pubMetrics), Changes: fan.Subscribe(), NodeName: o.NodeName,
-		Options: o.Publish, Log: log.With("component", "publisher"), Metrics: pubMetrics, ServerClock: clock,
+		Source: host, Writer: publish.NewKubeWriter(dyn, o.Publish).WithMetrics(pubMetrics).WithLogger(pubLog), Changes: fan.Subscribe(), NodeName: o.NodeName,
+		Options: o.Publish, Log: pubLog, Metrics: pubMetrics, ServerClock: clock,
 		// Asked (with a ServerClock) before the first stamp, so that even
 		// that one is in the kube-apiserver's time.
 		LearnServerTime: func(ctx context.Context) error {
