@@ -3,7 +3,6 @@ package kubeinventory_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/shared/inventory/kubeinventory"
-	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
 
 const fieldOwner = client.FieldOwner("vk-sandbox")
@@ -45,10 +43,7 @@ func publish(ctx context.Context, c client.Client, name string) error {
 // candidates) once the live one has published past the window, while the
 // live one stays throughout.
 func TestControlPlaneStoppedPublisherLeaves(t *testing.T) {
-	if os.Getenv("SKIFF_MUTATE") != "" {
-		t.Skip("SKIFF_MUTATE is set: make mutate requires the unit tests alone to kill every mutant")
-	}
-	env := kubetest.Start(t)
+	env := controlPlane(t)
 	ctx := t.Context()
 
 	// The stamp survives the CRD (an old CRD would prune it) and the schema

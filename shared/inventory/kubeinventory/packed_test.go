@@ -2,7 +2,6 @@ package kubeinventory_test
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
-	"github.com/skiff-dev/skiff/shared/testing/kubetest"
 )
 
 // A packed entry is checked by the readers (SandboxEntry.Validate), not
@@ -18,10 +16,7 @@ import (
 // is refused by a real kube-apiserver in spec.sandboxes and by Validate,
 // and one at the rule's edge is taken by both.
 func TestValidateAgreesWithTheSchema(t *testing.T) {
-	if os.Getenv("SKIFF_MUTATE") != "" {
-		t.Skip("SKIFF_MUTATE is set: make mutate requires the unit tests alone to kill every mutant")
-	}
-	env := kubetest.Start(t)
+	env := controlPlane(t)
 	valid := func() v1beta1.SandboxEntry {
 		return v1beta1.SandboxEntry{
 			ID: "abcdefghij0123456789", Template: "base", State: v1beta1.SandboxRunning, Team: "team-a",

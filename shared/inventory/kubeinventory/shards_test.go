@@ -51,6 +51,33 @@ func shardedHost(node string, n int) *v1beta1.NodeInventory {
 	return inv
 }
 
+// controlPlane starts a real kube-apiserver for t, which make mutate
+// skips (SKIFF_MUTATE): its unit tests alone must kill every mutant.
+func controlPlane(t *testing.T) *kubetest.Env {
+	t.Helper()
+	if os.Getenv("SKIFF_MUTATE") != "" {
+		t.Skip("SKIFF_MUTATE is set: make mutate requires the unit tests alone to kill every mutant")
+	}
+	return kubetest.Start(t)
+}
+
+// metric is the value of the counter or gauge skiff_vk_sandbox_<name> in
+// reg; 0 when it has none.
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "skiff_vk_sandbox_"+name {
+			m := f.GetMetric()[0]
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
 // ids is the set of the sandbox IDs of inv.
 func ids(inv *v1beta1.NodeInventory) map[string]bool {
 	out := map[string]bool{}
@@ -66,10 +93,7 @@ func ids(inv *v1beta1.NodeInventory) map[string]bool {
 // resourceVersion of the host, and a stale host's shards leave with it.
 // The stored inventory holds no sandbox, and a stamp writes no shard.
 func TestControlPlaneShardsJoined(t *testing.T) {
-	if os.Getenv("SKIFF_MUTATE") != "" {
-		t.Skip("SKIFF_MUTATE is set: make mutate requires the unit tests alone to kill every mutant")
-	}
-	env := kubetest.Start(t)
+	env := controlPlane(t)
 	ctx := t.Context()
 	dyn := dynamic.NewForConfigOrDie(env.Config)
 	format := skiffpublish.ShardsPacked
@@ -264,10 +288,7 @@ func TestControlPlaneShardsJoined(t *testing.T) {
 // that differ under a new fold number, and the inventory carries nothing.
 // A restarted host writes every shard again before it carries changes.
 func TestControlPlaneChangesCarried(t *testing.T) {
-	if os.Getenv("SKIFF_MUTATE") != "" {
-		t.Skip("SKIFF_MUTATE is set: make mutate requires the unit tests alone to kill every mutant")
-	}
-	env := kubetest.Start(t)
+	env := controlPlane(t)
 	ctx := t.Context()
 	dyn := dynamic.NewForConfigOrDie(env.Config)
 	opts := skiffpublish.Options{SandboxShards: 4, ShardFormat: skiffpublish.ShardsPacked, MaxChanges: 3}
@@ -276,20 +297,7 @@ func TestControlPlaneChangesCarried(t *testing.T) {
 	// metrics are the writer's shard writes, folds and carried changes.
 	metrics := func() [3]float64 {
 		t.Helper()
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out [3]float64
-		for _, f := range families {
-			for i, name := range []string{"inventory_shard_writes_total", "inventory_folds_total", "inventory_carried_changes"} {
-				if f.GetName() == "skiff_vk_sandbox_"+name {
-					m := f.GetMetric()[0]
-					out[i] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-				}
-			}
-		}
-		return out
+		return [3]float64{metric(t, reg, "inventory_shard_writes_total"), metric(t, reg, "inventory_folds_total"), metric(t, reg, "inventory_carried_changes")}
 	}
 	host := shardedHost("node-c", 40)
 	if err := w.Apply(ctx, host); err != nil {
@@ -590,10 +598,7 @@ func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts 
 // with shard events since their last join and no others; a node's changes
 // carried in its inventory are joined without reading its shards.
 func TestControlPlaneShardEventsTracked(t *testing.T) {
-	if os.Getenv("SKIFF_MUTATE") != "" {
-		t.Skip("SKIFF_MUTATE is set: make mutate requires the unit tests alone to kill every mutant")
-	}
-	env := kubetest.Start(t)
+	env := controlPlane(t)
 	ctx := t.Context()
 	w := skiffpublish.NewKubeWriter(dynamic.NewForConfigOrDie(env.Config), skiffpublish.Options{SandboxShards: 4, ShardFormat: skiffpublish.ShardsPacked, MaxChanges: 64})
 	hosts := []*v1beta1.NodeInventory{shardedHost("node-a", 100), shardedHost("node-b", 100), shardedHost("node-c", 100)}
@@ -706,10 +711,7 @@ func escaped(v string) map[string]string {
 // the inventory's spec.sandboxChanges (every sandbox's metadata, with
 // --publish-max-changes 4096) are folded into the shards instead.
 func TestControlPlaneShardsGrowPastTheirBound(t *testing.T) {
-	if os.Getenv("SKIFF_MUTATE") != "" {
-		t.Skip("SKIFF_MUTATE is set: make mutate requires the unit tests alone to kill every mutant")
-	}
-	env := kubetest.Start(t)
+	env := controlPlane(t)
 	ctx := t.Context()
 	dyn := dynamic.NewForConfigOrDie(env.Config)
 	reg := prometheus.NewRegistry()
@@ -757,16 +759,8 @@ func TestControlPlaneShardsGrowPastTheirBound(t *testing.T) {
 			t.Errorf("shard %s holds %d bytes, over the bound", sh.Name, len(sh.Spec.Packed))
 		}
 	}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == "skiff_vk_sandbox_inventory_shards" {
-			if got := f.GetMetric()[0].GetGauge().GetValue(); got != float64(n) {
-				t.Errorf("skiff_vk_sandbox_inventory_shards = %v, want %d", got, n)
-			}
-		}
+	if got := metric(t, reg, "inventory_shards"); got != float64(n) {
+		t.Errorf("skiff_vk_sandbox_inventory_shards = %v, want %d", got, n)
 	}
 
 	// Every sandbox changes: 2,000 changes (under --publish-max-changes)
