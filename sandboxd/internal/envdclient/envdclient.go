@@ -131,7 +131,48 @@ func (c *Client) Init(ctx context.Context, addr, currentToken string, in *wire.E
 	if resp.StatusCode/100 != 2 {
 		return "", fmt.Errorf("%w init: status %d: %s", ErrEnvd, resp.StatusCode, message(msg))
 	}
-	return resp.Header.Get("X-Envd-Version"), nil
+	version := resp.Header.Get("X-Envd-Version")
+	if !validVersion(version) {
+		// A sandbox restored from a snapshot answers with whatever process
+		// its tenant left on envd's port. What it says goes into the
+		// host's inventory, the API's answers and the SDK's checks.
+		shown := version
+		if len(shown) > 40 {
+			shown = shown[:40] + "…"
+		}
+		return "", fmt.Errorf("%w init: the version it advertises (%d bytes: %q) is not a version", ErrEnvd, len(version), shown)
+	}
+	return version, nil
+}
+
+// maxVersionLen is the longest version a sandbox's envd may advertise: the
+// inventory's schema holds no more (SandboxEntry.EnvdVersion).
+const maxVersionLen = 32
+
+// validVersion reports whether v is a version as envd advertises one
+// (MAJOR.MINOR.PATCH, with a pre-release or build suffix) of at most
+// maxVersionLen characters, or empty (an envd that advertises none).
+func validVersion(v string) bool {
+	if v == "" {
+		return true
+	}
+	if len(v) > maxVersionLen {
+		return false
+	}
+	core, suffix, _ := strings.Cut(v, "-")
+	if i := strings.IndexByte(core, '+'); i >= 0 {
+		core, suffix = core[:i], core[i+1:]
+	}
+	parts := strings.Split(core, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return strings.Trim(suffix, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.+-") == ""
 }
 
 // WriteFile writes content to path inside the sandbox as root, through

@@ -56,6 +56,31 @@ func TestInit(t *testing.T) {
 	}
 }
 
+// A version that is not one (a restored sandbox's port answered by its
+// tenant's own process) fails the /init rather than reaching the host's
+// inventory and the API's answers.
+func TestInitRefusesAVersionThatIsNone(t *testing.T) {
+	for version, ok := range map[string]bool{
+		"0.6.4": true, "0.6.13": true, "1.0.0-rc.1": true, "1.0.0+build.5": true, "": true,
+		"banana": false, "0.6": false, "0.6.x": false, "1.2.3-<script>": false,
+		strings.Repeat("9", 30) + ".1.1": false, strings.Repeat("1.2.3", 20000): false,
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header()["X-Envd-Version"] = []string{version}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+		tok := "t"
+		v, err := New(time.Second).Init(t.Context(), strings.TrimPrefix(srv.URL, "http://"), "", &wire.EnvdInit{AccessToken: &tok})
+		srv.Close()
+		switch {
+		case ok && (err != nil || v != version):
+			t.Errorf("version %q: Init = %q, %v; want it", version, v, err)
+		case !ok && (!errors.Is(err, ErrEnvd) || !strings.Contains(err.Error(), "is not a version") || len(err.Error()) > 200):
+			t.Errorf("version %.40q: Init = %q, %v; want a short ErrEnvd that it is not a version", version, v, err)
+		}
+	}
+}
+
 func TestWaitHealthy(t *testing.T) {
 	var healthy atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
