@@ -187,7 +187,9 @@ const MaxShardEntries = 4096
 
 // MaxPackedBytes bounds spec.packed, of a shard and of an inventory's
 // spec.sandboxChanges: the CRDs' maxLength (in characters, which a
-// byte count never undercounts).
+// byte count never undercounts). vk-sandbox holds the text as stored,
+// each quote and backslash escaped again, to it, which leaves room within
+// etcd's request limit (1.5 MiB) for the rest of the object.
 const MaxPackedBytes = 1 << 20
 
 // ShardName is the name of node's shard index. A node's name may be at

@@ -84,6 +84,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 			"changes in between coalescing into one write. Greater than 0 and at most --publish-interval.")
 	fs.IntVar(&o.SandboxShards, "publish-sandbox-shards", o.SandboxShards,
 		"How many NodeInventoryShard objects hold the host's sandboxes (0 to 64), so that the NodeInventory stamped every interval stays small and a change rewrites only the shards it touches. "+
+			"Sandboxes that would pass a shard's bounds (4,096 of them, or 1 MiB as stored) go to twice as many shards until they fit, with a warning, until vk-sandbox restarts. "+
 			"0 keeps the sandboxes in the NodeInventory itself: only for sandbox-apiservers and envd proxies older than the shards, which do not read them (upgrade those first).")
 	fs.StringVar((*string)(&o.ShardFormat), "publish-shard-format", string(o.ShardFormat),
 		"How a NodeInventoryShard holds its sandboxes: packed (spec.packed, one JSON string: a write costs kube-apiserver a seventh of the same entries as a list) or structured (spec.sandboxes, a list): "+

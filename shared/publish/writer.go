@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,6 +110,10 @@ type hostState struct {
 	// changes is how many changes the inventory's last write carried: a
 	// stamp folds them first.
 	changes int
+	// leftover is how many shards the stored inventory named when this
+	// writer found it (a restarted host): those past the count this writer
+	// keeps are emptied once its inventory no longer names them.
+	leftover int
 }
 
 // NewKubeWriter returns a writer over client that keeps inventories as
@@ -227,21 +232,45 @@ func (w *KubeWriter) write(ctx context.Context, inv *v1beta1.NodeInventory, fold
 		}
 		return w.applyShards(ctx, inv.Name, parts, out.GetUID(), number)
 	}
+	w.emptyLeftovers(ctx, inv.Name, n, owner)
 	return nil
 }
 
-// maxEntryBytes bounds the JSON of one SandboxEntry and its comma: every
-// string at the length the CRD allows it, each character escaped (6
-// bytes, \u003c), the rest at its longest (TestMaxEntryBytes). A shard of
-// at most MaxPackedBytes / maxEntryBytes entries (204) cannot pass
-// MaxPackedBytes, so only larger ones are measured.
-const maxEntryBytes = 5120
+// entryFixedBytes bounds what one SandboxEntry takes in a stored shard
+// beside its strings: field names, quotes, times, numbers and commas, as
+// spec.packed holds them and the stored object quotes them again
+// (TestEntryBound).
+const entryFixedBytes = 512
+
+// entryBound bounds the bytes entry e takes in a stored shard (or
+// inventory's changes), whatever its strings hold: a byte of a string is
+// at most 7 there (a character JSON escapes, \u003c, whose backslash the
+// stored object escapes again), a metadata pair's quotes and colon and
+// comma 10. It counts bytes and does not trust the entry to be within
+// the CRD's bounds, which nothing checks of a packed entry before a
+// reader's Validate (an envd restored from a tenant's snapshot reports its
+// own version).
+func entryBound(e *v1beta1.SandboxEntry) int {
+	n := entryFixedBytes + 7*(len(e.ID)+len(e.Template)+len(e.State)+len(e.Pool)+len(e.Team)+len(e.EnvdVersion))
+	for k, v := range e.Metadata {
+		n += 7*(len(k)+len(v)) + 10
+	}
+	return n
+}
+
+// storedBytes is what packed (JSON) takes as a string of the stored
+// object, which escapes each of its quotes and backslashes again: what
+// etcd's request limit (1.5 MiB) and the CRD's maxLength (1 MiB of
+// characters) bound.
+func storedBytes(packed string) int {
+	return len(packed) + strings.Count(packed, `"`) + strings.Count(packed, `\`)
+}
 
 // split puts entries into the shards of node, n (> 0) of them as
 // configured, or more when a shard would not fit its bounds: more than
-// v1beta1.MaxShardEntries entries, or more than v1beta1.MaxPackedBytes of
-// JSON (a host with thousands of sandboxes in few shards, their metadata
-// at its bound). The kube-apiserver refuses such a shard, and a host
+// v1beta1.MaxShardEntries entries, or more than v1beta1.MaxPackedBytes as
+// stored (storedBytes; a host with thousands of sandboxes in few shards,
+// their metadata long). The kube-apiserver refuses such a shard, and a host
 // whose shards cannot be written stops publishing: its sandboxes would
 // leave every reader's view. So the count doubles until every shard fits
 // (up to v1beta1.MaxInventoryShards), readers follow
@@ -276,15 +305,20 @@ func (w *KubeWriter) split(node string, entries []v1beta1.SandboxEntry, n int) (
 }
 
 // tooLarge reports whether a shard of part would pass a shard's bounds.
+// Entries are packed to be measured only when their bound passes it.
 func tooLarge(part []v1beta1.SandboxEntry) bool {
 	if len(part) > v1beta1.MaxShardEntries {
 		return true
 	}
-	if len(part) <= v1beta1.MaxPackedBytes/maxEntryBytes {
+	bound := 0
+	for i := range part {
+		bound += entryBound(&part[i])
+	}
+	if bound <= v1beta1.MaxPackedBytes {
 		return false
 	}
-	raw, err := json.Marshal(part)
-	return err == nil && len(raw) > v1beta1.MaxPackedBytes
+	packed, err := v1beta1.PackSandboxes(part)
+	return err == nil && storedBytes(packed) > v1beta1.MaxPackedBytes
 }
 
 // storedOwner is the UID of node's stored inventory, which its shards
@@ -299,12 +333,53 @@ func (w *KubeWriter) storedOwner(ctx context.Context, node string) (types.UID, e
 	case err != nil:
 		return "", fmt.Errorf("find the stored NodeInventory %s: %w", node, err)
 	}
+	stored, _, _ := unstructured.NestedInt64(out.Object, "spec", "sandboxShards")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.written[node] == nil {
-		w.written[node] = &hostState{uid: out.GetUID()}
+		w.written[node] = &hostState{uid: out.GetUID(), leftover: int(min(max(stored, 0), v1beta1.MaxInventoryShards))}
 	}
 	return out.GetUID(), nil
+}
+
+// emptyLeftovers empties the shards of node from n up to the count its
+// stored inventory named before this writer (a host restarted with fewer
+// shards than it had, or than it had grown to), now that its inventory,
+// owned by owner, names n: nobody reads them, and each could hold a MiB
+// of stale entries in etcd and in every reader's cache. A host may
+// write its shards but not delete them (api/policies). A failure is
+// logged and tried again at the next write.
+func (w *KubeWriter) emptyLeftovers(ctx context.Context, node string, n int, owner types.UID) {
+	w.mu.Lock()
+	st := w.written[node]
+	leftover := 0
+	if st != nil {
+		leftover = st.leftover
+	}
+	w.mu.Unlock()
+	if leftover <= n {
+		return
+	}
+	for k := n; k < leftover; k++ {
+		sh := &v1beta1.NodeInventoryShard{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: v1beta1.ShardName(node, k),
+				OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: v1beta1.GroupVersion.String(), Kind: "NodeInventory", Name: node, UID: owner,
+				}},
+			},
+			Spec: v1beta1.NodeInventoryShardSpec{Node: node, Index: int32(k)},
+		}
+		if _, err := w.apply(ctx, w.shards, "NodeInventoryShard", sh.Name, sh); err != nil {
+			w.log.Warn("could not empty a NodeInventoryShard past the count the host keeps now; trying again at the next write", "shard", sh.Name, "error", err)
+			return
+		}
+	}
+	w.mu.Lock()
+	if st := w.written[node]; st != nil {
+		st.leftover = 0
+	}
+	w.mu.Unlock()
 }
 
 // nextFold is a fold number greater than any this writer gave out: the
@@ -330,7 +405,9 @@ func (w *KubeWriter) changes(node string, parts [][]v1beta1.SandboxEntry) (_ *v1
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.written[node]
-	if st == nil || len(st.shards) != len(parts) {
+	if st == nil || st.rv == "" || len(st.shards) != len(parts) {
+		// Unknown, or the inventory's last write failed: a write refused
+		// for what it carried is not tried again as it was.
 		return nil, 0, false
 	}
 	var changed []v1beta1.SandboxEntry
@@ -368,7 +445,7 @@ func (w *KubeWriter) changes(node string, parts [][]v1beta1.SandboxEntry) (_ *v1
 		return nil, 0, true
 	}
 	packed, err := v1beta1.PackSandboxes(changed)
-	if err != nil || len(packed) > v1beta1.MaxPackedBytes {
+	if err != nil || storedBytes(packed) > v1beta1.MaxPackedBytes {
 		// Folded instead, where the shard's write reports an error, and
 		// where shards hold what the inventory's field cannot.
 		return nil, 0, false
@@ -493,7 +570,8 @@ func (w *KubeWriter) remember(name string, out *unstructured.Unstructured, err e
 	}
 	st.rv = out.GetResourceVersion()
 	if uid := out.GetUID(); uid != st.uid {
-		st.uid, st.shards, st.shardsRV = uid, nil, 0
+		// Another inventory, whose shards (if any) are not those found.
+		st.uid, st.shards, st.shardsRV, st.leftover = uid, nil, 0, 0
 	}
 }
 

@@ -2,6 +2,7 @@ package kubeinventory_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -693,23 +694,24 @@ func TestControlPlaneShardEventsTracked(t *testing.T) {
 	}
 }
 
-// escaped is metadata at its bound (8 entries, 192 characters) whose every
-// character JSON escapes to 6 bytes (\u003c), with v in each value.
-func escaped(v string) map[string]string {
+// quoted is metadata at its bound (8 entries, 192 characters) of quotes,
+// with v in each value: a quote takes 2 bytes in the packed JSON, and 4
+// in the stored object, which escapes the escape again.
+func quoted(v string) map[string]string {
 	out := map[string]string{}
 	for i := range 8 {
-		out[fmt.Sprintf("<%d", i)] = v + strings.Repeat("<", 22-len(v))
+		out[fmt.Sprintf(`"%d`, i)] = v + strings.Repeat(`"`, 22-len(v))
 	}
 	return out
 }
 
-// A host whose sandboxes would pass a shard's bound (1 MiB of packed JSON)
-// in the shards it was told to keep (--publish-sandbox-shards 1: 2,000
-// sandboxes, their metadata at its bound and escaped, 2.8 MB) writes them
-// into more shards, which readers join; the kube-apiserver would refuse
-// the one shard, and the host would stop publishing. Changes too large for
-// the inventory's spec.sandboxChanges (every sandbox's metadata, with
-// --publish-max-changes 4096) are folded into the shards instead.
+// A host whose sandboxes would not fit in the shards it was told to keep
+// (--publish-sandbox-shards 1: 1,800 sandboxes whose metadata is all
+// quotes) writes them into more shards, which readers join. In one shard
+// their packed text would be under the CRD's 1 MiB but 1.7 MB as the
+// stored object holds it, which etcd refuses (1.5 MiB): the host would stop
+// publishing. Changes too large for the inventory (every sandbox's
+// metadata, under --publish-max-changes 4096) are folded into the shards.
 func TestControlPlaneShardsGrowPastTheirBound(t *testing.T) {
 	env := controlPlane(t)
 	ctx := t.Context()
@@ -717,21 +719,37 @@ func TestControlPlaneShardsGrowPastTheirBound(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	w := skiffpublish.NewKubeWriter(dyn, skiffpublish.Options{SandboxShards: 1, ShardFormat: skiffpublish.ShardsPacked, MaxChanges: v1beta1.MaxShardEntries}).
 		WithMetrics(skiffpublish.NewMetrics(reg))
-	host := shardedHost("node-big", 2000)
-	for i := range host.Spec.Sandboxes {
-		host.Spec.Sandboxes[i].Metadata = escaped("a")
+	host := shardedHost("node-big", 1800)
+	// meta gives every sandbox metadata v and checks that their text is
+	// what the test is about: under 1 MiB packed, over etcd's limit stored.
+	meta := func(v string) {
+		t.Helper()
+		for i := range host.Spec.Sandboxes {
+			host.Spec.Sandboxes[i].Metadata = quoted(v)
+		}
+		packed, err := v1beta1.PackSandboxes(host.Spec.Sandboxes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := json.Marshal(packed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(packed) > v1beta1.MaxPackedBytes || len(stored) <= 3<<19 {
+			t.Fatalf("the sandboxes take %d bytes packed and %d stored, want at most %d and over %d", len(packed), len(stored), v1beta1.MaxPackedBytes, 3<<19)
+		}
 	}
+	meta("a")
 	if err := w.Apply(ctx, host); err != nil {
-		t.Fatalf("apply 2,000 sandboxes whose metadata is at its bound, told 1 shard: %v", err)
+		t.Fatalf("apply 1,800 sandboxes whose metadata is quotes, told 1 shard: %v", err)
 	}
 	c := env.StartCache(t, &v1beta1.NodeInventory{}, &v1beta1.NodeInventoryShard{})
-	opts := kubeinventory.NewOptions()
-	src := kubeinventory.New(c, opts)
+	src := kubeinventory.New(c, kubeinventory.NewOptions())
 	// joined waits until readers see every sandbox of the host with
 	// metadata value v, and returns the shards it is stored in.
 	joined := func(v string) int32 {
 		t.Helper()
-		want := escaped(v)
+		want := quoted(v)
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			inv, err := src.NodeInventory(ctx, "node-big")
@@ -741,7 +759,7 @@ func TestControlPlaneShardsGrowPastTheirBound(t *testing.T) {
 				return inv.Spec.SandboxShards
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("readers did not see the host's 2,000 sandboxes with metadata %q within 30s (last: %v)", v, err)
+				t.Fatalf("readers did not see the host's 1,800 sandboxes with metadata %q within 30s (last: %v)", v, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -750,24 +768,13 @@ func TestControlPlaneShardsGrowPastTheirBound(t *testing.T) {
 	if n < 2 {
 		t.Fatalf("the host's sandboxes are in %d shards, want more than the 1 they cannot fit", n)
 	}
-	var list v1beta1.NodeInventoryShardList
-	if err := env.Client.List(ctx, &list); err != nil {
-		t.Fatal(err)
-	}
-	for _, sh := range list.Items {
-		if len(sh.Spec.Packed) > v1beta1.MaxPackedBytes {
-			t.Errorf("shard %s holds %d bytes, over the bound", sh.Name, len(sh.Spec.Packed))
-		}
-	}
 	if got := metric(t, reg, "inventory_shards"); got != float64(n) {
 		t.Errorf("skiff_vk_sandbox_inventory_shards = %v, want %d", got, n)
 	}
 
-	// Every sandbox changes: 2,000 changes (under --publish-max-changes)
-	// whose JSON passes the inventory's bound.
-	for i := range host.Spec.Sandboxes {
-		host.Spec.Sandboxes[i].Metadata = escaped("b")
-	}
+	// Every sandbox changes: 1,800 changes, under --publish-max-changes,
+	// too large for the inventory.
+	meta("b")
 	if err := w.Apply(ctx, host); err != nil {
 		t.Fatalf("apply a change of every sandbox: %v", err)
 	}
