@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -366,6 +367,10 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 	return spec
 }
 
+// maxEnvdVersion is the longest envd version an entry holds, as the CRD's
+// schema bounds SandboxEntry.EnvdVersion.
+const maxEnvdVersion = 32
+
 // Entry is a sandbox as the NodeInventory lists it (Spec leaves out its
 // envd version when it is the node's). Its times are to the microsecond
 // (v1beta1.NewMicroTime), as the inventory's JSON keeps them: an entry is
@@ -383,6 +388,12 @@ func Entry(sb *pb.Sandbox) v1beta1.SandboxEntry {
 		MemoryMiB:   sb.GetResources().GetMemoryMib(),
 		DiskMiB:     sb.GetResources().GetDiskMib(),
 		EnvdVersion: sb.GetEnvdVersion(),
+	}
+	if utf8.RuneCountInString(e.EnvdVersion) > maxEnvdVersion {
+		// Not a version (sandboxd refuses one since, but a record written
+		// before may hold it): the node's stands in, rather than an entry
+		// every reader drops and a shard that may not fit.
+		e.EnvdVersion = ""
 	}
 	if sb.GetEndAt() != nil {
 		end := v1beta1.NewMicroTime(sb.GetEndAt().AsTime())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -363,5 +364,26 @@ func TestSpecSnapshots(t *testing.T) {
 	}
 	if last := spec.Snapshots[len(spec.Snapshots)-1].ID; last != fmt.Sprintf("s%019d", v1beta1.MaxInventorySnapshots-1) {
 		t.Errorf("the newest %d kept, but the last is %s", v1beta1.MaxInventorySnapshots, last)
+	}
+}
+
+// An envd version longer than the schema holds (a record written before
+// sandboxd checked what a restored sandbox's port answered) leaves the
+// entry with none, the node's, rather than making an entry every reader
+// drops; one within the bound stays.
+func TestEntryDropsAVersionPastItsBound(t *testing.T) {
+	for version, want := range map[string]string{
+		"0.6.13":                 "0.6.13",
+		strings.Repeat("é", 32):  strings.Repeat("é", 32),
+		strings.Repeat("9", 33):  "",
+		strings.Repeat("1", 1e5): "",
+	} {
+		e := Entry(&pb.Sandbox{Id: "a0000000000000000000", Template: "base", Team: "t", EnvdVersion: version, StartedAt: timestamppb.Now()})
+		if e.EnvdVersion != want {
+			t.Errorf("version of %d characters: entry has %q, want %q", len([]rune(version)), e.EnvdVersion, want)
+		}
+		if err := e.Validate(); err != nil {
+			t.Errorf("version of %d characters: %v", len([]rune(version)), err)
+		}
 	}
 }

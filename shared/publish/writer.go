@@ -110,10 +110,9 @@ type hostState struct {
 	// changes is how many changes the inventory's last write carried: a
 	// stamp folds them first.
 	changes int
-	// leftover is how many shards the stored inventory named when this
-	// writer found it (a restarted host): those past the count this writer
-	// keeps are emptied once its inventory no longer names them.
-	leftover int
+	// refusedCarries counts the inventory's writes in a row that failed
+	// while carrying changes: past one, the next write folds them.
+	refusedCarries int
 }
 
 // NewKubeWriter returns a writer over client that keeps inventories as
@@ -232,7 +231,6 @@ func (w *KubeWriter) write(ctx context.Context, inv *v1beta1.NodeInventory, fold
 		}
 		return w.applyShards(ctx, inv.Name, parts, out.GetUID(), number)
 	}
-	w.emptyLeftovers(ctx, inv.Name, n, owner)
 	return nil
 }
 
@@ -257,6 +255,11 @@ func entryBound(e *v1beta1.SandboxEntry) int {
 	}
 	return n
 }
+
+// maxCarriedBytes bounds the changes an inventory carries, as stored:
+// half a shard's, since the inventory holds more beside them (the IDs
+// removed, up to 1,024 snapshots and volumes) within etcd's 1.5 MiB.
+const maxCarriedBytes = v1beta1.MaxPackedBytes / 2
 
 // storedBytes is what packed (JSON) takes as a string of the stored
 // object, which escapes each of its quotes and backslashes again: what
@@ -333,53 +336,12 @@ func (w *KubeWriter) storedOwner(ctx context.Context, node string) (types.UID, e
 	case err != nil:
 		return "", fmt.Errorf("find the stored NodeInventory %s: %w", node, err)
 	}
-	stored, _, _ := unstructured.NestedInt64(out.Object, "spec", "sandboxShards")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.written[node] == nil {
-		w.written[node] = &hostState{uid: out.GetUID(), leftover: int(min(max(stored, 0), v1beta1.MaxInventoryShards))}
+		w.written[node] = &hostState{uid: out.GetUID()}
 	}
 	return out.GetUID(), nil
-}
-
-// emptyLeftovers empties the shards of node from n up to the count its
-// stored inventory named before this writer (a host restarted with fewer
-// shards than it had, or than it had grown to), now that its inventory,
-// owned by owner, names n: nobody reads them, and each could hold a MiB
-// of stale entries in etcd and in every reader's cache. A host may
-// write its shards but not delete them (api/policies). A failure is
-// logged and tried again at the next write.
-func (w *KubeWriter) emptyLeftovers(ctx context.Context, node string, n int, owner types.UID) {
-	w.mu.Lock()
-	st := w.written[node]
-	leftover := 0
-	if st != nil {
-		leftover = st.leftover
-	}
-	w.mu.Unlock()
-	if leftover <= n {
-		return
-	}
-	for k := n; k < leftover; k++ {
-		sh := &v1beta1.NodeInventoryShard{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: v1beta1.ShardName(node, k),
-				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: v1beta1.GroupVersion.String(), Kind: "NodeInventory", Name: node, UID: owner,
-				}},
-			},
-			Spec: v1beta1.NodeInventoryShardSpec{Node: node, Index: int32(k)},
-		}
-		if _, err := w.apply(ctx, w.shards, "NodeInventoryShard", sh.Name, sh); err != nil {
-			w.log.Warn("could not empty a NodeInventoryShard past the count the host keeps now; trying again at the next write", "shard", sh.Name, "error", err)
-			return
-		}
-	}
-	w.mu.Lock()
-	if st := w.written[node]; st != nil {
-		st.leftover = 0
-	}
-	w.mu.Unlock()
 }
 
 // nextFold is a fold number greater than any this writer gave out: the
@@ -405,9 +367,11 @@ func (w *KubeWriter) changes(node string, parts [][]v1beta1.SandboxEntry) (_ *v1
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st := w.written[node]
-	if st == nil || st.rv == "" || len(st.shards) != len(parts) {
-		// Unknown, or the inventory's last write failed: a write refused
-		// for what it carried is not tried again as it was.
+	if st == nil || st.refusedCarries > 1 || len(st.shards) != len(parts) {
+		// Unknown, or the inventory's writes failed twice in a row while
+		// carrying changes: a write refused for what it carries would be
+		// refused again at every publish. (Once may be a passing failure,
+		// which a fold would answer with a write of every shard.)
 		return nil, 0, false
 	}
 	var changed []v1beta1.SandboxEntry
@@ -445,9 +409,9 @@ func (w *KubeWriter) changes(node string, parts [][]v1beta1.SandboxEntry) (_ *v1
 		return nil, 0, true
 	}
 	packed, err := v1beta1.PackSandboxes(changed)
-	if err != nil || storedBytes(packed) > v1beta1.MaxPackedBytes {
+	if err != nil || storedBytes(packed) > maxCarriedBytes {
 		// Folded instead, where the shard's write reports an error, and
-		// where shards hold what the inventory's field cannot.
+		// where shards hold what the inventory cannot.
 		return nil, 0, false
 	}
 	return &v1beta1.SandboxChanges{Fold: st.fold, Packed: packed, Removed: removed}, count, true
@@ -570,8 +534,7 @@ func (w *KubeWriter) remember(name string, out *unstructured.Unstructured, err e
 	}
 	st.rv = out.GetResourceVersion()
 	if uid := out.GetUID(); uid != st.uid {
-		// Another inventory, whose shards (if any) are not those found.
-		st.uid, st.shards, st.shardsRV, st.leftover = uid, nil, 0, 0
+		st.uid, st.shards, st.shardsRV = uid, nil, 0
 	}
 }
 
@@ -646,6 +609,12 @@ func (w *KubeWriter) rememberChanges(name string, count int, err error) {
 	st := w.written[name]
 	if st == nil {
 		return
+	}
+	switch {
+	case err == nil:
+		st.refusedCarries = 0
+	case count > 0:
+		st.refusedCarries++
 	}
 	if err != nil {
 		count = max(count, st.changes, 1)
