@@ -329,6 +329,13 @@ func FromTar(r io.Reader, dst string) error {
 		if err := untarEntry(root, tr, hdr, name, path); err != nil {
 			return fmt.Errorf("layer tar entry %q: %w", hdr.Name, err)
 		}
+		if hdr.Typeflag == tar.TypeLink {
+			// A second name of a symlink is a symlink: nothing goes
+			// beneath it either.
+			if fi, err := root.Lstat(name); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+				links[name] = true
+			}
+		}
 		if hdr.Typeflag == tar.TypeDir {
 			h := *hdr
 			h.Name = path
@@ -394,6 +401,18 @@ func untarEntry(root *os.Root, tr *tar.Reader, hdr *tar.Header, name, path strin
 		}
 	default:
 		return nil
+	}
+	// What the calls below change by its host path must be the entry
+	// itself: a directory entry over a symlink an earlier entry made (or
+	// a second name of one) would have them follow it out of the layer,
+	// a chmod of a host file as root.
+	fi, err := root.Lstat(name)
+	if err != nil {
+		return err
+	}
+	if want := map[byte]fs.FileMode{tar.TypeDir: fs.ModeDir, tar.TypeReg: 0, tar.TypeSymlink: fs.ModeSymlink,
+		tar.TypeChar: fs.ModeDevice | fs.ModeCharDevice, tar.TypeFifo: fs.ModeNamedPipe}[hdr.Typeflag]; fi.Mode().Type() != want {
+		return fmt.Errorf("it names an entry of another type (%s) made before it", fi.Mode().Type())
 	}
 	uid, gid := hdr.Uid, hdr.Gid
 	if uid < 0 || uid >= IDRange {

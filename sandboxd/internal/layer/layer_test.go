@@ -153,6 +153,36 @@ func TestFromTar(t *testing.T) {
 	}
 }
 
+// A directory entry over a symlink (or over a second name of one) that an
+// earlier entry made is refused, and changes nothing the symlink leads to:
+// the mode, owner and times FromTar sets by the entry's host path would
+// otherwise be the target's, a host file's as root.
+func TestFromTarChangesNothingThroughASymlink(t *testing.T) {
+	needRoot(t)
+	victim := filepath.Join(t.TempDir(), "victim")
+	must(t, os.WriteFile(victim, nil, 0o600))
+	for name, hdrs := range map[string][]*tar.Header{
+		"a directory over a symlink": {
+			{Typeflag: tar.TypeSymlink, Name: "/x", Linkname: victim},
+			{Typeflag: tar.TypeDir, Name: "/x/", Mode: 0o6777, Uid: 1000},
+		},
+		"a directory over a second name of a symlink": {
+			{Typeflag: tar.TypeSymlink, Name: "/x", Linkname: victim},
+			{Typeflag: tar.TypeLink, Name: "/y", Linkname: "/x"},
+			{Typeflag: tar.TypeDir, Name: "/y/", Mode: 0o6777, Uid: 1000},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := FromTar(tarOf(t, hdrs...), filepath.Join(t.TempDir(), "layer")); err == nil {
+				t.Error("unpacked")
+			}
+			if st := stat(t, victim); st.Mode&0o7777 != 0o600 || st.Uid != 0 {
+				t.Fatalf("the file the symlink leads to has mode %o and owner %d, want 600 and 0", st.Mode&0o7777, st.Uid)
+			}
+		})
+	}
+}
+
 // A sandbox writes its upper layer: a tar of it cannot reach outside the
 // layer, through "..", or through a symlink it made.
 func TestFromTarStaysInside(t *testing.T) {
@@ -165,6 +195,11 @@ func TestFromTarStaysInside(t *testing.T) {
 			{Typeflag: tar.TypeChar, Name: "/evil/dev", Devmajor: 1, Devminor: 3},
 		},
 		"a hard link out": {{Typeflag: tar.TypeLink, Name: "/x", Linkname: "../../../etc/passwd"}},
+		"through a second name of a symlink": {
+			{Typeflag: tar.TypeSymlink, Name: "/s", Linkname: outside},
+			{Typeflag: tar.TypeLink, Name: "/h", Linkname: "/s"},
+			{Typeflag: tar.TypeFifo, Name: "/h/fifo", Mode: 0o644},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "layer")
