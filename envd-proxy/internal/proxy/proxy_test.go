@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -262,6 +264,25 @@ func TestUnreachableHostAnswers502(t *testing.T) {
 	}
 	if e := apiErr(t, body); e.Code != 502 || strings.Contains(e.Message, endpoint) {
 		t.Fatalf("body %+v (must not name the internal endpoint %s)", e, endpoint)
+	}
+}
+
+// An answer whose headers pass 1 MiB (a tenant's server) is a 502, not
+// held in the proxy's memory; one just under passes.
+func TestAnswerHeadersBounded(t *testing.T) {
+	a := newUpstream(t, "node-a", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kib, _ := strconv.Atoi(r.URL.Query().Get("kib"))
+		for i := range kib / 32 {
+			w.Header().Set(fmt.Sprintf("X-Big-%d", i), strings.Repeat("h", 32<<10))
+		}
+		_, _ = io.WriteString(w, "body")
+	}))
+	h := newHarness(t, harnessOptions{}, a)
+	id := sandbox(t, "node-a")
+	for kib, want := range map[int]int{900: http.StatusOK, 2048: http.StatusBadGateway} {
+		if resp, _ := h.do(h.request(http.MethodGet, fmt.Sprintf("/?kib=%d", kib), id, "8080", nil)); resp.StatusCode != want {
+			t.Errorf("an answer with %d KiB of headers: %d, want %d", kib, resp.StatusCode, want)
+		}
 	}
 }
 

@@ -70,8 +70,16 @@ func NewTransport(o TransportOptions, m *Metrics) *http.Transport {
 		DisableCompression:    true,
 		ReadBufferSize:        o.BufferSize,
 		WriteBufferSize:       o.BufferSize,
+		// An answer comes from a sandbox's server, its tenant's: its
+		// headers are held to what the proxy takes of a request's (Go's
+		// default, 10 MiB, let one tenant pin that much per request).
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 }
+
+// maxResponseHeaderBytes bounds the headers of an answer the proxy
+// passes on; past it the client gets 502.
+const maxResponseHeaderBytes = 1 << 20
 
 // countingConn counts the bytes read from and written to a connection.
 type countingConn struct {

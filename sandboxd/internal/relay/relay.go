@@ -424,5 +424,13 @@ func newTransport() *http.Transport {
 	t.DisableCompression = true
 	t.MaxIdleConns = 0 // no limit beyond the per-sandbox one
 	t.MaxIdleConnsPerHost = 64
+	// A sandbox's server is its tenant's: the headers of its answers are
+	// held to what the relay takes of a request's (Go's default, 10 MiB,
+	// let one tenant pin that much of sandboxd's memory per request).
+	t.MaxResponseHeaderBytes = maxResponseHeaderBytes
 	return t
 }
+
+// maxResponseHeaderBytes bounds the headers of a sandbox's answer; past
+// it the relay answers 502.
+const maxResponseHeaderBytes = 1 << 20

@@ -119,6 +119,30 @@ func TestForwards(t *testing.T) {
 	}
 }
 
+// An answer whose headers pass 1 MiB (a tenant's server) is a 502, not
+// held in sandboxd's memory; one just under passes.
+func TestAnswerHeadersBounded(t *testing.T) {
+	for kib, want := range map[int]int{900: http.StatusOK, 2048: http.StatusBadGateway} {
+		upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			for i := range kib / 32 {
+				w.Header().Set(fmt.Sprintf("X-Big-%d", i), strings.Repeat("h", 32<<10))
+			}
+			_, _ = io.WriteString(w, "body")
+		}))
+		relay, _ := startRelay(t)
+		resp, err := http.DefaultClient.Do(request(t, http.MethodGet, relay.URL, "/", portOf(t, upstream.URL), nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		upstream.Close()
+		if resp.StatusCode != want {
+			t.Errorf("an answer with %d KiB of headers: %d, want %d", kib, resp.StatusCode, want)
+		}
+	}
+}
+
 // Bodies pass as they are: a client that asks for no encoding gets none
 // asked of the sandbox either (Go's transport would ask for gzip and unpack
 // it, costing two thirds of a download's throughput), and one that asks for
