@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/fairslots"
 )
 
 // DNS is the DNS filter for redirected queries.
@@ -28,8 +30,9 @@ func NewDNS(o Options) *DNS {
 const queryTimeout = 5 * time.Second
 
 // maxQueries bounds the queries the filter answers at once (UDP, and TCP
-// connections), for all sandboxes; a query over it is dropped, as a busy
-// resolver would, and the client asks again.
+// connections), for all sandboxes, a sixteenth of them for one; a query
+// over it is dropped, as a busy resolver would, and the client asks
+// again.
 const maxQueries = 1024
 
 // ServeUDP answers the queries that reach pc until ctx ends.
@@ -38,7 +41,8 @@ func (d *DNS) ServeUDP(ctx context.Context, pc net.PacketConn) error {
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	slots := make(chan struct{}, maxQueries)
+	slots := fairslots.New[netip.Addr](maxQueries, maxQueries/perSandbox)
+	var full refusals
 	buf := make([]byte, 65535)
 	for {
 		n, from, err := pc.ReadFrom(buf)
@@ -52,14 +56,13 @@ func (d *DNS) ServeUDP(ctx context.Context, pc net.PacketConn) error {
 		if !ok {
 			continue
 		}
-		select {
-		case slots <- struct{}{}:
-		default:
-			continue
+		if r := slots.Take(src); r != fairslots.Taken {
+			full.log(d.o.Logger, r, "DNS filter (UDP)", src, maxQueries)
+			continue // dropped, as a busy resolver would
 		}
 		query := append([]byte(nil), buf[:n]...)
 		wg.Go(func() {
-			defer func() { <-slots }()
+			defer slots.Put(src)
 			if ans := d.answer(ctx, src, query, "udp"); ans != nil {
 				_, _ = pc.WriteTo(ans, from)
 			}

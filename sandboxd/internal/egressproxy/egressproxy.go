@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/fairslots"
 	"github.com/skiff-dev/skiff/shared/egress"
 )
 
@@ -119,16 +120,24 @@ func resolver(o *Options) *net.Resolver {
 	}
 }
 
+// perSandbox is the share of a server's slots (connections, queries in
+// flight) that one sandbox may hold: a sandbox's tenant decides how long
+// its connections stay, and one that held them all would cut every other
+// sandbox of the host off its filtered egress.
+const perSandbox = 16
+
 // serveConns has handle serve each connection ln takes, at most "most" at
-// once (one more is closed at once), until ctx ends; then it closes ln and
-// the connections and waits for handle to return. Errors accepting are
-// retried after a pause (running out of file descriptors passes).
+// once and a sixteenth of them from one sandbox (one more is closed at
+// once), until ctx ends; then it closes ln and the connections and waits
+// for handle to return. Errors accepting are retried after a pause
+// (running out of file descriptors passes).
 func serveConns(ctx context.Context, ln net.Listener, most int, log *slog.Logger, what string, handle func(net.Conn)) error {
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	slots := make(chan struct{}, most)
+	slots := fairslots.New[netip.Addr](most, most/perSandbox)
+	var full refusals
 	var pause time.Duration
 	for {
 		c, err := ln.Accept()
@@ -149,19 +158,37 @@ func serveConns(ctx context.Context, ln net.Listener, most int, log *slog.Logger
 			continue
 		}
 		pause = 0
-		select {
-		case slots <- struct{}{}:
-		default:
-			log.Warn("too many connections; closing one", "server", what, "from", c.RemoteAddr(), "max", most)
+		src, _ := addrOf(c.RemoteAddr())
+		if r := slots.Take(src); r != fairslots.Taken {
+			full.log(log, r, what, src, most)
 			_ = c.Close()
 			continue
 		}
 		wg.Go(func() {
-			defer func() { <-slots }()
+			defer slots.Put(src)
 			defer c.Close()
 			closeOnEnd := context.AfterFunc(ctx, func() { _ = c.Close() })
 			defer closeOnEnd()
 			handle(c)
 		})
 	}
+}
+
+// refusals logs the connections or queries a server refused for want of a
+// slot, at most once a second: a sandbox that keeps past its share would
+// otherwise write a line for each.
+type refusals struct {
+	last   time.Time
+	missed int
+}
+
+func (r *refusals) log(log *slog.Logger, why fairslots.Refusal, what string, src netip.Addr, most int) {
+	r.missed++
+	if time.Since(r.last) < time.Second {
+		return
+	}
+	log.Warn("too many connections or queries; refusing those past the bound", "server", what, "from", src,
+		"past", map[fairslots.Refusal]string{fairslots.KeyFull: "the sandbox's share", fairslots.AllFull: "every sandbox's bound"}[why],
+		"max", most, "max_per_sandbox", most/perSandbox, "refused_since_last_line", r.missed)
+	r.last, r.missed = time.Now(), 0
 }

@@ -271,4 +271,46 @@ func TestServeConns(t *testing.T) {
 	}
 }
 
+// One sandbox (a source address) holds at most its share of serveConns'
+// connections: past it its next is closed at once, and another sandbox's
+// is served.
+func TestServeConnsShared(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{}, 8)
+	go func() {
+		_ = serveConns(t.Context(), ln, 2*perSandbox, slogDiscard(), "test", func(c net.Conn) {
+			started <- struct{}{}
+			_, _ = io.Copy(io.Discard, c) // until closed
+		})
+	}()
+	dial := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp4", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	for range 2 {
+		dial("127.0.0.1")
+		<-started
+	}
+	over := dial("127.0.0.1")
+	_ = over.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := over.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("a sandbox's connection past its share of 2: %v, want EOF", err)
+	}
+	dial("127.0.0.2")
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("another sandbox's connection was not served")
+	}
+}
+
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/fairslots"
 )
 
 // LoopbackDialTimeout bounds one DialLoopback. A loopback connect answers at
@@ -19,10 +21,14 @@ const LoopbackDialTimeout = 2 * time.Second
 // loopbackDials caps the DialLoopbacks under way: each holds an OS thread
 // for as long as it waits, and a sandbox's own server decides how long that
 // is, so without a cap enough requests to one port URL would take sandboxd
-// to Go's limit of 10,000 threads.
-var loopbackDials = make(chan struct{}, 32)
+// to Go's limit of 10,000 threads. One sandbox holds at most 4 of them: a
+// server whose accept queue is full holds each dial for the whole
+// LoopbackDialTimeout, and one that held them all would leave every other
+// sandbox's loopback servers unreachable.
+var loopbackDials = fairslots.New[string](128, 4)
 
-// ErrLoopbackBusy is DialLoopback's error when loopbackDials are all taken.
+// ErrLoopbackBusy is DialLoopback's error when the sandbox holds its share
+// of loopbackDials, or all are taken.
 var ErrLoopbackBusy = errors.New("too many loopback dials under way")
 
 // DialLoopback connects to port on the loopback of the network namespace
@@ -37,12 +43,10 @@ var ErrLoopbackBusy = errors.New("too many loopback dials under way")
 // gVisor the sandbox's loopback is in its netstack, not in the namespace
 // the host sees, and this is refused.
 func DialLoopback(ctx context.Context, netnsPath string, port uint16) (net.Conn, error) {
-	select {
-	case loopbackDials <- struct{}{}:
-		defer func() { <-loopbackDials }()
-	default:
+	if loopbackDials.Take(netnsPath) != fairslots.Taken {
 		return nil, ErrLoopbackBusy
 	}
+	defer loopbackDials.Put(netnsPath)
 	ctx, cancel := context.WithTimeout(ctx, LoopbackDialTimeout)
 	defer cancel()
 	var c net.Conn

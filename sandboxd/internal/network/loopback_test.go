@@ -15,6 +15,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/fairslots"
 )
 
 // newNS makes a network namespace with its lo up, pinned at a file in the
@@ -118,17 +120,25 @@ func TestDialLoopbackIPv6(t *testing.T) {
 	}
 }
 
-// The dials under way are capped: each holds an OS thread while it waits.
+// The dials under way are capped, and one sandbox holds at most its share
+// of them: each holds an OS thread while it waits. A sandbox at its share
+// is refused; another is not.
 func TestDialLoopbackBusy(t *testing.T) {
-	for range cap(loopbackDials) {
-		loopbackDials <- struct{}{}
+	ns, other := newNS(t), newNS(t)
+	for range 4 {
+		if loopbackDials.Take(ns) != fairslots.Taken {
+			t.Fatal("a sandbox's first 4 dials were refused")
+		}
 	}
 	defer func() {
-		for range cap(loopbackDials) {
-			<-loopbackDials
+		for range 4 {
+			loopbackDials.Put(ns)
 		}
 	}()
-	if _, err := DialLoopback(t.Context(), newNS(t), 1); !errors.Is(err, ErrLoopbackBusy) {
-		t.Errorf("dial with every slot taken = %v, want ErrLoopbackBusy", err)
+	if _, err := DialLoopback(t.Context(), ns, 1); !errors.Is(err, ErrLoopbackBusy) {
+		t.Errorf("a dial of a sandbox holding its share = %v, want ErrLoopbackBusy", err)
+	}
+	if _, err := DialLoopback(t.Context(), other, 1); errors.Is(err, ErrLoopbackBusy) {
+		t.Errorf("another sandbox's dial = %v, want it tried", err)
 	}
 }
