@@ -4,6 +4,7 @@
 package envdlog
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -154,4 +157,56 @@ func parseJSONLine(raw []byte) (e *pb.LogEntry, t time.Time, ok bool) {
 		src = "envd"
 	}
 	return &pb.LogEntry{Timestamp: timestamppb.New(l.Time), Line: *l.Line, Source: src}, l.Time, true
+}
+
+// Trim cuts the log at path, when it holds more than most bytes, to its
+// newest lines of at most keep bytes, before a sandbox boots again on it.
+// Each boot's envd keeps to a budget of its own (--log-limit, 64 MiB), so
+// without a cut a sandbox that pauses to its files and resumes again and
+// again would grow its log on the host without bound. Nothing may write
+// the log meanwhile. A log that does not exist is left so.
+func Trim(path string, most, keep int64) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("trim sandbox log: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("trim sandbox log: %w", err)
+	}
+	if st.Size() <= most {
+		return nil
+	}
+	r := bufio.NewReader(io.NewSectionReader(f, st.Size()-keep, keep))
+	if _, err := r.ReadBytes('\n'); err != nil { // the line the cut falls in
+		return fmt.Errorf("trim sandbox log: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".trim-*")
+	if err != nil {
+		return fmt.Errorf("trim sandbox log: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, r); err != nil {
+		tmp.Close()
+		return fmt.Errorf("trim sandbox log: %w", err)
+	}
+	err = tmp.Chmod(st.Mode().Perm())
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && err == nil {
+		err = tmp.Chown(int(sys.Uid), int(sys.Gid))
+	}
+	if err != nil {
+		tmp.Close()
+		return fmt.Errorf("trim sandbox log: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("trim sandbox log: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("trim sandbox log: %w", err)
+	}
+	return nil
 }

@@ -249,3 +249,44 @@ func BenchmarkReadLog(b *testing.B) {
 		})
 	}
 }
+
+// A log past the bound is cut to its newest whole lines within what is
+// kept, with its mode; one within it, or none, is left as it is.
+func TestTrim(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sb.log")
+	var b strings.Builder
+	for i := 0; b.Len() < 3000; i++ {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	full := b.String()
+	if err := os.WriteFile(path, []byte(full), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := Trim(path, int64(len(full)), 100); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != full {
+		t.Fatalf("a log within the bound changed: %d bytes, was %d", len(got), len(full))
+	}
+	if err := Trim(path, 1000, 100); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) > 100 || len(got) == 0 || !strings.HasSuffix(full, string(got)) || !strings.HasPrefix(string(got), "line ") ||
+		full[len(full)-len(got)-1] != '\n' {
+		t.Fatalf("trimmed log %q: want the newest whole lines of the log, at most 100 bytes", got)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o640 {
+		t.Fatalf("trimmed log's mode: %v, %v; want 640", st.Mode(), err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("%d files left in the log's folder, want the log alone", len(entries))
+	}
+	if err := Trim(filepath.Join(dir, "none.log"), 1, 1); err != nil {
+		t.Fatalf("trim of no log: %v", err)
+	}
+}

@@ -13,6 +13,11 @@ import (
 const (
 	defaultLogLimit = 1000
 	maxLogLimit     = 10000
+	// maxLogBytes bounds a sandbox's log when it boots again on its files
+	// (its envd's budget, --log-limit); keptLogBytes is what is kept of it
+	// then, its newest lines.
+	maxLogBytes  = 64 << 20
+	keptLogBytes = 16 << 20
 )
 
 // Logs returns the lines of the sandbox's log, oldest first: the newest

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/envdlog"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
@@ -112,6 +113,9 @@ func (s *Service) bootLocked(ctx context.Context, rec *store.Record, lifetime ti
 	netns, err := s.setupNetwork(ctx, id, rec, block)
 	if err != nil {
 		return nil, fmt.Errorf("boot sandbox %s: set up network: %w", id, err)
+	}
+	if err := envdlog.Trim(s.logPath(id), maxLogBytes, keptLogBytes); err != nil {
+		s.log.WarnContext(ctx, "could not trim the sandbox's log before it boots again", "sandbox", id, "error", err)
 	}
 	if err := s.rt.Start(ctx, s.spec(id, l, block, netns, s.logPath(id))); err != nil {
 		return nil, fmt.Errorf("boot sandbox %s: %w", id, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,4 +179,32 @@ func TestRebootFailureFreezesAgain(t *testing.T) {
 
 	rt.setOnCapture(nil)
 	h.resumes(id)
+}
+
+// A sandbox that boots again on its files (a resume after a files-only
+// pause) starts with its log cut to its newest lines: each boot's envd has
+// a budget of its own, and pausing and resuming again and again would
+// otherwise grow the log on the host without bound.
+func TestBootTrimsTheLog(t *testing.T) {
+	h, _ := newSnapshotHarness(t)
+	id := h.create().GetSandbox().GetId()
+	h.pause(id, true)
+	block := []byte(strings.Repeat(`{"time":"2026-12-07T06:00:00Z","source":"stdout","line":"x"}`+"\n", 1<<14))
+	f, err := os.OpenFile(h.svc.logPath(id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for written := 0; written <= maxLogBytes; written += len(block) {
+		if _, err := f.Write(block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.resumes(id)
+	st, err := os.Stat(h.svc.logPath(id))
+	if err != nil || st.Size() > keptLogBytes || st.Size() == 0 {
+		t.Fatalf("the log after the boot: %v bytes (%v), want its newest lines, at most %d bytes", st.Size(), err, keptLogBytes)
+	}
 }

@@ -308,9 +308,13 @@ func (r *Runtime) Start(_ context.Context, spec *sandboxrt.Spec) error {
 	if spec.NetNS != "/run/netns/"+spec.ID {
 		return errors.New("fake runtime: wrong netns " + spec.NetNS)
 	}
-	if err := os.WriteFile(spec.Log, nil, 0o600); err != nil {
+	// The log is opened as the runtimes open it, to append: a sandbox that
+	// boots again keeps what it logged before.
+	f, err := os.OpenFile(spec.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
 		return err
 	}
+	_ = f.Close()
 	r.status[spec.ID] = sandboxrt.Running
 	r.specs[spec.ID] = spec
 	if !r.cfg.NoEnvd {
