@@ -164,10 +164,12 @@ func parseJSONLine(raw []byte) (e *pb.LogEntry, t time.Time, ok bool) {
 // Each boot's envd keeps to a budget of its own (--log-limit, 64 MiB), so
 // without a cut a sandbox that pauses to its files and resumes again and
 // again would grow its log on the host without bound. Nothing may write
-// the log meanwhile. A log that does not exist is left so.
+// the log meanwhile. A log that does not exist is left so, and so is one
+// that is not a file of its own (a native sandbox with a disk links its
+// log to a file on that disk, which the disk's size bounds).
 func Trim(path string, most, keep int64) error {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
 		return nil
 	}
 	if err != nil {
@@ -178,7 +180,7 @@ func Trim(path string, most, keep int64) error {
 	if err != nil {
 		return fmt.Errorf("trim sandbox log: %w", err)
 	}
-	if st.Size() <= most {
+	if !st.Mode().IsRegular() || st.Size() <= most {
 		return nil
 	}
 	r := bufio.NewReader(io.NewSectionReader(f, st.Size()-keep, keep))

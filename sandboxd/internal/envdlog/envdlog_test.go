@@ -289,4 +289,23 @@ func TestTrim(t *testing.T) {
 	if err := Trim(filepath.Join(dir, "none.log"), 1, 1); err != nil {
 		t.Fatalf("trim of no log: %v", err)
 	}
+	// A log linked to a file elsewhere (a native sandbox's disk) is left
+	// as it is, link and file.
+	disk := filepath.Join(t.TempDir(), "envd.log")
+	if err := os.WriteFile(disk, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "linked.log")
+	if err := os.Symlink(disk, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := Trim(link, 1000, 100); err != nil {
+		t.Fatal(err)
+	}
+	if target, err := os.Readlink(link); err != nil || target != disk {
+		t.Fatalf("the linked log is %q (%v), want the link to %s", target, err, disk)
+	}
+	if got, _ := os.ReadFile(disk); string(got) != full {
+		t.Fatalf("the file the log links to changed: %d bytes, was %d", len(got), len(full))
+	}
 }
