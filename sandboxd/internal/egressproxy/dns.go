@@ -30,10 +30,10 @@ func NewDNS(o Options) *DNS {
 const queryTimeout = 5 * time.Second
 
 // maxQueries bounds the queries the filter answers at once (UDP, and TCP
-// connections), for all sandboxes, a sixteenth of them for one; a query
-// over it is dropped, as a busy resolver would, and the client asks
-// again.
-const maxQueries = 1024
+// connections), for all sandboxes, a sixteenth of them (256) for one; a
+// query over it is dropped, as a busy resolver would, and the client asks
+// again (after about 5 s: a crawler's parallel lookups stay under it).
+const maxQueries = 4096
 
 // ServeUDP answers the queries that reach pc until ctx ends.
 func (d *DNS) ServeUDP(ctx context.Context, pc net.PacketConn) error {

@@ -34,33 +34,63 @@ import (
 // Sandboxes tells the filters each sandbox's rules by its address. It is
 // safe for concurrent use.
 type Sandboxes struct {
-	mu    sync.RWMutex
-	rules map[netip.Addr]egress.Rules
+	mu sync.RWMutex
+	m  map[netip.Addr]*tracked
+}
+
+// tracked is one sandbox's rules, and a context that ends when it is
+// forgotten: what the proxy relays for it ends then.
+type tracked struct {
+	rules  egress.Rules
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // NewSandboxes returns an empty table.
-func NewSandboxes() *Sandboxes { return &Sandboxes{rules: map[netip.Addr]egress.Rules{}} }
+func NewSandboxes() *Sandboxes { return &Sandboxes{m: map[netip.Addr]*tracked{}} }
 
-// Set gives the sandbox at addr rules.
+// Set gives the sandbox at addr rules. What the proxy relays for it goes
+// on under new rules (a connection is decided when it opens).
 func (s *Sandboxes) Set(addr netip.Addr, r egress.Rules) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rules[addr] = r
+	if t := s.m[addr]; t != nil {
+		t.rules = r
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.m[addr] = &tracked{rules: r, ctx: ctx, cancel: cancel}
 }
 
-// Delete forgets the sandbox at addr.
+// Delete forgets the sandbox at addr (killed, or left without rules), and
+// ends what the proxy relays for it: a connection whose other end never
+// closes would otherwise hold its slot, counted against the next sandbox
+// at that address, until sandboxd restarts.
 func (s *Sandboxes) Delete(addr netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.rules, addr)
+	if t := s.m[addr]; t != nil {
+		t.cancel()
+		delete(s.m, addr)
+	}
 }
 
 // Get returns the rules of the sandbox at addr.
 func (s *Sandboxes) Get(addr netip.Addr) (egress.Rules, bool) {
+	r, _, ok := s.lookup(addr)
+	return r, ok
+}
+
+// lookup returns the rules of the sandbox at addr and the context that
+// ends when it is forgotten.
+func (s *Sandboxes) lookup(addr netip.Addr) (egress.Rules, context.Context, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	r, ok := s.rules[addr.Unmap()]
-	return r, ok
+	t := s.m[addr.Unmap()]
+	if t == nil {
+		return egress.Rules{}, nil, false
+	}
+	return t.rules, t.ctx, true
 }
 
 // Options configure the filters.

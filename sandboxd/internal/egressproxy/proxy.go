@@ -50,10 +50,13 @@ func (p *Proxy) handle(ctx context.Context, c *net.TCPConn) {
 		return
 	}
 	src = src.Unmap()
-	rules, ok := p.o.Sandboxes.Get(src)
+	rules, sandbox, ok := p.o.Sandboxes.lookup(src)
 	if !ok {
 		return // not a sandbox with rules (or one just gone)
 	}
+	// What is relayed for the sandbox ends when it is forgotten.
+	stopSandbox := context.AfterFunc(sandbox, func() { _ = c.Close() })
+	defer stopSandbox()
 	dst, err := originalDst(c)
 	if err != nil {
 		p.o.Logger.Warn("egress proxy: a connection without its original destination", "from", src, "error", err)
@@ -83,6 +86,8 @@ func (p *Proxy) handle(ctx context.Context, c *net.TCPConn) {
 	defer up.Close()
 	stop := context.AfterFunc(ctx, func() { _ = up.Close() })
 	defer stop()
+	stopUp := context.AfterFunc(sandbox, func() { _ = up.Close() })
+	defer stopUp()
 	if _, err := up.Write(head); err != nil {
 		return
 	}

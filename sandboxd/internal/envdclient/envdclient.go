@@ -46,6 +46,9 @@ func New(timeout time.Duration) *Client {
 		MaxIdleConnsPerHost: 1,
 		IdleConnTimeout:     30 * time.Minute,
 		ForceAttemptHTTP2:   false,
+		// A restored sandbox's port may be answered by its tenant's own
+		// process: envd's headers are a few hundred bytes.
+		MaxResponseHeaderBytes: 64 << 10,
 	}
 	// With tracing on, /init is a client span ("envd /init") and envd gets
 	// its traceparent; the polls of /health are not (WaitHealthy's caller

@@ -63,7 +63,7 @@ func TestInitRefusesAVersionThatIsNone(t *testing.T) {
 	for version, ok := range map[string]bool{
 		"0.6.4": true, "0.6.13": true, "1.0.0-rc.1": true, "1.0.0+build.5": true, "": true,
 		"banana": false, "0.6": false, "0.6.x": false, "1.2.3-<script>": false,
-		strings.Repeat("9", 30) + ".1.1": false, strings.Repeat("1.2.3", 20000): false,
+		strings.Repeat("9", 30) + ".1.1": false, strings.Repeat("1.2.3", 10000): false,
 	} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header()["X-Envd-Version"] = []string{version}
@@ -78,6 +78,21 @@ func TestInitRefusesAVersionThatIsNone(t *testing.T) {
 		case !ok && (!errors.Is(err, ErrEnvd) || !strings.Contains(err.Error(), "is not a version") || len(err.Error()) > 200):
 			t.Errorf("version %.40q: Init = %q, %v; want a short ErrEnvd that it is not a version", version, v, err)
 		}
+	}
+}
+
+// An answer's headers are held to 64 KiB: a restored sandbox's port may
+// be answered by its tenant's process.
+func TestInitAnswerHeadersBounded(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Envd-Version", "0.6.4")
+		w.Header().Set("X-Padding", strings.Repeat("p", 100<<10))
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	tok := "t"
+	if v, err := New(time.Second).Init(t.Context(), strings.TrimPrefix(srv.URL, "http://"), "", &wire.EnvdInit{AccessToken: &tok}); !errors.Is(err, ErrEnvd) {
+		t.Fatalf("an answer with 100 KiB of headers: Init = %q, %v; want ErrEnvd", v, err)
 	}
 }
 

@@ -21,11 +21,13 @@ const LoopbackDialTimeout = 2 * time.Second
 // loopbackDials caps the DialLoopbacks under way: each holds an OS thread
 // for as long as it waits, and a sandbox's own server decides how long that
 // is, so without a cap enough requests to one port URL would take sandboxd
-// to Go's limit of 10,000 threads. One sandbox holds at most 4 of them: a
-// server whose accept queue is full holds each dial for the whole
-// LoopbackDialTimeout, and one that held them all would leave every other
-// sandbox's loopback servers unreachable.
-var loopbackDials = fairslots.New[string](128, 4)
+// to Go's limit of 10,000 threads. One sandbox holds at most 32 of the 256:
+// a server whose accept queue is full holds each dial for the whole
+// LoopbackDialTimeout, and one sandbox that held them all would leave every
+// other sandbox's loopback servers unreachable. 32 is what all sandboxes
+// shared before, which a page's burst of new connections to a dev server
+// needs (4 turned a burst of 64 into 502s).
+var loopbackDials = fairslots.New[string](256, 32)
 
 // ErrLoopbackBusy is DialLoopback's error when the sandbox holds its share
 // of loopbackDials, or all are taken.

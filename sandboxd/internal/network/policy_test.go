@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -169,6 +170,52 @@ func TestPolicy(t *testing.T) {
 	set(nil, []string{egress.AllTraffic})
 	if chains := sandboxChains(t, e); !slices.Equal(chains, []string{sandboxChainPre + sb.ID}) {
 		t.Errorf("chains = %v, want the sandbox's", chains)
+	}
+}
+
+// A connection the egress proxy relays for a sandbox ends when the sandbox
+// is forgotten (killed, or its rules cleared), though the server it
+// reaches never answers nor closes: it would otherwise hold its slot,
+// counted against the next sandbox at that address, until sandboxd
+// restarts.
+func TestProxiedConnectionsEndWithTheSandbox(t *testing.T) {
+	proxy, sbs := withFilters(t)
+	e := newEnv(t, proxy)
+	out := e.outside()
+	sb := e.setup("end", true)
+	silent := listenInAt(t, out.ns, netip.AddrPortFrom(out.addr, 80))
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			go func() { _, _ = io.Copy(io.Discard, c) }() // reads, never answers
+		}
+	}()
+	r := egress.Effective([]string{"allowed.test", out.addr.String()}, []string{egress.AllTraffic}, nil)
+	if err := e.m.SetPolicy(sb.ID, sb.Block, true, r); err != nil {
+		t.Fatal(err)
+	}
+	sbs.Set(sb.Block.Sandbox, r)
+	c, err := dialIn(sb.NetNS, netip.AddrPortFrom(out.addr, 80).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", out.addr); err != nil {
+		t.Fatal(err)
+	}
+	// Relayed: the server holds the connection open, answering nothing.
+	_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the relayed connection before the sandbox is forgotten: %d bytes, %v; want it open and silent", n, err)
+	}
+	sbs.Delete(sb.Block.Sandbox)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) || err == nil {
+		t.Fatalf("the relayed connection after the sandbox was forgotten: %v, want it ended", err)
 	}
 }
 
