@@ -2,9 +2,9 @@
 // layers it is made of, under the state directory:
 //
 //	<dir>/layers/<layer>/        one layer (package layer), read-only once in place
-//	<dir>/layers/.tmp-<layer>/   a layer being written
+//	<dir>/layers/.tmp-<layer>…/  a layer being written (an import: one each)
 //	<dir>/images/<image>/        one state image (a runtime's memory and processes)
-//	<dir>/images/.tmp-<image>/   an image being written, or a fork's, never kept
+//	<dir>/images/.tmp-<image>…/  an image being written, or a fork's, never kept
 //	<dir>/records/<id>.json      one snapshot: team, name, template, layers, image
 //	<dir>/digests/<layer>        a layer's digest (layer.Digest), kept once computed
 //	<dir>/digests/image-<image>  an image's
@@ -471,8 +471,7 @@ func (s *Store) ImportLayer(id, want string, r io.Reader) error {
 	if s.HasLayer(id) {
 		return nil
 	}
-	tmp := filepath.Join(s.layersDir(), ".tmp-"+id)
-	_ = layer.Remove(tmp)
+	tmp := importTemp(s.layersDir(), id)
 	if err := layer.FromVerifiedTar(r, tmp, want); err != nil {
 		return fmt.Errorf("layer %s: %w", id, err)
 	}
@@ -486,6 +485,16 @@ func (s *Store) ImportLayer(id, want string, r io.Reader) error {
 	return writeDurable(filepath.Join(s.digestsDir(), id), []byte(want+"\n"))
 }
 
+// importTemp is a folder in dir, not made yet, that an import of id
+// writes before it puts it in place: its own, since two imports of one
+// layer run at once (two snapshots of one lineage pulled together), and
+// one that shared the other's folder would remove or write into the
+// other's tree, which could then be put in place half written under the
+// whole's digest. A crash's are removed by Open (".tmp-").
+func importTemp(dir, id string) string {
+	return filepath.Join(dir, ".tmp-"+id+"-import-"+rand.Text()[:12])
+}
+
 // ImportImage puts image id in place from r, as ImportLayer does a layer.
 func (s *Store) ImportImage(id, want string, r io.Reader) error {
 	if !validID(id) {
@@ -494,8 +503,7 @@ func (s *Store) ImportImage(id, want string, r io.Reader) error {
 	if s.HasImage(id) {
 		return nil
 	}
-	tmp := filepath.Join(s.imagesDir(), ".tmp-"+id)
-	_ = RemoveImage(tmp)
+	tmp := importTemp(s.imagesDir(), id)
 	if err := layer.FromVerifiedTar(r, tmp, want); err != nil {
 		return fmt.Errorf("image %s: %w", id, err)
 	}

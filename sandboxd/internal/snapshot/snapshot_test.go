@@ -1,13 +1,20 @@
 package snapshot
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/skiff-dev/skiff/sandboxd/internal/layer"
 )
 
 const (
@@ -210,5 +217,55 @@ func TestImages(t *testing.T) {
 	}
 	if _, err := os.Stat(s.ImagePath(kept)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the image of a deleted snapshot survived GC: %v", err)
+	}
+}
+
+// Two imports of one layer at once (two snapshots of one lineage pulled
+// together) each write a tree of their own: one that starts while the
+// other is half way neither removes nor writes into the other's, both
+// succeed, and the layer in place is whole, with nothing left beside it.
+func TestImportLayerTwiceAtOnce(t *testing.T) {
+	s, err := Open(t.TempDir())
+	must(t, err)
+	src := t.TempDir()
+	for i := range 64 {
+		must(t, os.WriteFile(filepath.Join(src, fmt.Sprintf("f%02d", i)), bytes.Repeat([]byte{'x'}, 4096), 0o644))
+	}
+	var tarball bytes.Buffer
+	must(t, layer.WriteTar(src, &tarball))
+	sum := sha256.Sum256(tarball.Bytes())
+	want := "sha256:" + hex.EncodeToString(sum[:])
+	id := strings.Repeat("ab", 12)
+
+	// The first import reads half of the tar, then waits.
+	pr, pw := io.Pipe()
+	first := make(chan error, 1)
+	go func() { first <- s.ImportLayer(id, want, pr) }()
+	half := tarball.Len() / 2
+	_, err = pw.Write(tarball.Bytes()[:half])
+	must(t, err)
+	must(t, s.ImportLayer(id, want, bytes.NewReader(tarball.Bytes())))
+	go func() {
+		_, err := pw.Write(tarball.Bytes()[half:])
+		pw.CloseWithError(err)
+	}()
+	select {
+	case err := <-first:
+		_ = pr.Close() // a failed import reads no more
+		if err != nil {
+			t.Fatalf("the import that started first: %v, want it to find the layer in place", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the import that started first did not end")
+	}
+	entries, err := os.ReadDir(s.LayerPath(id))
+	must(t, err)
+	if len(entries) != 64 {
+		t.Fatalf("the layer in place has %d files, want 64", len(entries))
+	}
+	left, err := os.ReadDir(s.layersDir())
+	must(t, err)
+	if len(left) != 1 {
+		t.Fatalf("%d entries in the layers' folder, want the layer alone", len(left))
 	}
 }
