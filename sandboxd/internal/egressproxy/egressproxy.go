@@ -62,10 +62,30 @@ func (s *Sandboxes) Set(addr netip.Addr, r egress.Rules) {
 	s.m[addr] = &tracked{rules: r, ctx: ctx, cancel: cancel}
 }
 
-// Delete forgets the sandbox at addr (killed, or left without rules), and
-// ends what the proxy relays for it: a connection whose other end never
-// closes would otherwise hold its slot, counted against the next sandbox
-// at that address, until sandboxd restarts.
+// Update gives the sandbox at addr rules if it is tracked (its rules
+// restricted something), and does nothing if not: a sandbox whose rules
+// stop restricting anything keeps what the proxy relays for it until it
+// ends.
+func (s *Sandboxes) Update(addr netip.Addr, r egress.Rules) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.m[addr]; t != nil {
+		t.rules = r
+	}
+}
+
+// Len is how many sandboxes it tracks.
+func (s *Sandboxes) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.m)
+}
+
+// Delete forgets the sandbox at addr, which ended (killed, stopped for a
+// files-only pause, or a create undone), and ends what the proxy relays
+// for it: a connection whose other end never closes would otherwise hold
+// its slot, counted against the next sandbox at that address, until
+// sandboxd restarts.
 func (s *Sandboxes) Delete(addr netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

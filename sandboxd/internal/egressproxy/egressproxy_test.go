@@ -314,3 +314,37 @@ func TestServeConnsShared(t *testing.T) {
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A tracked sandbox's context ends when it is deleted, not when its rules
+// change, restricting or not; an update of one not tracked tracks nothing;
+// a sandbox set again at an address after a delete has a context of its
+// own.
+func TestSandboxesEnd(t *testing.T) {
+	s := NewSandboxes()
+	addr := netip.MustParseAddr("10.11.0.2")
+	s.Update(addr, egress.Rules{})
+	if s.Len() != 0 {
+		t.Fatal("an update of a sandbox not tracked tracked it")
+	}
+	s.Set(addr, egress.Effective(nil, []string{egress.AllTraffic}, nil))
+	_, ctx, ok := s.lookup(addr)
+	if !ok {
+		t.Fatal("a sandbox set is not tracked")
+	}
+	s.Set(addr, egress.Effective([]string{"a.test"}, []string{egress.AllTraffic}, nil))
+	s.Update(addr, egress.Effective(nil, nil, nil))
+	if ctx.Err() != nil {
+		t.Fatal("a change of rules ended the sandbox's context")
+	}
+	if r, _ := s.Get(addr); r.Restricts() {
+		t.Fatalf("rules after the update: %+v, want the last ones", r)
+	}
+	s.Delete(addr)
+	if ctx.Err() == nil || s.Len() != 0 {
+		t.Fatal("a delete did not end the sandbox's context")
+	}
+	s.Set(addr, egress.Effective(nil, []string{egress.AllTraffic}, nil))
+	if _, again, _ := s.lookup(addr); again.Err() != nil {
+		t.Fatal("the next sandbox at the address has an ended context")
+	}
+}

@@ -159,6 +159,9 @@ func parseJSONLine(raw []byte) (e *pb.LogEntry, t time.Time, ok bool) {
 	return &pb.LogEntry{Timestamp: timestamppb.New(l.Time), Line: *l.Line, Source: src}, l.Time, true
 }
 
+// trimSuffix, and a random end, name the copy Trim writes beside a log.
+const trimSuffix = ".trim-"
+
 // Trim cuts the log at path, when it holds more than most bytes, to its
 // newest lines of at most keep bytes, before a sandbox boots again on it.
 // Each boot's envd keeps to a budget of its own (--log-limit, 64 MiB), so
@@ -168,6 +171,12 @@ func parseJSONLine(raw []byte) (e *pb.LogEntry, t time.Time, ok bool) {
 // that is not a file of its own (a native sandbox with a disk links its
 // log to a file on that disk, which the disk's size bounds).
 func Trim(path string, most, keep int64) error {
+	// What a Trim that sandboxd died in left.
+	if stale, err := filepath.Glob(path + trimSuffix + "*"); err == nil {
+		for _, p := range stale {
+			_ = os.Remove(p)
+		}
+	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) {
 		return nil
@@ -183,11 +192,17 @@ func Trim(path string, most, keep int64) error {
 	if !st.Mode().IsRegular() || st.Size() <= most {
 		return nil
 	}
-	r := bufio.NewReader(io.NewSectionReader(f, st.Size()-keep, keep))
-	if _, err := r.ReadBytes('\n'); err != nil { // the line the cut falls in
-		return fmt.Errorf("trim sandbox log: %w", err)
+	var r io.Reader = io.NewSectionReader(f, st.Size()-keep, keep)
+	// From the first whole line in what is kept: the line the cut falls in
+	// goes. A window with no line's end in it (not envd's lines, which
+	// are shorter) is kept as it is.
+	br := bufio.NewReader(r)
+	if _, err := br.ReadBytes('\n'); err == nil {
+		r = br
+	} else {
+		r = io.NewSectionReader(f, st.Size()-keep, keep)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".trim-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+trimSuffix+"*")
 	if err != nil {
 		return fmt.Errorf("trim sandbox log: %w", err)
 	}

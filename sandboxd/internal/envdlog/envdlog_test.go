@@ -289,6 +289,25 @@ func TestTrim(t *testing.T) {
 	if err := Trim(filepath.Join(dir, "none.log"), 1, 1); err != nil {
 		t.Fatalf("trim of no log: %v", err)
 	}
+	// A window with no line's end in it is kept as it is, and what a
+	// Trim that died left beside the log goes.
+	oneLine := filepath.Join(dir, "one.log")
+	if err := os.WriteFile(oneLine, []byte(strings.Repeat("x", 3000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(oneLine+".trim-left", []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Trim(oneLine, 1000, 100); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(oneLine); string(got) != strings.Repeat("x", 100) {
+		t.Fatalf("a log of one long line, trimmed: %d bytes, want its last 100", len(got))
+	}
+	if _, err := os.Stat(oneLine + ".trim-left"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("what a Trim that died left: %v, want it gone", err)
+	}
+	_ = os.Remove(oneLine)
 	// A log linked to a file elsewhere (a native sandbox's disk) is left
 	// as it is, link and file.
 	disk := filepath.Join(t.TempDir(), "envd.log")

@@ -209,6 +209,7 @@ func (s *Service) launch(ctx context.Context, l *launch) (_ *store.Record, token
 	}
 	l.undo = append(l.undo, func(context.Context) { s.ipam.Release(id) })
 	l.undo = append(l.undo, func(ctx context.Context) {
+		s.forgetEgress(block)
 		if err := s.net.Teardown(ctx, id, block); err != nil {
 			log.ErrorContext(ctx, "tear down network of failed sandbox", "error", err)
 		}

@@ -64,7 +64,9 @@ func (s *Service) applyRules(id string, rec *store.Record, block ipam.Block) err
 	return nil
 }
 
-// trackEgress tells the egress filters the rules of the sandbox at block.
+// trackEgress tells the egress filters the rules of the running sandbox
+// at block. One whose rules stop restricting anything stays known to them
+// (what the proxy relays for it goes on) until forgetEgress.
 func (s *Service) trackEgress(block ipam.Block, r egress.Rules, restricted bool) {
 	if s.egress == nil {
 		return
@@ -72,6 +74,14 @@ func (s *Service) trackEgress(block ipam.Block, r egress.Rules, restricted bool)
 	if restricted {
 		s.egress.Set(block.Sandbox, r)
 	} else {
+		s.egress.Update(block.Sandbox, r)
+	}
+}
+
+// forgetEgress tells the egress filters that the sandbox at block ended,
+// which ends what the proxy relays for it.
+func (s *Service) forgetEgress(block ipam.Block) {
+	if s.egress != nil {
 		s.egress.Delete(block.Sandbox)
 	}
 }

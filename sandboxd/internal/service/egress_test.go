@@ -1,11 +1,13 @@
 package service
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/service/servicetest"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -90,5 +92,37 @@ func TestOutboundRules(t *testing.T) {
 	}
 	if err := update(id, "team-a", nil, nil); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("a paused sandbox's update: %v", err)
+	}
+}
+
+// The egress filters know a sandbox whose rules restrict something until
+// it ends: rules that stop restricting keep it known (what the proxy
+// relays for it goes on), a kill forgets it, and so does a create undone
+// after its network was set up.
+func TestEgressForgottenWhenTheSandboxEnds(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	restricted := func(m *pb.CreateRequest) { m.Egress = &pb.Egress{DenyOut: []string{"0.0.0.0/0"}} }
+	id := h.create(restricted).GetSandbox().GetId()
+	if h.egress.Len() != 1 {
+		t.Fatalf("a restricted sandbox: the filters know %d, want 1", h.egress.Len())
+	}
+	if _, err := h.client.UpdateNetwork(t.Context(), connect.NewRequest(&pb.UpdateNetworkRequest{SandboxId: id, Team: "team-a", Egress: &pb.Egress{}})); err != nil {
+		t.Fatal(err)
+	}
+	if h.egress.Len() != 1 {
+		t.Fatalf("its rules cleared: the filters know %d, want it still", h.egress.Len())
+	}
+	if _, err := h.client.Kill(t.Context(), connect.NewRequest(&pb.KillRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	if h.egress.Len() != 0 {
+		t.Fatalf("killed: the filters know %d, want none", h.egress.Len())
+	}
+	h.rt.Configure(func(c *servicetest.RuntimeConfig) { c.StartErr = errors.New("no cgroup") })
+	if _, err := h.client.Create(t.Context(), createReq(restricted)); err == nil {
+		t.Fatal("the create succeeded")
+	}
+	if h.egress.Len() != 0 {
+		t.Fatalf("a create undone: the filters know %d, want none", h.egress.Len())
 	}
 }

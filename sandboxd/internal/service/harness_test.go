@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/egressproxy"
 	"github.com/skiff-dev/skiff/sandboxd/internal/ipam"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
@@ -51,6 +52,7 @@ type harness struct {
 	rt     *fakeRuntime
 	reg    *registry.Registry
 	pool   *ipam.Pool
+	egress *egressproxy.Sandboxes
 	svc    *Service
 	url    string
 	client sandboxdv1connect.SandboxdServiceClient
@@ -124,8 +126,9 @@ func newHarness(t *testing.T, hc harnessConfig) *harness {
 	if hc.wrap != nil {
 		runtime = hc.wrap(hc.rt)
 	}
+	egressTable := egressproxy.NewSandboxes()
 	svc, err := New(cfg, Deps{
-		Runtime: runtime, Network: hc.net, Templates: servicetest.NewTemplates(t), Registry: reg, IPAM: pool, Snapshots: snaps,
+		Runtime: runtime, Network: hc.net, Templates: servicetest.NewTemplates(t), Registry: reg, IPAM: pool, Snapshots: snaps, Egress: egressTable,
 		LogDir: filepath.Join(hc.dir, "logs"), Clock: hc.clock,
 		Logger:   slog.New(slog.DiscardHandler),
 		EnvdAddr: hc.rt.EnvdAddr, EnvdVersion: servicetest.EnvdVersion,
@@ -151,7 +154,7 @@ func newHarness(t *testing.T, hc harnessConfig) *harness {
 	ran := make(chan struct{})
 	go func() { svc.Run(runCtx); close(ran) }()
 	h := &harness{
-		t: t, dir: hc.dir, cfg: cfg, clock: hc.clock, net: hc.net, rt: hc.rt, reg: reg, pool: pool, svc: svc,
+		t: t, dir: hc.dir, cfg: cfg, clock: hc.clock, net: hc.net, rt: hc.rt, reg: reg, pool: pool, egress: egressTable, svc: svc,
 		url: "http://" + ln.Addr().String(),
 	}
 	var once sync.Once

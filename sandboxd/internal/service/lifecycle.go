@@ -13,7 +13,6 @@ import (
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
-	"github.com/skiff-dev/skiff/shared/egress"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -118,7 +117,7 @@ func (s *Service) releaseNetwork(ctx context.Context, rec *store.Record) {
 	if err != nil {
 		s.log.ErrorContext(ctx, "find sandbox address", "sandbox", rec.ID, "error", err)
 	}
-	s.trackEgress(b, egress.Rules{}, false)
+	s.forgetEgress(b)
 	if err := s.net.Teardown(ctx, rec.ID, b); err != nil {
 		s.log.ErrorContext(ctx, "tear down sandbox network; its address stays taken until restart", "sandbox", rec.ID, "error", err)
 		return

@@ -11,7 +11,6 @@ import (
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	"github.com/skiff-dev/skiff/sandboxd/internal/template"
-	"github.com/skiff-dev/skiff/shared/egress"
 )
 
 // A pause that keeps the files only (e2b's pause with memory: false) copies
@@ -70,7 +69,7 @@ func (s *Service) stopForFiles(ctx context.Context, rec *store.Record) {
 		s.log.ErrorContext(ctx, "find sandbox address", "sandbox", rec.ID, "error", err)
 		return
 	}
-	s.trackEgress(b, egress.Rules{}, false)
+	s.forgetEgress(b)
 	if err := s.net.Teardown(ctx, rec.ID, b); err != nil {
 		s.log.ErrorContext(ctx, "tear down the network of a sandbox paused with its files only", "sandbox", rec.ID, "error", err)
 	}
