@@ -461,6 +461,10 @@ type SandboxEntry struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
+// MaxEnvdVersionLength bounds SandboxEntry.EnvdVersion, in characters, as
+// its schema's maxLength does.
+const MaxEnvdVersionLength = 32
+
 // MaxSandboxMetadataBytes bounds the bytes of keys and values together in
 // SandboxEntry.Metadata; the CRD enforces it.
 const MaxSandboxMetadataBytes = 192

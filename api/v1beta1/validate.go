@@ -32,7 +32,7 @@ func (e *SandboxEntry) Validate() error {
 		name  string
 		value string
 		max   int
-	}{{"pool", e.Pool, 317}, {"team", e.Team, 63}, {"envdVersion", e.EnvdVersion, 32}} {
+	}{{"pool", e.Pool, 317}, {"team", e.Team, 63}, {"envdVersion", e.EnvdVersion, MaxEnvdVersionLength}} {
 		if n := utf8.RuneCountInString(f.value); n > f.max {
 			bad("%s: %d characters, past %d", f.name, n, f.max)
 		}

@@ -367,10 +367,6 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 	return spec
 }
 
-// maxEnvdVersion is the longest envd version an entry holds, as the CRD's
-// schema bounds SandboxEntry.EnvdVersion.
-const maxEnvdVersion = 32
-
 // Entry is a sandbox as the NodeInventory lists it (Spec leaves out its
 // envd version when it is the node's). Its times are to the microsecond
 // (v1beta1.NewMicroTime), as the inventory's JSON keeps them: an entry is
@@ -389,7 +385,7 @@ func Entry(sb *pb.Sandbox) v1beta1.SandboxEntry {
 		DiskMiB:     sb.GetResources().GetDiskMib(),
 		EnvdVersion: sb.GetEnvdVersion(),
 	}
-	if utf8.RuneCountInString(e.EnvdVersion) > maxEnvdVersion {
+	if utf8.RuneCountInString(e.EnvdVersion) > v1beta1.MaxEnvdVersionLength {
 		// Not a version (sandboxd refuses one since, but a record written
 		// before may hold it): the node's stands in, rather than an entry
 		// every reader drops and a shard that may not fit.

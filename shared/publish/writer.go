@@ -85,7 +85,7 @@ type KubeWriter struct {
 	mu      sync.Mutex
 	written map[string]*hostState // by inventory name
 	// grown is, by inventory name, the shards a host's sandboxes went to
-	// when nshards could not hold them (shardsFor).
+	// when nshards could not hold them (split).
 	grown map[string]int
 	// fold is the last fold number given out, by any host's fold.
 	fold int64

@@ -149,7 +149,8 @@ func (c *Client) Init(ctx context.Context, addr, currentToken string, in *wire.E
 }
 
 // maxVersionLen is the longest version a sandbox's envd may advertise: the
-// inventory's schema holds no more (SandboxEntry.EnvdVersion).
+// inventory's schema holds no more (v1beta1.MaxEnvdVersionLength, which
+// this module does not import).
 const maxVersionLen = 32
 
 // validVersion reports whether v is a version as envd advertises one
