@@ -108,3 +108,29 @@ func Remove(rel string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// SwapAccounted reports whether the kernel counts swap in the memory
+// cgroups below rel (as Paths takes it), so that memory and swap can be
+// limited together there: memory.memsw.* on cgroup v1 (a kernel booted with
+// swap accounting), memory.swap.* on v2. It makes rel in the memory
+// hierarchy, as a runtime does for its first sandbox: on v2 only a cgroup
+// below the root has the files.
+func SwapAccounted(rel string) (bool, error) {
+	p, err := ControllerPath(rel, "memory")
+	if err != nil {
+		return false, err
+	}
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return false, err
+	}
+	for _, name := range []string{"memory.memsw.limit_in_bytes", "memory.swap.max"} {
+		_, err := os.Stat(filepath.Join(p, name))
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return false, err
+		}
+	}
+	return false, nil
+}

@@ -285,3 +285,39 @@ func CgroupParent(t testing.TB) string {
 	})
 	return name
 }
+
+// Swap gives the host a swap area of size bytes until the test ends (a
+// file of its own, removed after), so that the test sees what sandboxes do
+// on a host with swap. It skips the test where the host refuses one: a
+// file system swap cannot be on, or no mkswap(8).
+func Swap(t testing.TB, size int64) {
+	t.Helper()
+	RequireRoot(t)
+	file := filepath.Join(Dir(t), "swap")
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written, not allocated: swap takes no file with holes.
+	zeros := make([]byte, 1<<20)
+	for n := int64(0); n < size && err == nil; n += int64(len(zeros)) {
+		_, err = f.Write(zeros)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkswap", file).CombinedOutput(); err != nil {
+		t.Skipf("mkswap: %v: %s", err, out)
+	}
+	if out, err := exec.Command("swapon", file).CombinedOutput(); err != nil {
+		t.Skipf("swapon %s: %v: %s", file, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("swapoff", file).CombinedOutput(); err != nil {
+			t.Errorf("swapoff %s: %v: %s", file, err, out)
+		}
+	})
+}

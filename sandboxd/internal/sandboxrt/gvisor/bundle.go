@@ -31,6 +31,10 @@ func (r *Runtime) config(spec *sandboxrt.Spec, rootfs, envd, upperTar string) *s
 	if spec.MemoryMiB > 0 {
 		limit := spec.MemoryMiB << 20
 		res.Memory = &specs.LinuxMemory{Limit: &limit}
+		if r.noSwap() {
+			// Memory and swap together: it swaps nothing.
+			res.Memory.Swap = &limit
+		}
 	}
 	if spec.CPUMilli > 0 {
 		quota, period := spec.CPUMilli*sandboxrt.CPUPeriod/1000, uint64(sandboxrt.CPUPeriod)

@@ -105,6 +105,7 @@ func DefaultOptions(dir, runsc string) Options {
 type Runtime struct {
 	opts      Options
 	format    func() (string, error) // ImageFormat, computed once
+	noSwap    func() bool            // sandboxes held to no swap (sandboxrt.NoSwap)
 	root      string                 // runsc --root, shared by every sandbox
 	sandboxes string                 // <Dir>/sandboxes/<id>: bundle, meta, upper layer, checkpoint
 	envd      sandboxrt.EnvdCopies
@@ -175,6 +176,7 @@ func New(opts Options) (*Runtime, error) {
 		sandboxes: filepath.Join(dir, "sandboxes"),
 		envd:      sandboxrt.EnvdCopies{Dir: filepath.Join(dir, "bin"), Perm: 0o700},
 		format:    sync.OnceValues(func() (string, error) { return runscDigest(opts.Runsc) }),
+		noSwap:    sync.OnceValue(func() bool { return sandboxrt.NoSwap(opts.CgroupParent, opts.Logger) }),
 	}
 	for _, d := range []string{dir, r.root, r.sandboxes} {
 		if err := os.MkdirAll(d, 0o700); err != nil {

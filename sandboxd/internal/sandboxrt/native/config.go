@@ -39,6 +39,7 @@ func (r *Runtime) config(spec *sandboxrt.Spec, base uint32, envd, usernsPath str
 		PidsLimit: &pids,
 		Devices:   rules,
 	}
+	res.MemorySwap = r.memorySwap(res.Memory)
 	res.CpuQuota, res.CpuPeriod = cpuQuota(spec.CPUMilli)
 	const nodev = unix.MS_NOSUID | unix.MS_NOEXEC | unix.MS_NODEV
 	// When the host runs out of memory, sandboxes go before sandboxd.
@@ -160,6 +161,16 @@ func (r *Runtime) findCgroupParents() (map[string]string, error) {
 		return nil, errors.New("cgroups: libcontainer finds no controller")
 	}
 	return parents, nil
+}
+
+// memorySwap is the limit on a sandbox's memory and swap together for a
+// memory limit of memory: the same, so that it swaps nothing, where the
+// kernel counts swap per cgroup (sandboxrt.NoSwap); else 0, none set.
+func (r *Runtime) memorySwap(memory int64) int64 {
+	if memory > 0 && r.noSwap() {
+		return memory
+	}
+	return 0
 }
 
 // defaultSeccomp is Docker's default profile for the default capabilities,

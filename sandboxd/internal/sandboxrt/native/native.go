@@ -138,6 +138,8 @@ type Runtime struct {
 	// cgroupParents is, by controller, the directory of the sandboxes'
 	// parent cgroup, as libcontainer finds it (config.go).
 	cgroupParents func() (map[string]string, error)
+	// noSwap says whether sandboxes are held to no swap (config.go).
+	noSwap func() bool
 
 	mu    sync.Mutex
 	slots map[int]string // slot → sandbox ID
@@ -200,6 +202,7 @@ func New(opts Options) (*Runtime, error) {
 		spares:     map[int64][]string{},
 	}
 	r.cgroupParents = sync.OnceValues(r.findCgroupParents)
+	r.noSwap = sync.OnceValue(func() bool { return sandboxrt.NoSwap(opts.CgroupParent, opts.Logger) })
 	// A sandbox's root reaches its root filesystem and envd through these
 	// directories before it pivots: they must be searchable, not readable.
 	for _, d := range []string{opts.Dir, r.containers, r.sandboxes, r.spareDir} {
@@ -366,8 +369,9 @@ func (r *Runtime) StartPrepared(ctx context.Context, id string, lim sandboxrt.Li
 	cfg := c.Config()
 	res := cfg.Cgroups.Resources
 	quota, period := cpuQuota(lim.CPUMilli)
-	if res.Memory != lim.MemoryMiB<<20 || res.CpuQuota != quota || res.CpuPeriod != period {
-		res.Memory, res.CpuQuota, res.CpuPeriod = lim.MemoryMiB<<20, quota, period
+	memory := lim.MemoryMiB << 20
+	if res.Memory != memory || res.MemorySwap != r.memorySwap(memory) || res.CpuQuota != quota || res.CpuPeriod != period {
+		res.Memory, res.MemorySwap, res.CpuQuota, res.CpuPeriod = memory, r.memorySwap(memory), quota, period
 		if err := c.Set(cfg); err != nil {
 			return fmt.Errorf("sandbox %s: set limits: %w", id, err)
 		}
