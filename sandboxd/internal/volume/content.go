@@ -24,6 +24,8 @@ package volume
 // for a path through a file and for bad parameters.
 
 import (
+	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -164,38 +166,101 @@ func openRegular(root *os.Root, p string, flags int, mode os.FileMode) (*os.File
 	return f, nil
 }
 
-// list is the entries under dir, to depth levels, in preorder, dir itself
-// left out.
-func list(root *os.Root, dir string, depth int) ([]*Entry, error) {
+// listBatch is how many entries of a directory a listing reads at a time.
+const listBatch = 256
+
+// writeList answers the entries under dir, to depth levels, in preorder
+// (dir itself left out), as one JSON array written while it is read: a
+// batch of each directory at a time, so that a listing of a volume's every
+// file holds no more of sandboxd's memory than a batch for each level (the
+// whole answer, as e2b builds it, is a few hundred MB for a volume full of
+// small files, and a tenant may ask for it many times at once). A client
+// that goes away ends the walk. An error before the answer has begun is
+// answered; one after cuts the answer off, so that the client sees it
+// broken rather than short.
+func writeList(w http.ResponseWriter, root *os.Root, dir string, depth int) {
 	f, err := openRegular(root, dir, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	infos, err := f.Readdir(-1)
-	_ = f.Close()
-	if err != nil {
-		if info, serr := root.Lstat(rel(dir)); serr == nil && !info.IsDir() {
-			return nil, badRequest("failed to list: %q is not a directory", dir)
+	if err == nil {
+		if info, serr := f.Stat(); serr != nil || !info.IsDir() {
+			_ = f.Close()
+			err = cmp.Or(serr, badRequest("failed to list: %q is not a directory", dir))
 		}
-		return nil, err
 	}
-	out := make([]*Entry, 0, len(infos))
-	for _, info := range infos {
-		p := path.Join(dir, info.Name())
-		e := entryOf(p, info)
-		if e.Type == "symlink" {
-			e.Target, _ = root.Readlink(rel(p))
-		}
-		out = append(out, e)
-		if depth > 1 && e.Type == "directory" {
-			sub, err := list(root, p, depth-1)
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return nil, err
+	if err != nil {
+		writeContentError(w, classify("read", dir, err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	l := lister{root: root, w: bufio.NewWriterSize(w, 32<<10)}
+	_ = l.w.WriteByte('[')
+	err = l.walk(f, dir, depth)
+	if err == nil {
+		_, _ = l.w.WriteString("]\n")
+		err = l.w.Flush()
+	}
+	if err != nil {
+		// Neither an answer nor an error can be written any more.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// lister writes a listing's entries.
+type lister struct {
+	root *os.Root
+	w    *bufio.Writer
+	n    int // entries written
+}
+
+// walk writes the entries of the open directory f, which is dir, and
+// below them to depth levels; it closes f.
+func (l *lister) walk(f *os.File, dir string, depth int) error {
+	defer f.Close()
+	for {
+		infos, err := f.Readdir(listBatch)
+		for _, info := range infos {
+			p := path.Join(dir, info.Name())
+			e := entryOf(p, info)
+			if e.Type == "symlink" {
+				e.Target, _ = l.root.Readlink(rel(p))
 			}
-			out = append(out, sub...)
+			if err := l.write(e); err != nil {
+				return err
+			}
+			if depth > 1 && e.Type == "directory" {
+				sub, err := openRegular(l.root, p, os.O_RDONLY, 0)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // removed since it was read
+				}
+				if err != nil {
+					return fmt.Errorf("list %q: %w", p, err)
+				}
+				if err := l.walk(sub, p, depth-1); err != nil {
+					return err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list %q: %w", dir, err)
 		}
 	}
-	return out, nil
+}
+
+// write writes e, after a comma unless it is the first.
+func (l *lister) write(e *Entry) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	if l.n > 0 {
+		_ = l.w.WriteByte(',')
+	}
+	l.n++
+	_, err = l.w.Write(b)
+	return err
 }
 
 // owner is who made entries belong to.
@@ -372,8 +437,7 @@ func ContentHandler(w http.ResponseWriter, r *http.Request, dir, kind string) {
 			writeContentError(w, badRequest("depth must be between 1 and %d", maxDepth))
 			return
 		}
-		entries, err := list(root, p, depth)
-		answer(w, http.StatusOK, entries, classify("read", p, err))
+		writeList(w, root, p, depth)
 	case "dir POST":
 		if !o.modeSet {
 			o.mode = defaultDirMode

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -252,4 +253,120 @@ func TestContentSpecialFiles(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, "partial.bin")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the half-written file is left: %v", err)
 	}
+}
+
+// heapWriter is a ResponseWriter that keeps the answer in a file and, at
+// each MiB of it, how much of the heap is live.
+type heapWriter struct {
+	header http.Header
+	status int
+	file   *os.File
+	n      int64
+	peak   uint64 // the most live heap seen, past base
+	base   uint64
+}
+
+func (h *heapWriter) Header() http.Header { return h.header }
+func (h *heapWriter) WriteHeader(s int)   { h.status = s }
+func (h *heapWriter) Write(p []byte) (int, error) {
+	if h.status == 0 {
+		h.status = http.StatusOK
+	}
+	before := h.n
+	n, err := h.file.Write(p)
+	h.n += int64(n)
+	if h.n>>20 != before>>20 {
+		h.peak = max(h.peak, liveHeap()-min(h.base, liveHeap()))
+	}
+	return n, err
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// A listing is written while the volume is read: however many files it
+// names, sandboxd holds about a batch of each level, not the whole answer.
+// Here the answer is about 20 MB; e2b's way (build it, then send it) holds
+// all of it.
+func TestListIsWrittenWhileRead(t *testing.T) {
+	dir := t.TempDir()
+	// Links with long targets make a long answer of few files.
+	target := strings.Repeat("t", 4000)
+	const dirs, files = 4, 1200
+	for d := range dirs {
+		sub := filepath.Join(dir, "d"+itoa(d))
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range files {
+			if err := os.Symlink(target, filepath.Join(sub, itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out, err := os.Create(filepath.Join(t.TempDir(), "answer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	w := &heapWriter{header: http.Header{}, file: out, base: liveHeap()}
+	ContentHandler(w, httptest.NewRequest(http.MethodGet, "/dir?"+q("path", "/", "depth", "2").Encode(), nil), dir, "dir")
+	if w.status != http.StatusOK {
+		t.Fatalf("status %d", w.status)
+	}
+	if _, err := out.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	var es []Entry
+	if err := json.NewDecoder(out).Decode(&es); err != nil {
+		t.Fatalf("the answer (%d bytes): %v", w.n, err)
+	}
+	if len(es) != dirs*(files+1) {
+		t.Errorf("%d entries, want %d", len(es), dirs*(files+1))
+	}
+	if w.n < 16<<20 {
+		t.Fatalf("the answer is %d bytes: too small to tell", w.n)
+	}
+	if w.peak > 4<<20 {
+		t.Errorf("%d bytes of heap live while a %d-byte answer was written, want a few batches' worth", w.peak, w.n)
+	}
+	t.Logf("answer %d bytes, live heap at most %d", w.n, w.peak)
+}
+
+// goneWriter is a client that goes away after its first write.
+type goneWriter struct {
+	header http.Header
+	writes int
+}
+
+func (g *goneWriter) Header() http.Header { return g.header }
+func (g *goneWriter) WriteHeader(int)     {}
+func (g *goneWriter) Write(p []byte) (int, error) {
+	g.writes++
+	if g.writes > 1 {
+		return 0, errors.New("connection reset by peer")
+	}
+	return len(p), nil
+}
+
+// A listing whose client has gone away cuts its answer off (net/http's
+// abort) rather than ending it as if it were whole.
+func TestListCutOffWhenTheClientGoes(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 2000 {
+		if err := os.Symlink(strings.Repeat("t", 200), filepath.Join(dir, itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &goneWriter{header: http.Header{}}
+	defer func() {
+		if r, _ := recover().(error); !errors.Is(r, http.ErrAbortHandler) {
+			t.Errorf("the handler ended with %v, want net/http's abort", r)
+		}
+	}()
+	ContentHandler(w, httptest.NewRequest(http.MethodGet, "/dir?"+q("path", "/").Encode(), nil), dir, "dir")
 }
