@@ -18,7 +18,10 @@
 import { test, afterEach } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
+import { execFile } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import http from 'node:http'
+import { promisify } from 'node:util'
 
 const pkg = process.env.E2B_PACKAGE || 'e2b'
 const { Sandbox, CommandExitError, ALL_TRAFFIC = '0.0.0.0/0', Volume, VolumeNotFoundError, VolumePathNotFoundError } = await import(pkg)
@@ -637,4 +640,59 @@ test(`${pkg}: volumes: made, written and read without a sandbox, shared by two s
   }
   assert.equal(await Volume.destroy(vol.volumeId), false)
   await assert.rejects(Volume.getInfo(vol.volumeId), VolumeNotFoundError)
+})
+
+// The e2b CLI (@e2b/cli), unmodified, against the same system: what people
+// type. Once, beside the newest SDK (the CLI brings its own, deduplicated
+// to it). NO_UPDATE_NOTIFIER keeps it from asking npm for a newer version.
+const cliPath = new URL('./node_modules/@e2b/cli/dist/index.js', import.meta.url).pathname
+const cliVersion = JSON.parse(readFileSync(new URL('./node_modules/@e2b/cli/package.json', import.meta.url))).version
+async function cli(...args) {
+  const run = promisify(execFile)(process.execPath, [cliPath, ...args], {
+    env: { ...process.env, NO_UPDATE_NOTIFIER: '1', NO_COLOR: '1' },
+    timeout: 120_000,
+  })
+  run.child.stdin.end() // `sandbox exec` reads a stdin that is not a terminal to its end
+  return (await run).stdout
+}
+
+test(`e2b CLI ${cliVersion}: list, info, logs, metrics, exec, pause, resume, snapshots, kill`, { skip: pkg !== 'e2b' }, async () => {
+  const sbx = await create({ metadata: { via: 'cli' } })
+  const id = sbx.sandboxId
+  await sbx.commands.run('echo from-a-command; echo to-stderr >&2')
+
+  const listed = JSON.parse(await cli('sandbox', 'list', '-f', 'json', '-m', `run=${run}`))
+  assert.deepEqual(listed.map((s) => [s.sandboxId, s.metadata.via, s.state]), [[id, 'cli', 'running']])
+  const info = JSON.parse(await cli('sandbox', 'info', id, '-f', 'json'))
+  assert.equal(info.sandboxId, id)
+  assert.equal(info.templateID ?? info.templateId, 'base')
+
+  // Logs: the CLI parses each line as a JSON record with a level, and
+  // filters by its logger (here the line's source) and level.
+  const logLines = async (...args) =>
+    (await cli('sandbox', 'logs', id, '--format', 'json', ...args)).split('\n').filter(Boolean).map((l) => JSON.parse(l))
+  const logs = await logLines()
+  assert.ok(logs.some((l) => l.logger === 'stdout' && l.message === 'from-a-command'), JSON.stringify(logs))
+  assert.ok(logs.some((l) => l.logger === 'stderr' && l.message === 'to-stderr'), JSON.stringify(logs))
+  assert.ok(logs.every((l) => !Number.isNaN(Date.parse(l.timestamp)) && ['info', 'warn', 'error', 'debug'].includes(l.level)))
+  assert.deepEqual((await logLines('--loggers', 'stdout')).map((l) => l.message), ['from-a-command'])
+
+  const metrics = await cli('sandbox', 'metrics', id, '--format', 'json')
+  assert.ok(metrics.trim().length > 0)
+
+  assert.equal(await cli('sandbox', 'exec', id, '--', 'echo', 'from-exec'), 'from-exec\n')
+
+  assert.match(await cli('sandbox', 'pause', id), /has been paused/)
+  assert.equal((await Sandbox.getInfo(id)).state, 'paused')
+  assert.match(await cli('sandbox', 'resume', id), /has been resumed/)
+  assert.equal((await Sandbox.getInfo(id)).state, 'running')
+
+  assert.match(await cli('sandbox', 'snapshot', 'create', id), /Created snapshot/)
+  const snaps = JSON.parse(await cli('sandbox', 'snapshot', 'list', id, '-f', 'json'))
+  assert.equal(snaps.length, 1)
+  assert.match(await cli('sandbox', 'snapshot', 'delete', snaps[0].snapshotId), /has been deleted/)
+  assert.deepEqual(JSON.parse(await cli('sandbox', 'snapshot', 'list', id, '-f', 'json')), [])
+
+  assert.match(await cli('sandbox', 'kill', id), /has been killed/)
+  assert.deepEqual(JSON.parse(await cli('sandbox', 'list', '-f', 'json', '-m', `run=${run}`)), [])
 })

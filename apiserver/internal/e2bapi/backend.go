@@ -50,9 +50,10 @@ type Backend interface {
 	// Metrics returns the resource samples the sandbox's host keeps, oldest
 	// first.
 	Metrics(ctx context.Context, team, id string) ([]Metric, error)
-	// Logs returns the sandbox's log lines at or after start (all of them
-	// for a zero start), oldest first.
-	Logs(ctx context.Context, team, id string, start time.Time) ([]LogEntry, error)
+	// Logs returns lines of the sandbox's log that q asks for, oldest
+	// first: a page, perhaps shorter than q's limit (the host bounds the
+	// bytes of an answer).
+	Logs(ctx context.Context, team, id string, q LogQuery) ([]LogEntry, error)
 	// Templates returns the templates the team may start.
 	Templates(ctx context.Context, team string) ([]Template, error)
 	// Template resolves a template ID or alias (as an SDK passes it to
@@ -211,6 +212,21 @@ type Metric struct {
 	MemCache   int64
 	DiskUsed   int64
 	DiskTotal  int64
+}
+
+// LogQuery is which lines of a sandbox's log Logs returns.
+type LogQuery struct {
+	// Start and End bound the lines' times, both included; zero is open.
+	Start, End time.Time
+	// Limit is the most lines.
+	Limit int
+	// Forward asks for the window's oldest lines, else its newest.
+	Forward bool
+	// MinLevel keeps lines of this level or above (debug, info, warn,
+	// error); empty keeps every line.
+	MinLevel string
+	// Search keeps lines whose text has it.
+	Search string
 }
 
 // LogEntry is one line of a sandbox's output.

@@ -42,6 +42,8 @@ type fakeBackend struct {
 	templates []Template
 	metrics   map[string][]Metric
 	logs      map[string][]LogEntry
+	// logQueries are the queries Logs was called with, in order.
+	logQueries []LogQuery
 	// err, when set, is returned by every sandbox method.
 	err   error
 	calls map[string]int
@@ -289,19 +291,24 @@ func (f *fakeBackend) Metrics(_ context.Context, team, id string) ([]Metric, err
 	return slices.Clone(f.metrics[id]), nil
 }
 
-func (f *fakeBackend) Logs(_ context.Context, team, id string, start time.Time) ([]LogEntry, error) {
+func (f *fakeBackend) Logs(_ context.Context, team, id string, q LogQuery) ([]LogEntry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, err := f.lookup("Logs", team, id); err != nil {
 		return nil, err
 	}
-	var out []LogEntry
+	f.logQueries = append(f.logQueries, q)
+	var window []LogEntry
 	for _, e := range f.logs[id] {
-		if !e.Timestamp.Before(start) {
-			out = append(out, e)
+		if (q.Start.IsZero() || !e.Timestamp.Before(q.Start)) && (q.End.IsZero() || !e.Timestamp.After(q.End)) &&
+			(q.MinLevel == "" || slices.Index(logLevels, levelOf(&e)) >= slices.Index(logLevels, q.MinLevel)) && strings.Contains(e.Line, q.Search) {
+			window = append(window, e)
 		}
 	}
-	return out, nil
+	if q.Forward {
+		return window[:min(len(window), q.Limit)], nil
+	}
+	return window[max(0, len(window)-q.Limit):], nil
 }
 
 func (f *fakeBackend) Templates(context.Context, string) ([]Template, error) {

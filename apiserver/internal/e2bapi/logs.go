@@ -1,6 +1,8 @@
 package e2bapi
 
 import (
+	"cmp"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -25,6 +27,22 @@ func toLogEntryJSON(e *LogEntry) logEntryJSON {
 		fields["source"] = e.Source
 	}
 	return logEntryJSON{Timestamp: e.Timestamp.UTC(), Level: levelOf(e), Message: e.Line, Fields: fields}
+}
+
+// rawLine is a line as v1's logs carry it: the whole record, as JSON, as
+// e2b's do (its log store's raw line), which the e2b CLI's `sandbox logs`
+// parses for its level (which must be there), logger (filtered by
+// --loggers: here the line's source) and the rest.
+func rawLine(e *LogEntry) string {
+	b, err := json.Marshal(struct {
+		Level   string `json:"level"`
+		Logger  string `json:"logger"`
+		Message string `json:"message"`
+	}{levelOf(e), cmp.Or(e.Source, "envd"), e.Line})
+	if err != nil {
+		return e.Line // not for a struct of strings
+	}
+	return string(b)
 }
 
 // parseMillis reads an optional non-negative Unix time in milliseconds.
@@ -55,7 +73,7 @@ func (s *server) logsV1(w http.ResponseWriter, r *http.Request, team, id string)
 		writeInvalid(w, err)
 		return
 	}
-	entries, err := s.backend.Logs(r.Context(), team, id, start)
+	entries, err := s.backend.Logs(r.Context(), team, id, LogQuery{Start: start, Limit: limit, Forward: true})
 	if err != nil {
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return
@@ -69,7 +87,7 @@ func (s *server) logsV1(w http.ResponseWriter, r *http.Request, team, id string)
 		if e.Timestamp.Before(start) {
 			continue
 		}
-		out.Logs = append(out.Logs, logLineJSON{Timestamp: e.Timestamp.UTC(), Line: e.Line})
+		out.Logs = append(out.Logs, logLineJSON{Timestamp: e.Timestamp.UTC(), Line: rawLine(e)})
 		out.LogEntries = append(out.LogEntries, toLogEntryJSON(e))
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -77,8 +95,8 @@ func (s *server) logsV1(w http.ResponseWriter, r *http.Request, team, id string)
 
 // logsV2 serves GET /v2/sandboxes/{id}/logs: cursor (ms), limit ≤ 1000,
 // direction forward (oldest first, from the cursor on) or backward (newest
-// first, up to the cursor), level (the minimum), search (a case-sensitive
-// substring of the message, ≤ 256 bytes).
+// first, up to the cursor; the default, as e2b's), level (the minimum),
+// search (a case-sensitive substring of the message, ≤ 256 bytes).
 func (s *server) logsV2(w http.ResponseWriter, r *http.Request, team, id string) {
 	q := r.URL.Query()
 	cursor, err := parseMillis(q, "cursor")
@@ -91,11 +109,12 @@ func (s *server) logsV2(w http.ResponseWriter, r *http.Request, team, id string)
 		writeInvalid(w, err)
 		return
 	}
-	backward := false
+	// e2b's default is backward: the newest lines, newest first.
+	backward := true
 	switch d := q.Get("direction"); d {
-	case "", "forward":
-	case "backward":
-		backward = true
+	case "forward":
+		backward = false
+	case "", "backward":
 	default:
 		writeInvalid(w, Invalid("direction", "must be forward or backward, got %s", echo(d)))
 		return
@@ -112,11 +131,16 @@ func (s *server) logsV2(w http.ResponseWriter, r *http.Request, team, id string)
 		writeInvalid(w, Invalid("search", "is longer than %d bytes", maxLogSearch))
 		return
 	}
-	start := cursor
-	if backward {
-		start = time.Time{}
+	lq := LogQuery{Limit: limit, Forward: !backward, Search: search}
+	if minLevel > 0 {
+		lq.MinLevel = logLevels[minLevel]
 	}
-	entries, err := s.backend.Logs(r.Context(), team, id, start)
+	if backward {
+		lq.End = cursor
+	} else {
+		lq.Start = cursor
+	}
+	entries, err := s.backend.Logs(r.Context(), team, id, lq)
 	if err != nil {
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return

@@ -159,7 +159,10 @@ func TestLogs(t *testing.T) {
 	checkKeys(t, "SandboxLogs", keysOf(t, rec.Body.Bytes()), []string{"logs", "logEntries"}, nil)
 	var v1 sandboxLogsJSON
 	strictDecode(t, rec.Body.Bytes(), &v1)
-	if len(v1.Logs) != 2 || v1.Logs[0].Line != "hello" || v1.LogEntries[1].Level != "error" || v1.LogEntries[1].Fields["source"] != "stderr" {
+	// A v1 line is the whole record, as JSON, as e2b's: the e2b CLI parses
+	// it, and needs its level.
+	if len(v1.Logs) != 2 || v1.Logs[0].Line != `{"level":"info","logger":"stdout","message":"hello"}` || v1.LogEntries[0].Message != "hello" ||
+		v1.LogEntries[1].Level != "error" || v1.LogEntries[1].Fields["source"] != "stderr" {
 		t.Fatalf("v1 logs = %+v", v1)
 	}
 
@@ -185,13 +188,14 @@ func TestLogs(t *testing.T) {
 		return lines
 	}
 	for _, tc := range []struct{ q, want string }{
-		{"", "envd started,hello,oops,noise,careful hello"},
-		{"level=info", "envd started,hello,oops,careful hello"},
-		{"level=warn", "oops,careful hello"},
-		{"search=hello", "hello,careful hello"},
-		{"cursor=" + ms(2*time.Second), "oops,noise,careful hello"},
-		{"cursor=" + ms(2*time.Second) + "&limit=1", "oops"},
-		{"direction=backward", "careful hello,noise,oops,hello,envd started"},
+		{"", "careful hello,noise,oops,hello,envd started"}, // e2b's default: backward
+		{"direction=forward", "envd started,hello,oops,noise,careful hello"},
+		{"direction=forward&level=info", "envd started,hello,oops,careful hello"},
+		{"level=warn", "careful hello,oops"},
+		{"direction=forward&search=hello", "hello,careful hello"},
+		{"direction=forward&cursor=" + ms(2*time.Second), "oops,noise,careful hello"},
+		{"direction=forward&cursor=" + ms(2*time.Second) + "&limit=1", "oops"},
+		{"cursor=" + ms(2*time.Second), "oops,hello,envd started"},
 		{"direction=backward&cursor=" + ms(2*time.Second) + "&limit=2", "oops,hello"},
 		{"limit=0", ""},
 	} {
@@ -206,6 +210,31 @@ func TestLogs(t *testing.T) {
 		wantError(t, do(t, h, http.MethodGet, "/v2/sandboxes/"+id+"/logs?"+tc.q, "", keyA), 400, tc.field)
 	}
 	wantError(t, do(t, h, http.MethodGet, "/sandboxes/"+id+"/logs?start=-4", "", keyA), 400, "start")
+
+	// What the host is asked: the window's oldest lines from v1's start
+	// and v2's forward cursor, its newest up to v2's backward cursor, with
+	// v2's filters, so that a page beyond the host's newest lines is read
+	// where it is.
+	f.logQueries = nil
+	do(t, h, http.MethodGet, "/sandboxes/"+id+"/logs?start="+ms(time.Second)+"&limit=2", "", keyA)
+	do(t, h, http.MethodGet, "/v2/sandboxes/"+id+"/logs?direction=forward&cursor="+ms(2*time.Second)+"&limit=3&level=warn&search=x", "", keyA)
+	do(t, h, http.MethodGet, "/v2/sandboxes/"+id+"/logs?direction=backward&cursor="+ms(2*time.Second), "", keyA)
+	do(t, h, http.MethodGet, "/v2/sandboxes/"+id+"/logs?level=debug", "", keyA)
+	want := []LogQuery{
+		{Start: t0.Add(time.Second), Limit: 2, Forward: true},
+		{Start: t0.Add(2 * time.Second), Limit: 3, Forward: true, MinLevel: "warn", Search: "x"},
+		{End: t0.Add(2 * time.Second), Limit: defaultLogLimit},
+		{Limit: defaultLogLimit},
+	}
+	if len(f.logQueries) != len(want) {
+		t.Fatalf("queries %+v, want %+v", f.logQueries, want)
+	}
+	for i, q := range f.logQueries {
+		if !q.Start.Equal(want[i].Start) || !q.End.Equal(want[i].End) || q.Limit != want[i].Limit || q.Forward != want[i].Forward ||
+			q.MinLevel != want[i].MinLevel || q.Search != want[i].Search {
+			t.Errorf("query %d = %+v, want %+v", i, q, want[i])
+		}
+	}
 }
 
 func TestTemplates(t *testing.T) {

@@ -40,6 +40,8 @@ type fakeNode struct {
 	// with unavailable; claimed refuses claims of these IDs as lost races.
 	full, down bool
 	claimed    map[string]bool
+	// lastLogs is the last Logs request.
+	lastLogs *sandboxdv1.LogsRequest
 	// traffic holds the traffic tokens of private sandboxes; old makes the
 	// node a sandboxd from before private traffic and auto-resume, which
 	// ignores both.
@@ -341,7 +343,8 @@ func (n *fakeNode) Logs(_ context.Context, req *connect.Request[sandboxdv1.LogsR
 	if _, ok := n.sandboxes[req.Msg.GetSandboxId()]; !ok {
 		return nil, n.notFound(req.Msg.GetSandboxId())
 	}
-	return connect.NewResponse(&sandboxdv1.LogsResponse{Logs: []*sandboxdv1.LogEntry{{Timestamp: timestamppb.New(t0), Line: "hello", Source: "stdout"}}}), nil
+	n.lastLogs = req.Msg
+	return connect.NewResponse(&sandboxdv1.LogsResponse{Logs: []*sandboxdv1.LogEntry{{Timestamp: timestamppb.New(t0), Line: "hello", Source: "stdout", Level: "warn"}}}), nil
 }
 
 // callCount returns how many calls the node received.

@@ -765,9 +765,13 @@ func TestMetricsLogs(t *testing.T) {
 	if err != nil || len(m) != 1 || m[0].CPUCount != 2 || !m[0].Timestamp.Equal(t0) {
 		t.Fatalf("Metrics = %+v, %v", m, err)
 	}
-	logs, err := h.b.Logs(t.Context(), "team1", sb.ID, time.Time{})
-	if err != nil || len(logs) != 1 || logs[0].Line != "hello" || logs[0].Source != "stdout" {
+	logs, err := h.b.Logs(t.Context(), "team1", sb.ID, e2bapi.LogQuery{Start: t0, End: t0.Add(time.Hour), Limit: 10, Forward: true, MinLevel: "warn", Search: "he"})
+	if err != nil || len(logs) != 1 || logs[0].Line != "hello" || logs[0].Source != "stdout" || logs[0].Level != "warn" {
 		t.Fatalf("Logs = %+v, %v", logs, err)
+	}
+	if r := h.nodes[sb.Node+":27777"].lastLogs; !r.GetStart().AsTime().Equal(t0) || !r.GetEnd().AsTime().Equal(t0.Add(time.Hour)) || r.GetLimit() != 10 ||
+		!r.GetForward() || r.GetMinLevel() != "warn" || r.GetSearch() != "he" {
+		t.Errorf("the host was asked %v", r)
 	}
 	if _, err := h.b.Metrics(t.Context(), "team2", sb.ID); !errors.Is(err, e2bapi.ErrNotFound) {
 		t.Fatalf("Metrics of another team = %v, want ErrNotFound", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"connectrpc.com/connect"
@@ -322,15 +323,18 @@ func (b *Backend) Metrics(ctx context.Context, team, id string) ([]e2bapi.Metric
 	return out, nil
 }
 
-// Logs returns the log lines of a sandbox of team at or after start.
-func (b *Backend) Logs(ctx context.Context, team, id string, start time.Time) ([]e2bapi.LogEntry, error) {
+// Logs returns the log lines of a sandbox of team that q asks for.
+func (b *Backend) Logs(ctx context.Context, team, id string, q e2bapi.LogQuery) ([]e2bapi.LogEntry, error) {
 	l, err := b.locate(ctx, team, id)
 	if err != nil {
 		return nil, err
 	}
-	req := &sandboxdv1.LogsRequest{SandboxId: id}
-	if !start.IsZero() {
-		req.Start = timestamppb.New(start)
+	req := &sandboxdv1.LogsRequest{SandboxId: id, Limit: int32(min(max(q.Limit, 0), math.MaxInt32)), Forward: q.Forward, MinLevel: q.MinLevel, Search: q.Search}
+	if !q.Start.IsZero() {
+		req.Start = timestamppb.New(q.Start)
+	}
+	if !q.End.IsZero() {
+		req.End = timestamppb.New(q.End)
 	}
 	resp, err := l.client.Logs(ctx, connect.NewRequest(req))
 	if err != nil {
@@ -338,7 +342,7 @@ func (b *Backend) Logs(ctx context.Context, team, id string, start time.Time) ([
 	}
 	out := make([]e2bapi.LogEntry, 0, len(resp.Msg.GetLogs()))
 	for _, e := range resp.Msg.GetLogs() {
-		out = append(out, e2bapi.LogEntry{Timestamp: e.GetTimestamp().AsTime(), Line: e.GetLine(), Source: e.GetSource()})
+		out = append(out, e2bapi.LogEntry{Timestamp: e.GetTimestamp().AsTime(), Line: e.GetLine(), Level: e.GetLevel(), Source: e.GetSource()})
 	}
 	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,20 +31,76 @@ type logLine struct {
 	Time   time.Time `json:"time"`
 	Source string    `json:"source"`
 	Line   *string   `json:"line"`
+	Level  string    `json:"level"`
 }
 
-// Read parses the log at path: JSON lines {"time","source","line"} from
-// envd. Any other line (envd's own output before it logs JSON, a panic) is
-// source "envd" with the time of the line before it, or, for the first
-// lines, since: the file cannot say when they were written, only that it
-// was not earlier. A missing file is an empty log.
+// Query says which lines of a log Read returns.
+type Query struct {
+	// Start and End bound the lines' times, both included; zero is open.
+	Start, End time.Time
+	// Limit is the most lines returned; at least 1.
+	Limit int
+	// Forward returns the window's oldest lines, else its newest.
+	Forward bool
+	// MinLevel keeps lines of this level or above (Levels; a line without
+	// one is info's); empty keeps every line.
+	MinLevel string
+	// Search keeps lines whose text has it (case-sensitive).
+	Search string
+	// MaxBytes bounds the returned lines' text together, but for the first
+	// line, which is returned whatever its size; 0 is no bound.
+	MaxBytes int
+}
+
+// Levels are the levels of envd's lines, least severe first, as Read
+// reports them.
+var Levels = []string{"debug", "info", "warn", "error"}
+
+// levelRank is level's place in Levels; info's for none or another.
+func levelRank(level string) int {
+	if i := slices.Index(Levels, level); i >= 0 {
+		return i
+	}
+	return 1
+}
+
+// keeps says whether e passes q's filters of level and text.
+func (q *Query) keeps(e *pb.LogEntry) bool {
+	return (q.MinLevel == "" || levelRank(e.GetLevel()) >= levelRank(q.MinLevel)) && strings.Contains(e.GetLine(), q.Search)
+}
+
+// page counts the lines a Read returns against its limits.
+type page struct {
+	q            *Query
+	lines, bytes int
+}
+
+// fits says whether n more lines of size bytes together fit, beside the
+// lines counted.
+func (p *page) fits(n, size int) bool {
+	total := p.lines + n
+	return total <= p.q.Limit && (total == 1 || p.q.MaxBytes <= 0 || p.bytes+size <= p.q.MaxBytes)
+}
+
+func (p *page) add(e *pb.LogEntry) {
+	p.lines++
+	p.bytes += len(e.GetLine())
+}
+
+// Read parses the log at path: JSON lines {"time","source","line","level"}
+// from envd. Any other line (envd's own output before it logs JSON, a
+// panic) is source "envd" with the time of the line before it, or, for the
+// first lines, since: the file cannot say when they were written, only
+// that it was not earlier. A missing file is an empty log. The answer is
+// oldest first either way.
 //
-// It reads the file from its end, only as far back as the newest limit
-// lines at or after start need: a log holds up to envd's 64 MiB, and
-// parsing all of it for every call (as an SDK's polling makes them) cost a
-// core. Lines are in time order, so the first one older than start ends the
-// search.
-func Read(path string, start time.Time, limit int, since time.Time) ([]*pb.LogEntry, error) {
+// It reads only as much of the file as the lines asked for need: a log
+// holds up to envd's 64 MiB, and parsing all of it for every call (as an
+// SDK's polling makes them) cost a core. Lines are in time order, so the
+// window's edges are found by bisection, and the newest lines are read
+// from the window's end backwards, the oldest from its start on. With a
+// filter, as far as it takes to find the lines.
+func Read(path string, q Query, since time.Time) ([]*pb.LogEntry, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return []*pb.LogEntry{}, nil
@@ -56,48 +113,226 @@ func Read(path string, start time.Time, limit int, since time.Time) ([]*pb.LogEn
 	if err != nil {
 		return nil, fmt.Errorf("open sandbox log: %w", err)
 	}
+	q.Limit = max(q.Limit, 1)
+	var out []*pb.LogEntry
+	if q.Forward {
+		out, err = readForward(f, st.Size(), &q, since)
+	} else {
+		out, err = readBackward(f, st.Size(), &q, since)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox log: %w", err)
+	}
+	return out, nil
+}
+
+// readBackward is Read of the window's newest lines.
+func readBackward(f *os.File, size int64, q *Query, since time.Time) ([]*pb.LogEntry, error) {
+	end := size
+	if !q.End.IsZero() {
+		var err error
+		if end, err = firstAtOrAfter(f, size, q.End.Add(time.Nanosecond)); err != nil {
+			return nil, err
+		}
+	}
 	// out is newest first; pending are plain lines newer than the next
 	// JSON line up, whose time that line gives them.
+	// pendingFull: one of them did not fit, so once they are known to be
+	// in the window the page is full.
 	var out, pending []*pb.LogEntry
+	pendingBytes, pendingFull := 0, false
+	pg := page{q: q}
 	done := false
-	err = linesBackward(f, st.Size(), func(raw []byte) bool {
+	err := linesBackward(f, end, func(raw []byte) bool {
 		if len(raw) == 0 {
 			return true
 		}
 		e, t, ok := parseJSONLine(raw)
 		if !ok {
-			if len(out)+len(pending) < limit {
-				pending = append(pending, &pb.LogEntry{Line: string(raw), Source: "envd"})
+			e = &pb.LogEntry{Line: string(raw), Source: "envd"}
+			if !pendingFull && q.keeps(e) {
+				if pg.fits(len(pending)+1, pendingBytes+len(e.GetLine())) {
+					pending = append(pending, e)
+					pendingBytes += len(e.GetLine())
+				} else {
+					pendingFull = true
+				}
 			}
 			return true
 		}
-		if !start.IsZero() && t.Before(start) {
+		if !q.Start.IsZero() && t.Before(q.Start) {
 			done = true // this line, the pending ones and all before it are older
 			return false
 		}
+		if !q.End.IsZero() && t.After(q.End) {
+			// Out of order: it, and the plain lines after it, are past the
+			// window.
+			pending, pendingBytes, pendingFull = pending[:0], 0, false
+			return true
+		}
 		for _, p := range pending {
 			p.Timestamp = e.GetTimestamp()
+			pg.add(p)
 		}
-		out = append(append(out, pending...), e)
-		pending = pending[:0]
-		if len(out) >= limit {
+		out = append(out, pending...)
+		pending, pendingBytes = pending[:0], 0
+		if pendingFull {
 			done = true
 			return false
+		}
+		if q.keeps(e) {
+			if !pg.fits(1, len(e.GetLine())) {
+				done = true
+				return false
+			}
+			pg.add(e)
+			out = append(out, e)
 		}
 		return true
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read sandbox log: %w", err)
+		return nil, err
 	}
-	if !done && (start.IsZero() || !since.Before(start)) {
+	if !done && (q.Start.IsZero() || !since.Before(q.Start)) && (q.End.IsZero() || !since.After(q.End)) {
 		for _, p := range pending {
 			p.Timestamp = timestamppb.New(since)
 		}
 		out = append(out, pending...)
 	}
-	out = out[:min(len(out), limit)]
 	slices.Reverse(out)
 	return out, nil
+}
+
+// readForward is Read of the window's oldest lines.
+func readForward(f *os.File, size int64, q *Query, since time.Time) ([]*pb.LogEntry, error) {
+	var start int64
+	if !q.Start.IsZero() {
+		var err error
+		if start, err = firstAtOrAfter(f, size, q.Start); err != nil {
+			return nil, err
+		}
+		// The plain lines before the first JSON line have since's time,
+		// not an older one: the window checks them.
+		first, _, _, err := nextJSONLine(f, size, 0)
+		if err != nil {
+			return nil, err
+		}
+		if start == first {
+			start = 0
+		}
+	}
+	br := bufio.NewReaderSize(io.NewSectionReader(f, start, size-start), 64<<10)
+	line := make([]byte, 0, maxLine)
+	out := []*pb.LogEntry{}
+	pg := page{q: q}
+	last := since // the time of the JSON line before
+	for {
+		raw, _, err := readLine(br, line)
+		if len(raw) > 0 {
+			e, t, ok := parseJSONLine(raw)
+			if ok {
+				if !q.End.IsZero() && t.After(q.End) {
+					return out, nil
+				}
+				last = t
+			} else {
+				e, t = &pb.LogEntry{Timestamp: timestamppb.New(last), Line: string(raw), Source: "envd"}, last
+			}
+			if (q.Start.IsZero() || !t.Before(q.Start)) && (q.End.IsZero() || !t.After(q.End)) && q.keeps(e) {
+				if !pg.fits(1, len(e.GetLine())) {
+					return out, nil
+				}
+				pg.add(e)
+				out = append(out, e)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// readLine reads one line into buf (reused) without its line ending,
+// keeping at most maxLine bytes of it; n is every byte it took, the line's
+// end and what was dropped included. At the file's end err is io.EOF,
+// with the last line if it has no line's end.
+func readLine(br *bufio.Reader, buf []byte) (line []byte, n int64, err error) {
+	line = buf[:0]
+	for {
+		chunk, err := br.ReadSlice('\n')
+		n += int64(len(chunk))
+		if room := maxLine - len(line); room > 0 {
+			line = append(line, chunk[:min(len(chunk), room)]...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return bytes.TrimRight(line, "\r\n"), n, err
+	}
+}
+
+// firstAtOrAfter is the offset of the first JSON line of the first size
+// bytes of f whose time is t or later (size when there is none), found by
+// bisection: lines are in time order, and a plain line has the time of
+// the JSON line before it.
+func firstAtOrAfter(f *os.File, size int64, t time.Time) (int64, error) {
+	lo, hi := int64(0), size
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		_, lt, ok, err := nextJSONLine(f, size, mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok && lt.Before(t) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	at, _, _, err := nextJSONLine(f, size, lo)
+	return at, err
+}
+
+// nextJSONLine finds the first JSON line of the first size bytes of f that
+// starts at off or after: where it starts, and its time; ok is false, and
+// at size, when there is none.
+func nextJSONLine(f *os.File, size, off int64) (at int64, t time.Time, ok bool, err error) {
+	at = off
+	if off > 0 {
+		at = off - 1 // a line starts at off if a line ends just before it
+	}
+	br := bufio.NewReaderSize(io.NewSectionReader(f, at, size-at), 4<<10)
+	var line []byte
+	if off > 0 {
+		_, n, err := readLine(br, line)
+		if err != nil {
+			return size, time.Time{}, false, ignoreEOF(err)
+		}
+		at += n
+	}
+	for {
+		raw, n, err := readLine(br, line)
+		line = raw
+		if len(raw) > 0 {
+			if _, t, ok := parseJSONLine(raw); ok {
+				return at, t, true, nil
+			}
+		}
+		if err != nil {
+			return size, time.Time{}, false, ignoreEOF(err)
+		}
+		at += n
+	}
+}
+
+func ignoreEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
 }
 
 // linesBackward calls fn with each line of the first size bytes of f,
@@ -156,7 +391,11 @@ func parseJSONLine(raw []byte) (e *pb.LogEntry, t time.Time, ok bool) {
 	if src != "stdout" && src != "stderr" {
 		src = "envd"
 	}
-	return &pb.LogEntry{Timestamp: timestamppb.New(l.Time), Line: *l.Line, Source: src}, l.Time, true
+	level := strings.ToLower(l.Level)
+	if !slices.Contains(Levels, level) {
+		level = ""
+	}
+	return &pb.LogEntry{Timestamp: timestamppb.New(l.Time), Line: *l.Line, Source: src, Level: level}, l.Time, true
 }
 
 // trimSuffix, and a random end, name the copy Trim writes beside a log.

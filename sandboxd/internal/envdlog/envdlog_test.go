@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,7 +73,7 @@ func TestReadLog(t *testing.T) {
 		{"after everything", at(7), 100, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Read(path, tc.start, tc.limit, since)
+			got, err := Read(path, Query{Start: tc.start, Limit: tc.limit}, since)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +88,7 @@ func TestReadLog(t *testing.T) {
 			}
 		})
 	}
-	got, err := Read(filepath.Join(t.TempDir(), "missing.log"), time.Time{}, 10, since)
+	got, err := Read(filepath.Join(t.TempDir(), "missing.log"), Query{Limit: 10}, since)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("missing log = %v, %v", got, err)
 	}
@@ -99,7 +100,7 @@ func TestReadLogLongLine(t *testing.T) {
 	if err := os.WriteFile(path, []byte(long+"\nafter\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Read(path, time.Time{}, 10, time.Time{})
+	got, err := Read(path, Query{Limit: 10}, time.Time{})
 	if err != nil || len(got) != 2 || len(got[0].GetLine()) != maxLine || got[1].GetLine() != "after" {
 		t.Fatalf("got %d lines (%v)", len(got), err)
 	}
@@ -108,118 +109,210 @@ func TestReadLogLongLine(t *testing.T) {
 func FuzzReadLog(f *testing.F) {
 	f.Add([]byte(`{"time":"2026-01-01T00:00:01Z","source":"stdout","line":"hi"}` + "\nplain\n"))
 	f.Add([]byte("{\n{}\n{\"line\":null}\n\r\n"))
+	f.Add([]byte(`{"time":"2026-01-01T00:00:01Z","source":"envd","line":"a","level":"WARN"}` + "\nplain\n" +
+		`{"time":"2026-01-01T00:00:02Z","source":"stdout","line":"bb"}` + "\n" + `{"time":"2026-01-01T00:00:02Z","line":"ccc","level":"ERROR"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		path := filepath.Join(t.TempDir(), "x.log")
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
+		since := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC)
+		sorted := timesSorted(data)
 		for _, limit := range []int{1, 3, 1000} {
-			got, err := Read(path, time.Time{}, limit, time.Time{})
-			if err != nil {
-				t.Fatal(err)
-			}
 			for _, start := range []time.Time{{}, epoch, time.Date(2026, 1, 1, 0, 0, 2, 0, time.UTC)} {
-				since := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC)
-				back, err := Read(path, start, limit, since)
-				if err != nil {
-					t.Fatal(err)
-				}
-				fwd, err := readLogForward(path, start, limit, since)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(back) != len(fwd) {
-					t.Fatalf("start %v limit %d: %d lines from the end, %d from the start", start, limit, len(back), len(fwd))
-				}
-				for i := range back {
-					if !proto.Equal(back[i], fwd[i]) {
-						t.Fatalf("start %v limit %d: line %d = %v from the end, %v from the start", start, limit, i, back[i], fwd[i])
+				for _, q := range []Query{
+					{Start: start, Limit: limit},
+					{Start: start, Limit: limit, Forward: true},
+					{End: start, Limit: limit, MaxBytes: 2},
+					{Start: start, Limit: limit, Forward: true, MinLevel: "warn", Search: "b"},
+				} {
+					got, err := Read(path, q, since)
+					if err != nil {
+						t.Fatal(err)
 					}
-				}
-			}
-			if len(got) > limit {
-				t.Fatalf("%d lines over limit %d", len(got), limit)
-			}
-			for _, e := range got {
-				if e.GetTimestamp() == nil || (e.GetSource() != "envd" && e.GetSource() != "stdout" && e.GetSource() != "stderr") {
-					t.Fatalf("entry %v", e)
+					if len(got) > limit {
+						t.Fatalf("%d lines over limit %d", len(got), limit)
+					}
+					for _, e := range got {
+						if e.GetTimestamp() == nil || (e.GetSource() != "envd" && e.GetSource() != "stdout" && e.GetSource() != "stderr") {
+							t.Fatalf("entry %v", e)
+						}
+					}
+					if !sorted {
+						continue // Read's bisection assumes envd's order
+					}
+					want, err := readReference(path, q, since)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sameEntries(t, fmt.Sprintf("%+v", q), got, want)
 				}
 			}
 		}
 	})
 }
 
-// readLogForward is Read as it was, reading the whole file from its
-// start: the reference that FuzzReadLog holds Read to.
-func readLogForward(path string, start time.Time, limit int, since time.Time) ([]*pb.LogEntry, error) {
-	f, err := os.Open(path)
+// timesSorted says whether the JSON lines of a log are in time order, as
+// envd writes them.
+func timesSorted(data []byte) bool {
+	var last time.Time
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) > maxLine {
+			line = line[:maxLine]
+		}
+		if len(line) == 0 {
+			continue
+		}
+		if _, t, ok := parseJSONLine(line); ok {
+			if t.Before(last) {
+				return false
+			}
+			last = t
+		}
+	}
+	return true
+}
+
+func sameEntries(t *testing.T, what string, got, want []*pb.LogEntry) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d lines, want %d:\n%v\nwant\n%v", what, len(got), len(want), got, want)
+	}
+	for i := range got {
+		if !proto.Equal(got[i], want[i]) {
+			t.Fatalf("%s: line %d = %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// readReference is Read by its definition, the reference FuzzReadLog and
+// TestReadQueries hold it to: every line of the file parsed from its
+// start, the window and filters applied, then the page taken from the
+// window's start or its end.
+func readReference(path string, q Query, since time.Time) ([]*pb.LogEntry, error) {
+	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return []*pb.LogEntry{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open sandbox log: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	br := bufio.NewReaderSize(f, 64<<10)
+	br := bufio.NewReader(bytes.NewReader(data))
+	buf := make([]byte, 0, maxLine)
 	last := since
-	kept := make([]*pb.LogEntry, 0, min(limit, 256))
-	next := 0 // once kept is full, the index of its oldest entry
+	var window []*pb.LogEntry
 	for {
-		raw, err := readLine(br)
+		raw, _, err := readLine(br, buf)
 		if len(raw) > 0 {
-			e, t := parseLogLine(raw, last)
-			last = t
-			if start.IsZero() || !t.Before(start) {
-				if len(kept) < limit {
-					kept = append(kept, e)
-				} else {
-					kept[next] = e
-					next = (next + 1) % limit
-				}
+			e, t, ok := parseJSONLine(raw)
+			if ok {
+				last = t
+			} else {
+				e, t = &pb.LogEntry{Timestamp: timestamppb.New(last), Line: string(raw), Source: "envd"}, last
+			}
+			if (q.Start.IsZero() || !t.Before(q.Start)) && (q.End.IsZero() || !t.After(q.End)) && q.keeps(e) {
+				window = append(window, e)
 			}
 		}
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read sandbox log: %w", err)
+			return nil, err
 		}
 	}
-	return slices.Concat(kept[next:], kept[:next]), nil
-}
-
-// parseLogLine reads one line, and returns it with its time.
-func parseLogLine(raw []byte, last time.Time) (*pb.LogEntry, time.Time) {
-	var l logLine
-	if raw[0] == '{' && json.Unmarshal(raw, &l) == nil && l.Line != nil && !l.Time.IsZero() {
-		src := l.Source
-		if src != "stdout" && src != "stderr" {
-			src = "envd"
-		}
-		return &pb.LogEntry{Timestamp: timestamppb.New(l.Time), Line: *l.Line, Source: src}, l.Time
+	q.Limit = max(q.Limit, 1)
+	pg := page{q: &q}
+	out := []*pb.LogEntry{}
+	if !q.Forward {
+		slices.Reverse(window)
 	}
-	return &pb.LogEntry{Timestamp: timestamppb.New(last), Line: string(raw), Source: "envd"}, last
+	for _, e := range window {
+		if !pg.fits(1, len(e.GetLine())) {
+			break
+		}
+		pg.add(e)
+		out = append(out, e)
+	}
+	if !q.Forward {
+		slices.Reverse(out)
+	}
+	return out, nil
 }
 
-// readLine reads one line without its line ending, keeping at most
-// maxLine bytes of it.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if room := maxLine - len(line); room > 0 {
-			line = append(line, chunk[:min(len(chunk), room)]...)
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
+// Read answers what its definition (readReference) says, for logs as envd
+// writes them (several lines to a time, plain lines between, levels, a
+// line past maxLine) and every kind of query: windows open and closed,
+// both directions, filters, byte bounds.
+func TestReadQueries(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	words := []string{"alpha", "beta", "gamma", "delta", "<&>", "\"q\""}
+	levels := []string{"", "DEBUG", "INFO", "WARN", "ERROR"}
+	var b strings.Builder
+	var times []time.Time
+	at := epoch
+	for i := range 600 {
+		at = at.Add(time.Duration(rng.IntN(3)) * 500 * time.Millisecond)
+		text := strings.Repeat(words[rng.IntN(len(words))]+" ", rng.IntN(40))
+		switch {
+		case i == 300:
+			text = strings.Repeat("x", maxLine+100) // cut to maxLine
+		case rng.IntN(20) == 0:
+			b.WriteString("plain " + text + "\n")
 			continue
 		}
-		return bytes.TrimRight(line, "\r\n"), err
+		line, _ := json.Marshal(text)
+		fmt.Fprintf(&b, `{"time":%q,"source":"stdout","line":%s`, at.Format(time.RFC3339Nano), line)
+		if l := levels[rng.IntN(len(levels))]; l != "" {
+			fmt.Fprintf(&b, `,"level":%q`, l)
+		}
+		b.WriteString("}\n")
+		times = append(times, at)
+	}
+	path := filepath.Join(t.TempDir(), "x.log")
+	if err := os.WriteFile(path, []byte("envd's first words\n"+b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	someTime := func() time.Time {
+		switch rng.IntN(5) {
+		case 0:
+			return time.Time{}
+		case 1:
+			return epoch.Add(-time.Hour)
+		case 2:
+			return at.Add(time.Hour)
+		}
+		return times[rng.IntN(len(times))].Add(time.Duration(rng.IntN(3)-1) * time.Millisecond)
+	}
+	for i := range 800 {
+		q := Query{
+			Start: someTime(), End: someTime(),
+			Limit:    []int{1, 2, 7, 50, 1000}[rng.IntN(5)],
+			Forward:  rng.IntN(2) == 0,
+			MinLevel: []string{"", "", "debug", "info", "warn", "error"}[rng.IntN(6)],
+			MaxBytes: []int{0, 0, 1, 300, 5000, 100 << 10}[rng.IntN(6)],
+		}
+		if rng.IntN(3) == 0 {
+			q.Search = words[rng.IntN(len(words))]
+		}
+		since := epoch.Add(time.Duration(rng.IntN(3)-1) * time.Second)
+		got, err := Read(path, q, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := readReference(path, q, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameEntries(t, fmt.Sprintf("query %d %+v since %v", i, q, since), got, want)
 	}
 }
 
 // BenchmarkReadLog is one Logs call's read of a full log (64 MiB, envd's
-// budget), its newest 1000 lines: from the end as Read reads, and from
-// the start as it did.
+// budget), 1000 lines: its newest, as Read reads them (from the end), and
+// by reading the whole file (readReference, as Read once did); and the
+// 1000 after and before a cursor half way, found by bisection.
 func BenchmarkReadLog(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "x.log")
 	f, err := os.Create(path)
@@ -227,22 +320,31 @@ func BenchmarkReadLog(b *testing.B) {
 		b.Fatal(err)
 	}
 	w := bufio.NewWriter(f)
-	for i := 0; ; i++ {
-		fmt.Fprintf(w, `{"time":"2026-01-01T00:00:%02dZ","source":"stdout","pid":42,"line":"line %d of a process's output, long enough to look like one"}`+"\n", i%60, i)
-		if st, _ := f.Stat(); i%4096 == 0 && st.Size() >= 64<<20 {
+	var n int
+	for ; ; n++ {
+		fmt.Fprintf(w, `{"time":%q,"source":"stdout","pid":42,"line":"line %d of a process's output, long enough to look like one"}`+"\n",
+			epoch.Add(time.Duration(n)*time.Millisecond).Format(time.RFC3339Nano), n)
+		if st, _ := f.Stat(); n%4096 == 0 && st.Size() >= 64<<20 {
 			break
 		}
 	}
 	if err := errors.Join(w.Flush(), f.Close()); err != nil {
 		b.Fatal(err)
 	}
+	half := epoch.Add(time.Duration(n/2) * time.Millisecond)
 	for _, c := range []struct {
 		name string
-		read func(string, time.Time, int, time.Time) ([]*pb.LogEntry, error)
-	}{{"from-the-end", Read}, {"whole-file", readLogForward}} {
+		read func(string, Query, time.Time) ([]*pb.LogEntry, error)
+		q    Query
+	}{
+		{"newest", Read, Query{Limit: logsLimit}},
+		{"newest-whole-file", readReference, Query{Limit: logsLimit}},
+		{"forward-from-half", Read, Query{Start: half, Limit: logsLimit, Forward: true}},
+		{"backward-from-half", Read, Query{End: half, Limit: logsLimit}},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				if got, err := c.read(path, time.Time{}, logsLimit, time.Time{}); err != nil || len(got) != logsLimit {
+				if got, err := c.read(path, c.q, time.Time{}); err != nil || len(got) != logsLimit {
 					b.Fatalf("%d lines, %v", len(got), err)
 				}
 			}

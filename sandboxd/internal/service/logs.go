@@ -2,9 +2,12 @@ package service
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/envdlog"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
@@ -18,10 +21,18 @@ const (
 	// then, its newest lines.
 	maxLogBytes  = 64 << 20
 	keptLogBytes = 16 << 20
+	// maxLogAnswerBytes bounds the text of the lines one Logs call
+	// answers (but for its first line, of at most 64 KiB): the e2b API
+	// writes each line twice, JSON-escaped (up to 6 bytes a byte), so
+	// 1000 lines of 64 KiB would be most of a GiB of its memory.
+	maxLogAnswerBytes = 2 << 20
+	// maxLogSearch bounds a search's text (e2b's API takes 256 bytes).
+	maxLogSearch = 4 << 10
 )
 
-// Logs returns the lines of the sandbox's log, oldest first: the newest
-// limit lines at or after start.
+// Logs returns lines of the sandbox's log, oldest first: the newest (or,
+// forward, the oldest) limit lines of the window from start to end that
+// pass its filters, fewer when their text passes maxLogAnswerBytes.
 func (s *Service) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) (*connect.Response[pb.LogsResponse], error) {
 	m := req.Msg
 	var f fieldErrors
@@ -33,13 +44,26 @@ func (s *Service) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) 
 	case limit == 0:
 		limit = defaultLogLimit
 	}
-	limit = min(limit, maxLogLimit)
-	var start time.Time
-	if m.GetStart() != nil {
-		if err := m.GetStart().CheckValid(); err != nil {
-			f.add("start", "%v", err)
+	q := envdlog.Query{Limit: min(limit, maxLogLimit), Forward: m.GetForward(), MinLevel: m.GetMinLevel(), Search: m.GetSearch(), MaxBytes: maxLogAnswerBytes}
+	for _, t := range []struct {
+		name string
+		ts   *timestamppb.Timestamp
+		to   *time.Time
+	}{{"start", m.GetStart(), &q.Start}, {"end", m.GetEnd(), &q.End}} {
+		if t.ts == nil {
+			continue
 		}
-		start = m.GetStart().AsTime()
+		if err := t.ts.CheckValid(); err != nil {
+			f.add(t.name, "%v", err)
+		} else {
+			*t.to = t.ts.AsTime()
+		}
+	}
+	if q.MinLevel != "" && !slices.Contains(envdlog.Levels, q.MinLevel) {
+		f.add("min_level", "must be one of %s, got %q", strings.Join(envdlog.Levels, ", "), q.MinLevel)
+	}
+	if len(q.Search) > maxLogSearch {
+		f.add("search", "must be at most %d bytes, got %d", maxLogSearch, len(q.Search))
 	}
 	if err := f.err(); err != nil {
 		return nil, err
@@ -48,7 +72,7 @@ func (s *Service) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) 
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	entries, err := envdlog.Read(s.logPath(rec.ID), start, limit, rec.StartedAt)
+	entries, err := envdlog.Read(s.logPath(rec.ID), q, rec.StartedAt)
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -130,7 +130,9 @@ func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*p
 			return
 		case <-t.C:
 		}
-		next := &pb.LogsRequest{SandboxId: req.GetSandboxId(), Limit: maxLogLines}
+		// The oldest lines from the last one seen on: a burst of more
+		// than a page between two reads is read in pages, none skipped.
+		next := &pb.LogsRequest{SandboxId: req.GetSandboxId(), Limit: maxLogLines, Forward: true}
 		if !last.IsZero() {
 			next.Start = timestamppb.New(last)
 		} else {

@@ -33,6 +33,7 @@ type host struct {
 	kills     []string
 	n         int
 	ended     map[string]string // why, for sandboxes that ended by themselves
+	logs      []*pb.LogEntry    // every sandbox's, oldest first
 }
 
 func newHost() *host { return &host{sandboxes: map[string]*pb.Sandbox{}, synced: true} }
@@ -89,8 +90,26 @@ func (h *host) SetTimeout(context.Context, *connect.Request[pb.SetTimeoutRequest
 	return connect.NewResponse(&pb.SetTimeoutResponse{}), nil
 }
 
-func (h *host) Logs(context.Context, *connect.Request[pb.LogsRequest]) (*connect.Response[pb.LogsResponse], error) {
-	return connect.NewResponse(&pb.LogsResponse{}), nil
+// Logs answers from logs as sandboxd does: the window's newest (or,
+// forward, oldest) limit lines, oldest first.
+func (h *host) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) (*connect.Response[pb.LogsResponse], error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := req.Msg
+	var window []*pb.LogEntry
+	for _, e := range h.logs {
+		t := e.GetTimestamp().AsTime()
+		if (m.GetStart() == nil || !t.Before(m.GetStart().AsTime())) && (m.GetEnd() == nil || !t.After(m.GetEnd().AsTime())) {
+			window = append(window, e)
+		}
+	}
+	limit := int(m.GetLimit())
+	if m.GetForward() {
+		window = window[:min(len(window), limit)]
+	} else {
+		window = window[max(0, len(window)-limit):]
+	}
+	return connect.NewResponse(&pb.LogsResponse{Logs: window}), nil
 }
 
 func (h *host) set(f func(h *host)) {

@@ -2088,8 +2088,20 @@ type LogsRequest struct {
 	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// Only lines at or after start, when set.
 	Start *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
-	// At most this many lines, newest last; 0 means the default (1000).
-	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// At most this many lines, oldest first in the answer either way; 0
+	// means the default (1000). Fewer when their lines pass 2 MiB together
+	// (one line at least): a page, from which a caller goes on by time.
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Only lines at or before end, when set.
+	End *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
+	// The oldest lines of the window (from start on), not the newest (up to
+	// end). A sandboxd before this field answers the newest.
+	Forward bool `protobuf:"varint,5,opt,name=forward,proto3" json:"forward,omitempty"`
+	// Only lines of this level or above: debug, info, warn or error (a line
+	// without a level is info's); empty for every line.
+	MinLevel string `protobuf:"bytes,6,opt,name=min_level,json=minLevel,proto3" json:"min_level,omitempty"`
+	// Only lines whose text has this (case-sensitive) substring.
+	Search        string `protobuf:"bytes,7,opt,name=search,proto3" json:"search,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2145,12 +2157,42 @@ func (x *LogsRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *LogsRequest) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *LogsRequest) GetForward() bool {
+	if x != nil {
+		return x.Forward
+	}
+	return false
+}
+
+func (x *LogsRequest) GetMinLevel() string {
+	if x != nil {
+		return x.MinLevel
+	}
+	return ""
+}
+
+func (x *LogsRequest) GetSearch() string {
+	if x != nil {
+		return x.Search
+	}
+	return ""
+}
+
 type LogEntry struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Timestamp *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
 	Line      string                 `protobuf:"bytes,2,opt,name=line,proto3" json:"line,omitempty"`
 	// envd, stdout or stderr.
-	Source        string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	// debug, info, warn or error, for envd's own lines; empty for others.
+	Level         string `protobuf:"bytes,4,opt,name=level,proto3" json:"level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2202,6 +2244,13 @@ func (x *LogEntry) GetLine() string {
 func (x *LogEntry) GetSource() string {
 	if x != nil {
 		return x.Source
+	}
+	return ""
+}
+
+func (x *LogEntry) GetLevel() string {
+	if x != nil {
+		return x.Level
 	}
 	return ""
 }
@@ -4093,16 +4142,21 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\n" +
 	"disk_total\x18\a \x01(\x03R\tdiskTotal\"M\n" +
 	"\x0fMetricsResponse\x12:\n" +
-	"\ametrics\x18\x01 \x03(\v2 .skiff.sandboxd.v1.SandboxMetricR\ametrics\"t\n" +
+	"\ametrics\x18\x01 \x03(\v2 .skiff.sandboxd.v1.SandboxMetricR\ametrics\"\xf1\x01\n" +
 	"\vLogsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x120\n" +
 	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"p\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12,\n" +
+	"\x03end\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x18\n" +
+	"\aforward\x18\x05 \x01(\bR\aforward\x12\x1b\n" +
+	"\tmin_level\x18\x06 \x01(\tR\bminLevel\x12\x16\n" +
+	"\x06search\x18\a \x01(\tR\x06search\"\x86\x01\n" +
 	"\bLogEntry\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x12\n" +
 	"\x04line\x18\x02 \x01(\tR\x04line\x12\x16\n" +
-	"\x06source\x18\x03 \x01(\tR\x06source\"?\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12\x14\n" +
+	"\x05level\x18\x04 \x01(\tR\x05level\"?\n" +
 	"\fLogsResponse\x12/\n" +
 	"\x04logs\x18\x01 \x03(\v2\x1b.skiff.sandboxd.v1.LogEntryR\x04logs\"\x0e\n" +
 	"\fWatchRequest\"\xc2\x04\n" +
@@ -4379,79 +4433,80 @@ var file_skiff_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	66, // 33: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
 	28, // 34: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
 	66, // 35: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
-	66, // 36: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
-	31, // 37: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
-	63, // 38: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
-	65, // 39: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
-	64, // 40: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
-	66, // 41: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 42: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
-	35, // 43: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	35, // 44: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	67, // 45: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
-	46, // 46: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
-	35, // 47: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	7,  // 48: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
-	6,  // 49: skiff.sandboxd.v1.UpdateNetworkRequest.egress:type_name -> skiff.sandboxd.v1.Egress
-	3,  // 50: skiff.sandboxd.v1.UpdateNetworkResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	66, // 51: skiff.sandboxd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	49, // 52: skiff.sandboxd.v1.CreateVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
-	49, // 53: skiff.sandboxd.v1.GetVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
-	49, // 54: skiff.sandboxd.v1.ListVolumesResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
-	3,  // 55: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	1,  // 56: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
-	3,  // 57: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	4,  // 58: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
-	8,  // 59: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
-	10, // 60: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
-	12, // 61: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
-	14, // 62: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
-	16, // 63: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
-	18, // 64: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
-	20, // 65: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
-	22, // 66: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
-	24, // 67: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
-	27, // 68: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
-	30, // 69: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
-	33, // 70: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
-	36, // 71: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
-	38, // 72: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
-	40, // 73: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
-	42, // 74: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
-	44, // 75: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
-	47, // 76: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:input_type -> skiff.sandboxd.v1.UpdateNetworkRequest
-	50, // 77: skiff.sandboxd.v1.SandboxdService.CreateVolume:input_type -> skiff.sandboxd.v1.CreateVolumeRequest
-	52, // 78: skiff.sandboxd.v1.SandboxdService.GetVolume:input_type -> skiff.sandboxd.v1.GetVolumeRequest
-	54, // 79: skiff.sandboxd.v1.SandboxdService.ListVolumes:input_type -> skiff.sandboxd.v1.ListVolumesRequest
-	56, // 80: skiff.sandboxd.v1.SandboxdService.DeleteVolume:input_type -> skiff.sandboxd.v1.DeleteVolumeRequest
-	7,  // 81: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
-	9,  // 82: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
-	11, // 83: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
-	13, // 84: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
-	15, // 85: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
-	17, // 86: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
-	19, // 87: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
-	21, // 88: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
-	23, // 89: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
-	26, // 90: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
-	29, // 91: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
-	32, // 92: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
-	34, // 93: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
-	37, // 94: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
-	39, // 95: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
-	41, // 96: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
-	43, // 97: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
-	45, // 98: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
-	48, // 99: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:output_type -> skiff.sandboxd.v1.UpdateNetworkResponse
-	51, // 100: skiff.sandboxd.v1.SandboxdService.CreateVolume:output_type -> skiff.sandboxd.v1.CreateVolumeResponse
-	53, // 101: skiff.sandboxd.v1.SandboxdService.GetVolume:output_type -> skiff.sandboxd.v1.GetVolumeResponse
-	55, // 102: skiff.sandboxd.v1.SandboxdService.ListVolumes:output_type -> skiff.sandboxd.v1.ListVolumesResponse
-	57, // 103: skiff.sandboxd.v1.SandboxdService.DeleteVolume:output_type -> skiff.sandboxd.v1.DeleteVolumeResponse
-	81, // [81:104] is the sub-list for method output_type
-	58, // [58:81] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	66, // 36: skiff.sandboxd.v1.LogsRequest.end:type_name -> google.protobuf.Timestamp
+	66, // 37: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	31, // 38: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
+	63, // 39: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
+	65, // 40: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
+	64, // 41: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
+	66, // 42: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 43: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
+	35, // 44: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	35, // 45: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	67, // 46: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
+	46, // 47: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
+	35, // 48: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	7,  // 49: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
+	6,  // 50: skiff.sandboxd.v1.UpdateNetworkRequest.egress:type_name -> skiff.sandboxd.v1.Egress
+	3,  // 51: skiff.sandboxd.v1.UpdateNetworkResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	66, // 52: skiff.sandboxd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	49, // 53: skiff.sandboxd.v1.CreateVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
+	49, // 54: skiff.sandboxd.v1.GetVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
+	49, // 55: skiff.sandboxd.v1.ListVolumesResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
+	3,  // 56: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	1,  // 57: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
+	3,  // 58: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	4,  // 59: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
+	8,  // 60: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
+	10, // 61: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
+	12, // 62: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
+	14, // 63: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
+	16, // 64: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
+	18, // 65: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
+	20, // 66: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
+	22, // 67: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
+	24, // 68: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
+	27, // 69: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
+	30, // 70: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
+	33, // 71: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
+	36, // 72: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
+	38, // 73: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
+	40, // 74: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
+	42, // 75: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
+	44, // 76: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
+	47, // 77: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:input_type -> skiff.sandboxd.v1.UpdateNetworkRequest
+	50, // 78: skiff.sandboxd.v1.SandboxdService.CreateVolume:input_type -> skiff.sandboxd.v1.CreateVolumeRequest
+	52, // 79: skiff.sandboxd.v1.SandboxdService.GetVolume:input_type -> skiff.sandboxd.v1.GetVolumeRequest
+	54, // 80: skiff.sandboxd.v1.SandboxdService.ListVolumes:input_type -> skiff.sandboxd.v1.ListVolumesRequest
+	56, // 81: skiff.sandboxd.v1.SandboxdService.DeleteVolume:input_type -> skiff.sandboxd.v1.DeleteVolumeRequest
+	7,  // 82: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
+	9,  // 83: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
+	11, // 84: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
+	13, // 85: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
+	15, // 86: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
+	17, // 87: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
+	19, // 88: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
+	21, // 89: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
+	23, // 90: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
+	26, // 91: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
+	29, // 92: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
+	32, // 93: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
+	34, // 94: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
+	37, // 95: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
+	39, // 96: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
+	41, // 97: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
+	43, // 98: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
+	45, // 99: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
+	48, // 100: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:output_type -> skiff.sandboxd.v1.UpdateNetworkResponse
+	51, // 101: skiff.sandboxd.v1.SandboxdService.CreateVolume:output_type -> skiff.sandboxd.v1.CreateVolumeResponse
+	53, // 102: skiff.sandboxd.v1.SandboxdService.GetVolume:output_type -> skiff.sandboxd.v1.GetVolumeResponse
+	55, // 103: skiff.sandboxd.v1.SandboxdService.ListVolumes:output_type -> skiff.sandboxd.v1.ListVolumesResponse
+	57, // 104: skiff.sandboxd.v1.SandboxdService.DeleteVolume:output_type -> skiff.sandboxd.v1.DeleteVolumeResponse
+	82, // [82:105] is the sub-list for method output_type
+	59, // [59:82] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_skiff_sandboxd_v1_sandboxd_proto_init() }
