@@ -85,7 +85,7 @@ func TestSDKDomain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1",
-		"--test-name-pattern=create, run as user|files write|presigned|a user port|private traffic|autoResume wakes|a snapshot starts|fork gives|volumes", "sdk.test.mjs")
+		"--test-name-pattern=create, run as user|files write|presigned|a user port|private traffic|autoResume wakes|a snapshot starts|fork gives|volumes|e2b CLI", "sdk.test.mjs")
 	env = append(env, "E2B_PACKAGE=e2b", "SKIFF_API_KEY_B="+sys.Keys["team-b"])
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
