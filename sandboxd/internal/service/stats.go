@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"math"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -34,7 +35,8 @@ func (s *Service) Metrics(ctx context.Context, req *connect.Request[pb.MetricsRe
 // toMetrics turns samples into e2b's SandboxMetric points. CPU use is the
 // CPU time between a sample and the one before it (the first one: the
 // sandbox's start) over the wall time between them, as a percentage of the
-// sandbox's CPUs (cpu_count, its millicores rounded up).
+// sandbox's CPUs (cpu_count, its millicores rounded up), to two decimal
+// places.
 func toMetrics(rec *store.Record, base *sandboxrt.Stats, samples []sandboxrt.Stats) []*pb.SandboxMetric {
 	cpus := max((rec.CPUMilli+999)/1000, 1)
 	prev := sandboxrt.Stats{Time: rec.StartedAt}
@@ -46,7 +48,8 @@ func toMetrics(rec *store.Record, base *sandboxrt.Stats, samples []sandboxrt.Sta
 		pct := 0.0
 		if dt := st.Time.Sub(prev.Time); dt > 0 {
 			pct = float64(st.CPUUsage-prev.CPUUsage) / float64(dt) / float64(cpus) * 100
-			pct = min(max(pct, 0), 100)
+			// Two decimal places, as e2b's envd reports it.
+			pct = math.Round(min(max(pct, 0), 100)*100) / 100
 		}
 		m := &pb.SandboxMetric{
 			Timestamp:  timestamppb.New(st.Time),

@@ -25,6 +25,9 @@ func TestToMetrics(t *testing.T) {
 		{Time: at(11), CPUUsage: 20 * time.Second},
 		// A counter that went back (a restarted cgroup): 0%, never negative.
 		{Time: at(12), CPUUsage: time.Second},
+		// 1/300 of a CPU-second in 1 s on 2 CPUs: 0.1666…%, reported
+		// to two places as e2b's envd does.
+		{Time: at(13), CPUUsage: time.Second + time.Second/300},
 	}
 	got := toMetrics(rec, nil, samples)
 	want := []struct {
@@ -36,6 +39,7 @@ func TestToMetrics(t *testing.T) {
 		{90, 200 << 20, 1 << 30, 7, 9},
 		{100, 0, 512 << 20, 0, 100 << 20},
 		{0, 0, 512 << 20, 0, 100 << 20},
+		{0.17, 0, 512 << 20, 0, 100 << 20},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d metrics, want %d", len(got), len(want))
