@@ -144,6 +144,9 @@ type Options struct {
 	// VolumeSizeMiB is each new volume's size (an ext4 image); 0: plain
 	// directories, unlimited.
 	VolumeSizeMiB int64
+	// DiskReserveMiB is the free space the state directory's and the
+	// volume store's filesystems keep (service.Config.DiskReserveMiB).
+	DiskReserveMiB int64
 	// MetricsInterval is how often every running sandbox's resource use is
 	// sampled; MetricsSamples how many samples each keeps.
 	MetricsInterval time.Duration
@@ -201,6 +204,7 @@ func NewOptions() *Options {
 		DefaultMemoryMiB:   512,
 		DefaultDiskMiB:     10240,
 		VolumeSizeMiB:      10240,
+		DiskReserveMiB:     2048,
 		MetricsInterval:    5 * time.Second,
 		MetricsSamples:     120,
 		Runtime:            native.Name,
@@ -276,6 +280,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"and sandboxes that mount one are placed on any host of the store rather than on the volume's one host. Needs --volume-size 0.")
 	fs.Int64Var(&o.VolumeSizeMiB, "volume-size", o.VolumeSizeMiB, "Each new volume's size, in MiB: an ext4 image of that size, loop-mounted, where writes past it fail with ENOSPC (needs loop devices and mkfs.ext4, checked at start); "+
 		"0: plain directories on --volume-dir's filesystem, unlimited.")
+	fs.Int64Var(&o.DiskReserveMiB, "disk-reserve", o.DiskReserveMiB, "Free space, in MiB (as df's Avail), that --state-dir's and --volume-dir's filesystems keep: below it this host refuses creates, snapshots, forks, "+
+		"snapshot pulls, pauses that write to disk and new volumes (resource_exhausted, so the apiserver places them on another host). "+
+		"Sandboxes' disks are sparse: what their sizes promise is not reserved, and a full disk fails every sandbox of the host. 0: no reserve.")
 	fs.DurationVar(&o.MetricsInterval, "metrics-interval", o.MetricsInterval, "How often each running sandbox's CPU, memory and disk use is sampled for the Metrics RPC; greater than 0.")
 	fs.IntVar(&o.MetricsSamples, "metrics-samples", o.MetricsSamples, "How many samples of each sandbox are kept for the Metrics RPC (--metrics-interval apart); at least 2.")
 
@@ -460,6 +467,9 @@ func (o *Options) validateSandboxes() []error {
 	if o.DefaultDiskMiB < 0 || o.DefaultDiskMiB > service.MaxDiskMiB {
 		add("--default-disk must be between 0 and %d MiB, got %d", service.MaxDiskMiB, o.DefaultDiskMiB)
 	}
+	if o.DiskReserveMiB < 0 {
+		add("--disk-reserve must not be negative, got %d", o.DiskReserveMiB)
+	}
 	if o.MetricsInterval <= 0 {
 		add("--metrics-interval must be positive, got %s", o.MetricsInterval)
 	}
@@ -546,6 +556,7 @@ func (o *Options) ServiceConfig() service.Config {
 		SnapshotMemory:  o.SnapshotMemory,
 		DefaultCPUMilli: o.DefaultCPUMilli, DefaultMemoryMiB: o.DefaultMemoryMiB, DefaultDiskMiB: o.DefaultDiskMiB,
 		MetricsInterval: o.MetricsInterval, MetricsSamples: o.MetricsSamples,
+		DiskReserveMiB: o.DiskReserveMiB,
 	}
 }
 

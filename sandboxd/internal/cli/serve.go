@@ -216,6 +216,7 @@ func (o *Options) Run(ctx context.Context) error {
 		Registry:  reg,
 		IPAM:      pool,
 		LogDir:    filepath.Join(stateDir, "logs"),
+		StateDir:  stateDir,
 		Logger:    log,
 	})
 	if err != nil {

@@ -70,6 +70,9 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 	if err := f.err(); err != nil {
 		return nil, s.countCreate(kindCreate, err)
 	}
+	if err := s.checkDisk("create", s.stateDir); err != nil {
+		return nil, s.countCreate(kindCreate, toConnect(err))
+	}
 	mounts, err := s.resolveVolumeMounts(m.GetTeam(), m.GetVolumeMounts())
 	if err != nil {
 		return nil, s.countCreate(kindCreate, err)

@@ -69,6 +69,8 @@ type harnessConfig struct {
 	wrap func(*fakeRuntime) sandboxrt.Runtime
 	// snapshots gives the service a snapshot store, in dir.
 	snapshots bool
+	// stateDir is Deps.StateDir.
+	stateDir string
 }
 
 func testConfig() Config {
@@ -129,7 +131,7 @@ func newHarness(t *testing.T, hc harnessConfig) *harness {
 	egressTable := egressproxy.NewSandboxes()
 	svc, err := New(cfg, Deps{
 		Runtime: runtime, Network: hc.net, Templates: servicetest.NewTemplates(t), Registry: reg, IPAM: pool, Snapshots: snaps, Egress: egressTable,
-		LogDir: filepath.Join(hc.dir, "logs"), Clock: hc.clock,
+		LogDir: filepath.Join(hc.dir, "logs"), StateDir: hc.stateDir, Clock: hc.clock,
 		Logger:   slog.New(slog.DiscardHandler),
 		EnvdAddr: hc.rt.EnvdAddr, EnvdVersion: servicetest.EnvdVersion,
 	})

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
@@ -162,6 +163,15 @@ func (s *Service) Pause(ctx context.Context, req *connect.Request[pb.PauseReques
 	}
 	if rec.State != registry.StateRunning {
 		return nil, toConnect(fmt.Errorf("%w: sandbox %s is %s, not running", errWrongState, id, rec.State))
+	}
+	// A pause that writes the sandbox to disk (its files, or gVisor's
+	// checkpoint of its memory) keeps the disk's reserve; a freeze writes
+	// nothing. (A pause at the deadline is not refused: the sandbox would
+	// run on.)
+	if _, checkpoints := s.rt.(sandboxrt.StateCapturer); req.Msg.GetFilesOnly() || checkpoints {
+		if err := s.checkDisk("pause", s.stateDir); err != nil {
+			return nil, toConnect(err)
+		}
 	}
 	if rec, err = s.pauseLocked(ctx, rec, req.Msg.GetFilesOnly()); err != nil {
 		return nil, toConnect(err)

@@ -199,6 +199,9 @@ func (s *Service) PullSnapshot(ctx context.Context, req *connect.Request[pb.Pull
 		}
 		return connect.NewResponse(&pb.PullSnapshotResponse{Snapshot: toSnapshot(rec)}), nil
 	}
+	if err := s.checkDisk("pull snapshot", s.stateDir); err != nil {
+		return nil, toConnect(err)
+	}
 	// One pull of a snapshot at a time; the others wait for it and then
 	// find it here.
 	unlock := s.locks.lock("pull/" + m.GetSnapshotId())

@@ -79,6 +79,13 @@ type Config struct {
 	// sampled; MetricsSamples how many samples each keeps.
 	MetricsInterval time.Duration
 	MetricsSamples  int
+
+	// DiskReserveMiB is the free space (as df's Avail) that the state
+	// directory's and the volume store's filesystems keep: what would
+	// write more there (a create, a snapshot, a fork, a pull, a pause to
+	// disk, a volume) is refused with resource_exhausted below it, so
+	// that the apiserver places it on another host. 0 turns it off.
+	DiskReserveMiB int64
 }
 
 // Network gives each sandbox its network namespace: a veth pair on its
@@ -132,6 +139,10 @@ type Deps struct {
 	// LogDir holds each sandbox's envd log, <LogDir>/<id>.log
 	// (<state-dir>/logs).
 	LogDir string
+	// StateDir is the directory whose filesystem holds the sandboxes'
+	// disks, layers, logs and snapshots, which Config.DiskReserveMiB
+	// keeps free space on; empty: not checked.
+	StateDir string
 
 	// Clock drives deadlines, timestamps and the metrics sampler; the
 	// real clock by default.
@@ -169,6 +180,7 @@ type Service struct {
 	reg         *registry.Registry
 	ipam        *ipam.Pool
 	logDir      string
+	stateDir    string
 	clock       clock.WithTickerAndDelayedExecution
 	log         *slog.Logger
 	envd        Envd
@@ -226,7 +238,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, rt: deps.Runtime, net: deps.Network, templates: deps.Templates, snapshots: deps.Snapshots,
-		reg: deps.Registry, ipam: deps.IPAM, logDir: deps.LogDir,
+		reg: deps.Registry, ipam: deps.IPAM, logDir: deps.LogDir, stateDir: deps.StateDir,
 		clock: deps.Clock, log: deps.Logger, envd: deps.Envd, envdAddr: deps.EnvdAddr,
 		envdVersion: deps.EnvdVersion, tag: sandboxid.NodeTag(cfg.NodeName),
 		stopping: make(chan struct{}),

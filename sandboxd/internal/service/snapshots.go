@@ -60,6 +60,9 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkDisk("snapshot", s.stateDir); err != nil {
+		return nil, toConnect(err)
+	}
 	began := time.Now()
 	unlock := s.locks.lock(m.GetSandboxId())
 	c, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam())
@@ -340,6 +343,9 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]
 	sn, err := s.snapshotter()
 	if err != nil {
 		return nil, err
+	}
+	if err := s.checkDisk("fork", s.stateDir); err != nil {
+		return nil, toConnect(err)
 	}
 	unlock := s.locks.lock(m.GetSandboxId())
 	c, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam())

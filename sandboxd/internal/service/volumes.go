@@ -72,6 +72,9 @@ func (s *Service) CreateVolume(ctx context.Context, req *connect.Request[pb.Crea
 	if err := f.err(); err != nil {
 		return nil, err
 	}
+	if err := s.checkDisk("create volume", s.volumes.Dir()); err != nil {
+		return nil, toConnect(err)
+	}
 	v, err := s.volumes.Create(m.GetTeam(), m.GetName())
 	if err != nil {
 		return nil, volumeError(err)

@@ -132,6 +132,9 @@ type Store struct {
 	locks map[string]*sync.Mutex // per volume ID
 }
 
+// Dir is the store's directory (Options.Dir).
+func (s *Store) Dir() string { return s.opts.Dir }
+
 // Open opens (making it if needed) the store opts names, and removes what
 // crashed creates and deletes left: records without their name, and
 // temporary files. On a shared store only what is an hour old goes, since
