@@ -1,9 +1,10 @@
 // Package upstream runs e2b's own JS SDK tests, written by e2b for its
 // cloud and copied unchanged but for their imports (js/tests, by
 // hack/e2b-tests/vendor.sh; js/COMMIT names the commit, js/package.json
-// pins the SDK of that commit, and the newest), against the whole system
-// started as `make up --domain` starts it, once with each SDK. js/skip.mjs
-// lists the few it does not run, with why.
+// pins the SDK of that commit, and the newest), and the e2b CLI's tests
+// against a live backend (js/cli, with the published CLI), against the
+// whole system started as `make up --domain` starts it, once with each
+// SDK. js/skip.mjs lists the few it does not run, with why.
 package upstream
 
 import (
@@ -36,7 +37,8 @@ func TestE2BSuite(t *testing.T) {
 		t.Run(pkg, func(t *testing.T) {
 			cmd := exec.CommandContext(ctx, "node_modules/.bin/vitest", "run", "--reporter=verbose", "--no-color")
 			cmd.Dir = "js"
-			cmd.Env = append(slices.Clip(env), "NO_COLOR=1", "SKIFF_E2B_PACKAGE="+pkg)
+			// NO_UPDATE_NOTIFIER: the CLI would ask npm for a newer version.
+			cmd.Env = append(slices.Clip(env), "NO_COLOR=1", "NO_UPDATE_NOTIFIER=1", "SKIFF_E2B_PACKAGE="+pkg)
 			out, err := cmd.CombinedOutput()
 			t.Logf("vitest run (e2b's tests at %s, %s, E2B_DOMAIN=%s):\n%s", commit(t), pkg, sys.E2BDomain, out)
 			if err != nil {

@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url'
 import { defineConfig } from 'vitest/config'
 import { pattern } from './skip.mjs'
 
@@ -5,12 +6,15 @@ import { pattern } from './skip.mjs'
 // the tests' own, by default) in place of 'e2b'.
 const pkg = process.env.SKIFF_E2B_PACKAGE || 'e2b'
 
+// The CLI's tests import its src/user.ts (copied beside them) as 'src/user'.
+const cliSrc = { find: /^src\//, replacement: fileURLToPath(new URL('./cli/src/', import.meta.url)) }
+
 // As e2b's own config runs these (its 'unit' project), one file at a time:
 // each test makes its own sandbox, on one machine.
 export default defineConfig({
-  resolve: pkg === 'e2b' ? {} : { alias: { e2b: pkg } },
+  resolve: { alias: pkg === 'e2b' ? [cliSrc] : [cliSrc, { find: /^e2b$/, replacement: pkg }] },
   test: {
-    include: ['tests/**/*.test.ts'],
+    include: ['tests/**/*.test.ts', 'cli/tests/**/*.test.ts'],
     testNamePattern: new RegExp(pattern(pkg)),
     testTimeout: 60_000,
     hookTimeout: 60_000,
