@@ -78,6 +78,10 @@ type Log struct {
 	out         []byte // lines to write, in one write
 	scratch     []byte // one line being encoded
 	now         func() time.Time
+	// last is the time of the last line written: each write's lines are
+	// later (stampLocked), so that the file is in time order, which
+	// sandboxd's reader bisects by and pages on.
+	last time.Time
 }
 
 // New returns a log writing to w, which should be a file opened with
@@ -120,6 +124,46 @@ func replaceAttr(groups []string, a slog.Attr) slog.Attr {
 	return a
 }
 
+// stampLocked is the time of a write of lines stamped t: t, or just after
+// the last write's when t is not later. A record's time is taken before
+// the log's lock, and two writes may take the same instant; a write's
+// lines after another's must not be earlier, nor at its time (a reader
+// paging by time would take them for lines it had).
+func (l *Log) stampLocked(t time.Time) time.Time {
+	t = t.UTC()
+	if !t.After(l.last) {
+		t = l.last.Add(time.Nanosecond)
+	}
+	l.last = t
+	return t
+}
+
+// timePrefix starts every JSON line: the time is its first field.
+const timePrefix = `{"time":"`
+
+// restampLocked gives a line slog encoded (its time first) the time
+// stampLocked says, rewriting it into l.scratch when that differs.
+func (l *Log) restampLocked(p []byte) []byte {
+	rest, ok := bytes.CutPrefix(p, []byte(timePrefix))
+	end := bytes.IndexByte(rest, '"')
+	if !ok || end < 0 {
+		return p
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(rest[:end]))
+	if err != nil {
+		return p
+	}
+	if st := l.stampLocked(t); !st.Equal(t) {
+		b := l.scratch[:0]
+		b = append(b, timePrefix...)
+		b = st.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, rest[end:]...)
+		l.scratch = b
+		return b
+	}
+	return p
+}
+
 // envdWriter receives one whole JSON line per Write from slog's handler.
 type envdWriter struct{ l *Log }
 
@@ -127,13 +171,15 @@ func (w envdWriter) Write(p []byte) (int, error) {
 	l := w.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	n := len(p)
+	p = l.restampLocked(p)
 	if len(p) > MaxRecord {
 		l.addLocked(l.noticeLocked(slog.LevelWarn, fmt.Sprintf("log line of %d bytes dropped: the most is %d", len(p), MaxRecord)))
 	} else {
 		l.addLocked(p)
 	}
 	l.flushLocked()
-	return len(p), nil
+	return n, nil
 }
 
 // addLocked queues one line within the total budget; the first line past it
@@ -168,8 +214,8 @@ func (l *Log) flushLocked() {
 // written while l.mu is held, into l.scratch.
 func (l *Log) noticeLocked(level slog.Level, msg string) []byte {
 	b := l.scratch[:0]
-	b = append(b, `{"time":"`...)
-	b = l.now().UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, timePrefix...)
+	b = l.stampLocked(l.now()).AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","level":"`...)
 	b = append(b, level.String()...)
 	b = append(b, `","line":`...)
@@ -186,13 +232,13 @@ func (l *Log) OutputEnabled() bool { return l.output.Load() }
 func (l *Log) writeOutput(w *Lines) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now().UTC()
+	now := l.stampLocked(l.now())
 	for _, pl := range w.pending {
 		if !l.output.Load() {
 			break
 		}
 		b := l.scratch[:0]
-		b = append(b, `{"time":"`...)
+		b = append(b, timePrefix...)
 		b = now.AppendFormat(b, time.RFC3339Nano)
 		b = append(b, `","source":"`...)
 		b = append(b, w.source...)

@@ -3,6 +3,7 @@ package logs
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -273,5 +274,40 @@ func TestAppendJSONAllocs(t *testing.T) {
 	in := []byte("line with \"quotes\", \t tabs, ünï and \xff")
 	if n := testing.AllocsPerRun(100, func() { buf = appendBytes(buf[:0], in) }); n != 0 {
 		t.Fatalf("%v allocations, want 0", n)
+	}
+}
+
+// The log is in time order, and no write's lines share a time with
+// another's: a record stamped before an output line written since (slog
+// takes its time before the log's lock), and writes within one clock tick,
+// come just after. sandboxd bisects the log by time, and pages on it.
+func TestLinesInTimeOrder(t *testing.T) {
+	l, buf := newLog(t, Config{Output: true}) // a clock that stands still
+	w := l.Lines(Stdout, 1, false)
+	w.Write([]byte("one\ntwo\n"))
+	old := slog.NewRecord(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), slog.LevelInfo, "stamped before", 0)
+	if err := l.Logger().Handler().Handle(t.Context(), old); err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte("three\n"))
+	w.Close()
+	var times []time.Time
+	var lines []string
+	for _, g := range parse(t, buf.String()) {
+		ts, err := time.Parse(time.RFC3339Nano, g.Time)
+		if err != nil {
+			t.Fatal(err)
+		}
+		times, lines = append(times, ts), append(lines, g.Line)
+	}
+	t0 := l.now().UTC()
+	want := []time.Time{t0, t0, t0.Add(time.Nanosecond), t0.Add(2 * time.Nanosecond)}
+	if strings.Join(lines, "|") != "one|two|stamped before|three" || len(times) != len(want) {
+		t.Fatalf("lines %q at %v", lines, times)
+	}
+	for i := range want {
+		if !times[i].Equal(want[i]) {
+			t.Errorf("line %q at %v, want %v", lines[i], times[i], want[i])
+		}
 	}
 }

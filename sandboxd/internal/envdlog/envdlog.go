@@ -6,6 +6,7 @@ package envdlog
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +51,10 @@ type Query struct {
 	// MaxBytes bounds the returned lines' text together, but for the first
 	// line, which is returned whatever its size; 0 is no bound.
 	MaxBytes int
+	// Skip leaves out the window's first Skip lines (that pass the
+	// filters), with Forward: a caller paging by time has had them (lines
+	// that share the time of its last one).
+	Skip int
 }
 
 // Levels are the levels of envd's lines, least severe first, as Read
@@ -90,8 +95,10 @@ func (p *page) add(e *pb.LogEntry) {
 // Read parses the log at path: JSON lines {"time","source","line","level"}
 // from envd. Any other line (envd's own output before it logs JSON, a
 // panic) is source "envd" with the time of the line before it, or, for the
-// first lines, since: the file cannot say when they were written, only
-// that it was not earlier. A missing file is an empty log. The answer is
+// first lines, since (or the first JSON line's time, if that is earlier):
+// the file cannot say when they were written, only that it was not
+// earlier. A last line without its line's end is being written, and is
+// left for the next call. A missing file is an empty log. The answer is
 // oldest first either way.
 //
 // It reads only as much of the file as the lines asked for need: a log
@@ -99,8 +106,9 @@ func (p *page) add(e *pb.LogEntry) {
 // SDK's polling makes them) cost a core. Lines are in time order, so the
 // window's edges are found by bisection, and the newest lines are read
 // from the window's end backwards, the oldest from its start on. With a
-// filter, as far as it takes to find the lines.
-func Read(path string, q Query, since time.Time) ([]*pb.LogEntry, error) {
+// filter, as far as it takes to find the lines (the whole window when few
+// pass), until ctx ends.
+func Read(ctx context.Context, path string, q Query, since time.Time) ([]*pb.LogEntry, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return []*pb.LogEntry{}, nil
@@ -113,12 +121,22 @@ func Read(path string, q Query, since time.Time) ([]*pb.LogEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open sandbox log: %w", err)
 	}
+	lf := &logFile{ctx: ctx, f: f}
+	if lf.size, err = wholeLines(f, st.Size()); err != nil {
+		return nil, fmt.Errorf("read sandbox log: %w", err)
+	}
+	if lf.first, lf.firstTime, lf.hasJSON, err = lf.nextJSONLine(0, lf.size); err != nil {
+		return nil, fmt.Errorf("read sandbox log: %w", err)
+	}
+	if lf.hasJSON && lf.firstTime.Before(since) {
+		since = lf.firstTime
+	}
 	q.Limit = max(q.Limit, 1)
 	var out []*pb.LogEntry
 	if q.Forward {
-		out, err = readForward(f, st.Size(), &q, since)
+		out, err = lf.readForward(&q, since)
 	} else {
-		out, err = readBackward(f, st.Size(), &q, since)
+		out, err = lf.readBackward(&q, since)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read sandbox log: %w", err)
@@ -126,12 +144,42 @@ func Read(path string, q Query, since time.Time) ([]*pb.LogEntry, error) {
 	return out, nil
 }
 
+// logFile is a log as one Read sees it.
+type logFile struct {
+	ctx  context.Context
+	f    *os.File
+	size int64 // up to the end of its last whole line
+	// first is where its first JSON line starts (size when none), at
+	// firstTime.
+	first     int64
+	firstTime time.Time
+	hasJSON   bool
+}
+
+// wholeLines is where the last line's end of the first size bytes of f
+// is, past it: what follows is a line envd is writing.
+func wholeLines(f *os.File, size int64) (int64, error) {
+	buf := make([]byte, 64<<10)
+	for end := size; end > 0; {
+		n := min(int64(len(buf)), end)
+		b := buf[:n]
+		if _, err := f.ReadAt(b, end-n); err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			return end - n + int64(i) + 1, nil
+		}
+		end -= n
+	}
+	return 0, nil
+}
+
 // readBackward is Read of the window's newest lines.
-func readBackward(f *os.File, size int64, q *Query, since time.Time) ([]*pb.LogEntry, error) {
-	end := size
+func (lf *logFile) readBackward(q *Query, since time.Time) ([]*pb.LogEntry, error) {
+	end := lf.size
 	if !q.End.IsZero() {
 		var err error
-		if end, err = firstAtOrAfter(f, size, q.End.Add(time.Nanosecond)); err != nil {
+		if end, err = lf.firstAtOrAfter(q.End.Add(time.Nanosecond)); err != nil {
 			return nil, err
 		}
 	}
@@ -143,7 +191,7 @@ func readBackward(f *os.File, size int64, q *Query, since time.Time) ([]*pb.LogE
 	pendingBytes, pendingFull := 0, false
 	pg := page{q: q}
 	done := false
-	err := linesBackward(f, end, func(raw []byte) bool {
+	err := lf.linesBackward(end, func(raw []byte) bool {
 		if len(raw) == 0 {
 			return true
 		}
@@ -204,29 +252,31 @@ func readBackward(f *os.File, size int64, q *Query, since time.Time) ([]*pb.LogE
 }
 
 // readForward is Read of the window's oldest lines.
-func readForward(f *os.File, size int64, q *Query, since time.Time) ([]*pb.LogEntry, error) {
+func (lf *logFile) readForward(q *Query, since time.Time) ([]*pb.LogEntry, error) {
 	var start int64
 	if !q.Start.IsZero() {
 		var err error
-		if start, err = firstAtOrAfter(f, size, q.Start); err != nil {
+		if start, err = lf.firstAtOrAfter(q.Start); err != nil {
 			return nil, err
 		}
 		// The plain lines before the first JSON line have since's time,
 		// not an older one: the window checks them.
-		first, _, _, err := nextJSONLine(f, size, 0)
-		if err != nil {
-			return nil, err
-		}
-		if start == first {
+		if start == lf.first {
 			start = 0
 		}
 	}
-	br := bufio.NewReaderSize(io.NewSectionReader(f, start, size-start), 64<<10)
+	br := bufio.NewReaderSize(io.NewSectionReader(lf.f, start, lf.size-start), 64<<10)
 	line := make([]byte, 0, maxLine)
 	out := []*pb.LogEntry{}
 	pg := page{q: q}
+	skipped := 0
 	last := since // the time of the JSON line before
-	for {
+	for n := 0; ; n++ {
+		if n%1024 == 0 {
+			if err := lf.ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		raw, _, err := readLine(br, line)
 		if len(raw) > 0 {
 			e, t, ok := parseJSONLine(raw)
@@ -239,6 +289,10 @@ func readForward(f *os.File, size int64, q *Query, since time.Time) ([]*pb.LogEn
 				e, t = &pb.LogEntry{Timestamp: timestamppb.New(last), Line: string(raw), Source: "envd"}, last
 			}
 			if (q.Start.IsZero() || !t.Before(q.Start)) && (q.End.IsZero() || !t.After(q.End)) && q.keeps(e) {
+				if skipped < q.Skip {
+					skipped++
+					continue
+				}
 				if !pg.fits(1, len(e.GetLine())) {
 					return out, nil
 				}
@@ -274,15 +328,17 @@ func readLine(br *bufio.Reader, buf []byte) (line []byte, n int64, err error) {
 	}
 }
 
-// firstAtOrAfter is the offset of the first JSON line of the first size
-// bytes of f whose time is t or later (size when there is none), found by
-// bisection: lines are in time order, and a plain line has the time of
-// the JSON line before it.
-func firstAtOrAfter(f *os.File, size int64, t time.Time) (int64, error) {
-	lo, hi := int64(0), size
+// firstAtOrAfter is the offset of the log's first JSON line whose time is
+// t or later (its size when there is none), found by bisection: lines are
+// in time order, and a plain line has the time of the JSON line before it.
+// Each probe looks only below hi, where the answer is known: with no JSON
+// line between the two, the answer at mid is hi's. So long runs of plain
+// lines cost a read, not one for each probe.
+func (lf *logFile) firstAtOrAfter(t time.Time) (int64, error) {
+	lo, hi := int64(0), lf.size
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		_, lt, ok, err := nextJSONLine(f, size, mid)
+		_, lt, ok, err := lf.nextJSONLine(mid, hi)
 		if err != nil {
 			return 0, err
 		}
@@ -292,28 +348,31 @@ func firstAtOrAfter(f *os.File, size int64, t time.Time) (int64, error) {
 			hi = mid
 		}
 	}
-	at, _, _, err := nextJSONLine(f, size, lo)
+	at, _, _, err := lf.nextJSONLine(lo, lf.size)
 	return at, err
 }
 
-// nextJSONLine finds the first JSON line of the first size bytes of f that
-// starts at off or after: where it starts, and its time; ok is false, and
-// at size, when there is none.
-func nextJSONLine(f *os.File, size, off int64) (at int64, t time.Time, ok bool, err error) {
+// nextJSONLine finds the first JSON line of the log that starts at off or
+// after, and before limit: where it starts, and its time; ok is false,
+// and at the log's size, when there is none.
+func (lf *logFile) nextJSONLine(off, limit int64) (at int64, t time.Time, ok bool, err error) {
+	if err := lf.ctx.Err(); err != nil {
+		return 0, time.Time{}, false, err
+	}
 	at = off
 	if off > 0 {
 		at = off - 1 // a line starts at off if a line ends just before it
 	}
-	br := bufio.NewReaderSize(io.NewSectionReader(f, at, size-at), 4<<10)
+	br := bufio.NewReaderSize(io.NewSectionReader(lf.f, at, lf.size-at), 4<<10)
 	var line []byte
 	if off > 0 {
 		_, n, err := readLine(br, line)
 		if err != nil {
-			return size, time.Time{}, false, ignoreEOF(err)
+			return lf.size, time.Time{}, false, ignoreEOF(err)
 		}
 		at += n
 	}
-	for {
+	for at < limit {
 		raw, n, err := readLine(br, line)
 		line = raw
 		if len(raw) > 0 {
@@ -322,10 +381,11 @@ func nextJSONLine(f *os.File, size, off int64) (at int64, t time.Time, ok bool, 
 			}
 		}
 		if err != nil {
-			return size, time.Time{}, false, ignoreEOF(err)
+			return lf.size, time.Time{}, false, ignoreEOF(err)
 		}
 		at += n
 	}
+	return lf.size, time.Time{}, false, nil
 }
 
 func ignoreEOF(err error) error {
@@ -335,10 +395,12 @@ func ignoreEOF(err error) error {
 	return err
 }
 
-// linesBackward calls fn with each line of the first size bytes of f,
-// newest first, without its line ending and cut to maxLine bytes, until
-// fn returns false. The slice is fn's only during the call.
-func linesBackward(f *os.File, size int64, fn func([]byte) bool) error {
+// linesBackward calls fn with each line of the first size bytes of the
+// log, newest first, without its line ending and cut to maxLine bytes,
+// until fn returns false or ctx ends. The slice is fn's only during the
+// call.
+func (lf *logFile) linesBackward(size int64, fn func([]byte) bool) error {
+	f := lf.f
 	const chunk = 64 << 10
 	buf := make([]byte, chunk)
 	line := make([]byte, maxLine)
@@ -357,6 +419,9 @@ func linesBackward(f *os.File, size int64, fn func([]byte) bool) error {
 		return fn(bytes.TrimRight(raw, "\r\n")), nil
 	}
 	for pos := size; pos > 0; {
+		if err := lf.ctx.Err(); err != nil {
+			return err
+		}
 		n := min(chunk, pos)
 		pos -= n
 		b := buf[:n]

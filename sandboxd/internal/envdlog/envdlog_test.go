@@ -3,6 +3,7 @@ package envdlog
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +41,7 @@ func TestReadLog(t *testing.T) {
 		`{"time":"2026-01-01T00:00:05Z","msg":"no line field"}`,
 		"",
 		`{"time":"2026-01-01T00:00:06Z","source":"stdout","line":"last"}` + "\r",
+		`{"time":"2026-01-01T00:00:07Z","source":"std`,
 	}, "\n")
 	path := filepath.Join(t.TempDir(), "x.log")
 	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
@@ -59,6 +61,7 @@ func TestReadLog(t *testing.T) {
 		{at(4), "envd", "x"},
 		{at(4), "envd", `{"time":"2026-01-01T00:00:05Z","msg":"no line field"}`},
 		{at(6), "stdout", "last"},
+		// The line after "last" has no end yet: left out.
 	}
 	for _, tc := range []struct {
 		name  string
@@ -73,7 +76,7 @@ func TestReadLog(t *testing.T) {
 		{"after everything", at(7), 100, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Read(path, Query{Start: tc.start, Limit: tc.limit}, since)
+			got, err := Read(t.Context(), path, Query{Start: tc.start, Limit: tc.limit}, since)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +91,7 @@ func TestReadLog(t *testing.T) {
 			}
 		})
 	}
-	got, err := Read(filepath.Join(t.TempDir(), "missing.log"), Query{Limit: 10}, since)
+	got, err := Read(t.Context(), filepath.Join(t.TempDir(), "missing.log"), Query{Limit: 10}, since)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("missing log = %v, %v", got, err)
 	}
@@ -100,7 +103,7 @@ func TestReadLogLongLine(t *testing.T) {
 	if err := os.WriteFile(path, []byte(long+"\nafter\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Read(path, Query{Limit: 10}, time.Time{})
+	got, err := Read(t.Context(), path, Query{Limit: 10}, time.Time{})
 	if err != nil || len(got) != 2 || len(got[0].GetLine()) != maxLine || got[1].GetLine() != "after" {
 		t.Fatalf("got %d lines (%v)", len(got), err)
 	}
@@ -116,17 +119,19 @@ func FuzzReadLog(f *testing.F) {
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		since := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC)
 		sorted := timesSorted(data)
 		for _, limit := range []int{1, 3, 1000} {
-			for _, start := range []time.Time{{}, epoch, time.Date(2026, 1, 1, 0, 0, 2, 0, time.UTC)} {
+			for i, start := range []time.Time{{}, epoch, time.Date(2026, 1, 1, 0, 0, 2, 0, time.UTC)} {
+				// since before the lines, and after some.
+				since := []time.Time{time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC), time.Date(2026, 1, 1, 0, 0, 3, 0, time.UTC)}[(i+limit)%2]
 				for _, q := range []Query{
 					{Start: start, Limit: limit},
 					{Start: start, Limit: limit, Forward: true},
 					{End: start, Limit: limit, MaxBytes: 2},
 					{Start: start, Limit: limit, Forward: true, MinLevel: "warn", Search: "b"},
+					{Start: start, Limit: limit, Forward: true, Skip: 1},
 				} {
-					got, err := Read(path, q, since)
+					got, err := Read(t.Context(), path, q, since)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -187,9 +192,9 @@ func sameEntries(t *testing.T, what string, got, want []*pb.LogEntry) {
 }
 
 // readReference is Read by its definition, the reference FuzzReadLog and
-// TestReadQueries hold it to: every line of the file parsed from its
+// TestReadQueries hold it to: every whole line of the file parsed from its
 // start, the window and filters applied, then the page taken from the
-// window's start or its end.
+// window's start (past Skip) or its end.
 func readReference(path string, q Query, since time.Time) ([]*pb.LogEntry, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -198,22 +203,28 @@ func readReference(path string, q Query, since time.Time) ([]*pb.LogEntry, error
 	if err != nil {
 		return nil, err
 	}
+	// A last line without its end is still being written.
+	data = data[:bytes.LastIndexByte(data, '\n')+1]
+	type line struct {
+		e     *pb.LogEntry
+		t     time.Time
+		plain bool
+	}
+	var lines []line
+	var firstTime time.Time
 	br := bufio.NewReader(bytes.NewReader(data))
 	buf := make([]byte, 0, maxLine)
-	last := since
-	var window []*pb.LogEntry
 	for {
 		raw, _, err := readLine(br, buf)
 		if len(raw) > 0 {
 			e, t, ok := parseJSONLine(raw)
-			if ok {
-				last = t
-			} else {
-				e, t = &pb.LogEntry{Timestamp: timestamppb.New(last), Line: string(raw), Source: "envd"}, last
+			if ok && firstTime.IsZero() {
+				firstTime = t
 			}
-			if (q.Start.IsZero() || !t.Before(q.Start)) && (q.End.IsZero() || !t.After(q.End)) && q.keeps(e) {
-				window = append(window, e)
+			if !ok {
+				e = &pb.LogEntry{Line: string(raw), Source: "envd"}
 			}
+			lines = append(lines, line{e, t, !ok})
 		}
 		if errors.Is(err, io.EOF) {
 			break
@@ -222,10 +233,29 @@ func readReference(path string, q Query, since time.Time) ([]*pb.LogEntry, error
 			return nil, err
 		}
 	}
+	// The first plain lines: since, or the first JSON line's time if that
+	// is earlier; the others the time of the JSON line before them.
+	last := since
+	if !firstTime.IsZero() && firstTime.Before(since) {
+		last = firstTime
+	}
+	var window []*pb.LogEntry
+	for _, l := range lines {
+		if l.plain {
+			l.e.Timestamp, l.t = timestamppb.New(last), last
+		} else {
+			last = l.t
+		}
+		if (q.Start.IsZero() || !l.t.Before(q.Start)) && (q.End.IsZero() || !l.t.After(q.End)) && q.keeps(l.e) {
+			window = append(window, l.e)
+		}
+	}
 	q.Limit = max(q.Limit, 1)
 	pg := page{q: &q}
 	out := []*pb.LogEntry{}
-	if !q.Forward {
+	if q.Forward {
+		window = window[min(q.Skip, len(window)):]
+	} else {
 		slices.Reverse(window)
 	}
 	for _, e := range window {
@@ -271,7 +301,8 @@ func TestReadQueries(t *testing.T) {
 		times = append(times, at)
 	}
 	path := filepath.Join(t.TempDir(), "x.log")
-	if err := os.WriteFile(path, []byte("envd's first words\n"+b.String()), 0o600); err != nil {
+	// runsc's and envd's first plain words, and a last line being written.
+	if err := os.WriteFile(path, []byte("envd's first words\nand more\n"+b.String()+`{"time":"`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	someTime := func() time.Time {
@@ -296,8 +327,16 @@ func TestReadQueries(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			q.Search = words[rng.IntN(len(words))]
 		}
+		if q.Forward {
+			q.Skip = []int{0, 0, 1, 3, 40}[rng.IntN(5)]
+		}
+		// A sandbox's start, or (a claimed warm sandbox's) later than its
+		// first lines.
 		since := epoch.Add(time.Duration(rng.IntN(3)-1) * time.Second)
-		got, err := Read(path, q, since)
+		if rng.IntN(4) == 0 {
+			since = times[rng.IntN(len(times))]
+		}
+		got, err := Read(t.Context(), path, q, since)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,17 +373,19 @@ func BenchmarkReadLog(b *testing.B) {
 	half := epoch.Add(time.Duration(n/2) * time.Millisecond)
 	for _, c := range []struct {
 		name string
-		read func(string, Query, time.Time) ([]*pb.LogEntry, error)
+		read func(context.Context, string, Query, time.Time) ([]*pb.LogEntry, error)
 		q    Query
 	}{
 		{"newest", Read, Query{Limit: logsLimit}},
-		{"newest-whole-file", readReference, Query{Limit: logsLimit}},
+		{"newest-whole-file", func(_ context.Context, path string, q Query, since time.Time) ([]*pb.LogEntry, error) {
+			return readReference(path, q, since)
+		}, Query{Limit: logsLimit}},
 		{"forward-from-half", Read, Query{Start: half, Limit: logsLimit, Forward: true}},
 		{"backward-from-half", Read, Query{End: half, Limit: logsLimit}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				if got, err := c.read(path, c.q, time.Time{}); err != nil || len(got) != logsLimit {
+				if got, err := c.read(b.Context(), path, c.q, time.Time{}); err != nil || len(got) != logsLimit {
 					b.Fatalf("%d lines, %v", len(got), err)
 				}
 			}

@@ -33,7 +33,7 @@ const (
 // Logs returns lines of the sandbox's log, oldest first: the newest (or,
 // forward, the oldest) limit lines of the window from start to end that
 // pass its filters, fewer when their text passes maxLogAnswerBytes.
-func (s *Service) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) (*connect.Response[pb.LogsResponse], error) {
+func (s *Service) Logs(ctx context.Context, req *connect.Request[pb.LogsRequest]) (*connect.Response[pb.LogsResponse], error) {
 	m := req.Msg
 	var f fieldErrors
 	checkID(&f, m.GetSandboxId())
@@ -44,7 +44,14 @@ func (s *Service) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) 
 	case limit == 0:
 		limit = defaultLogLimit
 	}
-	q := envdlog.Query{Limit: min(limit, maxLogLimit), Forward: m.GetForward(), MinLevel: m.GetMinLevel(), Search: m.GetSearch(), MaxBytes: maxLogAnswerBytes}
+	q := envdlog.Query{Limit: min(limit, maxLogLimit), Forward: m.GetForward(), MinLevel: m.GetMinLevel(), Search: m.GetSearch(), MaxBytes: maxLogAnswerBytes,
+		Skip: int(m.GetSkip())}
+	switch {
+	case q.Skip < 0:
+		f.add("skip", "must not be negative, got %d", q.Skip)
+	case q.Skip > 0 && !q.Forward:
+		f.add("skip", "only with forward")
+	}
 	for _, t := range []struct {
 		name string
 		ts   *timestamppb.Timestamp
@@ -72,7 +79,7 @@ func (s *Service) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) 
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	entries, err := envdlog.Read(s.logPath(rec.ID), q, rec.StartedAt)
+	entries, err := envdlog.Read(ctx, s.logPath(rec.ID), q, rec.StartedAt)
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -42,6 +42,8 @@ func TestLogsRPC(t *testing.T) {
 	wantCode(t, err, connect.CodeInvalidArgument, "search:")
 	_, err = h.client.Logs(t.Context(), connect.NewRequest(&pb.LogsRequest{SandboxId: id, End: &timestamppb.Timestamp{Nanos: -1}}))
 	wantCode(t, err, connect.CodeInvalidArgument, "end:")
+	_, err = h.client.Logs(t.Context(), connect.NewRequest(&pb.LogsRequest{SandboxId: id, Skip: 1}))
+	wantCode(t, err, connect.CodeInvalidArgument, "skip: only with forward")
 
 	// A window, both ways, with filters; lines of a second each, with
 	// envd's levels on every third.
@@ -82,6 +84,7 @@ func TestLogsRPC(t *testing.T) {
 		{"warn and above", &pb.LogsRequest{Start: at(1), Limit: 3, Forward: true, MinLevel: "warn"}, []string{"line 3/warn", "line 6/error", "line 12/warn"}},
 		{"error, the newest", &pb.LogsRequest{Limit: 2, MinLevel: "error"}, []string{"line 2985/error", "line 2994/error"}},
 		{"a search", &pb.LogsRequest{Limit: 3, Search: "line 99"}, []string{"line 997/", "line 998/", "line 999/info"}},
+		{"the oldest from a start, past the first two", &pb.LogsRequest{Start: at(100), Limit: 2, Forward: true, Skip: 2}, []string{"line 102/warn", "line 103/"}},
 	} {
 		if got := lines(c.req); !slices.Equal(got, c.want) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)

@@ -92,34 +92,27 @@ func (p *Provider) readLog(ctx context.Context, req *pb.LogsRequest) ([]*pb.LogE
 
 // follow writes entries, then every new line, until the reader goes, ctx
 // ends or the sandbox does. It owns pw and closes it.
+//
+// It reads forward from a cursor: the time of the last line shown and how
+// many lines of that time it has shown, which sandboxd skips. envd stamps
+// each write's lines after the last write's, so after the first read
+// (the newest lines) everything up to its last line's time is had; after
+// a forward read, the lines of its last line's time may go on in the
+// next, and are counted.
 func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*pb.LogEntry, w *logWriter, pw *io.PipeWriter) {
-	var last time.Time
-	seenAtLast := 0 // lines already written with the timestamp last
-	emit := func(es []*pb.LogEntry) bool {
-		skip := 0
-		for _, e := range es {
-			t := e.GetTimestamp().AsTime()
-			if t.Before(last) {
-				continue
-			}
-			if t.Equal(last) {
-				if skip < seenAtLast {
-					skip++
-					continue
-				}
-				seenAtLast++
-			} else {
-				last, seenAtLast, skip = t, 1, 0
-			}
-			if !w.write(e) {
-				return false
-			}
-		}
-		return true
+	var at time.Time
+	seen := 0
+	if req.GetStart() != nil {
+		at = req.GetStart().AsTime()
 	}
-	if !emit(entries) {
-		_ = pw.Close()
-		return
+	if n := len(entries); n > 0 {
+		at = entries[n-1].GetTimestamp().AsTime().Add(time.Nanosecond)
+	}
+	for _, e := range entries {
+		if !w.write(e) {
+			_ = pw.Close()
+			return
+		}
 	}
 	t := time.NewTicker(followInterval)
 	defer t.Stop()
@@ -130,22 +123,33 @@ func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*p
 			return
 		case <-t.C:
 		}
-		// The oldest lines from the last one seen on: a burst of more
-		// than a page between two reads is read in pages, none skipped.
-		next := &pb.LogsRequest{SandboxId: req.GetSandboxId(), Limit: maxLogLines, Forward: true}
-		if !last.IsZero() {
-			next.Start = timestamppb.New(last)
-		} else {
-			next.Start = req.GetStart()
+		// The oldest lines from the cursor on: a burst of more than a
+		// page between two reads is read in pages, none skipped.
+		next := &pb.LogsRequest{SandboxId: req.GetSandboxId(), Limit: maxLogLines, Forward: true, Skip: int32(seen)} //nolint:gosec // lines of one time
+		if !at.IsZero() {
+			next.Start = timestamppb.New(at)
 		}
 		es, err := p.readLog(ctx, next)
 		if err != nil {
 			_ = pw.Close() // the sandbox ended: so does its log
 			return
 		}
-		if !emit(es) {
-			_ = pw.Close()
-			return
+		for _, e := range es {
+			if !w.write(e) {
+				_ = pw.Close()
+				return
+			}
+		}
+		if n := len(es); n > 0 {
+			last, same := es[n-1].GetTimestamp().AsTime(), 0
+			for i := n - 1; i >= 0 && es[i].GetTimestamp().AsTime().Equal(last); i-- {
+				same++
+			}
+			if last.Equal(at) {
+				seen += same
+			} else {
+				at, seen = last, same
+			}
 		}
 	}
 }

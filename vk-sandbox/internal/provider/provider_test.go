@@ -105,6 +105,7 @@ func (h *host) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) (*c
 	}
 	limit := int(m.GetLimit())
 	if m.GetForward() {
+		window = window[min(len(window), int(m.GetSkip())):]
 		window = window[:min(len(window), limit)]
 	} else {
 		window = window[max(0, len(window)-limit):]

@@ -2101,7 +2101,11 @@ type LogsRequest struct {
 	// without a level is info's); empty for every line.
 	MinLevel string `protobuf:"bytes,6,opt,name=min_level,json=minLevel,proto3" json:"min_level,omitempty"`
 	// Only lines whose text has this (case-sensitive) substring.
-	Search        string `protobuf:"bytes,7,opt,name=search,proto3" json:"search,omitempty"`
+	Search string `protobuf:"bytes,7,opt,name=search,proto3" json:"search,omitempty"`
+	// With forward: leave out the window's first skip lines (that pass the
+	// filters), which a caller paging by time has had: the lines at the time
+	// of the last line it saw.
+	Skip          int32 `protobuf:"varint,8,opt,name=skip,proto3" json:"skip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2183,6 +2187,13 @@ func (x *LogsRequest) GetSearch() string {
 		return x.Search
 	}
 	return ""
+}
+
+func (x *LogsRequest) GetSkip() int32 {
+	if x != nil {
+		return x.Skip
+	}
+	return 0
 }
 
 type LogEntry struct {
@@ -4142,7 +4153,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\n" +
 	"disk_total\x18\a \x01(\x03R\tdiskTotal\"M\n" +
 	"\x0fMetricsResponse\x12:\n" +
-	"\ametrics\x18\x01 \x03(\v2 .skiff.sandboxd.v1.SandboxMetricR\ametrics\"\xf1\x01\n" +
+	"\ametrics\x18\x01 \x03(\v2 .skiff.sandboxd.v1.SandboxMetricR\ametrics\"\x85\x02\n" +
 	"\vLogsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x120\n" +
@@ -4151,7 +4162,8 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x03end\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x18\n" +
 	"\aforward\x18\x05 \x01(\bR\aforward\x12\x1b\n" +
 	"\tmin_level\x18\x06 \x01(\tR\bminLevel\x12\x16\n" +
-	"\x06search\x18\a \x01(\tR\x06search\"\x86\x01\n" +
+	"\x06search\x18\a \x01(\tR\x06search\x12\x12\n" +
+	"\x04skip\x18\b \x01(\x05R\x04skip\"\x86\x01\n" +
 	"\bLogEntry\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x12\n" +
 	"\x04line\x18\x02 \x01(\tR\x04line\x12\x16\n" +
