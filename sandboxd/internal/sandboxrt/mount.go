@@ -2,7 +2,9 @@ package sandboxrt
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,6 +25,85 @@ func Unmount(path string) error {
 	err := unix.Unmount(path, unix.MNT_DETACH)
 	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return err
+	}
+	return nil
+}
+
+// MaxLayers is the most snapshot layers a sandbox's root may stack above
+// its template: overlayfs stacks at most 500 lower layers, the template
+// one of them.
+const MaxLayers = 499
+
+// MountOverlay mounts at target an overlay of lowers (topmost first), with
+// upper and work as its writable layer, or read-only when upper is "".
+// Each lower is its own fsconfig call (overlayfs's lowerdir+, Linux 6.8),
+// so a stack is bounded by overlayfs's 500 layers, not by mount(2)'s one
+// page of options (about 60 layers by path, which a sandbox paused to its
+// files or snapshotted again and again passes). A kernel without it gets
+// mount(2).
+func MountOverlay(target string, lowers []string, upper, work string) error {
+	if len(lowers) > MaxLayers+1 {
+		return fmt.Errorf("mount overlay: %d lower layers, the most is %d", len(lowers), MaxLayers+1)
+	}
+	err := fsconfigOverlay(target, lowers, upper, work)
+	if !errors.Is(err, errNoLowerdirPlus) {
+		return err
+	}
+	opts := "lowerdir=" + strings.Join(lowers, ":")
+	flags := uintptr(unix.MS_NODEV)
+	if upper != "" {
+		opts += ",upperdir=" + upper + ",workdir=" + work
+	} else {
+		flags |= unix.MS_RDONLY
+	}
+	if err := unix.Mount("overlay", target, "overlay", flags, opts); err != nil {
+		return fmt.Errorf("mount overlay (%d layers): %w", len(lowers), err)
+	}
+	return nil
+}
+
+// errNoLowerdirPlus: the kernel has no fsopen, or an overlayfs without
+// lowerdir+.
+var errNoLowerdirPlus = errors.New("no lowerdir+")
+
+func fsconfigOverlay(target string, lowers []string, upper, work string) error {
+	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		return errNoLowerdirPlus
+	}
+	if err != nil {
+		return fmt.Errorf("mount overlay: fsopen: %w", err)
+	}
+	defer unix.Close(fd)
+	for i, l := range lowers {
+		if err := unix.FsconfigSetString(fd, "lowerdir+", l); err != nil {
+			if i == 0 && errors.Is(err, unix.EINVAL) {
+				return errNoLowerdirPlus
+			}
+			return fmt.Errorf("mount overlay: layer %d of %d (%s): %w", i+1, len(lowers), l, err)
+		}
+	}
+	attrs := unix.MOUNT_ATTR_NODEV
+	if upper != "" {
+		if err := unix.FsconfigSetString(fd, "upperdir", upper); err != nil {
+			return fmt.Errorf("mount overlay: upperdir %s: %w", upper, err)
+		}
+		if err := unix.FsconfigSetString(fd, "workdir", work); err != nil {
+			return fmt.Errorf("mount overlay: workdir %s: %w", work, err)
+		}
+	} else {
+		attrs |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.FsconfigCreate(fd); err != nil {
+		return fmt.Errorf("mount overlay (%d layers): %w", len(lowers), err)
+	}
+	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, attrs)
+	if err != nil {
+		return fmt.Errorf("mount overlay: fsmount: %w", err)
+	}
+	defer unix.Close(mfd)
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount overlay at %s: %w", target, err)
 	}
 	return nil
 }

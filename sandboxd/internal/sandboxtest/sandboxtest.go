@@ -321,3 +321,30 @@ func Swap(t testing.TB, size int64) {
 		}
 	})
 }
+
+// Layers makes n snapshot layers (package layer's format: owned as inside
+// the sandbox), topmost first, as a sandbox snapshotted or paused to its
+// files n times stacks them: layer i has /layer<i> and /top reading i, so
+// a sandbox on them sees every layer's file and the topmost /top. Their
+// paths are long, as a host's state directory makes them.
+func Layers(t testing.TB, n int) []string {
+	t.Helper()
+	dir := filepath.Join(Dir(t), "var-lib-skiff-sandboxd", "snapshots", "layers")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	layers := make([]string, n)
+	for i := range n {
+		l := filepath.Join(dir, fmt.Sprintf("layer-%040d", i))
+		if err := os.Mkdir(l, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range map[string]string{fmt.Sprintf("layer%d", i): "", "top": fmt.Sprint(i)} {
+			if err := os.WriteFile(filepath.Join(l, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		layers[i] = l
+	}
+	return layers
+}

@@ -24,6 +24,18 @@ import (
 // sandboxd killed in between finds the sandbox paused and stops what is
 // left of it; a host reboot loses nothing of such a sandbox.
 
+// checkDepth refuses a new layer on rec's files (a snapshot, a fork, a
+// pause to its files) that would stack them deeper than a sandbox can
+// start from (sandboxrt.MaxLayers): it would be captured, and then nothing
+// could start from it.
+func checkDepth(rec *store.Record) error {
+	if len(rec.Layers) >= sandboxrt.MaxLayers {
+		return stateError(fmt.Sprintf("its files are %d layers deep (each snapshot of it, and each pause to its files, adds one), the most a sandbox can start from",
+			len(rec.Layers)))
+	}
+	return nil
+}
+
 // pauseFilesLocked pauses rec (running, or native and frozen) keeping its
 // files only.
 func (s *Service) pauseFilesLocked(ctx context.Context, rec *store.Record) (*store.Record, error) {
@@ -32,6 +44,9 @@ func (s *Service) pauseFilesLocked(ctx context.Context, rec *store.Record) (*sto
 		return nil, err
 	}
 	id := rec.ID
+	if err := checkDepth(rec); err != nil {
+		return nil, fmt.Errorf("pause sandbox %s with its files: %w", id, err)
+	}
 	began := time.Now()
 	layerID, release, err := s.captureLayer(ctx, sn, id)
 	if err != nil {

@@ -158,6 +158,9 @@ func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, i
 	if src.State != registry.StateRunning {
 		return nil, stateError(fmt.Sprintf("Sandbox '%s' cannot be snapshotted while in '%s' state", id, src.State))
 	}
+	if err := checkDepth(src); err != nil {
+		return nil, fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
+	}
 	c := &captured{src: src}
 	if sc := s.stateCapturer(); sc != nil {
 		c.layer, c.imageID, c.imageTmp, c.format, c.release, err = s.captureState(ctx, sc, id)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -170,5 +172,31 @@ func TestCapturesHeld(t *testing.T) {
 	h.svc.gcLayers(ctx)
 	if h.svc.snapshots.HasLayer(layerID) || h.svc.snapshots.HasImage(imageID) {
 		t.Fatal("a released layer or image no record names outlived a sweep")
+	}
+}
+
+// A sandbox whose files are as many layers deep as a sandbox can start
+// from (sandboxrt.MaxLayers) is not snapshotted, forked or paused to its
+// files: the new layer would be made, and nothing could start from it.
+func TestLayerDepthBounded(t *testing.T) {
+	h, _ := newSnapshotHarness(t)
+	id := h.create().GetSandbox().GetId()
+	if _, err := h.reg.Update(id, func(r *store.Record) error {
+		for i := range sandboxrt.MaxLayers {
+			r.Layers = append(r.Layers, fmt.Sprintf("l%d", i))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	_, err := h.client.Snapshot(ctx, connect.NewRequest(&pb.SnapshotRequest{SandboxId: id, Team: "team-a"}))
+	wantCode(t, err, connect.CodeFailedPrecondition, "499 layers deep")
+	_, err = h.client.Fork(ctx, connect.NewRequest(&pb.ForkRequest{SandboxId: id, Team: "team-a", Count: 1, Timeout: durationpb.New(time.Minute)}))
+	wantCode(t, err, connect.CodeFailedPrecondition, "499 layers deep")
+	_, err = h.client.Pause(ctx, connect.NewRequest(&pb.PauseRequest{SandboxId: id, FilesOnly: true}))
+	wantCode(t, err, connect.CodeFailedPrecondition, "499 layers deep")
+	if sb, err := h.get(id); err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_RUNNING {
+		t.Fatalf("after the refusals: %v, %v; want it running", sb.GetState(), err)
 	}
 }

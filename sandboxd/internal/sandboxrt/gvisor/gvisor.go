@@ -225,7 +225,7 @@ func (r *Runtime) mountLowers(id string, m *meta) error {
 			return fmt.Errorf("layer %q has ',' or ':', which an overlay's lowerdir cannot take", l)
 		}
 	}
-	if err := unix.Mount("overlay", dir, "overlay", unix.MS_RDONLY|unix.MS_NODEV, "lowerdir="+strings.Join(m.Lowers, ":")); err != nil {
+	if err := sandboxrt.MountOverlay(dir, m.Lowers, "", ""); err != nil {
 		return fmt.Errorf("mount the layers: %w", err)
 	}
 	return nil

@@ -775,3 +775,25 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 		t.Errorf("the first sandbox after a second start: %+v", got)
 	}
 }
+
+// A sandbox starts on a stack of snapshot layers whose paths pass mount(2)'s
+// one page of overlay options (each layer its own fsconfig call), and sees
+// the topmost layer's files over the others'.
+func TestDeepLayerStack(t *testing.T) {
+	rt, dir := newRuntime(t)
+	const n = 120
+	layers := sandboxtest.Layers(t, n)
+	// envd's mount point, which a template has (the layers are read-only
+	// to runsc's gofer, which would make it).
+	bin := filepath.Join(layers[n-1], "usr", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "envd"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = layers })
+	if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
+		t.Errorf("on %d layers: %+v", n, got)
+	}
+}

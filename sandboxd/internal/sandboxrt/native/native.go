@@ -579,8 +579,7 @@ func (r *Runtime) prepareRoot(spec *sandboxrt.Spec, m *meta, userns *os.File) er
 		defer lower.Close()
 		lowers = append(lowers, fmt.Sprintf("/proc/self/fd/%d", lower.Fd()))
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), upper, work)
-	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NODEV, opts); err != nil {
+	if err := sandboxrt.MountOverlay(rootfs, lowers, upper, work); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}
 	for name, content := range spec.Files {

@@ -3,6 +3,7 @@ package native_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -496,5 +497,17 @@ func TestRunDirHoldsLibcontainerState(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(opts.Dir, "containers", legacy.spec.ID)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("its state in Dir after Stop: %v", err)
+	}
+}
+
+// A sandbox starts on a stack of snapshot layers deeper than mount(2)'s one
+// page of overlay options holds (each layer its own fsconfig call), and
+// sees the topmost layer's files over the others'.
+func TestDeepLayerStack(t *testing.T) {
+	rt, dir := newRuntime(t)
+	const n = 300
+	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = sandboxtest.Layers(t, n) })
+	if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
+		t.Errorf("on %d layers: %+v", n, got)
 	}
 }
