@@ -125,12 +125,6 @@ func Read(ctx context.Context, path string, q Query, since time.Time) ([]*pb.Log
 	if lf.size, err = wholeLines(f, st.Size()); err != nil {
 		return nil, fmt.Errorf("read sandbox log: %w", err)
 	}
-	if lf.first, lf.firstTime, lf.hasJSON, err = lf.nextJSONLine(0, lf.size); err != nil {
-		return nil, fmt.Errorf("read sandbox log: %w", err)
-	}
-	if lf.hasJSON && lf.firstTime.Before(since) {
-		since = lf.firstTime
-	}
 	q.Limit = max(q.Limit, 1)
 	var out []*pb.LogEntry
 	if q.Forward {
@@ -150,10 +144,37 @@ type logFile struct {
 	f    *os.File
 	size int64 // up to the end of its last whole line
 	// first is where its first JSON line starts (size when none), at
-	// firstTime.
+	// firstTime; found once asked for (firstJSON).
 	first     int64
 	firstTime time.Time
 	hasJSON   bool
+	found     bool
+}
+
+// firstJSON finds the log's first JSON line (lf.first, lf.firstTime,
+// lf.hasJSON), once: a log begins with one but for envd's (or runsc's)
+// plain words before it.
+func (lf *logFile) firstJSON() error {
+	if lf.found {
+		return nil
+	}
+	var err error
+	lf.first, lf.firstTime, lf.hasJSON, err = lf.nextJSONLine(0, lf.size)
+	lf.found = err == nil
+	return err
+}
+
+// leadingTime is the time of the plain lines before the first JSON line:
+// since, or that line's time if it is earlier (a claimed warm sandbox's
+// since is after them).
+func (lf *logFile) leadingTime(since time.Time) (time.Time, error) {
+	if err := lf.firstJSON(); err != nil {
+		return time.Time{}, err
+	}
+	if lf.hasJSON && lf.firstTime.Before(since) {
+		return lf.firstTime, nil
+	}
+	return since, nil
 }
 
 // wholeLines is where the last line's end of the first size bytes of f
@@ -241,11 +262,17 @@ func (lf *logFile) readBackward(q *Query, since time.Time) ([]*pb.LogEntry, erro
 	if err != nil {
 		return nil, err
 	}
-	if !done && (q.Start.IsZero() || !since.Before(q.Start)) && (q.End.IsZero() || !since.After(q.End)) {
-		for _, p := range pending {
-			p.Timestamp = timestamppb.New(since)
+	if !done && len(pending) > 0 {
+		// The first lines, before any JSON line.
+		if since, err = lf.leadingTime(since); err != nil {
+			return nil, err
 		}
-		out = append(out, pending...)
+		if (q.Start.IsZero() || !since.Before(q.Start)) && (q.End.IsZero() || !since.After(q.End)) {
+			for _, p := range pending {
+				p.Timestamp = timestamppb.New(since)
+			}
+			out = append(out, pending...)
+		}
 	}
 	slices.Reverse(out)
 	return out, nil
@@ -261,6 +288,9 @@ func (lf *logFile) readForward(q *Query, since time.Time) ([]*pb.LogEntry, error
 		}
 		// The plain lines before the first JSON line have since's time,
 		// not an older one: the window checks them.
+		if err := lf.firstJSON(); err != nil {
+			return nil, err
+		}
 		if start == lf.first {
 			start = 0
 		}
@@ -270,7 +300,8 @@ func (lf *logFile) readForward(q *Query, since time.Time) ([]*pb.LogEntry, error
 	out := []*pb.LogEntry{}
 	pg := page{q: q}
 	skipped := 0
-	last := since // the time of the JSON line before
+	var last time.Time // the time of the JSON line before
+	sawJSON := false
 	for n := 0; ; n++ {
 		if n%1024 == 0 {
 			if err := lf.ctx.Err(); err != nil {
@@ -280,12 +311,20 @@ func (lf *logFile) readForward(q *Query, since time.Time) ([]*pb.LogEntry, error
 		raw, _, err := readLine(br, line)
 		if len(raw) > 0 {
 			e, t, ok := parseJSONLine(raw)
-			if ok {
+			switch {
+			case ok:
 				if !q.End.IsZero() && t.After(q.End) {
 					return out, nil
 				}
-				last = t
-			} else {
+				last, sawJSON = t, true
+			case !sawJSON && last.IsZero():
+				// The first lines, before any JSON line (start is 0).
+				var err error
+				if last, err = lf.leadingTime(since); err != nil {
+					return nil, err
+				}
+				fallthrough
+			default:
 				e, t = &pb.LogEntry{Timestamp: timestamppb.New(last), Line: string(raw), Source: "envd"}, last
 			}
 			if (q.Start.IsZero() || !t.Before(q.Start)) && (q.End.IsZero() || !t.After(q.End)) && q.keeps(e) {

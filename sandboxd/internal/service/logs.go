@@ -83,5 +83,5 @@ func (s *Service) Logs(ctx context.Context, req *connect.Request[pb.LogsRequest]
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pb.LogsResponse{Logs: entries}), nil
+	return connect.NewResponse(&pb.LogsResponse{Logs: entries, Skipped: int32(q.Skip)}), nil //nolint:gosec // from an int32
 }

@@ -60,10 +60,11 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, con
 	case opts.SinceSeconds > 0:
 		req.Start = timestamppb.New(p.now().Add(-time.Duration(opts.SinceSeconds) * time.Second))
 	}
-	entries, err := p.readLog(ctx, req)
+	resp, err := p.readLog(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	entries := resp.GetLogs()
 	if !opts.Follow {
 		var b bytes.Buffer
 		w := &logWriter{w: &b, timestamps: opts.Timestamps, limit: opts.LimitBytes}
@@ -79,7 +80,7 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, con
 	return r, nil
 }
 
-func (p *Provider) readLog(ctx context.Context, req *pb.LogsRequest) ([]*pb.LogEntry, error) {
+func (p *Provider) readLog(ctx context.Context, req *pb.LogsRequest) (*pb.LogsResponse, error) {
 	resp, err := p.cfg.Sandboxd.Logs(ctx, connect.NewRequest(req))
 	if connect.CodeOf(err) == connect.CodeNotFound {
 		return nil, errdefs.NotFoundf("sandbox %s is gone, and its log with it", req.GetSandboxId())
@@ -87,18 +88,19 @@ func (p *Provider) readLog(ctx context.Context, req *pb.LogsRequest) ([]*pb.LogE
 	if err != nil {
 		return nil, fmt.Errorf("read the log of sandbox %s: %w", req.GetSandboxId(), err)
 	}
-	return resp.Msg.GetLogs(), nil
+	return resp.Msg, nil
 }
 
 // follow writes entries, then every new line, until the reader goes, ctx
 // ends or the sandbox does. It owns pw and closes it.
 //
 // It reads forward from a cursor: the time of the last line shown and how
-// many lines of that time it has shown, which sandboxd skips. envd stamps
-// each write's lines after the last write's, so after the first read
-// (the newest lines) everything up to its last line's time is had; after
-// a forward read, the lines of its last line's time may go on in the
-// next, and are counted.
+// many lines of that time it has shown, which sandboxd skips (a sandboxd
+// before skip says it did not, and they are left out here). After the
+// first read (the newest lines): its lines of its last line's time, when
+// the read holds every one of them (it begins earlier); else everything
+// up to that time is taken as had (envd stamps each write's lines after
+// the last write's, so only a write read half way loses its rest).
 func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*pb.LogEntry, w *logWriter, pw *io.PipeWriter) {
 	var at time.Time
 	seen := 0
@@ -106,7 +108,10 @@ func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*p
 		at = req.GetStart().AsTime()
 	}
 	if n := len(entries); n > 0 {
-		at = entries[n-1].GetTimestamp().AsTime().Add(time.Nanosecond)
+		at, seen = entries[n-1].GetTimestamp().AsTime(), sameTime(entries)
+		if seen == n {
+			at, seen = at.Add(time.Nanosecond), 0
+		}
 	}
 	for _, e := range entries {
 		if !w.write(e) {
@@ -129,10 +134,14 @@ func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*p
 		if !at.IsZero() {
 			next.Start = timestamppb.New(at)
 		}
-		es, err := p.readLog(ctx, next)
+		resp, err := p.readLog(ctx, next)
 		if err != nil {
 			_ = pw.Close() // the sandbox ended: so does its log
 			return
+		}
+		es := resp.GetLogs()
+		for drop := seen - int(resp.GetSkipped()); drop > 0 && len(es) > 0 && es[0].GetTimestamp().AsTime().Equal(at); drop-- {
+			es = es[1:]
 		}
 		for _, e := range es {
 			if !w.write(e) {
@@ -141,17 +150,23 @@ func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*p
 			}
 		}
 		if n := len(es); n > 0 {
-			last, same := es[n-1].GetTimestamp().AsTime(), 0
-			for i := n - 1; i >= 0 && es[i].GetTimestamp().AsTime().Equal(last); i-- {
-				same++
-			}
-			if last.Equal(at) {
-				seen += same
+			if last := es[n-1].GetTimestamp().AsTime(); last.Equal(at) {
+				seen += n
 			} else {
-				at, seen = last, same
+				at, seen = last, sameTime(es)
 			}
 		}
 	}
+}
+
+// sameTime is how many of es, from the last back, have the last one's
+// time.
+func sameTime(es []*pb.LogEntry) int {
+	last, n := es[len(es)-1].GetTimestamp().AsTime(), 0
+	for i := len(es) - 1; i >= 0 && es[i].GetTimestamp().AsTime().Equal(last); i-- {
+		n++
+	}
+	return n
 }
 
 // logWriter writes log lines as kubectl logs shows them, up to limit

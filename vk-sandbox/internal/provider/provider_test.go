@@ -34,6 +34,7 @@ type host struct {
 	n         int
 	ended     map[string]string // why, for sandboxes that ended by themselves
 	logs      []*pb.LogEntry    // every sandbox's, oldest first
+	noSkip    bool              // Logs ignores skip, as a sandboxd before it
 }
 
 func newHost() *host { return &host{sandboxes: map[string]*pb.Sandbox{}, synced: true} }
@@ -104,13 +105,16 @@ func (h *host) Logs(_ context.Context, req *connect.Request[pb.LogsRequest]) (*c
 		}
 	}
 	limit := int(m.GetLimit())
+	skipped := int32(0)
 	if m.GetForward() {
-		window = window[min(len(window), int(m.GetSkip())):]
+		if !h.noSkip {
+			window, skipped = window[min(len(window), int(m.GetSkip())):], m.GetSkip()
+		}
 		window = window[:min(len(window), limit)]
 	} else {
 		window = window[max(0, len(window)-limit):]
 	}
-	return connect.NewResponse(&pb.LogsResponse{Logs: window}), nil
+	return connect.NewResponse(&pb.LogsResponse{Logs: window, Skipped: skipped}), nil
 }
 
 func (h *host) set(f func(h *host)) {

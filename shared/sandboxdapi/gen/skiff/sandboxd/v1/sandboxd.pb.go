@@ -2267,8 +2267,11 @@ func (x *LogEntry) GetLevel() string {
 }
 
 type LogsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Logs          []*LogEntry            `protobuf:"bytes,1,rep,name=logs,proto3" json:"logs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Logs  []*LogEntry            `protobuf:"bytes,1,rep,name=logs,proto3" json:"logs,omitempty"`
+	// The request's skip, when it was honoured: a sandboxd before skip
+	// answers 0, and its caller leaves out the lines itself.
+	Skipped       int32 `protobuf:"varint,2,opt,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2308,6 +2311,13 @@ func (x *LogsResponse) GetLogs() []*LogEntry {
 		return x.Logs
 	}
 	return nil
+}
+
+func (x *LogsResponse) GetSkipped() int32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
 }
 
 type WatchRequest struct {
@@ -4168,9 +4178,10 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x12\n" +
 	"\x04line\x18\x02 \x01(\tR\x04line\x12\x16\n" +
 	"\x06source\x18\x03 \x01(\tR\x06source\x12\x14\n" +
-	"\x05level\x18\x04 \x01(\tR\x05level\"?\n" +
+	"\x05level\x18\x04 \x01(\tR\x05level\"Y\n" +
 	"\fLogsResponse\x12/\n" +
-	"\x04logs\x18\x01 \x03(\v2\x1b.skiff.sandboxd.v1.LogEntryR\x04logs\"\x0e\n" +
+	"\x04logs\x18\x01 \x03(\v2\x1b.skiff.sandboxd.v1.LogEntryR\x04logs\x12\x18\n" +
+	"\askipped\x18\x02 \x01(\x05R\askipped\"\x0e\n" +
 	"\fWatchRequest\"\xc2\x04\n" +
 	"\rWatchResponse\x12G\n" +
 	"\bsnapshot\x18\x01 \x01(\v2).skiff.sandboxd.v1.WatchResponse.SnapshotH\x00R\bsnapshot\x12A\n" +
