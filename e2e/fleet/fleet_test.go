@@ -77,6 +77,9 @@ type config struct {
 	// sharedVolumes, if set, is a folder both hosts keep their volumes in,
 	// as a shared store (sandboxd --volume-shared).
 	sharedVolumes string
+	// fullHost, if set, names a host whose disk is below its reserve
+	// (sandboxd --disk-reserve past any disk).
+	fullHost string
 }
 
 // configFromEnv reads SKIFF_FLEET_INTERVAL and SKIFF_FLEET_WINDOW.
@@ -280,6 +283,9 @@ func (f *fleet) newHost(name string, subnet, index int, token string) *host {
 	var extra []string
 	if f.cfg.sharedVolumes != "" {
 		extra = []string{"--volume-dir", f.cfg.sharedVolumes, "--volume-shared", "--volume-size", "0"}
+	}
+	if f.cfg.fullHost == name {
+		extra = append(extra, "--disk-reserve", strconv.Itoa(1<<30))
 	}
 	h := hosttest.NewHost(t, hosttest.Options{Name: "f" + name[len(name)-1:], NodeName: name, Token: token, Netns: ns, LogDir: f.logs, SandboxdArgs: extra})
 	// vk-sandbox reaches the control plane at the same address as from

@@ -396,6 +396,9 @@ func snapshotError(what, id string, err error) error {
 		return invalidFrom(err)
 	case connect.CodeUnimplemented:
 		return fmt.Errorf("%s %s: %w: the sandbox's host: %w", what, id, e2bapi.ErrUnsupported, err)
+	case connect.CodeResourceExhausted:
+		// A host whose disk is nearly full (sandboxd --disk-reserve).
+		return fmt.Errorf("%s %s: %w: %w", what, id, e2bapi.ErrCapacity, err)
 	}
 	if isTransport(err) {
 		return fmt.Errorf("%s %s: %w: %w", what, id, e2bapi.ErrUnavailable, err)

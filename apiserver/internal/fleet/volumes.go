@@ -164,6 +164,8 @@ func classifyVolume(op string, err error) error {
 		return fmt.Errorf("%s volume: the host keeps no volumes: %w", op, e2bapi.ErrUnsupported)
 	case connect.CodeInvalidArgument:
 		return invalidFrom(err)
+	case connect.CodeResourceExhausted:
+		return fmt.Errorf("%s volume: %w: %w", op, e2bapi.ErrCapacity, err)
 	}
 	if isTransport(err) {
 		return fmt.Errorf("%s volume: %w: %w", op, e2bapi.ErrUnavailable, err)
@@ -224,10 +226,15 @@ func (b *Backend) CreateVolume(ctx context.Context, team, name string) (*e2bapi.
 			b.log.InfoContext(ctx, "volume created", "team", team, "volume", v.GetId(), "name", name, "node", n.Name)
 			return toVolume(v), nil
 		}
-		if !isTransport(err) && connect.CodeOf(err) != connect.CodeUnimplemented {
+		// Another host takes it when this one is down, keeps no volumes,
+		// or its disk is nearly full (sandboxd --disk-reserve).
+		if code := connect.CodeOf(err); !isTransport(err) && code != connect.CodeUnimplemented && code != connect.CodeResourceExhausted {
 			return nil, classifyVolume("create", err)
 		}
 		errs = append(errs, fmt.Errorf("node %s: %w", n.Name, err))
+	}
+	if slices.ContainsFunc(errs, func(err error) bool { return connect.CodeOf(err) == connect.CodeResourceExhausted }) {
+		return nil, fmt.Errorf("create volume: no host has room: %w: %w", e2bapi.ErrCapacity, errors.Join(errs...))
 	}
 	return nil, fmt.Errorf("create volume: no host answered: %w: %w", e2bapi.ErrUnavailable, errors.Join(errs...))
 }

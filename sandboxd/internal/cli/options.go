@@ -467,8 +467,8 @@ func (o *Options) validateSandboxes() []error {
 	if o.DefaultDiskMiB < 0 || o.DefaultDiskMiB > service.MaxDiskMiB {
 		add("--default-disk must be between 0 and %d MiB, got %d", service.MaxDiskMiB, o.DefaultDiskMiB)
 	}
-	if o.DiskReserveMiB < 0 {
-		add("--disk-reserve must not be negative, got %d", o.DiskReserveMiB)
+	if o.DiskReserveMiB < 0 || o.DiskReserveMiB > 1<<30 {
+		add("--disk-reserve must be between 0 and %d MiB, got %d", 1<<30, o.DiskReserveMiB)
 	}
 	if o.MetricsInterval <= 0 {
 		add("--metrics-interval must be positive, got %s", o.MetricsInterval)

@@ -68,7 +68,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"shared volumes with a size", func(o *Options) { o.VolumeShared, o.VolumeDir = true, "/mnt/shared" }, "--volume-shared needs --volume-size 0"},
 		{"shared volumes without a dir", func(o *Options) { o.VolumeShared, o.VolumeSizeMiB = true, 0 }, "--volume-shared needs --volume-dir"},
 		{"no metrics interval", func(o *Options) { o.MetricsInterval = 0 }, "--metrics-interval"},
-		{"a negative disk reserve", func(o *Options) { o.DiskReserveMiB = -1 }, "--disk-reserve must not be negative"},
+		{"a negative disk reserve", func(o *Options) { o.DiskReserveMiB = -1 }, "--disk-reserve must be between 0 and"},
 		{"one sample", func(o *Options) { o.MetricsSamples = 1 }, "--metrics-samples"},
 		{"unknown runtime", func(o *Options) { o.Runtime = "kata" }, "--runtime"},
 		{"gvisor without runsc", func(o *Options) { o.Runtime, o.Runsc = "gvisor", "" }, "--runsc"},

@@ -129,6 +129,9 @@ func (s *Service) Warm(ctx context.Context, req *connect.Request[pb.WarmRequest]
 	if err := f.err(); err != nil {
 		return nil, s.countCreate(kindWarm, err)
 	}
+	if err := s.checkDisk("warm", s.stateDir); err != nil {
+		return nil, s.countCreate(kindWarm, toConnect(err))
+	}
 	l.rec = store.Record{State: registry.StateWarm, Pool: m.GetPool(), AllowInternetAccess: true}
 	rec, _, err := s.launch(ctx, l)
 	if err != nil {

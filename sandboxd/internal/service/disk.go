@@ -23,7 +23,13 @@ func (s *Service) checkDisk(op, dir string) error {
 		s.log.Warn("cannot measure a filesystem's free space for --disk-reserve", "dir", dir, "error", err)
 		return nil
 	}
-	free := int64(st.Bavail) * st.Bsize //nolint:gosec // a filesystem's size fits
+	// Free blocks are in fragment units (df's), which some filesystems
+	// (FUSE's) report smaller than Bsize.
+	unit := st.Frsize
+	if unit <= 0 {
+		unit = st.Bsize
+	}
+	free := int64(st.Bavail) * unit //nolint:gosec // a filesystem's size fits
 	if free >= s.cfg.DiskReserveMiB<<20 {
 		return nil
 	}

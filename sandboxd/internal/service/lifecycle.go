@@ -231,6 +231,10 @@ func (s *Service) Resume(ctx context.Context, req *connect.Request[pb.ResumeRequ
 		}
 	}
 	if m.GetReboot() && !rec.FilesOnly {
+		// It copies the files, as a pause to them does.
+		if err := s.checkDisk("resume with a reboot", s.stateDir); err != nil {
+			return nil, toConnect(err)
+		}
 		if rec, err = s.dropMemoryLocked(ctx, rec); err != nil {
 			return nil, toConnect(err)
 		}

@@ -72,6 +72,11 @@ func (s *Service) CreateVolume(ctx context.Context, req *connect.Request[pb.Crea
 	if err := f.err(); err != nil {
 		return nil, err
 	}
+	// A taken name is answered as such before a full disk: the apiserver
+	// tries another host only for the latter.
+	if _, err := s.volumes.Get(m.GetTeam(), "", m.GetName()); err == nil {
+		return nil, volumeError(fmt.Errorf("%w: %s", volume.ErrExists, m.GetName()))
+	}
 	if err := s.checkDisk("create volume", s.volumes.Dir()); err != nil {
 		return nil, toConnect(err)
 	}
