@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,18 +37,19 @@ const MaxLayers = 499
 
 // MountOverlay mounts at target an overlay of lowers (topmost first), with
 // upper and work as its writable layer, or read-only when upper is "".
-// Each lower is its own fsconfig call (overlayfs's lowerdir+, Linux 6.8),
-// so a stack is bounded by overlayfs's 500 layers, not by mount(2)'s one
-// page of options (about 60 layers by path, which a sandbox paused to its
-// files or snapshotted again and again passes). A kernel without it gets
-// mount(2).
+// From Linux 6.8 each lower is its own fsconfig call (overlayfs's
+// lowerdir+), so a stack is bounded by overlayfs's 500 layers, not by
+// mount(2)'s one page of options (about 60 layers by path, 200 by
+// descriptor, which a sandbox paused to its files or snapshotted again
+// and again passes). Older kernels get mount(2): before 6.5 fsopen gives
+// overlayfs a generic context that takes any key and fails only at the
+// end, so no call can tell.
 func MountOverlay(target string, lowers []string, upper, work string) error {
 	if len(lowers) > MaxLayers+1 {
 		return fmt.Errorf("mount overlay: %d lower layers, the most is %d", len(lowers), MaxLayers+1)
 	}
-	err := fsconfigOverlay(target, lowers, upper, work)
-	if !errors.Is(err, errNoLowerdirPlus) {
-		return err
+	if LowerdirPlus() {
+		return fsconfigOverlay(target, lowers, upper, work)
 	}
 	opts := "lowerdir=" + strings.Join(lowers, ":")
 	flags := uintptr(unix.MS_NODEV)
@@ -62,24 +64,34 @@ func MountOverlay(target string, lowers []string, upper, work string) error {
 	return nil
 }
 
-// errNoLowerdirPlus: the kernel has no fsopen, or an overlayfs without
-// lowerdir+.
-var errNoLowerdirPlus = errors.New("no lowerdir+")
+// LowerdirPlus reports whether this kernel's overlayfs takes its layers
+// one by one (Linux 6.8).
+var LowerdirPlus = sync.OnceValue(func() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	return kernelAtLeast(unix.ByteSliceToString(u.Release[:]), 6, 8)
+})
+
+// kernelAtLeast reports whether release ("6.8.0-45-generic") is major.minor
+// or later.
+func kernelAtLeast(release string, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(release, "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
 
 func fsconfigOverlay(target string, lowers []string, upper, work string) error {
 	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
-	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
-		return errNoLowerdirPlus
-	}
 	if err != nil {
 		return fmt.Errorf("mount overlay: fsopen: %w", err)
 	}
 	defer unix.Close(fd)
 	for i, l := range lowers {
 		if err := unix.FsconfigSetString(fd, "lowerdir+", l); err != nil {
-			if i == 0 && errors.Is(err, unix.EINVAL) {
-				return errNoLowerdirPlus
-			}
 			return fmt.Errorf("mount overlay: layer %d of %d (%s): %w", i+1, len(lowers), l, err)
 		}
 	}

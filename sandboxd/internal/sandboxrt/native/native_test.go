@@ -511,3 +511,17 @@ func TestDeepLayerStack(t *testing.T) {
 		t.Errorf("on %d layers: %+v", n, got)
 	}
 }
+
+// On a kernel before 6.8 the root is mounted by mount(2), its layers in one
+// option: a sandbox on a few layers starts so too.
+func TestLayerStackByMount2(t *testing.T) {
+	plus := sandboxrt.LowerdirPlus
+	sandboxrt.LowerdirPlus = func() bool { return false }
+	t.Cleanup(func() { sandboxrt.LowerdirPlus = plus })
+	rt, dir := newRuntime(t)
+	const n = 20
+	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = sandboxtest.Layers(t, n) })
+	if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
+		t.Errorf("on %d layers by mount(2): %+v", n, got)
+	}
+}
