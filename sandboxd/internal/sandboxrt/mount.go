@@ -49,7 +49,11 @@ func MountOverlay(target string, lowers []string, upper, work string) error {
 		return fmt.Errorf("mount overlay: %d lower layers, the most is %d", len(lowers), MaxLayers+1)
 	}
 	if LowerdirPlus() {
-		return fsconfigOverlay(target, lowers, upper, work)
+		// A seccomp profile around sandboxd may refuse the new mount
+		// calls and allow mount(2).
+		if err := fsconfigOverlay(target, lowers, upper, work); !errors.Is(err, errNoFsopen) {
+			return err
+		}
 	}
 	opts := "lowerdir=" + strings.Join(lowers, ":")
 	flags := uintptr(unix.MS_NODEV)
@@ -84,8 +88,14 @@ func kernelAtLeast(release string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
+// errNoFsopen: fsopen is refused (ENOSYS, EPERM: a seccomp profile).
+var errNoFsopen = errors.New("fsopen refused")
+
 func fsconfigOverlay(target string, lowers []string, upper, work string) error {
 	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		return errNoFsopen
+	}
 	if err != nil {
 		return fmt.Errorf("mount overlay: fsopen: %w", err)
 	}

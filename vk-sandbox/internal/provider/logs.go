@@ -98,9 +98,10 @@ func (p *Provider) readLog(ctx context.Context, req *pb.LogsRequest) (*pb.LogsRe
 // many lines of that time it has shown, which sandboxd skips (a sandboxd
 // before skip says it did not, and they are left out here). After the
 // first read (the newest lines): its lines of its last line's time, when
-// the read holds every one of them (it begins earlier); else everything
-// up to that time is taken as had (envd stamps each write's lines after
-// the last write's, so only a write read half way loses its rest).
+// the read holds every one of them (it begins earlier, or was not cut);
+// else everything up to that time is taken as had (envd stamps each
+// write's lines after the last write's, so only a write read half way
+// under a --tail loses its rest).
 func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*pb.LogEntry, w *logWriter, pw *io.PipeWriter) {
 	var at time.Time
 	seen := 0
@@ -109,7 +110,7 @@ func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*p
 	}
 	if n := len(entries); n > 0 {
 		at, seen = entries[n-1].GetTimestamp().AsTime(), sameTime(entries)
-		if seen == n {
+		if seen == n && cut(entries, req.GetLimit()) {
 			at, seen = at.Add(time.Nanosecond), 0
 		}
 	}
@@ -157,6 +158,17 @@ func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*p
 			}
 		}
 	}
+}
+
+// cut says whether a newest-first read of limit lines may have left out
+// older lines: it is full, or near sandboxd's bound on an answer's text
+// (2 MiB; a line is at most 64 KiB).
+func cut(es []*pb.LogEntry, limit int32) bool {
+	text := 0
+	for _, e := range es {
+		text += len(e.GetLine())
+	}
+	return len(es) >= int(limit) || text > 2<<20-64<<10
 }
 
 // sameTime is how many of es, from the last back, have the last one's

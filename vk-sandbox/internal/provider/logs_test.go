@@ -85,3 +85,44 @@ func followKeepsEveryLine(t *testing.T, old bool) {
 		next(i)
 	}
 }
+
+// A follow whose first read holds the whole log, all of one time (a new
+// sandbox's first write, read half way), shows the rest of that write.
+func TestFollowKeepsTheRestOfAWrite(t *testing.T) {
+	f := newFixture(t)
+	pod := f.add(t, "a", nil)
+	if err := f.p.CreatePod(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	line := func(i int) *pb.LogEntry {
+		return &pb.LogEntry{Timestamp: timestamppb.New(t0.Add(time.Millisecond)), Line: fmt.Sprint("line ", i), Source: "stdout"}
+	}
+	f.h.set(func(h *host) {
+		for i := range 5 {
+			h.logs = append(h.logs, line(i))
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := f.p.GetContainerLogs(ctx, pod.Namespace, pod.Name, "sandbox", api.ContainerLogOpts{Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	for i := range 8 {
+		if !sc.Scan() {
+			t.Fatalf("the log ended before line %d: %v", i, sc.Err())
+		}
+		if want := fmt.Sprint("line ", i); sc.Text() != want {
+			t.Fatalf("got %q, want %q", sc.Text(), want)
+		}
+		if i == 4 {
+			f.h.set(func(h *host) {
+				for j := 5; j < 8; j++ {
+					h.logs = append(h.logs, line(j))
+				}
+			})
+		}
+	}
+}
