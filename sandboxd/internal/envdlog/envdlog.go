@@ -21,11 +21,12 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
 // maxLine bounds one line; the rest of a longer one is dropped.
-const maxLine = 64 << 10
+const maxLine = sandboxdapi.MaxLogLineBytes
 
 // logLine is one line of a sandbox's log as envd writes it.
 type logLine struct {
@@ -67,6 +68,11 @@ func levelRank(level string) int {
 		return i
 	}
 	return 1
+}
+
+// within says whether t is in q's window.
+func (q *Query) within(t time.Time) bool {
+	return (q.Start.IsZero() || !t.Before(q.Start)) && (q.End.IsZero() || !t.After(q.End))
 }
 
 // keeps says whether e passes q's filters of level and text.
@@ -267,7 +273,7 @@ func (lf *logFile) readBackward(q *Query, since time.Time) ([]*pb.LogEntry, erro
 		if since, err = lf.leadingTime(since); err != nil {
 			return nil, err
 		}
-		if (q.Start.IsZero() || !since.Before(q.Start)) && (q.End.IsZero() || !since.After(q.End)) {
+		if q.within(since) {
 			for _, p := range pending {
 				p.Timestamp = timestamppb.New(since)
 			}
@@ -327,7 +333,7 @@ func (lf *logFile) readForward(q *Query, since time.Time) ([]*pb.LogEntry, error
 			default:
 				e, t = &pb.LogEntry{Timestamp: timestamppb.New(last), Line: string(raw), Source: "envd"}, last
 			}
-			if (q.Start.IsZero() || !t.Before(q.Start)) && (q.End.IsZero() || !t.After(q.End)) && q.keeps(e) {
+			if q.within(t) && q.keeps(e) {
 				if skipped < q.Skip {
 					skipped++
 					continue

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/envdlog"
+	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -21,18 +22,14 @@ const (
 	// then, its newest lines.
 	maxLogBytes  = 64 << 20
 	keptLogBytes = 16 << 20
-	// maxLogAnswerBytes bounds the text of the lines one Logs call
-	// answers (but for its first line, of at most 64 KiB): the e2b API
-	// writes each line twice, JSON-escaped (up to 6 bytes a byte), so
-	// 1000 lines of 64 KiB would be most of a GiB of its memory.
-	maxLogAnswerBytes = 2 << 20
 	// maxLogSearch bounds a search's text (e2b's API takes 256 bytes).
 	maxLogSearch = 4 << 10
 )
 
 // Logs returns lines of the sandbox's log, oldest first: the newest (or,
 // forward, the oldest) limit lines of the window from start to end that
-// pass its filters, fewer when their text passes maxLogAnswerBytes.
+// pass its filters, fewer when their text passes
+// sandboxdapi.MaxLogsAnswerBytes.
 func (s *Service) Logs(ctx context.Context, req *connect.Request[pb.LogsRequest]) (*connect.Response[pb.LogsResponse], error) {
 	m := req.Msg
 	var f fieldErrors
@@ -44,7 +41,7 @@ func (s *Service) Logs(ctx context.Context, req *connect.Request[pb.LogsRequest]
 	case limit == 0:
 		limit = defaultLogLimit
 	}
-	q := envdlog.Query{Limit: min(limit, maxLogLimit), Forward: m.GetForward(), MinLevel: m.GetMinLevel(), Search: m.GetSearch(), MaxBytes: maxLogAnswerBytes,
+	q := envdlog.Query{Limit: min(limit, maxLogLimit), Forward: m.GetForward(), MinLevel: m.GetMinLevel(), Search: m.GetSearch(), MaxBytes: sandboxdapi.MaxLogsAnswerBytes,
 		Skip: int(m.GetSkip())}
 	switch {
 	case q.Skip < 0:

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -91,7 +92,7 @@ func TestLogsRPC(t *testing.T) {
 		}
 	}
 
-	// An answer holds at most maxLogAnswerBytes of text: of 300 lines of
+	// An answer holds at most sandboxdapi.MaxLogsAnswerBytes of text: of 300 lines of
 	// 10 KiB (60 KiB as envd's JSON, and again in the e2b API's), 204.
 	b.Reset()
 	long := strings.Repeat("\\u0001", 10<<10)
@@ -102,8 +103,8 @@ func TestLogsRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, forward := range []bool{false, true} {
-		if got := lines(&pb.LogsRequest{Limit: 1000, Forward: forward}); len(got) != maxLogAnswerBytes/(10<<10) {
-			t.Errorf("forward %v: %d lines of 10 KiB, want %d", forward, len(got), maxLogAnswerBytes/(10<<10))
+		if got := lines(&pb.LogsRequest{Limit: 1000, Forward: forward}); len(got) != sandboxdapi.MaxLogsAnswerBytes/(10<<10) {
+			t.Errorf("forward %v: %d lines of 10 KiB, want %d", forward, len(got), sandboxdapi.MaxLogsAnswerBytes/(10<<10))
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/skiff-dev/skiff/shared/sandboxdapi"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -68,11 +69,7 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, con
 	if !opts.Follow {
 		var b bytes.Buffer
 		w := &logWriter{w: &b, timestamps: opts.Timestamps, limit: opts.LimitBytes}
-		for _, e := range entries {
-			if !w.write(e) {
-				break
-			}
-		}
+		w.writeAll(entries)
 		return io.NopCloser(&b), nil
 	}
 	r, w := io.Pipe()
@@ -114,11 +111,9 @@ func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*p
 			at, seen = at.Add(time.Nanosecond), 0
 		}
 	}
-	for _, e := range entries {
-		if !w.write(e) {
-			_ = pw.Close()
-			return
-		}
+	if !w.writeAll(entries) {
+		_ = pw.Close()
+		return
 	}
 	t := time.NewTicker(followInterval)
 	defer t.Stop()
@@ -144,11 +139,9 @@ func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*p
 		for drop := seen - int(resp.GetSkipped()); drop > 0 && len(es) > 0 && es[0].GetTimestamp().AsTime().Equal(at); drop-- {
 			es = es[1:]
 		}
-		for _, e := range es {
-			if !w.write(e) {
-				_ = pw.Close()
-				return
-			}
+		if !w.writeAll(es) {
+			_ = pw.Close()
+			return
 		}
 		if n := len(es); n > 0 {
 			if last := es[n-1].GetTimestamp().AsTime(); last.Equal(at) {
@@ -161,14 +154,14 @@ func (p *Provider) follow(ctx context.Context, req *pb.LogsRequest, entries []*p
 }
 
 // cut says whether a newest-first read of limit lines may have left out
-// older lines: it is full, or near sandboxd's bound on an answer's text
-// (2 MiB; a line is at most 64 KiB).
+// older lines: it is full, or within a line of sandboxd's bound on an
+// answer's text.
 func cut(es []*pb.LogEntry, limit int32) bool {
 	text := 0
 	for _, e := range es {
 		text += len(e.GetLine())
 	}
-	return len(es) >= int(limit) || text > 2<<20-64<<10
+	return len(es) >= int(limit) || text > sandboxdapi.MaxLogsAnswerBytes-sandboxdapi.MaxLogLineBytes
 }
 
 // sameTime is how many of es, from the last back, have the last one's
@@ -188,6 +181,16 @@ type logWriter struct {
 	timestamps bool
 	limit      int
 	written    int
+}
+
+// writeAll writes entries until one does not go; false then.
+func (l *logWriter) writeAll(es []*pb.LogEntry) bool {
+	for _, e := range es {
+		if !l.write(e) {
+			return false
+		}
+	}
+	return true
 }
 
 // write writes one entry; false when the limit is reached or the reader

@@ -370,8 +370,9 @@ func (r *Runtime) StartPrepared(ctx context.Context, id string, lim sandboxrt.Li
 	res := cfg.Cgroups.Resources
 	quota, period := cpuQuota(lim.CPUMilli)
 	memory := lim.MemoryMiB << 20
-	if res.Memory != memory || res.MemorySwap != r.memorySwap(memory) || res.CpuQuota != quota || res.CpuPeriod != period {
-		res.Memory, res.MemorySwap, res.CpuQuota, res.CpuPeriod = memory, r.memorySwap(memory), quota, period
+	swap := r.memorySwap(memory)
+	if res.Memory != memory || res.MemorySwap != swap || res.CpuQuota != quota || res.CpuPeriod != period {
+		res.Memory, res.MemorySwap, res.CpuQuota, res.CpuPeriod = memory, swap, quota, period
 		if err := c.Set(cfg); err != nil {
 			return fmt.Errorf("sandbox %s: set limits: %w", id, err)
 		}
