@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -43,7 +45,9 @@ const MaxLayers = 499
 // descriptor, which a sandbox paused to its files or snapshotted again
 // and again passes). Older kernels get mount(2): before 6.5 fsopen gives
 // overlayfs a generic context that takes any key and fails only at the
-// end, so no call can tell.
+// end, so no call can tell. Options past a page are given by short
+// relative names (mountByDescriptors), so that overlayfs's bound holds
+// there too.
 func MountOverlay(target string, lowers []string, upper, work string) error {
 	if len(lowers) > MaxLayers+1 {
 		return fmt.Errorf("mount overlay: %d lower layers, the most is %d", len(lowers), MaxLayers+1)
@@ -55,17 +59,81 @@ func MountOverlay(target string, lowers []string, upper, work string) error {
 			return err
 		}
 	}
-	opts := "lowerdir=" + strings.Join(lowers, ":")
 	flags := uintptr(unix.MS_NODEV)
-	if upper != "" {
-		opts += ",upperdir=" + upper + ",workdir=" + work
-	} else {
+	if upper == "" {
 		flags |= unix.MS_RDONLY
+	}
+	opts := overlayOptions(lowers, upper, work)
+	if len(opts) >= unix.Getpagesize() {
+		// mount(2) copies one page of options: name each layer by a
+		// descriptor of this process, relative to /proc/self/fd.
+		return mountByDescriptors(target, lowers, upper, work, flags)
 	}
 	if err := unix.Mount("overlay", target, "overlay", flags, opts); err != nil {
 		return fmt.Errorf("mount overlay (%d layers): %w", len(lowers), err)
 	}
 	return nil
+}
+
+// overlayOptions are mount(2)'s options for an overlay of lowers (topmost
+// first) with upper and work, or read-only when upper is "".
+func overlayOptions(lowers []string, upper, work string) string {
+	opts := "lowerdir=" + strings.Join(lowers, ":")
+	if upper != "" {
+		opts += ",upperdir=" + upper + ",workdir=" + work
+	}
+	return opts
+}
+
+// mountByDescriptors mounts an overlay whose options by path pass a page:
+// each layer is opened (O_PATH), and mount(2) is called on a thread of its
+// own whose working directory is /proc/self/fd, with each layer named by
+// its descriptor's number, relative to it ("12:13:…", at most seven bytes
+// a layer), as Docker's overlay2 driver names its layers by short paths
+// relative to its own directory. So a stack of up to MaxLayers starts on
+// kernels before 6.8 too.
+func mountByDescriptors(target string, lowers []string, upper, work string, flags uintptr) error {
+	names := make([]string, 0, len(lowers))
+	fds := make([]int, 0, len(lowers))
+	defer func() {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+	}()
+	for _, l := range lowers {
+		fd, err := unix.Open(l, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("mount overlay: open layer %s: %w", l, err)
+		}
+		fds = append(fds, fd)
+		names = append(names, strconv.Itoa(fd))
+	}
+	opts := overlayOptions(names, upper, work)
+	if len(opts) >= unix.Getpagesize() {
+		return fmt.Errorf("mount overlay (%d layers): its options are %d bytes by descriptor, more than a page", len(lowers), len(opts))
+	}
+	done := make(chan error, 1)
+	go func() {
+		// The thread's working directory becomes its own (unshare
+		// CLONE_FS); the thread is never unlocked, so it ends with this
+		// goroutine and no other goroutine runs in that directory.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("mount overlay: unshare the working directory: %w", err)
+			return
+		}
+		if err := unix.Chdir("/proc/self/fd"); err != nil {
+			done <- fmt.Errorf("mount overlay: %w", err)
+			return
+		}
+		if err := unix.Mount("overlay", target, "overlay", flags, opts); err != nil {
+			done <- fmt.Errorf("mount overlay (%d layers, by descriptor): %w", len(lowers), err)
+			return
+		}
+		done <- nil
+	}()
+	return <-done
 }
 
 // LowerdirPlus reports whether this kernel's overlayfs takes its layers

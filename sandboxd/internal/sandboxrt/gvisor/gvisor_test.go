@@ -782,9 +782,33 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 func TestDeepLayerStack(t *testing.T) {
 	rt, dir := newRuntime(t)
 	const n = 120
+	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = envdLayers(t, n) })
+	if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
+		t.Errorf("on %d layers: %+v", n, got)
+	}
+}
+
+// On a kernel before 6.8 the layers are mounted by mount(2), in one
+// option: more than a page of them by path go by descriptor (they failed
+// before).
+func TestLayerStackByMount2(t *testing.T) {
+	plus := sandboxrt.LowerdirPlus
+	sandboxrt.LowerdirPlus = func() bool { return false }
+	t.Cleanup(func() { sandboxrt.LowerdirPlus = plus })
+	rt, dir := newRuntime(t)
+	const n = 120
+	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = envdLayers(t, n) })
+	if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
+		t.Errorf("on %d layers by mount(2): %+v", n, got)
+	}
+}
+
+// envdLayers are n snapshot layers (sandboxtest.Layers) with envd's mount
+// point, which a template has, in the lowest (the layers are read-only to
+// runsc's gofer, which would make it).
+func envdLayers(t *testing.T, n int) []string {
+	t.Helper()
 	layers := sandboxtest.Layers(t, n)
-	// envd's mount point, which a template has (the layers are read-only
-	// to runsc's gofer, which would make it).
 	bin := filepath.Join(layers[n-1], "usr", "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
@@ -792,8 +816,5 @@ func TestDeepLayerStack(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "envd"), nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = layers })
-	if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
-		t.Errorf("on %d layers: %+v", n, got)
-	}
+	return layers
 }

@@ -513,15 +513,19 @@ func TestDeepLayerStack(t *testing.T) {
 }
 
 // On a kernel before 6.8 the root is mounted by mount(2), its layers in one
-// option: a sandbox on a few layers starts so too.
+// option: a sandbox on a few layers starts so, and one on more than a page
+// of them by path too (by descriptor; it failed before).
 func TestLayerStackByMount2(t *testing.T) {
 	plus := sandboxrt.LowerdirPlus
 	sandboxrt.LowerdirPlus = func() bool { return false }
 	t.Cleanup(func() { sandboxrt.LowerdirPlus = plus })
 	rt, dir := newRuntime(t)
-	const n = 20
-	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = sandboxtest.Layers(t, n) })
-	if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
-		t.Errorf("on %d layers by mount(2): %+v", n, got)
+	for _, n := range []int{20, 300} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = sandboxtest.Layers(t, n) })
+			if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
+				t.Errorf("on %d layers by mount(2): %+v", n, got)
+			}
+		})
 	}
 }
