@@ -28,6 +28,7 @@ const NodeInventoryResource = "nodeinventories"
 // +kubebuilder:printcolumn:name="Sandboxes",type=integer,JSONPath=`.spec.allocated.sandboxes`
 // +kubebuilder:printcolumn:name="Slots",type=integer,JSONPath=`.spec.capacity.sandboxes`
 // +kubebuilder:printcolumn:name="Published",type=date,JSONPath=`.publishedAt`
+// +kubebuilder:printcolumn:name="DiskPressure",type=boolean,JSONPath=`.spec.diskPressure`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type NodeInventory struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -78,6 +79,23 @@ type NodeInventorySpec struct {
 	// +optional
 	// +kubebuilder:validation:Enum=Reserved;Shared
 	CPUAdmission CPUAdmission `json:"cpuAdmission,omitempty"`
+
+	// DiskPressure is set while the filesystem of the host's sandboxes and
+	// snapshots has less free space than the host's reserve (sandboxd
+	// --disk-reserve). The host then refuses what would write more there
+	// (creates, warm sandboxes, snapshots, forks, pulls, pauses to disk),
+	// and placement leaves it out, as kube-scheduler leaves out a node
+	// with DiskPressure; its sandboxes go on, and its warm ones can be
+	// claimed. sandboxd measures it at start, every 10 s and on a
+	// refusal.
+	// +optional
+	DiskPressure bool `json:"diskPressure,omitempty"`
+
+	// VolumeDiskPressure is set while the filesystem of the host's volume
+	// store is below the reserve: the host refuses new volumes, and passes
+	// a create of one to the next host of its name's rendezvous.
+	// +optional
+	VolumeDiskPressure bool `json:"volumeDiskPressure,omitempty"`
 
 	// EnvdVersion is the version of the envd the host starts sandboxes
 	// with; a sandbox entry names its own only when it differs.

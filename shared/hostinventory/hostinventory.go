@@ -312,8 +312,10 @@ func Spec(endpoint string, info *pb.InfoResponse, sandboxes []*pb.Sandbox) v1bet
 			MemoryMiB: info.GetCapacity().GetMemoryMib(),
 			Sandboxes: info.GetMaxSandboxes(),
 		},
-		CPUAdmission: v1beta1.CPUReserved,
-		EnvdVersion:  info.GetEnvdVersion(),
+		CPUAdmission:       v1beta1.CPUReserved,
+		EnvdVersion:        info.GetEnvdVersion(),
+		DiskPressure:       info.GetDiskPressure(),
+		VolumeDiskPressure: info.GetVolumeDiskPressure(),
 	}
 	if info.GetCpuShared() {
 		spec.CPUAdmission = v1beta1.CPUShared

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -192,10 +193,33 @@ func (p *Placer) Place(ctx context.Context, req Request, create func(context.Con
 		excluded = append(excluded, node.Name)
 		last = wrapped
 	}
+	full := diskPressured(nodes, req)
 	if last == nil {
-		return "", fmt.Errorf("%w: template %q, cpu %dm, memory %dMi", ErrNoCapacity, req.Template, req.CPUMilli, req.MemoryMiB)
+		return "", fmt.Errorf("%w: template %q, cpu %dm, memory %dMi%s", ErrNoCapacity, req.Template, req.CPUMilli, req.MemoryMiB, full)
 	}
-	return "", fmt.Errorf("%w: %d nodes refused, last: %w", ErrNoCapacity, len(excluded), last)
+	return "", fmt.Errorf("%w: %d nodes refused%s, last: %w", ErrNoCapacity, len(excluded), full, last)
+}
+
+// diskPressured names, for an operator's log, the nodes with req's
+// template (and not excluded by it) that placement left out for their
+// disk pressure (the first few), or is empty.
+func diskPressured(nodes []v1beta1.NodeInventory, req Request) string {
+	var names []string
+	n := 0
+	for i := range nodes {
+		if nodes[i].Spec.DiskPressure && hasTemplate(&nodes[i], req.Template, req.Version) && (req.Exclude == nil || !req.Exclude(nodes[i].Name)) {
+			if n++; n <= 3 {
+				names = append(names, nodes[i].Name)
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	if n > len(names) {
+		names = append(names, fmt.Sprintf("and %d more", n-len(names)))
+	}
+	return fmt.Sprintf(" (left out, their disk below its reserve: %s)", strings.Join(names, ", "))
 }
 
 // create runs create on node with req reserved there. The reservation ends
@@ -420,8 +444,12 @@ func (p *Placer) releaseLocked(node string, req Request) {
 // resource left after req, the creates in flight and the sandboxes held)
 // and whether req fits.
 // A node that shares its CPU (CPUAdmission Shared) is bound by memory and
-// slots only, as its sandboxd is.
+// slots only, as its sandboxd is. A node under disk pressure takes nothing:
+// its sandboxd refuses every create (--disk-reserve).
 func (p *Placer) scoreLocked(n *v1beta1.NodeInventory, req Request) (float64, bool) {
+	if n.Spec.DiskPressure {
+		return 0, false
+	}
 	capa, alloc, fly := &n.Spec.Capacity, &n.Spec.Allocated, p.inflight[n.Name]
 	if h := p.held[n.Name]; h != nil {
 		for _, pl := range h.placed {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -144,6 +145,35 @@ func TestPlaceSharedCPU(t *testing.T) {
 	}
 	if calls := r.called(); !slices.Equal(calls, []string{"shared"}) {
 		t.Fatalf("create called on %v, want only the node that shares its CPU and has memory and a slot", calls)
+	}
+}
+
+// A node whose disk is below its reserve refuses every create: placement
+// leaves it out, however much room it has, as kube-scheduler does a node
+// with DiskPressure. Its volume store's pressure does not bind sandboxes.
+func TestPlaceDiskPressure(t *testing.T) {
+	capa := res(64000, 64<<10, 64)
+	pressed := func(n *v1beta1.NodeInventory) *v1beta1.NodeInventory {
+		n.Spec.DiskPressure = true
+		return n
+	}
+	volumes := func(n *v1beta1.NodeInventory) *v1beta1.NodeInventory {
+		n.Spec.VolumeDiskPressure = true
+		return n
+	}
+	src := inventory.NewStaticSource(
+		pressed(node("empty-but-full-disk", capa, res(0, 0, 0), "base")),
+		node("busy", capa, res(60000, 60<<10, 60), "base"),
+		volumes(node("volumes-full", capa, res(62000, 62<<10, 62), "base")),
+	)
+	r := &recorder{fail: map[string]error{"busy": fmt.Errorf("sandboxd: %w", placement.ErrNodeFull), "volumes-full": fmt.Errorf("sandboxd: %w", placement.ErrNodeFull)}}
+	p := placement.New(src, seeded(100, 100))
+	_, err := p.Place(t.Context(), placement.Request{Template: "base", CPUMilli: 1000, MemoryMiB: 512}, r.create)
+	if !errors.Is(err, placement.ErrNoCapacity) || !strings.Contains(err.Error(), "left out, their disk below its reserve: empty-but-full-disk") {
+		t.Fatalf("Place = %v, want no capacity naming the node left out", err)
+	}
+	if calls := r.called(); !slices.Equal(calls, []string{"busy", "volumes-full"}) {
+		t.Fatalf("create called on %v, want the emptiest node without disk pressure, then the next, never the one under pressure", calls)
 	}
 }
 

@@ -82,7 +82,7 @@ func (s *server) writeBackendError(w http.ResponseWriter, r *http.Request, err e
 	case errors.Is(err, ErrCapacity):
 		// Fixed texts for 5xx: the backend's words may name nodes.
 		s.log.WarnContext(r.Context(), "no capacity", "error", err)
-		writeError(w, http.StatusServiceUnavailable, codeCapacity, "no node has capacity for this sandbox now; retry later")
+		writeError(w, http.StatusServiceUnavailable, codeCapacity, "%s", capacityMessage(r.Pattern))
 	case errors.Is(err, ErrPlacementTimeout):
 		s.log.WarnContext(r.Context(), "placement timed out", "error", err)
 		writeError(w, http.StatusGatewayTimeout, codePlacementTimeout, "placing the sandbox timed out; retry later")
@@ -98,4 +98,21 @@ func (s *server) writeBackendError(w http.ResponseWriter, r *http.Request, err e
 		s.log.ErrorContext(r.Context(), "backend failed", "method", r.Method, "path", r.URL.Path, "error", err)
 		writeError(w, http.StatusInternalServerError, codeInternal, "internal server error")
 	}
+}
+
+// capacityMessage is the 503 of a route (its ServeMux pattern) whose
+// backend found no room: a new sandbox's, unless the route makes
+// something else (a host's disk below its reserve refuses those too).
+func capacityMessage(pattern string) string {
+	switch pattern {
+	case "POST /volumes":
+		return "no host has room for a new volume now; retry later"
+	case "POST /sandboxes/{id}/snapshots":
+		return "the sandbox's host has no room for a snapshot now; retry later"
+	case "POST /sandboxes/{id}/fork":
+		return "the sandbox's host has no room for a fork now; retry later"
+	case "POST /sandboxes/{id}/pause":
+		return "the sandbox's host has no room to pause it now; retry later"
+	}
+	return "no node has capacity for this sandbox now; retry later"
 }

@@ -62,3 +62,24 @@ func TestAnswersNameNoAddress(t *testing.T) {
 type failingReader struct{ err error }
 
 func (r failingReader) Read([]byte) (int, error) { return 0, r.err }
+
+// A 503 for want of room names what could not be made: a host whose disk
+// is below its reserve refuses snapshots, pauses and volumes too, and "no
+// capacity for this sandbox" misled there.
+func TestCapacityMessages(t *testing.T) {
+	f, h := newTestServer(t)
+	id := f.add(teamA, StateRunning, t0, nil)
+	f.err = fmt.Errorf("host-b: this host's disk is nearly full: %w", ErrCapacity)
+	for _, tc := range []struct{ method, path, body, want string }{
+		{http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`, "no node has capacity for this sandbox now; retry later"},
+		{http.MethodPost, "/volumes", `{"name":"work"}`, "no host has room for a new volume now; retry later"},
+		{http.MethodPost, "/sandboxes/" + id + "/snapshots", `{}`, "the sandbox's host has no room for a snapshot now; retry later"},
+		{http.MethodPost, "/sandboxes/" + id + "/pause", "", "the sandbox's host has no room to pause it now; retry later"},
+		{http.MethodPost, "/sandboxes/" + id + "/fork", `{"count":1}`, "the sandbox's host has no room for a fork now; retry later"},
+	} {
+		e := wantError(t, do(t, h, tc.method, tc.path, tc.body, keyA), http.StatusServiceUnavailable)
+		if e.Message != tc.want || e.ErrorCode != codeCapacity {
+			t.Errorf("%s %s: %q (%s), want %q", tc.method, tc.path, e.Message, e.ErrorCode, tc.want)
+		}
+	}
+}

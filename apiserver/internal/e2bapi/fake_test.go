@@ -632,6 +632,9 @@ func (f *fakeBackend) CreateVolume(_ context.Context, team, name string) (*Volum
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls["CreateVolume"]++
+	if f.err != nil {
+		return nil, f.err
+	}
 	for _, fv := range f.volumes {
 		if fv.team == team && fv.v.Name == name {
 			return nil, fmt.Errorf("create volume %s: %w", name, ErrVolumeExists)

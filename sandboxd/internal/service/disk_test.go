@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -36,13 +37,30 @@ func TestDiskReserve(t *testing.T) {
 		wrap: func(r *servicetest.Runtime) sandboxrt.Runtime { return withSnapshots(r) }})
 	ctx := t.Context()
 	id := h.create().GetSandbox().GetId() // 16 MiB free
+	// The Watch stream says when the pressure changes; Info says what it is.
+	hostChanged := watchHostChanged(t, h)
+	wantPressure := func(want bool) {
+		t.Helper()
+		info, err := h.client.Info(ctx, connect.NewRequest(&pb.InfoRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.Msg.GetDiskPressure(); got != want || info.Msg.GetVolumeDiskPressure() {
+			t.Fatalf("Info: disk_pressure %v (volumes %v), want %v", got, info.Msg.GetVolumeDiskPressure(), want)
+		}
+	}
+	wantPressure(false)
 	filler := filepath.Join(state, "filler")
 	if err := os.WriteFile(filler, make([]byte, 10<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
+	// The first refusal tells the Watch streams at once, before the
+	// host's next measure.
 	_, err := h.client.Create(ctx, createReq())
 	wantCode(t, err, connect.CodeResourceExhausted, "create: this host's disk is nearly full: 6 MiB free on "+state, "below its reserve of 8 MiB (--disk-reserve)")
+	waitHostChanged(t, hostChanged, "the first refusal")
+	wantPressure(true)
 	_, err = h.client.Snapshot(ctx, connect.NewRequest(&pb.SnapshotRequest{SandboxId: id, Team: "team-a"}))
 	wantCode(t, err, connect.CodeResourceExhausted, "snapshot: this host's disk is nearly full")
 	_, err = h.client.Fork(ctx, connect.NewRequest(&pb.ForkRequest{SandboxId: id, Team: "team-a", Count: 1, Timeout: durationpb.New(time.Minute)}))
@@ -60,9 +78,47 @@ func TestDiskReserve(t *testing.T) {
 	if _, err := h.client.Kill(ctx, connect.NewRequest(&pb.KillRequest{SandboxId: id})); err != nil {
 		t.Fatalf("a kill on a full disk: %v", err)
 	}
-	// Space again: creates again.
+	// Space again: the next measure announces it, and creates go on.
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
+	h.clock.Step(10 * time.Second)
+	waitHostChanged(t, hostChanged, "the measure after space came back")
+	wantPressure(false)
 	h.create()
+}
+
+// watchHostChanged opens a Watch stream on h and passes on each of its
+// HostChanged messages.
+func watchHostChanged(t *testing.T, h *harness) <-chan struct{} {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	stream, err := h.client.Watch(ctx, connect.NewRequest(&pb.WatchRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().GetSnapshot() == nil {
+		t.Fatalf("Watch: no snapshot first: %v", stream.Err())
+	}
+	ch := make(chan struct{}, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for stream.Receive() {
+			if stream.Msg().GetHostChanged() != nil {
+				ch <- struct{}{}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); _ = stream.Close(); <-done })
+	return ch
+}
+
+func waitHostChanged(t *testing.T, ch <-chan struct{}, after string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no HostChanged on Watch after %s", after)
+	}
 }

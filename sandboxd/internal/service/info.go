@@ -29,6 +29,8 @@ func (s *Service) Info(_ context.Context, _ *connect.Request[pb.InfoRequest]) (*
 		Runtime:      s.rt.Name(),
 		EnvdVersion:  s.envdVersion,
 	}
+	pressure := s.lastPressure()
+	resp.DiskPressure, resp.VolumeDiskPressure = pressure.state, pressure.volumes
 	for _, t := range ts {
 		resp.Templates = append(resp.Templates, &pb.TemplateVersion{Name: t.Name, Version: t.Version})
 	}

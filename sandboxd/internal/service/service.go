@@ -13,6 +13,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,6 +87,10 @@ type Config struct {
 	// disk, a volume) is refused with resource_exhausted below it, so
 	// that the apiserver places it on another host. 0 turns it off.
 	DiskReserveMiB int64
+	// DiskCheckInterval is how often Run measures those filesystems, to
+	// announce a change of pressure (Info's disk_pressure) on Watch;
+	// default 10 s.
+	DiskCheckInterval time.Duration
 }
 
 // Network gives each sandbox its network namespace: a veth pair on its
@@ -202,6 +207,10 @@ type Service struct {
 	hostChanged broadcast
 	samples     *stats.Sampler
 	metrics     *metrics
+	// pressure is the disk pressure last measured, which Info reports
+	// and the Watch streams heard of (notePressure).
+	pressureMu sync.Mutex
+	pressure   diskPressure
 
 	// watchSource is the registry's Watch; tests replace it.
 	watchSource func() ([]*store.Record, <-chan registry.Event, func())
@@ -275,15 +284,21 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		s.envdVersion = v
 	}
 	s.watchSource = s.reg.Watch
+	// Info reports the disk pressure from its first call on.
+	s.pressure = s.measurePressure()
 	s.deadlines = deadline.New(asyncClock{s.clock}, s.expire)
 	s.samples = stats.New(s.rt, s.reg, s.clock, cfg.MetricsSamples, s.log)
 	s.metrics = newMetrics(s)
 	return s, nil
 }
 
-// Run samples the running sandboxes' resource use every MetricsInterval
-// until ctx ends.
+// Run samples the running sandboxes' resource use every MetricsInterval,
+// and measures the host's free disk every DiskCheckInterval, until ctx
+// ends. It does not wait for the disk's measure to end: a hung filesystem
+// (a shared volume store on NFS) holds only that goroutine, not sandboxd's
+// shutdown.
 func (s *Service) Run(ctx context.Context) {
+	go s.watchDisk(ctx, cmp.Or(s.cfg.DiskCheckInterval, 10*time.Second))
 	s.samples.Run(ctx, s.cfg.MetricsInterval)
 }
 

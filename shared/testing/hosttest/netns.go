@@ -130,6 +130,18 @@ func (n *Netns) Listen(addr string) (net.Listener, error) {
 	return l, err
 }
 
+// Dial opens a TCP connection from inside the namespace to addr (its
+// loopback's, say: a daemon's admin endpoint), as an http.Transport's
+// DialContext.
+func (n *Netns) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := n.in(func() (err error) {
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
 // ListenPacket opens a UDP socket inside the namespace, on addr.
 func (n *Netns) ListenPacket(addr string) (net.PacketConn, error) {
 	var pc net.PacketConn

@@ -115,7 +115,7 @@ func setNodeStatus(n *corev1.Node, ready bool, cause error, inv *v1beta1.NodeInv
 	conds := []corev1.NodeCondition{
 		{Type: corev1.NodeReady, Status: status, Reason: reason, Message: msg},
 		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "SandboxdLimits", Message: "sandboxd refuses sandboxes beyond its capacity"},
-		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "SandboxdLimits", Message: "sandboxd refuses sandboxes beyond its capacity"},
+		diskCondition(n, inv),
 		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "SandboxdLimits", Message: "each sandbox has its own pids limit"},
 		{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: "SandboxdNetwork", Message: "sandboxd gives each sandbox its network"},
 	}
@@ -143,6 +143,36 @@ func setNodeStatus(n *corev1.Node, ready bool, cause error, inv *v1beta1.NodeInv
 		}
 		n.Status.Capacity, n.Status.Allocatable = list, list.DeepCopy()
 	}
+}
+
+// diskCondition is the node's DiskPressure condition: True while the
+// host's inventory says the filesystem of its sandboxes and snapshots is
+// below sandboxd's --disk-reserve (sandboxd then refuses creates); without
+// an inventory (sandboxd not heard), the one n has. A full volume store
+// alone does not make it True: sandboxes still start there, and the
+// condition's taint (node.kubernetes.io/disk-pressure) would stop every
+// pod; its message says so.
+func diskCondition(n *corev1.Node, inv *v1beta1.NodeInventory) corev1.NodeCondition {
+	if inv == nil {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeDiskPressure {
+				return corev1.NodeCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message}
+			}
+		}
+	}
+	c := corev1.NodeCondition{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "SandboxdLimits",
+		Message: "sandboxd refuses sandboxes beyond its capacity, and below its disk reserve"}
+	if inv == nil {
+		return c
+	}
+	if inv.Spec.DiskPressure {
+		c.Status, c.Reason = corev1.ConditionTrue, "BelowDiskReserve"
+		c.Message = "the free space of the host's sandboxes' and snapshots' filesystem is below sandboxd's --disk-reserve: it refuses new sandboxes, snapshots and pauses to disk"
+	}
+	if inv.Spec.VolumeDiskPressure {
+		c.Message += "; its volume store is below the reserve too: it refuses new volumes"
+	}
+	return c
 }
 
 // nodeReady reports the Ready condition of n.

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,6 +100,61 @@ func TestNodeStatusFollowsSandboxd(t *testing.T) {
 	}
 	if cpu := n.Status.Allocatable[corev1.ResourceCPU]; cpu.MilliValue() != 8000 {
 		t.Error("an unreachable sandboxd dropped the capacity")
+	}
+}
+
+// The node's DiskPressure follows the host's inventory, and holds while
+// sandboxd is not heard.
+func TestNodeDiskPressure(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	n := newNode(Spec{Name: "host-a", HostIP: "192.0.2.1", KubeletPort: 10250})
+	disk := func() corev1.NodeCondition {
+		t.Helper()
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeDiskPressure {
+				return c
+			}
+		}
+		t.Fatal("no DiskPressure condition")
+		return corev1.NodeCondition{}
+	}
+	if c := disk(); c.Status != corev1.ConditionFalse {
+		t.Errorf("a new node's DiskPressure = %s", c.Status)
+	}
+	inv := &v1beta1.NodeInventory{Spec: v1beta1.NodeInventorySpec{Capacity: v1beta1.NodeCapacity{CPUMilli: 8000, MemoryMiB: 16384, Sandboxes: 64}}}
+	setNodeStatus(n, true, nil, inv, now)
+	if c := disk(); c.Status != corev1.ConditionFalse {
+		t.Errorf("DiskPressure = %s without pressure", c.Status)
+	}
+	for _, tc := range []struct {
+		state, volumes bool
+		status         corev1.ConditionStatus
+		words          string
+	}{
+		{true, false, corev1.ConditionTrue, "sandboxes' and snapshots' filesystem is below sandboxd's --disk-reserve"},
+		// A full volume store alone: sandboxes still start, and the
+		// condition's taint would stop every pod.
+		{false, true, corev1.ConditionFalse, "its volume store is below the reserve too"},
+		{true, true, corev1.ConditionTrue, "its volume store is below the reserve too"},
+	} {
+		pressed := inv.DeepCopy()
+		pressed.Spec.DiskPressure, pressed.Spec.VolumeDiskPressure = tc.state, tc.volumes
+		setNodeStatus(n, true, nil, pressed, now.Add(time.Hour))
+		if c := disk(); c.Status != tc.status || !strings.Contains(c.Message, tc.words) {
+			t.Errorf("state %v, volumes %v: DiskPressure %+v", tc.state, tc.volumes, c)
+		}
+	}
+	if c := disk(); c.Reason != "BelowDiskReserve" || !c.LastTransitionTime.Time.Equal(now.Add(time.Hour)) {
+		t.Errorf("DiskPressure %+v, want it True since the first pressure", c)
+	}
+	// Not heard: what was last known holds, with its transition time.
+	setNodeStatus(n, false, errors.New("refused"), nil, now.Add(2*time.Hour))
+	if c := disk(); c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Time.Equal(now.Add(time.Hour)) {
+		t.Errorf("DiskPressure while sandboxd is not heard: %+v", c)
+	}
+	setNodeStatus(n, true, nil, inv, now.Add(3*time.Hour))
+	if c := disk(); c.Status != corev1.ConditionFalse || !c.LastTransitionTime.Time.Equal(now.Add(3*time.Hour)) {
+		t.Errorf("DiskPressure after space came back: %+v", c)
 	}
 }
 

@@ -1776,9 +1776,18 @@ type InfoResponse struct {
 	// Set when CPU is not admitted (sandboxd --cpu-overcommit 0): a
 	// sandbox's vCPUs are its limit, not a reservation, no create is refused
 	// for CPU, and capacity.cpu_milli is the host's CPU as it is.
-	CpuShared     bool `protobuf:"varint,13,opt,name=cpu_shared,json=cpuShared,proto3" json:"cpu_shared,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CpuShared bool `protobuf:"varint,13,opt,name=cpu_shared,json=cpuShared,proto3" json:"cpu_shared,omitempty"`
+	// Set while the filesystem of the host's sandboxes and snapshots has less
+	// free space than the host's reserve (sandboxd --disk-reserve): the host
+	// refuses creates, warm sandboxes, snapshots, forks, pulls, pauses to
+	// disk and resumes with a reboot (resource_exhausted), so placement
+	// leaves it out. A change is announced on Watch (HostChanged).
+	DiskPressure bool `protobuf:"varint,14,opt,name=disk_pressure,json=diskPressure,proto3" json:"disk_pressure,omitempty"`
+	// Set while the filesystem of the host's volume store is below the
+	// reserve: the host refuses new volumes.
+	VolumeDiskPressure bool `protobuf:"varint,15,opt,name=volume_disk_pressure,json=volumeDiskPressure,proto3" json:"volume_disk_pressure,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -1898,6 +1907,20 @@ func (x *InfoResponse) GetSharedVolumeStore() string {
 func (x *InfoResponse) GetCpuShared() bool {
 	if x != nil {
 		return x.CpuShared
+	}
+	return false
+}
+
+func (x *InfoResponse) GetDiskPressure() bool {
+	if x != nil {
+		return x.DiskPressure
+	}
+	return false
+}
+
+func (x *InfoResponse) GetVolumeDiskPressure() bool {
+	if x != nil {
+		return x.VolumeDiskPressure
 	}
 	return false
 }
@@ -2447,7 +2470,8 @@ type WatchResponse_Change_ struct {
 }
 
 type WatchResponse_HostChanged_ struct {
-	// What Info tells of the host changed (its snapshots): ask again.
+	// What Info tells of the host changed (its snapshots, its disk
+	// pressure): ask again.
 	HostChanged *WatchResponse_HostChanged `protobuf:"bytes,3,opt,name=host_changed,json=hostChanged,proto3,oneof"`
 }
 
@@ -4132,7 +4156,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vInfoRequest\"?\n" +
 	"\x0fTemplateVersion\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\xb4\x04\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\x8b\x05\n" +
 	"\fInfoResponse\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag\x128\n" +
@@ -4148,7 +4172,9 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\avolumes\x18\v \x03(\v2\x19.skiff.sandboxd.v1.VolumeR\avolumes\x12.\n" +
 	"\x13shared_volume_store\x18\f \x01(\tR\x11sharedVolumeStore\x12\x1d\n" +
 	"\n" +
-	"cpu_shared\x18\r \x01(\bR\tcpuShared\"/\n" +
+	"cpu_shared\x18\r \x01(\bR\tcpuShared\x12#\n" +
+	"\rdisk_pressure\x18\x0e \x01(\bR\fdiskPressure\x120\n" +
+	"\x14volume_disk_pressure\x18\x0f \x01(\bR\x12volumeDiskPressure\"/\n" +
 	"\x0eMetricsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xfc\x01\n" +
