@@ -41,9 +41,9 @@ const MaxLayers = 499
 // upper and work as its writable layer, or read-only when upper is "".
 // From Linux 6.8 each lower is its own fsconfig call (overlayfs's
 // lowerdir+), so a stack is bounded by overlayfs's 500 layers, not by
-// mount(2)'s one page of options (about 60 layers by path, 200 by
-// descriptor, which a sandbox paused to its files or snapshotted again
-// and again passes). Older kernels get mount(2): before 6.5 fsopen gives
+// mount(2)'s one page of options (about 60 layers by their paths under
+// gVisor, 200 natively by /proc/self/fd/N, which a sandbox paused to its
+// files or snapshotted again and again passes). Older kernels get mount(2): before 6.5 fsopen gives
 // overlayfs a generic context that takes any key and fails only at the
 // end, so no call can tell. Options past a page are given by short
 // relative names (mountByDescriptors), so that overlayfs's bound holds
@@ -86,13 +86,25 @@ func overlayOptions(lowers []string, upper, work string) string {
 }
 
 // mountByDescriptors mounts an overlay whose options by path pass a page:
-// each layer is opened (O_PATH), and mount(2) is called on a thread of its
-// own whose working directory is /proc/self/fd, with each layer named by
-// its descriptor's number, relative to it ("12:13:…", at most seven bytes
-// a layer), as Docker's overlay2 driver names its layers by short paths
-// relative to its own directory. So a stack of up to MaxLayers starts on
-// kernels before 6.8 too.
+// each layer is opened (O_PATH; one given as /proc/self/fd/N is N), and
+// mount(2) is called on a thread of its own whose working directory is
+// /proc/self/fd, with each layer named by its descriptor's number,
+// relative to it ("12:13:…", at most eight bytes a layer), as Docker's
+// overlay2 driver names its layers by short paths relative to its own
+// directory. So a stack of up to MaxLayers starts on kernels before 6.8
+// too.
 func mountByDescriptors(target string, lowers []string, upper, work string, flags uintptr) error {
+	// The other paths are resolved from that working directory too.
+	for _, p := range []*string{&target, &upper, &work} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("mount overlay: %w", err)
+		}
+		*p = abs
+	}
 	names := make([]string, 0, len(lowers))
 	fds := make([]int, 0, len(lowers))
 	defer func() {
@@ -101,6 +113,12 @@ func mountByDescriptors(target string, lowers []string, upper, work string, flag
 		}
 	}()
 	for _, l := range lowers {
+		if n, ok := strings.CutPrefix(l, "/proc/self/fd/"); ok {
+			if _, err := strconv.Atoi(n); err == nil {
+				names = append(names, n) // held open by the caller
+				continue
+			}
+		}
 		fd, err := unix.Open(l, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("mount overlay: open layer %s: %w", l, err)
