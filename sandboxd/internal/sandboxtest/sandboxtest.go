@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/shared/cgroups"
 )
 
@@ -320,6 +321,14 @@ func Swap(t testing.TB, size int64) {
 			t.Errorf("swapoff %s: %v: %s", file, err, out)
 		}
 	})
+}
+
+// Mount2 makes sandboxrt mount overlays by mount(2), as on a kernel
+// before 6.8, until t ends. Tests that use it must not run in parallel.
+func Mount2(t testing.TB) {
+	plus := sandboxrt.LowerdirPlus
+	sandboxrt.LowerdirPlus = func() bool { return false }
+	t.Cleanup(func() { sandboxrt.LowerdirPlus = plus })
 }
 
 // Layers makes n snapshot layers (package layer's format: owned as inside

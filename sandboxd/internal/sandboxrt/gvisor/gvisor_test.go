@@ -782,24 +782,19 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 func TestDeepLayerStack(t *testing.T) {
 	rt, dir := newRuntime(t)
 	const n = 120
-	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = envdLayers(t, n) })
-	if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
-		t.Errorf("on %d layers: %+v", n, got)
-	}
-}
-
-// On a kernel before 6.8 the layers are mounted by mount(2), in one
-// option: more than a page of them by path go by descriptor (they failed
-// before).
-func TestLayerStackByMount2(t *testing.T) {
-	plus := sandboxrt.LowerdirPlus
-	sandboxrt.LowerdirPlus = func() bool { return false }
-	t.Cleanup(func() { sandboxrt.LowerdirPlus = plus })
-	rt, dir := newRuntime(t)
-	const n = 120
-	s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = envdLayers(t, n) })
-	if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
-		t.Errorf("on %d layers by mount(2): %+v", n, got)
+	for _, mount2 := range []bool{false, true} {
+		// On a kernel before 6.8 the layers are mounted by mount(2), in
+		// one option: more than a page of them by path go by descriptor
+		// (they failed before).
+		t.Run(map[bool]string{false: "fsconfig", true: "mount2"}[mount2], func(t *testing.T) {
+			if mount2 {
+				sandboxtest.Mount2(t)
+			}
+			s := start(t, rt, dir, func(sp *sandboxrt.Spec) { sp.Layers = envdLayers(t, n) })
+			if got := s.run(t, "user", "cat /top; echo; ls / | grep -c '^layer'"); got.Stdout != fmt.Sprintf("0\n%d\n", n) {
+				t.Errorf("on %d layers: %+v", n, got)
+			}
+		})
 	}
 }
 

@@ -516,9 +516,7 @@ func TestDeepLayerStack(t *testing.T) {
 // option: a sandbox on a few layers starts so, and one on more than a page
 // of them by path too (by descriptor; it failed before).
 func TestLayerStackByMount2(t *testing.T) {
-	plus := sandboxrt.LowerdirPlus
-	sandboxrt.LowerdirPlus = func() bool { return false }
-	t.Cleanup(func() { sandboxrt.LowerdirPlus = plus })
+	sandboxtest.Mount2(t)
 	rt, dir := newRuntime(t)
 	for _, n := range []int{20, 300} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
