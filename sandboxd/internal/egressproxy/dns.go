@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
-
-	"github.com/skiff-dev/skiff/sandboxd/internal/fairslots"
 )
 
 // DNS is the DNS filter for redirected queries.
@@ -30,9 +28,10 @@ func NewDNS(o Options) *DNS {
 const queryTimeout = 5 * time.Second
 
 // maxQueries bounds the queries the filter answers at once (UDP, and TCP
-// connections), for all sandboxes, a sixteenth of them (256) for one; a
-// query over it is dropped, as a busy resolver would, and the client asks
-// again (after about 5 s: a crawler's parallel lookups stay under it).
+// connections), for all sandboxes, a sixteenth of them (256) for one and
+// a quarter (1,024) for one team's; a query over it is dropped, as a busy
+// resolver would, and the client asks again (after about 5 s: a crawler's
+// parallel lookups stay under it).
 const maxQueries = 4096
 
 // ServeUDP answers the queries that reach pc until ctx ends.
@@ -41,7 +40,7 @@ func (d *DNS) ServeUDP(ctx context.Context, pc net.PacketConn) error {
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	slots := fairslots.New[netip.Addr](maxQueries, maxQueries/perSandbox)
+	slots := newShares(maxQueries, d.o.Sandboxes.Team)
 	var full refusals
 	buf := make([]byte, 65535)
 	for {
@@ -56,13 +55,14 @@ func (d *DNS) ServeUDP(ctx context.Context, pc net.PacketConn) error {
 		if !ok {
 			continue
 		}
-		if r := slots.Take(src); r != fairslots.Taken {
+		team, r := slots.take(src)
+		if r != taken {
 			full.log(d.o.Logger, r, "DNS filter (UDP)", src, maxQueries)
 			continue // dropped, as a busy resolver would
 		}
 		query := append([]byte(nil), buf[:n]...)
 		wg.Go(func() {
-			defer slots.Put(src)
+			defer slots.put(src, team)
 			if ans := d.answer(ctx, src, query, "udp"); ans != nil {
 				_, _ = pc.WriteTo(ans, from)
 			}
@@ -73,7 +73,7 @@ func (d *DNS) ServeUDP(ctx context.Context, pc net.PacketConn) error {
 // ServeTCP answers the queries of the connections ln takes until ctx
 // ends.
 func (d *DNS) ServeTCP(ctx context.Context, ln net.Listener) error {
-	return serveConns(ctx, ln, maxQueries, d.o.Logger, "DNS filter", func(c net.Conn) {
+	return serveConns(ctx, ln, newShares(maxQueries, d.o.Sandboxes.Team), d.o.Logger, "DNS filter", func(c net.Conn) {
 		src, ok := addrOf(c.RemoteAddr())
 		if !ok {
 			return

@@ -38,9 +38,10 @@ type Sandboxes struct {
 	m  map[netip.Addr]*tracked
 }
 
-// tracked is one sandbox's rules, and a context that ends when it is
-// forgotten: what the proxy relays for it ends then.
+// tracked is one sandbox's team and rules, and a context that ends when
+// it is forgotten: what the proxy relays for it ends then.
 type tracked struct {
+	team   string
 	rules  egress.Rules
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -49,9 +50,9 @@ type tracked struct {
 // NewSandboxes returns an empty table.
 func NewSandboxes() *Sandboxes { return &Sandboxes{m: map[netip.Addr]*tracked{}} }
 
-// Set gives the sandbox at addr rules. What the proxy relays for it goes
-// on under new rules (a connection is decided when it opens).
-func (s *Sandboxes) Set(addr netip.Addr, r egress.Rules) {
+// Set gives the sandbox at addr, of team, rules. What the proxy relays
+// for it goes on under new rules (a connection is decided when it opens).
+func (s *Sandboxes) Set(addr netip.Addr, team string, r egress.Rules) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t := s.m[addr]; t != nil {
@@ -59,7 +60,7 @@ func (s *Sandboxes) Set(addr netip.Addr, r egress.Rules) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.m[addr] = &tracked{rules: r, ctx: ctx, cancel: cancel}
+	s.m[addr] = &tracked{team: team, rules: r, ctx: ctx, cancel: cancel}
 }
 
 // Update gives the sandbox at addr rules if it is tracked (its rules
@@ -93,6 +94,20 @@ func (s *Sandboxes) Delete(addr netip.Addr) {
 		t.cancel()
 		delete(s.m, addr)
 	}
+}
+
+// Team returns the team of the sandbox at addr; "" for an address no
+// sandbox with rules has (what is served for it is refused at once).
+func (s *Sandboxes) Team(addr netip.Addr) string {
+	if s == nil {
+		return ""
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if t := s.m[addr.Unmap()]; t != nil {
+		return t.team
+	}
+	return ""
 }
 
 // Get returns the rules of the sandbox at addr.
@@ -171,22 +186,78 @@ func resolver(o *Options) *net.Resolver {
 }
 
 // perSandbox is the share of a server's slots (connections, queries in
-// flight) that one sandbox may hold: a sandbox's tenant decides how long
+// flight) that one sandbox may hold, and perTeam the share that one
+// team's sandboxes may hold together: a sandbox's tenant decides how long
 // its connections stay, and one that held them all would cut every other
-// sandbox of the host off its filtered egress.
-const perSandbox = 16
+// sandbox of the host off its filtered egress. A tenant with many
+// sandboxes on the host holds at most a quarter, so it takes four tenants
+// at their bounds to fill a server.
+const (
+	perSandbox = 16
+	perTeam    = 4
+)
 
-// serveConns has handle serve each connection ln takes, at most "most" at
-// once and a sixteenth of them from one sandbox (one more is closed at
-// once), until ctx ends; then it closes ln and the connections and waits
+// shares are a server's slots, shared by sandbox and by team.
+type shares struct {
+	most      int
+	sandboxes *fairslots.Slots[netip.Addr]
+	teams     *fairslots.Slots[string]
+	teamOf    func(netip.Addr) string
+}
+
+// newShares returns most slots, a perSandbox-th of them to one sandbox
+// and a perTeam-th to one team (teamOf tells a sandbox's).
+func newShares(most int, teamOf func(netip.Addr) string) *shares {
+	return &shares{most: most, teamOf: teamOf,
+		sandboxes: fairslots.New[netip.Addr](most, most/perSandbox), teams: fairslots.New[string](most, most/perTeam)}
+}
+
+// refusal says why take refused a slot (0: it did not).
+type refusal int
+
+const (
+	taken refusal = iota
+	sandboxFull
+	teamFull
+	allFull
+)
+
+// take takes a slot for the sandbox at src, and says which team's it is
+// (for put), or why it cannot.
+func (s *shares) take(src netip.Addr) (string, refusal) {
+	team := s.teamOf(src)
+	switch s.teams.Take(team) {
+	case fairslots.KeyFull:
+		return team, teamFull
+	case fairslots.AllFull:
+		return team, allFull
+	}
+	if r := s.sandboxes.Take(src); r != fairslots.Taken {
+		s.teams.Put(team)
+		if r == fairslots.KeyFull {
+			return team, sandboxFull
+		}
+		return team, allFull
+	}
+	return team, taken
+}
+
+// put gives back what take gave.
+func (s *shares) put(src netip.Addr, team string) {
+	s.sandboxes.Put(src)
+	s.teams.Put(team)
+}
+
+// serveConns has handle serve each connection ln takes, at most
+// slots.most at once, a sixteenth of them from one sandbox and a quarter
+// from one team's (one more is closed at once), until ctx ends; then it closes ln and the connections and waits
 // for handle to return. Errors accepting are retried after a pause
 // (running out of file descriptors passes).
-func serveConns(ctx context.Context, ln net.Listener, most int, log *slog.Logger, what string, handle func(net.Conn)) error {
+func serveConns(ctx context.Context, ln net.Listener, slots *shares, log *slog.Logger, what string, handle func(net.Conn)) error {
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	slots := fairslots.New[netip.Addr](most, most/perSandbox)
 	var full refusals
 	var pause time.Duration
 	for {
@@ -209,13 +280,14 @@ func serveConns(ctx context.Context, ln net.Listener, most int, log *slog.Logger
 		}
 		pause = 0
 		src, _ := addrOf(c.RemoteAddr())
-		if r := slots.Take(src); r != fairslots.Taken {
-			full.log(log, r, what, src, most)
+		team, r := slots.take(src)
+		if r != taken {
+			full.log(log, r, what, src, slots.most)
 			_ = c.Close()
 			continue
 		}
 		wg.Go(func() {
-			defer slots.Put(src)
+			defer slots.put(src, team)
 			defer c.Close()
 			closeOnEnd := context.AfterFunc(ctx, func() { _ = c.Close() })
 			defer closeOnEnd()
@@ -232,13 +304,13 @@ type refusals struct {
 	missed int
 }
 
-func (r *refusals) log(log *slog.Logger, why fairslots.Refusal, what string, src netip.Addr, most int) {
+func (r *refusals) log(log *slog.Logger, why refusal, what string, src netip.Addr, most int) {
 	r.missed++
 	if time.Since(r.last) < time.Second {
 		return
 	}
 	log.Warn("too many connections or queries; refusing those past the bound", "server", what, "from", src,
-		"past", map[fairslots.Refusal]string{fairslots.KeyFull: "the sandbox's share", fairslots.AllFull: "every sandbox's bound"}[why],
-		"max", most, "max_per_sandbox", most/perSandbox, "refused_since_last_line", r.missed)
+		"past", map[refusal]string{sandboxFull: "the sandbox's share", teamFull: "its team's share", allFull: "every sandbox's bound"}[why],
+		"max", most, "max_per_sandbox", most/perSandbox, "max_per_team", most/perTeam, "refused_since_last_line", r.missed)
 	r.last, r.missed = time.Now(), 0
 }

@@ -177,7 +177,7 @@ func TestDNSAnswer(t *testing.T) {
 	stub := newResolverStub(t)
 	sbs := NewSandboxes()
 	sandbox := netip.MustParseAddr("10.11.0.2")
-	sbs.Set(sandbox, egress.Effective([]string{"allowed.test", "*.wild.test"}, []string{"0.0.0.0/0"}, nil))
+	sbs.Set(sandbox, "team-a", egress.Effective([]string{"allowed.test", "*.wild.test"}, []string{"0.0.0.0/0"}, nil))
 	d := NewDNS(Options{
 		Sandboxes: sbs, Permitted: func(netip.Addr) bool { return true },
 		Resolvers:    func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("127.0.0.1")} },
@@ -236,7 +236,7 @@ func TestServeConns(t *testing.T) {
 	started := make(chan struct{}, 2)
 	done := make(chan error, 1)
 	go func() {
-		done <- serveConns(ctx, ln, 1, slogDiscard(), "test", func(c net.Conn) {
+		done <- serveConns(ctx, ln, newShares(1, func(netip.Addr) string { return "" }), slogDiscard(), "test", func(c net.Conn) {
 			started <- struct{}{}
 			_, _ = io.Copy(io.Discard, c) // until closed
 		})
@@ -272,16 +272,23 @@ func TestServeConns(t *testing.T) {
 }
 
 // One sandbox (a source address) holds at most its share of serveConns'
-// connections: past it its next is closed at once, and another sandbox's
-// is served.
+// connections, and one team's sandboxes theirs together: past it the next
+// is closed at once, and another sandbox's, another team's, is served.
 func TestServeConnsShared(t *testing.T) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := make(chan struct{}, 8)
+	// 2 a sandbox, 8 a team; 127.0.0.1 to .5 are team-a's.
+	teams := func(a netip.Addr) string {
+		if a.As4()[3] <= 5 {
+			return "team-a"
+		}
+		return "team-b"
+	}
+	started := make(chan struct{}, 16)
 	go func() {
-		_ = serveConns(t.Context(), ln, 2*perSandbox, slogDiscard(), "test", func(c net.Conn) {
+		_ = serveConns(t.Context(), ln, newShares(2*perSandbox, teams), slogDiscard(), "test", func(c net.Conn) {
 			started <- struct{}{}
 			_, _ = io.Copy(io.Discard, c) // until closed
 		})
@@ -296,21 +303,33 @@ func TestServeConnsShared(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	for range 2 {
-		dial("127.0.0.1")
-		<-started
+	served := func(from string) {
+		t.Helper()
+		dial(from)
+		select {
+		case <-started:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a connection from %s was not served", from)
+		}
 	}
-	over := dial("127.0.0.1")
-	_ = over.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := over.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-		t.Errorf("a sandbox's connection past its share of 2: %v, want EOF", err)
+	refused := func(from, why string) {
+		t.Helper()
+		over := dial(from)
+		_ = over.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := over.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Errorf("a connection from %s past %s: %v, want EOF", from, why, err)
+		}
 	}
-	dial("127.0.0.2")
-	select {
-	case <-started:
-	case <-time.After(5 * time.Second):
-		t.Fatal("another sandbox's connection was not served")
+	served("127.0.0.1")
+	served("127.0.0.1")
+	refused("127.0.0.1", "its sandbox's share of 2")
+	for _, from := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
+		served(from)
+		served(from)
 	}
+	// team-a's fifth sandbox has all its own share left, its team none.
+	refused("127.0.0.5", "team-a's share of 8")
+	served("127.0.0.6")
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -326,12 +345,12 @@ func TestSandboxesEnd(t *testing.T) {
 	if s.Len() != 0 {
 		t.Fatal("an update of a sandbox not tracked tracked it")
 	}
-	s.Set(addr, egress.Effective(nil, []string{egress.AllTraffic}, nil))
+	s.Set(addr, "team-a", egress.Effective(nil, []string{egress.AllTraffic}, nil))
 	_, ctx, ok := s.lookup(addr)
 	if !ok {
 		t.Fatal("a sandbox set is not tracked")
 	}
-	s.Set(addr, egress.Effective([]string{"a.test"}, []string{egress.AllTraffic}, nil))
+	s.Set(addr, "team-a", egress.Effective([]string{"a.test"}, []string{egress.AllTraffic}, nil))
 	s.Update(addr, egress.Effective(nil, nil, nil))
 	if ctx.Err() != nil {
 		t.Fatal("a change of rules ended the sandbox's context")
@@ -343,7 +362,7 @@ func TestSandboxesEnd(t *testing.T) {
 	if ctx.Err() == nil || s.Len() != 0 {
 		t.Fatal("a delete did not end the sandbox's context")
 	}
-	s.Set(addr, egress.Effective(nil, []string{egress.AllTraffic}, nil))
+	s.Set(addr, "team-a", egress.Effective(nil, []string{egress.AllTraffic}, nil))
 	if _, again, _ := s.lookup(addr); again.Err() != nil {
 		t.Fatal("the next sandbox at the address has an ended context")
 	}

@@ -26,7 +26,8 @@ type Proxy struct {
 }
 
 // maxConns bounds the connections the proxy holds at once, for all
-// sandboxes; one over it is closed at once.
+// sandboxes (a sixteenth of them for one, a quarter for one team's); one
+// over it is closed at once.
 const maxConns = 16384
 
 // NewProxy returns a proxy; Serve runs it.
@@ -39,7 +40,7 @@ func NewProxy(o Options) *Proxy {
 // connections it relays (what sandboxd relays ends with it) and waits for
 // them.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	return serveConns(ctx, ln, maxConns, p.o.Logger, "egress proxy", func(c net.Conn) { p.handle(ctx, c.(*net.TCPConn)) })
+	return serveConns(ctx, ln, newShares(maxConns, p.o.Sandboxes.Team), p.o.Logger, "egress proxy", func(c net.Conn) { p.handle(ctx, c.(*net.TCPConn)) })
 }
 
 // handle decides one redirected connection and relays it, or closes it.

@@ -107,7 +107,7 @@ func TestPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		if r.Restricts() {
-			sbs.Set(sb.Block.Sandbox, r)
+			sbs.Set(sb.Block.Sandbox, "team-a", r)
 		} else {
 			sbs.Delete(sb.Block.Sandbox)
 		}
@@ -198,7 +198,7 @@ func TestProxiedConnectionsEndWithTheSandbox(t *testing.T) {
 	if err := e.m.SetPolicy(sb.ID, sb.Block, true, r); err != nil {
 		t.Fatal(err)
 	}
-	sbs.Set(sb.Block.Sandbox, r)
+	sbs.Set(sb.Block.Sandbox, "team-a", r)
 	c, err := dialIn(sb.NetNS, netip.AddrPortFrom(out.addr, 80).String())
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +337,7 @@ func BenchmarkConnect(b *testing.B) {
 				b.Fatal(err)
 			}
 			if r.Restricts() {
-				sbs.Set(sb.Block.Sandbox, r)
+				sbs.Set(sb.Block.Sandbox, "team-a", r)
 			}
 			var ds []time.Duration
 			for b.Loop() {

@@ -48,7 +48,7 @@ func (s *Service) setupNetwork(ctx context.Context, id string, rec *store.Record
 			return "", err
 		}
 	} else {
-		s.trackEgress(block, r, false)
+		s.trackEgress(block, rec.Team, r, false)
 	}
 	return netns, nil
 }
@@ -60,19 +60,19 @@ func (s *Service) applyRules(id string, rec *store.Record, block ipam.Block) err
 	if err := s.net.SetPolicy(id, block, rec.AllowInternetAccess, r); err != nil {
 		return fmt.Errorf("apply the outbound rules of sandbox %s: %w", id, err)
 	}
-	s.trackEgress(block, r, restricted)
+	s.trackEgress(block, rec.Team, r, restricted)
 	return nil
 }
 
-// trackEgress tells the egress filters the rules of the running sandbox
-// at block. One whose rules stop restricting anything stays known to them
+// trackEgress tells the egress filters the team and rules of the running
+// sandbox at block. One whose rules stop restricting anything stays known to them
 // (what the proxy relays for it goes on) until forgetEgress.
-func (s *Service) trackEgress(block ipam.Block, r egress.Rules, restricted bool) {
+func (s *Service) trackEgress(block ipam.Block, team string, r egress.Rules, restricted bool) {
 	if s.egress == nil {
 		return
 	}
 	if restricted {
-		s.egress.Set(block.Sandbox, r)
+		s.egress.Set(block.Sandbox, team, r)
 	} else {
 		s.egress.Update(block.Sandbox, r)
 	}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -105,6 +106,14 @@ func TestEgressForgottenWhenTheSandboxEnds(t *testing.T) {
 	id := h.create(restricted).GetSandbox().GetId()
 	if h.egress.Len() != 1 {
 		t.Fatalf("a restricted sandbox: the filters know %d, want 1", h.egress.Len())
+	}
+	// By its team too, whose sandboxes share the filters' slots.
+	rec, err := h.reg.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if team := h.egress.Team(netip.MustParseAddr(rec.Address)); team != "team-a" {
+		t.Fatalf("the filters know the sandbox as team %q's, want team-a's", team)
 	}
 	if _, err := h.client.UpdateNetwork(t.Context(), connect.NewRequest(&pb.UpdateNetworkRequest{SandboxId: id, Team: "team-a", Egress: &pb.Egress{}})); err != nil {
 		t.Fatal(err)
