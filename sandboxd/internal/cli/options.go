@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/diskimage"
+	"github.com/skiff-dev/skiff/sandboxd/internal/egressproxy"
 	"github.com/skiff-dev/skiff/sandboxd/internal/hostlimits"
 	"github.com/skiff-dev/skiff/sandboxd/internal/network"
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
@@ -178,6 +179,10 @@ type Options struct {
 	AllowCIDRs  []string
 	// ResolvConf is the resolv.conf whose nameservers sandboxes use.
 	ResolvConf string
+	// EgressTeamShare is the share of the egress filters' connections and
+	// queries one team's sandboxes hold at most, as 1/N
+	// (egressproxy.Options.TeamShare); 1: no bound by team.
+	EgressTeamShare int
 	// EgressProxyPort and DNSFilterPort are where the egress proxy and
 	// the DNS filter listen on the host; 0 picks a free port.
 	EgressProxyPort, DNSFilterPort uint16
@@ -205,6 +210,7 @@ func NewOptions() *Options {
 		DefaultDiskMiB:     10240,
 		VolumeSizeMiB:      10240,
 		DiskReserveMiB:     2048,
+		EgressTeamShare:    egressproxy.DefaultTeamShare,
 		MetricsInterval:    5 * time.Second,
 		MetricsSamples:     120,
 		Runtime:            native.Name,
@@ -312,6 +318,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.AllowCIDRs, "allow-cidr", o.AllowCIDRs, "IPv4 prefixes sandboxes with internet access reach even in a denied range, such as an internal service (repeat or comma-separate).")
 	fs.StringVar(&o.ResolvConf, "resolv-conf", o.ResolvConf, "A resolv.conf whose IPv4 nameservers the sandboxes use (and the egress filters ask); empty: the host's /etc/resolv.conf, "+
 		"or systemd-resolved's upstream servers when that names only a local stub.")
+	fs.IntVar(&o.EgressTeamShare, "egress-team-share", o.EgressTeamShare, "One team's sandboxes together hold at most 1/N of the egress proxy's connections (16,384) and of the DNS filter's queries (4,096) "+
+		"that sandboxes with outbound rules share, beside 1/16 for one sandbox, so that one tenant cannot cut the others' filtered egress off; 1 to 16, 1: no bound by team (a host of one team).")
 	fs.Uint16Var(&o.EgressProxyPort, "egress-proxy-port", o.EgressProxyPort, "Port on 127.0.0.1 of the egress proxy, "+
 		"which decides the connections to ports 80 and 443 of sandboxes whose rules allow domain names (by their TLS SNI or HTTP Host); 0: a free port.")
 	fs.Uint16Var(&o.DNSFilterPort, "dns-filter-port", o.DNSFilterPort, "Port (UDP and TCP, as --egress-proxy-port) of the DNS filter, "+
@@ -466,6 +474,9 @@ func (o *Options) validateSandboxes() []error {
 	}
 	if o.DefaultDiskMiB < 0 || o.DefaultDiskMiB > service.MaxDiskMiB {
 		add("--default-disk must be between 0 and %d MiB, got %d", service.MaxDiskMiB, o.DefaultDiskMiB)
+	}
+	if o.EgressTeamShare < 1 || o.EgressTeamShare > 16 {
+		add("--egress-team-share must be between 1 and 16, got %d", o.EgressTeamShare)
 	}
 	if o.DiskReserveMiB < 0 || o.DiskReserveMiB > 1<<30 {
 		add("--disk-reserve must be between 0 and %d MiB, got %d", 1<<30, o.DiskReserveMiB)

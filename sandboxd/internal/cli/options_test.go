@@ -69,6 +69,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"shared volumes without a dir", func(o *Options) { o.VolumeShared, o.VolumeSizeMiB = true, 0 }, "--volume-shared needs --volume-dir"},
 		{"no metrics interval", func(o *Options) { o.MetricsInterval = 0 }, "--metrics-interval"},
 		{"a negative disk reserve", func(o *Options) { o.DiskReserveMiB = -1 }, "--disk-reserve must be between 0 and"},
+		{"no team share", func(o *Options) { o.EgressTeamShare = 0 }, "--egress-team-share must be between 1 and 16"},
+		{"a team share past a sandbox's", func(o *Options) { o.EgressTeamShare = 17 }, "--egress-team-share must be between 1 and 16"},
 		{"one sample", func(o *Options) { o.MetricsSamples = 1 }, "--metrics-samples"},
 		{"unknown runtime", func(o *Options) { o.Runtime = "kata" }, "--runtime"},
 		{"gvisor without runsc", func(o *Options) { o.Runtime, o.Runsc = "gvisor", "" }, "--runsc"},
@@ -195,7 +197,7 @@ func TestServeFlags(t *testing.T) {
 		"max-timeout", "default-cpu", "default-memory", "default-disk", "metrics-interval", "metrics-samples", "runtime", "runsc", "runsc-platform",
 		"uid-base", "pids-limit", "host-pids-reserve", "cgroup-parent", "cgroup-favor-dynmods", "run-dir", "iface-prefix", "nft-table", "deny-cidr", "allow-cidr", "enable-pprof",
 		"log-level", "log-format", "snapshot-memory", "peer-ca", "egress-proxy-port", "dns-filter-port", "resolv-conf",
-		"volume-dir", "volume-shared", "volume-size", "init-binary", "go-init", "spare-disks", "disk-reserve",
+		"volume-dir", "volume-shared", "volume-size", "init-binary", "go-init", "spare-disks", "disk-reserve", "egress-team-share",
 	} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
@@ -204,8 +206,8 @@ func TestServeFlags(t *testing.T) {
 	if serve.InheritedFlags().Lookup("state-dir") == nil {
 		t.Error("serve does not inherit --state-dir")
 	}
-	if n != 53 {
-		t.Errorf("serve has %d flags of its own, want 53: a new flag goes into this test and the docs", n)
+	if n != 54 {
+		t.Errorf("serve has %d flags of its own, want 54: a new flag goes into this test and the docs", n)
 	}
 }
 

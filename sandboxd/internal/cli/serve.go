@@ -204,7 +204,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	egressSandboxes := egressproxy.NewSandboxes()
-	fl.serve(ctx, egressproxy.Options{Sandboxes: egressSandboxes, Permitted: nm.Permitted, Resolvers: nm.Resolvers, Logger: log})
+	fl.serve(ctx, egressproxy.Options{Sandboxes: egressSandboxes, Permitted: nm.Permitted, Resolvers: nm.Resolvers, TeamShare: o.EgressTeamShare, Logger: log})
 	svc, err := service.New(o.ServiceConfig(), service.Deps{
 		Peers:     peers,
 		Egress:    egressSandboxes,

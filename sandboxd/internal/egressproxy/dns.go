@@ -40,7 +40,7 @@ func (d *DNS) ServeUDP(ctx context.Context, pc net.PacketConn) error {
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	slots := newShares(maxQueries, d.o.Sandboxes.Team)
+	slots := newShares(maxQueries, d.o.TeamShare, d.o.Sandboxes.Team)
 	var full refusals
 	buf := make([]byte, 65535)
 	for {
@@ -57,7 +57,7 @@ func (d *DNS) ServeUDP(ctx context.Context, pc net.PacketConn) error {
 		}
 		team, r := slots.take(src)
 		if r != taken {
-			full.log(d.o.Logger, r, "DNS filter (UDP)", src, maxQueries)
+			full.log(d.o.Logger, r, "DNS filter (UDP)", src, team, slots)
 			continue // dropped, as a busy resolver would
 		}
 		query := append([]byte(nil), buf[:n]...)
@@ -73,7 +73,7 @@ func (d *DNS) ServeUDP(ctx context.Context, pc net.PacketConn) error {
 // ServeTCP answers the queries of the connections ln takes until ctx
 // ends.
 func (d *DNS) ServeTCP(ctx context.Context, ln net.Listener) error {
-	return serveConns(ctx, ln, newShares(maxQueries, d.o.Sandboxes.Team), d.o.Logger, "DNS filter", func(c net.Conn) {
+	return serveConns(ctx, ln, newShares(maxQueries, d.o.TeamShare, d.o.Sandboxes.Team), d.o.Logger, "DNS filter", func(c net.Conn) {
 		src, ok := addrOf(c.RemoteAddr())
 		if !ok {
 			return

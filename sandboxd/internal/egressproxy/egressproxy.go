@@ -56,7 +56,7 @@ func (s *Sandboxes) Set(addr netip.Addr, team string, r egress.Rules) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t := s.m[addr]; t != nil {
-		t.rules = r
+		t.team, t.rules = team, r
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -144,7 +144,11 @@ type Options struct {
 	// PeekTimeout bounds the wait for a connection's first bytes (the
 	// ClientHello or request head); 10 s by default.
 	PeekTimeout time.Duration
-	Logger      *slog.Logger
+	// TeamShare bounds what one team's sandboxes hold together to 1/N of
+	// each server's slots; DefaultTeamShare by default, 1: no bound by
+	// team. Sandboxes without a team count as one team.
+	TeamShare int
+	Logger    *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -156,6 +160,9 @@ func (o *Options) defaults() {
 	}
 	if o.ResolverPort == 0 {
 		o.ResolverPort = 53
+	}
+	if o.TeamShare <= 0 {
+		o.TeamShare = DefaultTeamShare
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -186,30 +193,35 @@ func resolver(o *Options) *net.Resolver {
 }
 
 // perSandbox is the share of a server's slots (connections, queries in
-// flight) that one sandbox may hold, and perTeam the share that one
-// team's sandboxes may hold together: a sandbox's tenant decides how long
-// its connections stay, and one that held them all would cut every other
-// sandbox of the host off its filtered egress. A tenant with many
-// sandboxes on the host holds at most a quarter, so it takes four tenants
-// at their bounds to fill a server.
+// flight) that one sandbox may hold, and DefaultTeamShare the share that
+// one team's sandboxes may hold together (Options.TeamShare): a sandbox's
+// tenant decides how long its connections stay, and one that held them all
+// would cut every other sandbox of the host off its filtered egress. A
+// tenant with many sandboxes on the host holds at most a quarter, so it
+// takes four tenants at their bounds to fill a server.
 const (
-	perSandbox = 16
-	perTeam    = 4
+	perSandbox       = 16
+	DefaultTeamShare = 4
 )
 
 // shares are a server's slots, shared by sandbox and by team.
 type shares struct {
-	most      int
-	sandboxes *fairslots.Slots[netip.Addr]
-	teams     *fairslots.Slots[string]
-	teamOf    func(netip.Addr) string
+	most, perTeam int
+	sandboxes     *fairslots.Slots[netip.Addr]
+	teams         *fairslots.Slots[string]
+	teamOf        func(netip.Addr) string
 }
 
 // newShares returns most slots, a perSandbox-th of them to one sandbox
-// and a perTeam-th to one team (teamOf tells a sandbox's).
-func newShares(most int, teamOf func(netip.Addr) string) *shares {
-	return &shares{most: most, teamOf: teamOf,
-		sandboxes: fairslots.New[netip.Addr](most, most/perSandbox), teams: fairslots.New[string](most, most/perTeam)}
+// and a teamShare-th to one team (teamOf tells a sandbox's); a teamShare
+// of 1 bounds no team.
+func newShares(most, teamShare int, teamOf func(netip.Addr) string) *shares {
+	s := &shares{most: most, perTeam: most, teamOf: teamOf, sandboxes: fairslots.New[netip.Addr](most, most/perSandbox)}
+	if teamShare > 1 {
+		s.perTeam = most / teamShare
+		s.teams = fairslots.New[string](most, s.perTeam)
+	}
+	return s
 }
 
 // refusal says why take refused a slot (0: it did not).
@@ -226,14 +238,18 @@ const (
 // (for put), or why it cannot.
 func (s *shares) take(src netip.Addr) (string, refusal) {
 	team := s.teamOf(src)
-	switch s.teams.Take(team) {
-	case fairslots.KeyFull:
-		return team, teamFull
-	case fairslots.AllFull:
-		return team, allFull
+	if s.teams != nil {
+		switch s.teams.Take(team) {
+		case fairslots.KeyFull:
+			return team, teamFull
+		case fairslots.AllFull:
+			return team, allFull
+		}
 	}
 	if r := s.sandboxes.Take(src); r != fairslots.Taken {
-		s.teams.Put(team)
+		if s.teams != nil {
+			s.teams.Put(team)
+		}
 		if r == fairslots.KeyFull {
 			return team, sandboxFull
 		}
@@ -245,7 +261,9 @@ func (s *shares) take(src netip.Addr) (string, refusal) {
 // put gives back what take gave.
 func (s *shares) put(src netip.Addr, team string) {
 	s.sandboxes.Put(src)
-	s.teams.Put(team)
+	if s.teams != nil {
+		s.teams.Put(team)
+	}
 }
 
 // serveConns has handle serve each connection ln takes, at most
@@ -282,7 +300,7 @@ func serveConns(ctx context.Context, ln net.Listener, slots *shares, log *slog.L
 		src, _ := addrOf(c.RemoteAddr())
 		team, r := slots.take(src)
 		if r != taken {
-			full.log(log, r, what, src, slots.most)
+			full.log(log, r, what, src, team, slots)
 			_ = c.Close()
 			continue
 		}
@@ -304,13 +322,13 @@ type refusals struct {
 	missed int
 }
 
-func (r *refusals) log(log *slog.Logger, why refusal, what string, src netip.Addr, most int) {
+func (r *refusals) log(log *slog.Logger, why refusal, what string, src netip.Addr, team string, slots *shares) {
 	r.missed++
 	if time.Since(r.last) < time.Second {
 		return
 	}
-	log.Warn("too many connections or queries; refusing those past the bound", "server", what, "from", src,
-		"past", map[refusal]string{sandboxFull: "the sandbox's share", teamFull: "its team's share", allFull: "every sandbox's bound"}[why],
-		"max", most, "max_per_sandbox", most/perSandbox, "max_per_team", most/perTeam, "refused_since_last_line", r.missed)
+	log.Warn("too many connections or queries; refusing those past the bound", "server", what, "from", src, "team", team,
+		"past", map[refusal]string{sandboxFull: "the sandbox's share", teamFull: "its team's share (sandboxd --egress-team-share)", allFull: "every sandbox's bound"}[why],
+		"max", slots.most, "max_per_sandbox", slots.most/perSandbox, "max_per_team", slots.perTeam, "refused_since_last_line", r.missed)
 	r.last, r.missed = time.Now(), 0
 }

@@ -236,7 +236,7 @@ func TestServeConns(t *testing.T) {
 	started := make(chan struct{}, 2)
 	done := make(chan error, 1)
 	go func() {
-		done <- serveConns(ctx, ln, newShares(1, func(netip.Addr) string { return "" }), slogDiscard(), "test", func(c net.Conn) {
+		done <- serveConns(ctx, ln, newShares(1, DefaultTeamShare, func(netip.Addr) string { return "" }), slogDiscard(), "test", func(c net.Conn) {
 			started <- struct{}{}
 			_, _ = io.Copy(io.Discard, c) // until closed
 		})
@@ -288,7 +288,7 @@ func TestServeConnsShared(t *testing.T) {
 	}
 	started := make(chan struct{}, 16)
 	go func() {
-		_ = serveConns(t.Context(), ln, newShares(2*perSandbox, teams), slogDiscard(), "test", func(c net.Conn) {
+		_ = serveConns(t.Context(), ln, newShares(2*perSandbox, DefaultTeamShare, teams), slogDiscard(), "test", func(c net.Conn) {
 			started <- struct{}{}
 			_, _ = io.Copy(io.Discard, c) // until closed
 		})
@@ -330,6 +330,25 @@ func TestServeConnsShared(t *testing.T) {
 	// team-a's fifth sandbox has all its own share left, its team none.
 	refused("127.0.0.5", "team-a's share of 8")
 	served("127.0.0.6")
+}
+
+// A team share of 1 bounds no team: one team's sandboxes take every slot,
+// each within its own share.
+func TestSharesWithoutTeamBound(t *testing.T) {
+	s := newShares(32, 1, func(netip.Addr) string { return "team-a" })
+	for i := range 32 {
+		src := netip.AddrFrom4([4]byte{10, 0, 0, byte(i / 2)})
+		if _, r := s.take(src); r != taken {
+			t.Fatalf("take %d: refused (%d)", i+1, r)
+		}
+	}
+	if _, r := s.take(netip.AddrFrom4([4]byte{10, 0, 0, 100})); r != allFull {
+		t.Fatalf("a take past every slot: %d, want allFull", r)
+	}
+	s.put(netip.AddrFrom4([4]byte{10, 0, 0, 0}), "team-a")
+	if team, r := s.take(netip.AddrFrom4([4]byte{10, 0, 0, 100})); r != taken || team != "team-a" {
+		t.Fatalf("a take after a put: %q %d", team, r)
+	}
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }

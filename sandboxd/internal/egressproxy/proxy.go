@@ -40,7 +40,7 @@ func NewProxy(o Options) *Proxy {
 // connections it relays (what sandboxd relays ends with it) and waits for
 // them.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
-	return serveConns(ctx, ln, newShares(maxConns, p.o.Sandboxes.Team), p.o.Logger, "egress proxy", func(c net.Conn) { p.handle(ctx, c.(*net.TCPConn)) })
+	return serveConns(ctx, ln, newShares(maxConns, p.o.TeamShare, p.o.Sandboxes.Team), p.o.Logger, "egress proxy", func(c net.Conn) { p.handle(ctx, c.(*net.TCPConn)) })
 }
 
 // handle decides one redirected connection and relays it, or closes it.
