@@ -207,7 +207,7 @@ func diskPressured(nodes []v1beta1.NodeInventory, req Request) string {
 	var names []string
 	n := 0
 	for i := range nodes {
-		if nodes[i].Spec.DiskPressure && hasTemplate(&nodes[i], req.Template, req.Version) && (req.Exclude == nil || !req.Exclude(nodes[i].Name)) {
+		if nodes[i].Spec.DiskPressure && req.wants(&nodes[i]) {
 			if n++; n <= 3 {
 				names = append(names, nodes[i].Name)
 			}
@@ -391,7 +391,7 @@ func (p *Placer) reserve(nodes []v1beta1.NodeInventory, req Request, excluded []
 	eligible := 0
 	for i := range nodes {
 		n := &nodes[i]
-		if !hasTemplate(n, req.Template, req.Version) || slices.Contains(excluded, n.Name) || req.Exclude != nil && req.Exclude(n.Name) {
+		if !req.wants(n) || slices.Contains(excluded, n.Name) {
 			continue
 		}
 		s, ok := p.scoreLocked(n, req)
@@ -485,6 +485,12 @@ func left(capacity, used int64) (float64, bool) {
 		return 1, true
 	}
 	return float64(capacity-used) / float64(capacity), true
+}
+
+// wants says whether req may go to node n: n lists its template (at its
+// version) and req does not exclude it.
+func (req *Request) wants(n *v1beta1.NodeInventory) bool {
+	return hasTemplate(n, req.Template, req.Version) && (req.Exclude == nil || !req.Exclude(n.Name))
 }
 
 // hasTemplate says whether the node lists the template (at version, if

@@ -268,8 +268,8 @@ func (s *shares) put(src netip.Addr, team string) {
 
 // serveConns has handle serve each connection ln takes, at most
 // slots.most at once, a sixteenth of them from one sandbox and a quarter
-// from one team's (one more is closed at once), until ctx ends; then it closes ln and the connections and waits
-// for handle to return. Errors accepting are retried after a pause
+// from one team's (one more is closed at once), until ctx ends; then it
+// closes ln and the connections and waits for handle to return. Errors accepting are retried after a pause
 // (running out of file descriptors passes).
 func serveConns(ctx context.Context, ln net.Listener, slots *shares, log *slog.Logger, what string, handle func(net.Conn)) error {
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })

@@ -43,9 +43,9 @@ const MaxLayers = 499
 // lowerdir+), so a stack is bounded by overlayfs's 500 layers, not by
 // mount(2)'s one page of options (about 60 layers by their paths under
 // gVisor, 200 natively by /proc/self/fd/N, which a sandbox paused to its
-// files or snapshotted again and again passes). Older kernels get mount(2): before 6.5 fsopen gives
-// overlayfs a generic context that takes any key and fails only at the
-// end, so no call can tell. Options past a page are given by short
+// files or snapshotted again and again passes). Older kernels get
+// mount(2): before 6.5 fsopen gives overlayfs a generic context that
+// takes any key and fails only at the end, so no call can tell. Options past a page are given by short
 // relative names (mountByDescriptors), so that overlayfs's bound holds
 // there too.
 func MountOverlay(target string, lowers []string, upper, work string) error {

@@ -89,11 +89,11 @@ func (s *Service) lastPressure() diskPressure {
 	return s.pressure
 }
 
-// watchDisk measures the host's filesystems at once and then every
-// interval until ctx ends, announcing a change of pressure either way: a
-// disk that fills by what running sandboxes write, or frees as snapshots
-// and volumes go, reaches the inventory in an interval, as a kubelet's
-// DiskPressure does.
+// watchDisk measures the host's filesystems every interval (New measured
+// them at start) until ctx ends, announcing a change of pressure either
+// way: a disk that fills by what running sandboxes write, or frees as
+// snapshots and volumes go, reaches the inventory in an interval, as a
+// kubelet's DiskPressure does.
 func (s *Service) watchDisk(ctx context.Context, interval time.Duration) {
 	if s.cfg.DiskReserveMiB <= 0 || interval <= 0 {
 		return
@@ -101,11 +101,11 @@ func (s *Service) watchDisk(ctx context.Context, interval time.Duration) {
 	t := s.clock.NewTicker(interval)
 	defer t.Stop()
 	for {
-		s.notePressure()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
 		}
+		s.notePressure()
 	}
 }

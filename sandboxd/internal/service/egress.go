@@ -65,8 +65,8 @@ func (s *Service) applyRules(id string, rec *store.Record, block ipam.Block) err
 }
 
 // trackEgress tells the egress filters the team and rules of the running
-// sandbox at block. One whose rules stop restricting anything stays known to them
-// (what the proxy relays for it goes on) until forgetEgress.
+// sandbox at block. One whose rules stop restricting anything stays known
+// to them (what the proxy relays for it goes on) until forgetEgress.
 func (s *Service) trackEgress(block ipam.Block, team string, r egress.Rules, restricted bool) {
 	if s.egress == nil {
 		return
