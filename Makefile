@@ -115,7 +115,7 @@ test: kube-bins go-test fuzz mutate sdk-test ## Every test: Go (with -race, on a
 
 .PHONY: go-test
 go-test: kube-bins build runsc sdk-deps $(BIN)/helm ## The Go tests of every module (e2e/sdk: the SDK suite against the whole system; e2e/chart: the Helm chart).
-	for m in $(MODULES); do (cd $$m && go test $(GO_TEST_FLAGS) ./...); done
+	for m in $(MODULES); do start=$$SECONDS; (cd $$m && go test $(GO_TEST_FLAGS) ./...); echo "go-test: $${m#$(ROOT)/} took $$((SECONDS - start)) s"; done
 
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target with
 # "context deadline exceeded" when a duration runs out (golang/go#75804,
