@@ -96,8 +96,9 @@ func (h *Host) Synced() (bool, error) {
 	return h.synced && h.info != nil, h.lastErr
 }
 
-// Run follows the host until ctx ends: Info, then the Watch stream (a
-// snapshot, then each change), asking Info again every InfoInterval. When
+// Run follows the host until ctx ends: the Watch stream (a snapshot, then
+// each change), with Info asked after each snapshot, at each HostChanged and
+// every InfoInterval. When
 // either fails the mirror is marked out of sync — readers must not trust a
 // host they cannot hear — and Run reconnects with capped exponential
 // backoff. It returns ctx's error.
@@ -136,9 +137,6 @@ func (h *Host) lose(err error) {
 func (h *Host) follow(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := h.refreshInfo(ctx); err != nil {
-		return err
-	}
 	stream, err := h.client.Watch(ctx, connect.NewRequest(&pb.WatchRequest{}))
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", h.endpoint, err)
@@ -163,7 +161,17 @@ func (h *Host) follow(ctx context.Context) error {
 		}
 	}()
 	for stream.Receive() {
-		h.apply(stream.Msg())
+		m := stream.Msg()
+		if m.GetSnapshot() != nil {
+			// Info is asked after each snapshot, not before the stream: a
+			// change to the host between that answer and the stream's start
+			// would be announced to nobody and wait for InfoInterval. sandboxd
+			// announces every change after the snapshot (HostChanged).
+			if err := h.refreshInfo(ctx); err != nil {
+				return err
+			}
+		}
+		h.apply(m)
 	}
 	select {
 	case err := <-infoErr:

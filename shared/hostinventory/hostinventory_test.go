@@ -34,6 +34,8 @@ type fakeSandboxd struct {
 	breaks    chan struct{}
 	streams   int
 	down      bool // Watch refuses, as a sandboxd that is not up
+	// beforeSnapshot, when set, runs in Watch before the snapshot is sent.
+	beforeSnapshot func()
 }
 
 func (f *fakeSandboxd) Info(context.Context, *connect.Request[pb.InfoRequest]) (*connect.Response[pb.InfoResponse], error) {
@@ -50,7 +52,11 @@ func (f *fakeSandboxd) Watch(ctx context.Context, _ *connect.Request[pb.WatchReq
 	}
 	f.streams++
 	snap := &pb.WatchResponse{Event: &pb.WatchResponse_Snapshot_{Snapshot: &pb.WatchResponse_Snapshot{Sandboxes: f.sandboxes}}}
+	before := f.beforeSnapshot
 	f.mu.Unlock()
+	if before != nil {
+		before()
+	}
 	if err := s.Send(snap); err != nil {
 		return err
 	}
@@ -263,6 +269,23 @@ func TestHostChangedAsksInfoAtOnce(t *testing.T) {
 	eventually(t, "the snapshot in the inventory", func() bool {
 		inv, err := h.Inventory()
 		return err == nil && len(inv.Spec.Snapshots) == 1 && inv.Spec.Snapshots[0].ID == "snapaaaaaaaaaaaatag5"
+	})
+}
+
+// A change to the host made before the stream starts, so announced on no
+// stream, is in the inventory without waiting for InfoInterval: Info is
+// asked once the snapshot is in.
+func TestChangeBeforeTheStreamIsSeen(t *testing.T) {
+	f := &fakeSandboxd{info: &pb.InfoResponse{NodeName: "host-6"}}
+	f.beforeSnapshot = func() {
+		f.mu.Lock()
+		f.info = &pb.InfoResponse{NodeName: "host-6", DiskPressure: true}
+		f.mu.Unlock()
+	}
+	h := startWith(t, f, time.Hour)
+	eventually(t, "the pressure in the inventory", func() bool {
+		inv, err := h.Inventory()
+		return err == nil && inv.Spec.DiskPressure
 	})
 }
 

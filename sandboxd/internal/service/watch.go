@@ -25,8 +25,12 @@ func (s *Service) Watch(ctx context.Context, _ *connect.Request[pb.WatchRequest]
 // watch is Watch over any sender.
 func (s *Service) watch(ctx context.Context, send func(*pb.WatchResponse) error) error {
 	for {
+		// Wait on hostChanged before the snapshot is taken: a change made
+		// while the snapshot is sent is then announced, and a client that
+		// asks Info once it has the snapshot misses none.
+		hostChanged := s.hostChanged.wait()
 		snapshot, events, stop := s.watchSource()
-		err := s.watchOnce(ctx, send, snapshot, events)
+		err := s.watchOnce(ctx, send, hostChanged, snapshot, events)
 		stop()
 		if err != nil || ctx.Err() != nil || s.isStopping() {
 			return err
@@ -37,8 +41,9 @@ func (s *Service) watch(ctx context.Context, send func(*pb.WatchResponse) error)
 
 // watchOnce sends the snapshot and then the events until the channel
 // closes (the watcher was dropped), the client goes away or StopWatches
-// is called.
-func (s *Service) watchOnce(ctx context.Context, send func(*pb.WatchResponse) error, snapshot []*store.Record, events <-chan registry.Event) error {
+// is called. hostChanged is the host's change channel as of before the
+// snapshot.
+func (s *Service) watchOnce(ctx context.Context, send func(*pb.WatchResponse) error, hostChanged <-chan struct{}, snapshot []*store.Record, events <-chan registry.Event) error {
 	snap := &pb.WatchResponse_Snapshot{Sandboxes: make([]*pb.Sandbox, 0, len(snapshot))}
 	for _, rec := range snapshot {
 		snap.Sandboxes = append(snap.Sandboxes, s.toSandbox(rec))
@@ -46,7 +51,6 @@ func (s *Service) watchOnce(ctx context.Context, send func(*pb.WatchResponse) er
 	if err := send(&pb.WatchResponse{Event: &pb.WatchResponse_Snapshot_{Snapshot: snap}}); err != nil {
 		return err
 	}
-	hostChanged := s.hostChanged.wait()
 	for {
 		select {
 		case <-ctx.Done():
