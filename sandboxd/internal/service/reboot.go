@@ -24,13 +24,19 @@ import (
 // sandboxd killed in between finds the sandbox paused and stops what is
 // left of it; a host reboot loses nothing of such a sandbox.
 
+// maxMadeLayers is the deepest a snapshot, a fork or a pause to files
+// stacks a sandbox's files: one below what a sandbox can start from
+// (sandboxrt.MaxLayers), since a sandbox paused with its memory when the
+// host reboots keeps its files as one more layer (salvageLocked), and must
+// still resume.
+const maxMadeLayers = sandboxrt.MaxLayers - 1
+
 // checkDepth refuses a new layer on rec's files (a snapshot, a fork, a
-// pause to its files) that would stack them deeper than a sandbox can
-// start from (sandboxrt.MaxLayers): it would be captured, and then nothing
-// could start from it.
+// pause to its files) that would stack them deeper than maxMadeLayers: it
+// would be captured, and then nothing could start from it.
 func checkDepth(rec *store.Record) error {
-	if len(rec.Layers) >= sandboxrt.MaxLayers {
-		return stateError(fmt.Sprintf("its files are %d layers deep (each snapshot of it, and each pause to its files, adds one), the most a sandbox can start from",
+	if len(rec.Layers) >= maxMadeLayers {
+		return stateError(fmt.Sprintf("its files are %d layers deep (each snapshot of it, and each pause to its files, adds one), the most a sandbox can take",
 			len(rec.Layers)))
 	}
 	return nil

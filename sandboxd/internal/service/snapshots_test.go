@@ -175,14 +175,15 @@ func TestCapturesHeld(t *testing.T) {
 	}
 }
 
-// A sandbox whose files are as many layers deep as a sandbox can start
+// A sandbox whose files are one layer short of what a sandbox can start
 // from (sandboxrt.MaxLayers) is not snapshotted, forked or paused to its
-// files: the new layer would be made, and nothing could start from it.
+// files: the new layer would be made, and nothing could start from it once
+// a host reboot adds the last (a pause with memory kept as files).
 func TestLayerDepthBounded(t *testing.T) {
 	h, _ := newSnapshotHarness(t)
 	id := h.create().GetSandbox().GetId()
 	if _, err := h.reg.Update(id, func(r *store.Record) error {
-		for i := range sandboxrt.MaxLayers {
+		for i := range sandboxrt.MaxLayers - 1 {
 			r.Layers = append(r.Layers, fmt.Sprintf("l%d", i))
 		}
 		return nil
@@ -191,11 +192,11 @@ func TestLayerDepthBounded(t *testing.T) {
 	}
 	ctx := t.Context()
 	_, err := h.client.Snapshot(ctx, connect.NewRequest(&pb.SnapshotRequest{SandboxId: id, Team: "team-a"}))
-	wantCode(t, err, connect.CodeFailedPrecondition, "499 layers deep")
+	wantCode(t, err, connect.CodeFailedPrecondition, "498 layers deep")
 	_, err = h.client.Fork(ctx, connect.NewRequest(&pb.ForkRequest{SandboxId: id, Team: "team-a", Count: 1, Timeout: durationpb.New(time.Minute)}))
-	wantCode(t, err, connect.CodeFailedPrecondition, "499 layers deep")
+	wantCode(t, err, connect.CodeFailedPrecondition, "498 layers deep")
 	_, err = h.client.Pause(ctx, connect.NewRequest(&pb.PauseRequest{SandboxId: id, FilesOnly: true}))
-	wantCode(t, err, connect.CodeFailedPrecondition, "499 layers deep")
+	wantCode(t, err, connect.CodeFailedPrecondition, "498 layers deep")
 	if sb, err := h.get(id); err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_RUNNING {
 		t.Fatalf("after the refusals: %v, %v; want it running", sb.GetState(), err)
 	}
