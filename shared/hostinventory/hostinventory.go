@@ -59,6 +59,10 @@ type Host struct {
 	synced    bool // a snapshot arrived on the current stream
 	lastErr   error
 	changed   chan struct{}
+	// infoAsked numbers the Info calls as they start, and infoKept is the
+	// number of the answer in info: an answer to an earlier call that
+	// lands after a later one's is older, and dropped.
+	infoAsked, infoKept uint64
 	// infoNow asks the stream's Info loop to ask Info at once.
 	infoNow chan struct{}
 	// ended is why sandboxes that ended by themselves ended, as their
@@ -168,6 +172,10 @@ func (h *Host) follow(ctx context.Context) error {
 			// would be announced to nobody and wait for InfoInterval. sandboxd
 			// announces every change after the snapshot (HostChanged).
 			if err := h.refreshInfo(ctx); err != nil {
+				select {
+				case err = <-infoErr: // the ticker's failure ended ctx first
+				default:
+				}
 				return err
 			}
 		}
@@ -184,13 +192,22 @@ func (h *Host) follow(ctx context.Context) error {
 	return fmt.Errorf("watch %s: the stream ended", h.endpoint)
 }
 
+// refreshInfo asks Info and keeps the answer, unless an answer to a call
+// that started later is already kept (the stream's and the ticker's calls
+// overlap).
 func (h *Host) refreshInfo(ctx context.Context) error {
+	h.mu.Lock()
+	h.infoAsked++
+	n := h.infoAsked
+	h.mu.Unlock()
 	resp, err := h.client.Info(ctx, connect.NewRequest(&pb.InfoRequest{}))
 	if err != nil {
 		return fmt.Errorf("info of %s: %w", h.endpoint, err)
 	}
 	h.mu.Lock()
-	h.info = resp.Msg
+	if n > h.infoKept {
+		h.info, h.infoKept = resp.Msg, n
+	}
 	h.mu.Unlock()
 	h.notify()
 	return nil

@@ -36,12 +36,20 @@ type fakeSandboxd struct {
 	down      bool // Watch refuses, as a sandboxd that is not up
 	// beforeSnapshot, when set, runs in Watch before the snapshot is sent.
 	beforeSnapshot func()
+	// infoHeld, when set, holds the next Info's answer, read before it
+	// waits, until it is closed.
+	infoHeld chan struct{}
 }
 
 func (f *fakeSandboxd) Info(context.Context, *connect.Request[pb.InfoRequest]) (*connect.Response[pb.InfoResponse], error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return connect.NewResponse(f.info), nil
+	info, held := f.info, f.infoHeld
+	f.infoHeld = nil
+	f.mu.Unlock()
+	if held != nil {
+		<-held
+	}
+	return connect.NewResponse(info), nil
 }
 
 func (f *fakeSandboxd) Watch(ctx context.Context, _ *connect.Request[pb.WatchRequest], s *connect.ServerStream[pb.WatchResponse]) error {
@@ -287,6 +295,40 @@ func TestChangeBeforeTheStreamIsSeen(t *testing.T) {
 		inv, err := h.Inventory()
 		return err == nil && inv.Spec.DiskPressure
 	})
+}
+
+// An Info answer that lands after the answer to a later call is older,
+// and not kept.
+func TestOlderInfoAnswerDropped(t *testing.T) {
+	held := make(chan struct{})
+	f := &fakeSandboxd{info: &pb.InfoResponse{NodeName: "host-7"}, infoHeld: held}
+	mux := http.NewServeMux()
+	mux.Handle(sandboxdv1connect.NewSandboxdServiceHandler(f))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	h := New(sandboxdv1connect.NewSandboxdServiceClient(srv.Client(), srv.URL), "10.0.0.1:27777", Options{})
+	first := make(chan error, 1)
+	go func() { first <- h.refreshInfo(t.Context()) }()
+	eventually(t, "the first call to be held", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.infoHeld == nil
+	})
+	f.mu.Lock()
+	f.info = &pb.InfoResponse{NodeName: "host-7", DiskPressure: true}
+	f.mu.Unlock()
+	if err := h.refreshInfo(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	close(held)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.info.GetDiskPressure() {
+		t.Fatal("the first call's older answer replaced the second's")
+	}
 }
 
 func TestFeedAppliesAndRemoves(t *testing.T) {

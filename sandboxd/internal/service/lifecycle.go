@@ -324,7 +324,15 @@ func (s *Service) expire(id string) {
 		return // SetTimeout moved the deadline while this call waited
 	}
 	if rec.AutoPause {
-		_, err = s.pauseLocked(ctx, rec, rec.AutoPauseFilesOnly)
+		filesOnly := rec.AutoPauseFilesOnly
+		if filesOnly && tooDeep(rec) {
+			// Refused, the pause would be tried again and again, and the
+			// sandbox run on past its deadline: a freeze keeps it all.
+			s.log.WarnContext(ctx, "a sandbox at its deadline is too many layers deep to pause to its files; paused with its memory instead",
+				"sandbox", id, "layers", len(rec.Layers))
+			filesOnly = false
+		}
+		_, err = s.pauseLocked(ctx, rec, filesOnly)
 	} else {
 		err = s.killLocked(ctx, rec, reasonDeadline)
 	}

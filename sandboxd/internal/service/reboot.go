@@ -25,22 +25,25 @@ import (
 // left of it; a host reboot loses nothing of such a sandbox.
 
 // maxMadeLayers is the deepest a snapshot, a fork or a pause to files
-// stacks a sandbox's files: one below what a sandbox can start from
-// (sandboxrt.MaxLayers), since a sandbox paused with its memory when the
-// host reboots keeps its files as one more layer (salvageLocked), and must
-// still resume.
+// (asked, or at the deadline) stacks a sandbox's files: one below what a
+// sandbox can start from (sandboxrt.MaxLayers), since a sandbox paused with
+// its memory when the host reboots keeps its files as one more layer
+// (salvageLocked), and must still resume.
 const maxMadeLayers = sandboxrt.MaxLayers - 1
 
 // checkDepth refuses a new layer on rec's files (a snapshot, a fork, a
-// pause to its files) that would stack them deeper than maxMadeLayers: it
-// would be captured, and then nothing could start from it.
+// pause to its files) that would stack them deeper than maxMadeLayers.
 func checkDepth(rec *store.Record) error {
-	if len(rec.Layers) >= maxMadeLayers {
-		return stateError(fmt.Sprintf("its files are %d layers deep (each snapshot of it, and each pause to its files, adds one), the most a sandbox can take",
+	if tooDeep(rec) {
+		return stateError(fmt.Sprintf("its files are %d layers deep (each snapshot of it, and each pause to its files, adds one), the most a snapshot, a fork or a pause to files stacks",
 			len(rec.Layers)))
 	}
 	return nil
 }
+
+// tooDeep reports whether rec's files are too deep for another layer made
+// of them (checkDepth).
+func tooDeep(rec *store.Record) bool { return len(rec.Layers) >= maxMadeLayers }
 
 // pauseFilesLocked pauses rec (running, or native and frozen) keeping its
 // files only.
@@ -119,6 +122,12 @@ func (s *Service) bootLocked(ctx context.Context, rec *store.Record, lifetime ti
 	}
 	if err := checkRootfs(l.tmpl.Rootfs); err != nil {
 		return nil, fmt.Errorf("boot sandbox %s: %w", id, err)
+	}
+	if n := len(rec.Layers); n > sandboxrt.MaxLayers {
+		// Only a second host reboot's salvage in a row makes one (see
+		// salvageLocked).
+		return nil, stateError(fmt.Sprintf("sandbox %s cannot start: its files are %d layers deep, past the %d a sandbox starts on (a host reboot kept them as one more layer)",
+			id, n, sandboxrt.MaxLayers))
 	}
 	if l.volumes, err = s.holdVolumes(id, rec.Team, rec.VolumeMounts, false); err != nil {
 		return nil, fmt.Errorf("boot sandbox %s: mount volumes: %w", id, err)

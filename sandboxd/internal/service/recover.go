@@ -161,6 +161,14 @@ func (s *Service) salvageLocked(ctx context.Context, rec *store.Record) (*store.
 	if err != nil {
 		return nil, fmt.Errorf("record the salvaged files of %s: %w", rec.ID, err)
 	}
+	if n := len(updated.Layers); n > sandboxrt.MaxLayers {
+		// Snapshots, forks and pauses to files stop a layer short of
+		// MaxLayers for this layer; a sandbox salvaged before, resumed
+		// and paused with its memory again is past it. Its files are
+		// kept all the same, on disk for an operator.
+		s.log.ErrorContext(ctx, "a paused sandbox's files were kept after a host reboot, past the layers a sandbox starts on: it cannot resume",
+			"sandbox", rec.ID, "layers", n, "most", sandboxrt.MaxLayers, "upper_layer", s.snapshots.LayerPath(layerID))
+	}
 	s.stopForFiles(ctx, updated)
 	if _, err := s.blockOf(updated); err != nil {
 		s.log.ErrorContext(ctx, "claim sandbox address", "sandbox", rec.ID, "error", err)

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
 	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
@@ -182,14 +183,7 @@ func TestCapturesHeld(t *testing.T) {
 func TestLayerDepthBounded(t *testing.T) {
 	h, _ := newSnapshotHarness(t)
 	id := h.create().GetSandbox().GetId()
-	if _, err := h.reg.Update(id, func(r *store.Record) error {
-		for i := range sandboxrt.MaxLayers - 1 {
-			r.Layers = append(r.Layers, fmt.Sprintf("l%d", i))
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	h.deepen(id, sandboxrt.MaxLayers-1)
 	ctx := t.Context()
 	_, err := h.client.Snapshot(ctx, connect.NewRequest(&pb.SnapshotRequest{SandboxId: id, Team: "team-a"}))
 	wantCode(t, err, connect.CodeFailedPrecondition, "498 layers deep")
@@ -199,5 +193,51 @@ func TestLayerDepthBounded(t *testing.T) {
 	wantCode(t, err, connect.CodeFailedPrecondition, "498 layers deep")
 	if sb, err := h.get(id); err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_RUNNING {
 		t.Fatalf("after the refusals: %v, %v; want it running", sb.GetState(), err)
+	}
+}
+
+// deepen stacks id's files n fake layers deeper.
+func (h *harness) deepen(id string, n int) {
+	h.t.Helper()
+	if _, err := h.reg.Update(id, func(r *store.Record) error {
+		for i := range n {
+			r.Layers = append(r.Layers, fmt.Sprintf("l%d", i))
+		}
+		return nil
+	}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// A sandbox too deep to pause to its files at its deadline is paused with
+// its memory instead: refused, the pause would be tried again and again
+// and the sandbox run on.
+func TestDeadlinePauseTooDeepKeepsMemory(t *testing.T) {
+	h, _ := newSnapshotHarness(t)
+	id := h.create(func(m *pb.CreateRequest) { m.AutoPause, m.AutoPauseFilesOnly = true, true }).GetSandbox().GetId()
+	h.deepen(id, maxMadeLayers)
+	h.clock.Step(5 * time.Minute)
+	eventually(t, "the pause at the deadline", func() bool {
+		rec, err := h.reg.Get(id)
+		return err == nil && rec.State == registry.StatePaused
+	})
+	if rec, _ := h.reg.Get(id); rec.FilesOnly || len(rec.Layers) != maxMadeLayers {
+		t.Fatalf("paused with files only %v on %d layers; want its memory, on %d", rec.FilesOnly, len(rec.Layers), maxMadeLayers)
+	}
+	h.assertFrozen(id)
+}
+
+// A sandbox paused to its files past the layers a sandbox starts on (two
+// host reboots' salvages in a row) is refused a resume with a reason, and
+// stays paused.
+func TestResumePastTheLayersRefused(t *testing.T) {
+	h, _ := newSnapshotHarness(t)
+	id := h.create().GetSandbox().GetId()
+	h.pause(id, true)
+	h.deepen(id, sandboxrt.MaxLayers)
+	_, err := h.client.Resume(t.Context(), connect.NewRequest(&pb.ResumeRequest{SandboxId: id, Timeout: durationpb.New(time.Minute)}))
+	wantCode(t, err, connect.CodeFailedPrecondition, "500 layers deep, past the 499")
+	if sb, err := h.get(id); err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_PAUSED {
+		t.Fatalf("after the refusal: %v, %v; want it paused", sb.GetState(), err)
 	}
 }

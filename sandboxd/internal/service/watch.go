@@ -12,8 +12,9 @@ import (
 )
 
 // Watch streams the host's sandboxes: a snapshot, then every change, and a
-// HostChanged whenever what Info says of the host changes (a snapshot
-// taken, pulled or deleted). A
+// HostChanged whenever sandboxd changes what Info says of the host (a
+// snapshot taken, pulled or deleted, a volume made or deleted, the disk's
+// pressure come or gone). A
 // watcher that falls too far behind is dropped by the registry; the stream
 // then starts over with a fresh snapshot, as an informer relists. It ends
 // when the client goes away or the service stops its watches
