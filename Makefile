@@ -11,7 +11,18 @@ MODULES := $(shell go list -m -f '{{.Dir}}')
 TOOLS := buf controller-gen crd-ref-docs golangci-lint gremlins helm kind openapi-gen protoc-gen-connect-go protoc-gen-go
 # The fleet lanes (e2e/fleet) alone take about five minutes: more than go
 # test's default ten-minute limit allows beside the other packages.
-GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
+# GO_TEST_P packages run at once: most of the longest wait on sandboxes,
+# control planes and SDK suites, so that with two the 2-core machine idled
+# about 40% of the run.
+GO_TEST_P ?= 3
+GO_TEST_FLAGS ?= -race -count=1 -timeout 30m -p $(GO_TEST_P)
+# go-test's packages: every module's in one go test, so that no slot
+# idles while a module's longest package ends (module by module, each of
+# apiserver's, e2e's and sandboxd's ran alone for minutes), and the longest
+# first, so that none of them starts last. TEST_PKGS narrows it (e.g.
+# TEST_PKGS=./shared/...).
+LONGEST_TEST_PKGS := ./e2e/sdk ./e2e/fleet ./e2e/upstream ./apiserver/internal/e2e ./sandboxd/internal/e2e
+TEST_PKGS ?= $(LONGEST_TEST_PKGS) $(patsubst $(ROOT)/%,./%/...,$(MODULES))
 BENCH ?= .
 BENCHTIME ?= 2s
 
@@ -115,18 +126,24 @@ test: kube-bins go-test fuzz mutate sdk-test ## Every test: Go (with -race, on a
 
 .PHONY: go-test
 go-test: kube-bins build runsc sdk-deps $(BIN)/helm ## The Go tests of every module (e2e/sdk: the SDK suite against the whole system; e2e/chart: the Helm chart).
-	for m in $(MODULES); do start=$$SECONDS; (cd $$m && go test $(GO_TEST_FLAGS) ./...); echo "go-test: $${m#$(ROOT)/} took $$((SECONDS - start)) s"; done
+	go test $(GO_TEST_FLAGS) $(TEST_PKGS)
 
 # A count, not a duration: Go 1.26's fuzz coordinator can fail a target with
 # "context deadline exceeded" when a duration runs out (golang/go#75804,
 # fixed in Go 1.27).
 FUZZTIME ?= 20000x
+# Each new input that widens coverage is minimised, for up to 60 s by
+# default, with the count of executions standing still meanwhile: envdlog's
+# target (45 reads of a file each) spent three of its four and a half
+# minutes so. A bound in runs keeps CI's time; a failure's input is still
+# kept, minimised as far as the bound allows.
+FUZZMINIMIZE ?= 1000x
 
 .PHONY: fuzz
 fuzz: ## Run every Go fuzz target for FUZZTIME (20000x) executions beyond its seeds.
 	for f in $$(grep -rl --include='*_test.go' '^func Fuzz' $(MODULES)); do \
 		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
-			(cd $$(dirname $$f) && go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) .) || exit 1; \
+			(cd $$(dirname $$f) && go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) .) || exit 1; \
 		done; \
 	done
 

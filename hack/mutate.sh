@@ -80,27 +80,48 @@ MUTANTS
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-killed=0 lived=0
+# Built once: a go run per mutant linked it fifty times.
+go build -o "$tmp/apply" "$root/hack/mutate/apply.go"
+
+# try runs mutant n: its verdict (killed, lived, or why it could not run) in
+# $tmp/n/verdict. A mutant is mostly the link of a test binary, which is one
+# core's work: MUTATE_JOBS (2) run at once.
+try() {
+	local n=$1 name=$2 orig=$3 mut=$4 dir="$tmp/$1"
+	mkdir "$dir"
+	if ! MUT_FILE="$file" MUT_ORIG="$orig" MUT_NEW="$mut" MUT_OUT="$dir/source.go" "$tmp/apply"; then
+		echo "its original text is not in source.go exactly once; update hack/mutate.sh" > "$dir/verdict"
+		return
+	fi
+	printf '{"Replace":{"%s":"%s"}}' "$file" "$dir/source.go" > "$dir/overlay.json"
+	if go test -count=1 -vet=off -overlay "$dir/overlay.json" ./inventory/kubeinventory > "$dir/out" 2>&1; then
+		echo lived > "$dir/verdict"
+	elif grep -q -e '\[build failed\]' -e '\[setup failed\]' "$dir/out"; then
+		{ echo "it does not compile:"; cat "$dir/out"; } > "$dir/verdict"
+	else
+		echo killed > "$dir/verdict"
+	fi
+}
+
+names=()
 while IFS= read -r line; do
 	[[ -z "$line" ]] && continue
 	name="${line%% ~ *}" rest="${line#* ~ }"
 	orig="${rest%% ~ *}" mut="${rest#* ~ }"
-	if ! MUT_FILE="$file" MUT_ORIG="$orig" MUT_NEW="$mut" MUT_OUT="$tmp/source.go" go run "$root/hack/mutate/apply.go"; then
-		echo "mutant \"$name\": its original text is not in source.go exactly once; update hack/mutate.sh" >&2
-		exit 1
-	fi
-	printf '{"Replace":{"%s":"%s"}}' "$file" "$tmp/source.go" > "$tmp/overlay.json"
-	if go test -count=1 -vet=off -overlay "$tmp/overlay.json" ./inventory/kubeinventory > "$tmp/out" 2>&1; then
-		echo "LIVED   $name"
-		lived=$((lived + 1))
-	elif grep -q -e '\[build failed\]' -e '\[setup failed\]' "$tmp/out"; then
-		echo "mutant \"$name\" does not compile:" >&2
-		cat "$tmp/out" >&2
-		exit 1
-	else
-		echo "KILLED  $name"
-		killed=$((killed + 1))
-	fi
+	while (($(jobs -rp | wc -l) >= ${MUTATE_JOBS:-2})); do wait -n; done
+	try "${#names[@]}" "$name" "$orig" "$mut" &
+	names+=("$name")
 done <<< "$mutants"
+wait
+
+killed=0 lived=0 broken=0
+for n in "${!names[@]}"; do
+	verdict=$(cat "$tmp/$n/verdict" 2>/dev/null || echo "it did not run")
+	case $verdict in
+	killed) echo "KILLED  ${names[$n]}"; killed=$((killed + 1)) ;;
+	lived) echo "LIVED   ${names[$n]}"; lived=$((lived + 1)) ;;
+	*) echo "mutant \"${names[$n]}\": $verdict" >&2; broken=$((broken + 1)) ;;
+	esac
+done
 echo "named mutants: $killed killed, $lived lived"
-[[ $lived -eq 0 ]]
+[[ $lived -eq 0 && $broken -eq 0 ]]
