@@ -4,15 +4,26 @@ package loopback
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 )
 
 var (
 	mu    sync.Mutex
 	given = map[int]bool{}
-	// pick binds port 0 and returns the port the kernel chose, released.
+	// pick returns a port that was free a moment ago, released.
 	pick = func() (int, error) {
+		if lo, hi, ok := belowEphemeral(); ok {
+			for range 100 {
+				port := lo + rand.IntN(hi-lo) //nolint:gosec // a port, not a secret
+				if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+					_ = l.Close()
+					return port, nil
+				}
+			}
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return 0, err
@@ -22,11 +33,34 @@ var (
 	}
 )
 
+// lowestPort is the lowest port FreeAddr hands out: past the ports well
+// known services listen on.
+const lowestPort = 10000
+
+// belowEphemeral is the range of ports [lo, hi) between lowestPort and
+// the kernel's ephemeral ports (net.ipv4.ip_local_port_range), which the
+// kernel never gives a socket by itself, if it holds a thousand.
+func belowEphemeral() (lo, hi int, ok bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, false
+	}
+	var first, last int
+	if _, err := fmt.Sscan(string(b), &first, &last); err != nil || first-lowestPort < 1000 {
+		return 0, 0, false
+	}
+	return lowestPort, first, true
+}
+
 // FreeAddr returns 127.0.0.1 with a port that was free a moment ago and
-// that no earlier call in this process returned. A port is found by
-// binding port 0 and released for the server that binds it later; the
-// kernel may choose a released port again before then, and two servers of
-// one test were given the same port so (the second failed to listen).
+// that no earlier call in this process returned. The port is released for
+// the server that binds it later, so it is taken from below the kernel's
+// ephemeral ports where it can: there the kernel gives it to no other
+// socket meanwhile, as it did from the ephemeral range to the client
+// connections and port-0 listeners of the tests running beside (a
+// sandboxd of one test failed to listen on a port found so). Only another
+// process choosing the same port at random in the same moment can take
+// it. Within this process no port is handed out twice.
 func FreeAddr() (string, error) {
 	const tries = 100
 	for range tries {

@@ -1,6 +1,7 @@
 package loopback
 
 import (
+	"fmt"
 	"net"
 	"testing"
 )
@@ -39,4 +40,24 @@ func TestFreeAddrListens(t *testing.T) {
 		t.Fatalf("listen on %s: %v", addr, err)
 	}
 	_ = l.Close()
+}
+
+// The port is below the kernel's ephemeral ports, which the kernel gives
+// client connections and port-0 listeners by itself.
+func TestFreeAddrBelowEphemeral(t *testing.T) {
+	lo, hi, ok := belowEphemeral()
+	if !ok {
+		t.Skip("this machine's ephemeral ports leave no room below them")
+	}
+	for range 20 {
+		addr, err := FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p, _ := net.SplitHostPort(addr)
+		var port int
+		if _, err := fmt.Sscan(p, &port); err != nil || port < lo || port >= hi {
+			t.Fatalf("FreeAddr gave %s, want a port in [%d, %d)", addr, lo, hi)
+		}
+	}
 }
