@@ -393,13 +393,15 @@ func TestPTY(t *testing.T) {
 	if _, err := e.client.Update(ctx, connect.NewRequest(&pb.UpdateRequest{Process: sel, Pty: &pb.PTY{Size: &pb.PTY_Size{Cols: 100, Rows: 30}}})); err != nil {
 		t.Fatalf("Update: %v", err)
 	}
-	input := "echo $((6*7)); stty size; exit 7\n"
-	if _, err := e.client.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: sel, Input: &pb.ProcessInput{Input: &pb.ProcessInput_Pty{Pty: []byte(input)}}})); err != nil {
-		t.Fatalf("SendInput: %v", err)
-	}
+	// Before the input, whose exit may end the shell before a later call
+	// (not_found, as seen under load).
 	_, err = e.client.CloseStdin(ctx, connect.NewRequest(&pb.CloseStdinRequest{Process: sel}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("CloseStdin on a pty = %v, want failed_precondition", err)
+	}
+	input := "echo $((6*7)); stty size; exit 7\n"
+	if _, err := e.client.SendInput(ctx, connect.NewRequest(&pb.SendInputRequest{Process: sel, Input: &pb.ProcessInput{Input: &pb.ProcessInput_Pty{Pty: []byte(input)}}})); err != nil {
+		t.Fatalf("SendInput: %v", err)
 	}
 	r := collect(stream, func() *pb.ProcessEvent { return stream.Msg().GetEvent() })
 	if r.err != nil || !strings.Contains(r.pty, "42") || !strings.Contains(r.pty, "30 100") || r.end.GetExitCode() != 7 {
