@@ -235,5 +235,50 @@ func (h *host) simulateReboot(t *testing.T) {
 		}
 	}
 	_ = exec.Command("nft", "delete", "table", "inet", h.netOpts.Table).Run()
+	// A reboot ends every process: wait until none holds the state
+	// directory's lock (a CI run once started sandboxd again while one
+	// still did, for some 100 ms, and it refused to serve).
+	lock := filepath.Join(h.state, "sandboxd.lock")
+	deadline := time.Now().Add(20 * time.Second)
+	for !lockFree(t, lock) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still held 20 s after sandboxd was killed, by: %s", lock, holders(lock))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	h.start()
+}
+
+// lockFree reports whether no process holds path's flock.
+func lockFree(t *testing.T, path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return false
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return true
+}
+
+// holders names the processes with path open: each one's PID and command.
+func holders(path string) string {
+	var found []string
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		fds, _ := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+		for _, fd := range fds {
+			if target, _ := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); target == path {
+				cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+				found = append(found, p.Name()+" ("+strings.ReplaceAll(strings.TrimSpace(string(cmdline)), "\x00", " ")+")")
+				break
+			}
+		}
+	}
+	if len(found) == 0 {
+		return "no process that /proc shows"
+	}
+	return strings.Join(found, ", ")
 }
