@@ -171,20 +171,19 @@ func (h *Host) follow(ctx context.Context) error {
 			// change to the host between that answer and the stream's start
 			// would be announced to nobody and wait for InfoInterval. sandboxd
 			// announces every change after the snapshot (HostChanged).
-			if err := h.refreshInfo(ctx); err != nil {
-				select {
-				case err = <-infoErr: // the ticker's failure ended ctx first
-				default:
-				}
-				return err
+			if err = h.refreshInfo(ctx); err != nil {
+				break
 			}
 		}
 		h.apply(m)
 	}
 	select {
-	case err := <-infoErr:
+	case err := <-infoErr: // first: it ends ctx, and with it the calls above
 		return err
 	default:
+	}
+	if err != nil {
+		return err // the snapshot's Info
 	}
 	if err := stream.Err(); err != nil {
 		return fmt.Errorf("watch %s: %w", h.endpoint, err)

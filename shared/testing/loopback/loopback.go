@@ -15,9 +15,9 @@ var (
 	given = map[int]bool{}
 	// pick returns a port that was free a moment ago, released.
 	pick = func() (int, error) {
-		if lo, hi, ok := belowEphemeral(); ok {
+		if r, ok := belowEphemeral(); ok {
 			for range 100 {
-				port := lo + rand.IntN(hi-lo) //nolint:gosec // a port, not a secret
+				port := r.lo + rand.IntN(r.hi-r.lo) //nolint:gosec // a port, not a secret
 				if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 					_ = l.Close()
 					return port, nil
@@ -39,18 +39,22 @@ const lowestPort = 10000
 
 // belowEphemeral is the range of ports [lo, hi) between lowestPort and
 // the kernel's ephemeral ports (net.ipv4.ip_local_port_range), which the
-// kernel never gives a socket by itself, if it holds a thousand.
-func belowEphemeral() (lo, hi int, ok bool) {
+// kernel never gives a socket by itself, if it holds a thousand. It is
+// read once.
+var belowEphemeral = sync.OnceValues(func() (r portRange, ok bool) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return 0, 0, false
+		return r, false
 	}
-	var first, last int
-	if _, err := fmt.Sscan(string(b), &first, &last); err != nil || first-lowestPort < 1000 {
-		return 0, 0, false
+	var first int
+	if _, err := fmt.Sscan(string(b), &first); err != nil || first-lowestPort < 1000 {
+		return r, false
 	}
-	return lowestPort, first, true
-}
+	return portRange{lo: lowestPort, hi: first}, true
+})
+
+// portRange is the ports [lo, hi).
+type portRange struct{ lo, hi int }
 
 // FreeAddr returns 127.0.0.1 with a port that was free a moment ago and
 // that no earlier call in this process returned. The port is released for

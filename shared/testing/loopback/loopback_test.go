@@ -45,7 +45,8 @@ func TestFreeAddrListens(t *testing.T) {
 // The port is below the kernel's ephemeral ports, which the kernel gives
 // client connections and port-0 listeners by itself.
 func TestFreeAddrBelowEphemeral(t *testing.T) {
-	lo, hi, ok := belowEphemeral()
+	r, ok := belowEphemeral()
+	lo, hi := r.lo, r.hi
 	if !ok {
 		t.Skip("this machine's ephemeral ports leave no room below them")
 	}
