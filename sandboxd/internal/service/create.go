@@ -102,6 +102,12 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 			ids = append(ids, snap.Image)
 		}
 		defer s.hold(ids...)()
+		// A DeleteSnapshot between the look-up and the hold swept them.
+		for _, id := range snap.Layers {
+			if !s.snapshots.HasLayer(id) {
+				return nil, s.countCreate(kindCreate, connect.NewError(connect.CodeNotFound, fmt.Errorf("snapshot %q not found", m.GetSnapshot())))
+			}
+		}
 		s.fromSnapshot(l, snap)
 	}
 	rec, token, err := s.launch(ctx, l)
@@ -294,6 +300,19 @@ func (s *Service) startRuntime(ctx context.Context, ps *prepared.Sandbox, l *lau
 	return nil
 }
 
+// sandboxEnv is the environment envd gives every process of sandbox id:
+// e2b's E2B_SANDBOX_ID and E2B_TEMPLATE_ID (which e2b's envd sets from
+// the host's metadata), under the create's own variables.
+func sandboxEnv(id, template string, vars map[string]string) map[string]string {
+	env := make(map[string]string, len(vars)+2)
+	env["E2B_SANDBOX_ID"] = id
+	if template != "" {
+		env["E2B_TEMPLATE_ID"] = template
+	}
+	maps.Copy(env, vars)
+	return env
+}
+
 // initEnvd waits for the new sandbox's envd to answer ("envd.wait_ready")
 // and gives it its first token (token, or a new one when empty), the
 // environment and (when the template has e2b's user) the default user and
@@ -312,7 +331,7 @@ func (s *Service) initEnvd(ctx context.Context, id string, l *launch, block ipam
 	if token == "" {
 		token = sandboxid.NewAccessToken(id)
 	}
-	in := &wire.EnvdInit{AccessToken: &token, EnvVars: l.envVars, Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
+	in := &wire.EnvdInit{AccessToken: &token, EnvVars: sandboxEnv(id, l.tmpl.Name, l.envVars), Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
 	if hasUser(l.tmpl.Rootfs, defaultUser) {
 		in.DefaultUser, in.DefaultWorkdir = defaultUser, defaultWorkdir
 	}

@@ -43,7 +43,8 @@ func TestCreate(t *testing.T) {
 	}
 
 	e := h.rt.Envd(sb.GetId())
-	if e := e.State(); e.Token != resp.GetEnvdAccessToken() || e.Env["FOO"] != "bar" || e.User != "user" || e.Workdir != "/home/user" {
+	if e := e.State(); e.Token != resp.GetEnvdAccessToken() || e.Env["FOO"] != "bar" || e.User != "user" || e.Workdir != "/home/user" ||
+		e.Env["E2B_SANDBOX_ID"] != sb.GetId() || e.Env["E2B_TEMPLATE_ID"] != testTemplate {
 		t.Errorf("envd got token match %v, env %v, user %q, workdir %q", e.Token == resp.GetEnvdAccessToken(), e.Env, e.User, e.Workdir)
 	}
 

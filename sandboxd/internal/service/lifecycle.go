@@ -325,14 +325,18 @@ func (s *Service) expire(id string) {
 	}
 	if rec.AutoPause {
 		filesOnly := rec.AutoPauseFilesOnly
-		if filesOnly && tooDeep(rec) {
-			// Refused, the pause would be tried again and again, and the
-			// sandbox run on past its deadline: a freeze keeps it all.
-			s.log.WarnContext(ctx, "a sandbox at its deadline is too many layers deep to pause to its files; paused with its memory instead",
-				"sandbox", id, "layers", len(rec.Layers))
-			filesOnly = false
-		}
 		_, err = s.pauseLocked(ctx, rec, filesOnly)
+		if err != nil && filesOnly {
+			// Refused for good (too many layers deep; under gVisor, files
+			// too large to copy through the sandbox's memory) or failed
+			// part way, the pause would be tried again and again and the
+			// sandbox run on past its deadline: a freeze keeps it all.
+			s.log.WarnContext(ctx, "a sandbox at its deadline could not be paused to its files; paused with its memory instead",
+				"sandbox", id, "error", err)
+			if rec, err = s.reg.Get(id); err == nil && rec.State == registry.StateRunning {
+				_, err = s.pauseLocked(ctx, rec, false)
+			}
+		}
 	} else {
 		err = s.killLocked(ctx, rec, reasonDeadline)
 	}

@@ -197,6 +197,10 @@ type Service struct {
 	locks     keyedMutex
 	peers     *http.Client
 	holds     holds
+	// naming serialises a named snapshot's taking of its name (the old
+	// holder found, the new record written, the old one deleted), so that
+	// two snapshots given one name at once leave one holder.
+	naming sync.Mutex
 	egress    *egressproxy.Sandboxes
 	volumes   *volume.Store
 	// holding are the sandboxes that hold volume leases, from before

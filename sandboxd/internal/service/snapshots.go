@@ -98,13 +98,8 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 	if m.GetName() != "" {
 		rec.Name, rec.Tag = snapshot.SplitName(m.GetName())
 	}
-	var replaced *snapshot.Record
-	if rec.Name != "" {
-		if old, err := s.snapshots.Find(rec.Team, rec.Name+":"+rec.Tag); err == nil {
-			replaced = old
-		}
-	}
-	if err := s.snapshots.Put(rec); err != nil {
+	replaced, err := s.putNamed(rec)
+	if err != nil {
 		c.release()
 		s.gcLayers(ctx)
 		return nil, toConnect(err)
@@ -112,16 +107,35 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 	s.digestInBackground(rec)
 	defer s.hostChanged.notify()
 	if replaced != nil {
-		// The name moves to the new snapshot, as a new build of an e2b
-		// template takes its tag.
-		if err := s.snapshots.Delete(replaced.ID); err != nil {
-			s.log.ErrorContext(ctx, "delete the snapshot a new one took the name of", "snapshot", replaced.ID, "error", err)
-		}
 		s.gcLayers(ctx)
 	}
 	s.log.InfoContext(ctx, "snapshot taken", "snapshot", rec.ID, "sandbox", c.src.ID, "team", rec.Team, "name", rec.Name,
 		"layers", len(rec.Layers), "memory", rec.Image != "", "bytes", rec.SizeBytes, "duration", time.Since(began))
 	return connect.NewResponse(&pb.SnapshotResponse{Snapshot: toSnapshot(rec)}), nil
+}
+
+// putNamed writes the snapshot record rec and, when it has a name, moves
+// the name to it, as a new build of an e2b template takes its tag: the
+// snapshot that held it is deleted (its layers go at the caller's sweep)
+// and returned.
+func (s *Service) putNamed(rec *snapshot.Record) (replaced *snapshot.Record, err error) {
+	if rec.Name == "" {
+		return nil, s.snapshots.Put(rec)
+	}
+	s.naming.Lock()
+	defer s.naming.Unlock()
+	if old, err := s.snapshots.Find(rec.Team, rec.Name+":"+rec.Tag); err == nil {
+		replaced = old
+	}
+	if err := s.snapshots.Put(rec); err != nil {
+		return nil, err
+	}
+	if replaced != nil {
+		if err := s.snapshots.Delete(replaced.ID); err != nil {
+			s.log.Error("delete the snapshot a new one took the name of", "snapshot", replaced.ID, "error", err)
+		}
+	}
+	return replaced, nil
 }
 
 // captured is what captureLocked copied of a sandbox.
@@ -132,8 +146,9 @@ type captured struct {
 	// imageID and imageTmp are its state image, when the runtime keeps
 	// one, still in its temporary directory; format is the image's.
 	imageID, imageTmp, format string
-	// release ends the hold on the layer and image (see hold): once a
-	// record names them, or before the sweep that is to remove them.
+	// release ends the hold on the layer and image and on the source's
+	// layers (see hold): once a record names them, or before the sweep
+	// that is to remove them.
 	release func()
 }
 
@@ -161,18 +176,26 @@ func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, i
 	if err := checkDepth(src); err != nil {
 		return nil, fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
 	}
+	// The source's own layers go under the new one; once the caller lets
+	// go of the sandbox's lock, the source may end (a kill, its deadline)
+	// and its sweep would remove those no snapshot names (a deleted
+	// snapshot's, a pause to files'), before the new record names them.
+	srcHold := s.hold(src.Layers...)
 	c := &captured{src: src}
+	var release func()
 	if sc := s.stateCapturer(); sc != nil {
-		c.layer, c.imageID, c.imageTmp, c.format, c.release, err = s.captureState(ctx, sc, id)
+		c.layer, c.imageID, c.imageTmp, c.format, release, err = s.captureState(ctx, sc, id)
 	} else {
-		c.layer, c.release, err = s.captureLayer(ctx, sn, id)
-	}
-	if errors.Is(err, sandboxrt.ErrCaptureTooLarge) {
-		return nil, fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
+		c.layer, release, err = s.captureLayer(ctx, sn, id)
 	}
 	if err != nil {
+		srcHold()
+		if errors.Is(err, sandboxrt.ErrCaptureTooLarge) {
+			return nil, fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
+		}
 		return nil, fmt.Errorf("copy the files of sandbox %s: %w", id, err)
 	}
+	c.release = func() { release(); srcHold() }
 	return c, nil
 }
 
@@ -369,12 +392,15 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]
 	defer c.release()
 	results := make([]*pb.ForkResult, m.GetCount())
 	for i := range results {
-		l := &launch{kind: kindCreate, tmpl: snapshotTemplate(snap), timeout: timeout, cpu: src.CPUMilli, mem: src.MemoryMiB, disk: src.DiskMiB}
+		l := &launch{kind: kindCreate, tmpl: snapshotTemplate(snap), timeout: timeout, cpu: src.CPUMilli, mem: src.MemoryMiB, disk: src.DiskMiB,
+			envVars: src.EnvVars}
 		l.rec = store.Record{
 			State:               registry.StateRunning,
 			Team:                src.Team,
 			Metadata:            maps.Clone(src.Metadata),
+			EnvVars:             maps.Clone(src.EnvVars),
 			AutoPause:           src.AutoPause,
+			AutoPauseFilesOnly:  src.AutoPauseFilesOnly,
 			AllowInternetAccess: src.AllowInternetAccess,
 			AutoResume:          src.AutoResume,
 			MaskRequestHost:     src.MaskRequestHost,

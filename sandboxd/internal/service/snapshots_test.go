@@ -241,3 +241,164 @@ func TestResumePastTheLayersRefused(t *testing.T) {
 		t.Fatalf("after the refusal: %v, %v; want it paused", sb.GetState(), err)
 	}
 }
+
+// stackedOnDeleted is a sandbox started from a snapshot since deleted: its
+// layers are named by its own record only.
+func stackedOnDeleted(t *testing.T, h *harness, mod ...func(*pb.CreateRequest)) (id string, layers []string) {
+	t.Helper()
+	src := h.create().GetSandbox().GetId()
+	snap, err := h.client.Snapshot(t.Context(), connect.NewRequest(&pb.SnapshotRequest{SandboxId: src, Team: "team-a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapID := snap.Msg.GetSnapshot().GetId()
+	id = h.create(append([]func(*pb.CreateRequest){func(m *pb.CreateRequest) { m.Snapshot = snapID }}, mod...)...).GetSandbox().GetId()
+	if _, err := h.client.DeleteSnapshot(t.Context(), connect.NewRequest(&pb.DeleteSnapshotRequest{Team: "team-a", Snapshot: snapID})); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := h.reg.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Layers) == 0 {
+		t.Fatal("the sandbox from the snapshot has no layers")
+	}
+	return id, rec.Layers
+}
+
+// TestCaptureHoldsSourceLayers: a snapshot's or a fork's copy lists the
+// source's layers under the new one, and the source may end (a kill, its
+// deadline) once the copy lets go of its lock, before a record names them:
+// its sweep must leave them.
+func TestCaptureHoldsSourceLayers(t *testing.T) {
+	h, rt := newSnapshotHarness(t)
+	src, layers := stackedOnDeleted(t, h)
+	unlock := h.svc.locks.lock(src)
+	c, err := h.svc.captureLocked(t.Context(), rt, src, "team-a")
+	unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Kill(t.Context(), connect.NewRequest(&pb.KillRequest{SandboxId: src})); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range layers {
+		if !h.svc.snapshots.HasLayer(l) {
+			t.Fatalf("the source's layer %s was swept at its kill, before the snapshot's record named it", l)
+		}
+	}
+	c.release()
+	h.svc.gcLayers(t.Context())
+	for _, l := range append([]string{c.layer}, layers...) {
+		if h.svc.snapshots.HasLayer(l) {
+			t.Fatalf("layer %s, released and named by no record, outlived a sweep", l)
+		}
+	}
+}
+
+// TestForkOfEndingSource: the source ends while its first fork starts; the
+// forks keep every layer under them, and the source's settings.
+func TestForkOfEndingSource(t *testing.T) {
+	h, rt := newSnapshotHarness(t)
+	src, layers := stackedOnDeleted(t, h, func(m *pb.CreateRequest) {
+		m.EnvVars = map[string]string{"FOO": "bar"}
+		m.AutoPause, m.AutoPauseFilesOnly = true, true
+	})
+	var once sync.Once
+	rt.setOnStart(func(*sandboxrt.Spec) {
+		once.Do(func() {
+			if _, err := h.client.Kill(context.Background(), connect.NewRequest(&pb.KillRequest{SandboxId: src})); err != nil {
+				t.Errorf("Kill of the source: %v", err)
+			}
+		})
+	})
+	resp, err := h.client.Fork(t.Context(), connect.NewRequest(&pb.ForkRequest{
+		SandboxId: src, Team: "team-a", Count: 2, Timeout: durationpb.New(time.Minute),
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.gone(src) {
+		t.Fatal("the kill in the middle of the fork did not happen: the test shows nothing")
+	}
+	for _, r := range resp.Msg.GetForks() {
+		if r.GetErrorCode() != "" {
+			t.Fatalf("fork failed: %s: %s", r.GetErrorCode(), r.GetErrorMessage())
+		}
+		id := r.GetCreated().GetSandbox().GetId()
+		rec, err := h.reg.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.Layers) != len(layers)+1 {
+			t.Fatalf("fork %s has layers %v, want its own over the source's %v", id, rec.Layers, layers)
+		}
+		for _, l := range rec.Layers {
+			if !h.svc.snapshots.HasLayer(l) {
+				t.Fatalf("layer %s under fork %s was swept while it started", l, id)
+			}
+		}
+		if rec.EnvVars["FOO"] != "bar" || !rec.AutoPause || !rec.AutoPauseFilesOnly {
+			t.Errorf("fork %s: env %v, auto-pause %v, files only %v; want the source's", id, rec.EnvVars, rec.AutoPause, rec.AutoPauseFilesOnly)
+		}
+		if env := rt.Envd(id).State().Env; env["FOO"] != "bar" || env["E2B_SANDBOX_ID"] != id {
+			t.Errorf("fork %s's envd has env %v; want the source's, with its own E2B_SANDBOX_ID", id, env)
+		}
+	}
+}
+
+// TestSnapshotNameTakenOnce: snapshots of two sandboxes given one name at
+// once leave one snapshot of that name.
+func TestSnapshotNameTakenOnce(t *testing.T) {
+	h, rt := newSnapshotHarness(t)
+	for round := range 10 {
+		a, b := h.create().GetSandbox().GetId(), h.create().GetSandbox().GetId()
+		// Both copies are made before either goes on to take the name.
+		var arrived sync.WaitGroup
+		arrived.Add(2)
+		rt.mu.Lock()
+		rt.onCapture = func(context.Context, string) error {
+			arrived.Done()
+			arrived.Wait()
+			return nil
+		}
+		rt.mu.Unlock()
+		name := fmt.Sprintf("same-%d", round)
+		var wg sync.WaitGroup
+		for _, id := range []string{a, b} {
+			wg.Go(func() {
+				if _, err := h.client.Snapshot(t.Context(), connect.NewRequest(&pb.SnapshotRequest{SandboxId: id, Team: "team-a", Name: name})); err != nil {
+					t.Errorf("Snapshot of %s: %v", id, err)
+				}
+			})
+		}
+		wg.Wait()
+		list, err := h.client.ListSnapshots(t.Context(), connect.NewRequest(&pb.ListSnapshotsRequest{Team: "team-a", Name: name}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(list.Msg.GetSnapshots()); n != 1 {
+			t.Fatalf("round %d: %d snapshots named %s, want 1", round, n, name)
+		}
+	}
+}
+
+// TestDeadlinePauseFilesRefusedKeepsMemory: a sandbox whose pause to its
+// files fails at its deadline (under gVisor, files too large to copy
+// through its memory) is paused with its memory instead, not left running.
+func TestDeadlinePauseFilesRefusedKeepsMemory(t *testing.T) {
+	h, rt := newSnapshotHarness(t)
+	id := h.create(func(m *pb.CreateRequest) { m.AutoPause, m.AutoPauseFilesOnly = true, true }).GetSandbox().GetId()
+	rt.mu.Lock()
+	rt.onCapture = func(context.Context, string) error { return fmt.Errorf("%w: too large", sandboxrt.ErrCaptureTooLarge) }
+	rt.mu.Unlock()
+	h.clock.Step(5 * time.Minute)
+	eventually(t, "the pause at the deadline", func() bool {
+		rec, err := h.reg.Get(id)
+		return err == nil && rec.State == registry.StatePaused
+	})
+	if rec, _ := h.reg.Get(id); rec.FilesOnly {
+		t.Fatal("paused with its files only; want its memory")
+	}
+	h.assertFrozen(id)
+}
