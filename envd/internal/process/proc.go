@@ -7,15 +7,9 @@ import (
 	"os/exec"
 	"sync"
 	"syscall"
-	"time"
 
 	pb "github.com/skiff-dev/skiff/envd/proto/process"
 )
-
-// outputGrace is how long, after a process exits, its output is still read
-// before the pipes are closed: a background child that keeps them open must
-// not hold the end event back.
-const outputGrace = 100 * time.Millisecond
 
 // subscriberBuffer is how many events a slow stream may lag behind before
 // the process's output waits for it.
@@ -41,6 +35,12 @@ type proc struct {
 	subs map[*subscriber]struct{}
 	end  *pb.ProcessEvent // set once the process has exited and its output is read
 	done chan struct{}    // closed once end is set, before it is delivered
+
+	// stopped is closed when envd kills or stops the process (SIGKILL or
+	// SIGTERM): its end then comes at its exit, without waiting for its
+	// output to end, which a child that left its group may hold.
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 // subscriber is one attached stream.
@@ -120,6 +120,9 @@ func (p *proc) ended() bool {
 // signal sends sig to the process's group, so that a shell's children go
 // too, or to the process alone when it left its group.
 func (p *proc) signal(sig syscall.Signal) error {
+	if sig == syscall.SIGKILL || sig == syscall.SIGTERM {
+		p.stopOnce.Do(func() { close(p.stopped) })
+	}
 	err := syscall.Kill(-int(p.pid), sig)
 	if errors.Is(err, syscall.ESRCH) {
 		err = syscall.Kill(int(p.pid), sig)

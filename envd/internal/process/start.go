@@ -26,7 +26,7 @@ func (s *Service) start(req *pb.StartRequest, u *identity.User) (*proc, *subscri
 	if err != nil {
 		return nil, nil, nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	p := &proc{tag: req.Tag, config: req.GetProcess(), cmd: cmd, user: u.Name, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
+	p := &proc{tag: req.Tag, config: req.GetProcess(), cmd: cmd, user: u.Name, subs: map[*subscriber]struct{}{}, done: make(chan struct{}), stopped: make(chan struct{})}
 
 	var outputs []output
 	if size := req.GetPty().GetSize(); req.Pty != nil {
@@ -118,6 +118,7 @@ func (s *Service) run(p *proc, outputs []output) {
 	var readers sync.WaitGroup
 	for _, o := range outputs {
 		readers.Go(func() {
+			defer o.r.Close()
 			lines := s.log.Lines(o.source, p.pid, p.pty != nil)
 			defer lines.Close()
 			for {
@@ -128,7 +129,7 @@ func (s *Service) run(p *proc, outputs []output) {
 					p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: o.wrap(buf[:n])}})
 				}
 				if err != nil {
-					return // EOF, EIO from a PTY whose child left, or closed below
+					return // EOF, or EIO from a PTY once no process holds it
 				}
 			}
 		})
@@ -137,18 +138,18 @@ func (s *Service) run(p *proc, outputs []output) {
 	waitErr := p.cmd.Wait()
 	p.release()
 
-	// Output written before the exit is in the pipes: read it, but do not
-	// wait for a background child that holds them open.
+	// As e2b's envd, the process ends when its output does: a background
+	// child that holds the pipes (or the terminal) keeps it running, and
+	// its output goes to the streams, until the child lets go of them or
+	// the process is killed or stopped (SendSignal, its Connect-Timeout-Ms,
+	// envd's end). The pipes are read to their end even after that, so a
+	// child left writing to them never gets EPIPE.
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
 	select {
 	case <-drained:
-	case <-time.After(outputGrace):
+	case <-p.stopped:
 	}
-	for _, o := range outputs {
-		_ = o.r.Close()
-	}
-	<-drained
 
 	p.inMu.Lock()
 	if p.stdin != nil {

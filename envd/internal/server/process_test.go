@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -522,4 +523,28 @@ func TestStartedProcessesRankAboveEnvdForTheOOMKiller(t *testing.T) {
 	if after, _ := os.ReadFile("/proc/self/oom_score_adj"); string(after) != string(own) {
 		t.Errorf("envd's own oom_score_adj went from %q to %q", own, after)
 	}
+}
+
+// TestBackgroundChildHoldsOutput: as e2b's envd, a process whose background
+// child holds its output ends when the output does, with the child's output
+// in it; and a child that outlives its process's end (killed at the
+// stream's timeout, having left its group) can still write: its pipe is
+// read to the end, never closed under it.
+func TestBackgroundChildHoldsOutput(t *testing.T) {
+	e := startEnvd(t)
+	r := e.run(t.Context(), t, bash("echo a; (sleep 0.5; echo b) &"), nil)
+	if r.err != nil || r.stdout != "a\nb\n" || r.end.GetExitCode() != 0 {
+		t.Fatalf("stdout %q, end %v, err %v; want a and the background child's b, exit 0", r.stdout, r.end, r.err)
+	}
+
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	// setsid: the child leaves the group that the timeout's SIGKILL ends.
+	r = e.run(ctx, t, bash("setsid bash -c 'sleep 2; echo late; touch "+dir+"/wrote' & echo started"), nil)
+	if connect.CodeOf(r.err) != connect.CodeDeadlineExceeded || r.stdout != "started\n" {
+		t.Fatalf("stdout %q, err %v; want started, then deadline_exceeded", r.stdout, r.err)
+	}
+	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(dir, "wrote")); return err == nil },
+		"the detached child to write after its process's end (EPIPE would have killed it before its touch)")
 }

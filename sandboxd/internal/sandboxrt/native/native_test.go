@@ -375,7 +375,7 @@ func TestStopWaitsForEveryProcess(t *testing.T) {
 		t.Run(map[bool]string{false: "started here", true: "after a restart"}[restarted], func(t *testing.T) {
 			rt, dir := newRuntime(t)
 			s := start(t, rt, dir, nil)
-			s.run(t, "root", "for i in $(seq 40); do sleep 1000 & done")
+			s.run(t, "root", "for i in $(seq 40); do sleep 1000 >/dev/null 2>&1 & done")
 			procs := filepath.Join("/sys/fs/cgroup/pids", ownCgroup(t, "pids"), rt.Options().CgroupParent, s.spec.ID, "cgroup.procs")
 			data, err := os.ReadFile(procs)
 			if err != nil {
