@@ -106,7 +106,8 @@ func newServeOptions() *serveOptions {
 func (o *serveOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.listen, "listen", o.listen, "Address (host:port) of the e2b API: GET /health needs no key, every other route an X-API-Key.")
 	f.DurationVar(&o.readTimeout, "read-timeout", o.readTimeout, "How long a request to the e2b API may take to arrive from its first byte, headers (at most 10s of it) and body; "+
-		"a body not in by then answers 408 in e2b's shape and its connection is closed. Greater than 0; it bounds neither a keep-alive connection "+
+		"a body not in by then answers 408 in e2b's shape and its connection is closed. A volume content upload's body may take as long as it moves: "+
+		"it is cut (408) only when it sends nothing for this long. Greater than 0; it bounds neither a keep-alive connection "+
 		"between requests (closed after 620s idle) nor how long an answer takes.")
 	o.admin.AddFlags(f, true)
 	daemon.AddHelp(f, "admin-listen", "/healthz is 200 while the process serves, /readyz once the fleet has synced; the endpoints serve from the start, while --inventory kube waits for its caches.")

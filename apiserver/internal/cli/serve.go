@@ -214,6 +214,8 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		Catalog: catalog,
 		Logger:  log,
 		Metrics: m,
+
+		BodyIdleTimeout: o.readTimeout,
 	})
 	stopPools, err := startWarmPools(ctx, o, a.kube, src, backend, log)
 	if err != nil {

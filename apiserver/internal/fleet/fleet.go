@@ -78,7 +78,15 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// BodyIdleTimeout cuts a volume content request whose body sends
+	// nothing this long (408); ≤ 0 means DefaultBodyIdleTimeout. The
+	// server's whole-request read timeout is lifted for those bodies: an
+	// upload takes as long as it takes while it moves.
+	BodyIdleTimeout time.Duration
 }
+
+// DefaultBodyIdleTimeout is Config.BodyIdleTimeout's default.
+const DefaultBodyIdleTimeout = 20 * time.Second
 
 // Backend implements e2bapi.Backend over the fleet. It is safe for
 // concurrent use.
@@ -94,6 +102,7 @@ type Backend struct {
 	log        *slog.Logger
 	metrics    *metrics.Metrics
 	now        func() time.Time
+	bodyIdle   time.Duration
 
 	mu     sync.Mutex
 	recent map[string]recentWrite // by sandbox ID; guarded by mu
@@ -129,6 +138,7 @@ func New(cfg Config) *Backend {
 		log:        cfg.Logger,
 		metrics:    cfg.Metrics,
 		now:        cfg.Now,
+		bodyIdle:   cfg.BodyIdleTimeout,
 		recent:     make(map[string]recentWrite),
 		claiming:   make(map[string]struct{}),
 
@@ -136,6 +146,9 @@ func New(cfg Config) *Backend {
 	}
 	if b.catalog == nil {
 		b.catalog = NewNodeTemplates(cfg.Source)
+	}
+	if b.bodyIdle <= 0 {
+		b.bodyIdle = DefaultBodyIdleTimeout
 	}
 	if b.defaults.CPUMilli <= 0 {
 		b.defaults.CPUMilli = DefaultCPUMilli

@@ -17,6 +17,7 @@ import (
 
 	"github.com/skiff-dev/skiff/api/v1beta1"
 	"github.com/skiff-dev/skiff/apiserver/internal/e2bapi"
+	"github.com/skiff-dev/skiff/shared/idlebody"
 	sandboxdv1 "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -343,6 +344,9 @@ func (b *Backend) ServeVolumeContent(w http.ResponseWriter, r *http.Request, tea
 	}
 	n := ref.nodes[0]
 	target := &url.URL{Scheme: "http", Host: n.Spec.Endpoint}
+	// The server's whole-request read timeout is lifted for the body: an
+	// upload takes as long as it takes while it moves.
+	body := idlebody.Watch(w, r, b.bodyIdle)
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -350,10 +354,25 @@ func (b *Backend) ServeVolumeContent(w http.ResponseWriter, r *http.Request, tea
 			pr.Out.URL.RawPath = ""
 			pr.Out.Header.Set("Authorization", "Bearer "+b.tokens(n.Name))
 			pr.Out.Header.Set(volumeTeamHeader, team)
+			if body != nil && pr.Out.Body != nil {
+				// The outgoing request's body only: the server's r.Body
+				// keeps net/http's type, from which it decides whether
+				// the connection may serve another request.
+				pr.Out.Body = body.Wrap(pr.Out.Body)
+			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			b.hostUnreachable(r.Context(), n.Name, err)
-			e2bapi.WriteContentError(w, http.StatusServiceUnavailable, "the volume's host is not answering; retry later")
+			switch {
+			case body.TimedOut():
+				e2bapi.WriteContentError(w, http.StatusRequestTimeout, fmt.Sprintf("the request's body sent nothing for %s", b.bodyIdle))
+			case body.Broken():
+				// The client went away, or its body broke off: the
+				// host is not at fault.
+				e2bapi.WriteContentError(w, http.StatusBadRequest, "the request's body broke off")
+			default:
+				b.hostUnreachable(r.Context(), n.Name, err)
+				e2bapi.WriteContentError(w, http.StatusServiceUnavailable, "the volume's host is not answering; retry later")
+			}
 		},
 	}
 	proxy.ServeHTTP(w, r)

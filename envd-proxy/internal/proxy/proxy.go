@@ -22,6 +22,7 @@ import (
 
 	"github.com/skiff-dev/skiff/envd-proxy/internal/fleet"
 	"github.com/skiff-dev/skiff/envd-proxy/internal/route"
+	"github.com/skiff-dev/skiff/shared/idlebody"
 	"github.com/skiff-dev/skiff/shared/routing"
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 	"github.com/skiff-dev/skiff/shared/tracing"
@@ -118,7 +119,7 @@ type forward struct {
 	token  string              // the client's X-Access-Token, for token learning
 	method string
 	path   string
-	body   *idleBody // nil: no body, or no idle timeout
+	body   *idlebody.Body // nil: no body, or no idle timeout
 	start  time.Time
 	status int // what the client got; 0 while none
 }
@@ -198,25 +199,13 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // watchBody puts a request's body, if it has one, under the body idle
-// timeout (idleBody), and returns it; nil when there is none. The first
-// deadline is set at once: it also bounds what the server drains of the
-// body after an answer the proxy gives itself.
-//
-// r.Body stays as it is: rewrite wraps the forwarded request's body. The
-// server decides from the type of r.Body whether a connection whose body
-// was left unread may serve another request, and full duplex skips its
-// drain; with r.Body replaced, an upload answered early (envd's 401, an
-// app's 413) would leave its connection open and the rest of its body
-// would be read as the next requests.
-func (p *Proxy) watchBody(w http.ResponseWriter, r *http.Request) *idleBody {
-	if p.bodyIdle <= 0 || r.Body == nil || r.Body == http.NoBody || r.Header.Get("Upgrade") != "" {
+// timeout (package idlebody), and returns it; nil when there is none.
+// r.Body stays as it is: rewrite wraps the forwarded request's body.
+func (p *Proxy) watchBody(w http.ResponseWriter, r *http.Request) *idlebody.Body {
+	if r.Header.Get("Upgrade") != "" {
 		return nil
 	}
-	b := &idleBody{rc: http.NewResponseController(w), idle: p.bodyIdle}
-	if err := b.rc.SetReadDeadline(time.Now().Add(p.bodyIdle)); err != nil {
-		return nil
-	}
-	return b
+	return idlebody.Watch(w, r, p.bodyIdle)
 }
 
 // blockedPath reports whether path, or its cleaned form (which envd's mux
@@ -240,8 +229,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		// net/http's own type, so that net/http still decides from it
 		// whether the connection can serve another request (see
 		// watchBody).
-		fw.body.ReadCloser = pr.Out.Body
-		pr.Out.Body = fw.body
+		pr.Out.Body = fw.body.Wrap(pr.Out.Body)
 	}
 	if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 		pr.Out.Header["X-Forwarded-For"] = xff // SetXForwarded appends the client
@@ -315,7 +303,7 @@ func learnable(method, p, token string, status int) bool {
 // proxyError answers a failure to reach sandboxd or to read its answer.
 func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	fw, _ := r.Context().Value(forwardKey{}).(*forward)
-	if fw != nil && fw.body.timedOut() {
+	if fw != nil && fw.body.TimedOut() {
 		// The client stalled; its connection's read failed (which also
 		// cancelled r's context), and it is closed after this answer.
 		fw.status = http.StatusRequestTimeout
@@ -360,7 +348,7 @@ func (p *Proxy) TooManyRequests(w http.ResponseWriter, _ *http.Request) {
 // bodyFailed logs a response body that ended early: sandboxd (or the
 // sandbox) failing midway is a warning; the client going away is not.
 func (p *Proxy) bodyFailed(r *http.Request, fw *forward, err error) {
-	if fw.body.timedOut() {
+	if fw.body.TimedOut() {
 		p.log.InfoContext(r.Context(), "request body idle: cut", "sandbox", fw.target.SandboxID, "port", fw.target.Port,
 			"idle_timeout", p.bodyIdle)
 		return
