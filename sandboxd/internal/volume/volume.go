@@ -176,7 +176,7 @@ func storeID(dir string) (string, error) {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	id := hex.EncodeToString(b)
-	if err := writeExclusive(path, []byte(id+"\n")); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := writeExclusive(path, filepath.Join(dir, "records"), []byte(id+"\n")); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", err
 	}
 	got, err := os.ReadFile(path)
@@ -276,12 +276,14 @@ func (s *Store) Create(team, name string) (*Volume, error) {
 		undo()
 		return nil, err
 	}
-	if err := writeExclusive(s.namePath(team, name), []byte(v.ID)); err != nil {
+	if err := writeExclusive(s.namePath(team, name), filepath.Join(s.opts.Dir, "records"), []byte(v.ID)); err != nil {
 		undo()
 		if errors.Is(err, fs.ErrExist) {
 			// A volume by that name whose record is gone (a delete that
-			// crashed) gives its name up; then try again.
-			if id, _ := s.nameOwner(team, name); id != "" && !s.exists(id) {
+			// crashed) gives its name up, and so does an empty name (a
+			// create of an older sandboxd that crashed between making the
+			// file and writing it); then try again.
+			if id, err := s.nameOwner(team, name); err == nil && (id == "" || !s.exists(id)) {
 				if rerr := os.Remove(s.namePath(team, name)); rerr == nil {
 					return s.Create(team, name)
 				}
@@ -525,6 +527,18 @@ func (s *Store) Delete(team, id string, live func(Lease) bool) error {
 		return err
 	}
 	defer s.lock(v.ID)()
+	return s.deleteLocked(v, live)
+}
+
+// deleteLocked is Delete of v, found before its lock was taken.
+func (s *Store) deleteLocked(v *Volume, live func(Lease) bool) error {
+	// Another delete of it may have come first (it held the lock), and
+	// a new volume taken the name since: that one's name stays.
+	if owner, err := s.nameOwner(v.Team, v.Name); errors.Is(err, fs.ErrNotExist) || (err == nil && owner != v.ID) {
+		return ErrNotFound
+	} else if err != nil {
+		return err
+	}
 	ls, err := s.Leases(v.ID)
 	if err != nil {
 		return err
@@ -690,14 +704,20 @@ func writeDurable(path string, b []byte) error {
 }
 
 // writeExclusive makes path with b, failing with fs.ErrExist when it is
-// there, and syncs it and its directory.
-func writeExclusive(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+// there, and syncs it and its directory. The file is whole or absent, even
+// across a crash: b is written and synced to a temporary file in tmpDir
+// (on path's filesystem, where gc removes leftovers), which is then linked
+// at path, and a link fails when path is there.
+func writeExclusive(path, tmpDir string, b []byte) error {
+	f, err := os.CreateTemp(tmpDir, ".tmp-")
 	if err != nil {
 		return err
 	}
+	defer os.Remove(f.Name())
 	if err := writeSynced(f, b); err != nil {
-		_ = os.Remove(path)
+		return err
+	}
+	if err := os.Link(f.Name(), path); err != nil {
 		return err
 	}
 	return syncDir(filepath.Dir(path))

@@ -239,3 +239,56 @@ func holdCopy(t *testing.T) {
 		_ = cmd.Wait()
 	})
 }
+
+// TestDeleteTwiceKeepsTheNewName: two deletes of one volume both find it;
+// the first removes it and a new volume takes its name before the second
+// gets the volume's lock. The second finds it gone, and the new volume
+// keeps its name (and so its files at the next start).
+func TestDeleteTwiceKeepsTheNewName(t *testing.T) {
+	s := openStore(t, Options{})
+	v, err := s.Create("team-a", "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noneLive := func(Lease) bool { return false }
+	if err := s.Delete("team-a", v.ID, noneLive); err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Create("team-a", "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock := s.lock(v.ID)
+	err = s.deleteLocked(v, noneLive) // the second delete, found before the first
+	unlock()
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the second delete: %v, want ErrNotFound", err)
+	}
+	if got, err := s.Get("team-a", "", "again"); err != nil || got.ID != w.ID {
+		t.Fatalf("the new volume of the name: %+v, %v; want %s", got, err, w.ID)
+	}
+}
+
+// TestEmptyNameReclaimed: a name file left empty (a create of an older
+// sandboxd that crashed between making it and writing it) does not hold
+// the name forever; and a name is written whole or not at all.
+func TestEmptyNameReclaimed(t *testing.T) {
+	s := openStore(t, Options{})
+	if err := os.MkdirAll(filepath.Dir(s.namePath("team-a", "stuck")), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.namePath("team-a", "stuck"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.Create("team-a", "stuck")
+	if err != nil {
+		t.Fatalf("create over an empty name: %v", err)
+	}
+	if owner, err := s.nameOwner("team-a", "stuck"); err != nil || owner != v.ID {
+		t.Fatalf("the name holds %q, %v; want %s", owner, err, v.ID)
+	}
+	tmps, _ := filepath.Glob(filepath.Join(s.opts.Dir, "records", ".tmp-*"))
+	if len(tmps) != 0 {
+		t.Fatalf("temporary files left: %v", tmps)
+	}
+}
