@@ -328,7 +328,10 @@ func (b *Backend) ServeVolumeContent(w http.ResponseWriter, r *http.Request, tea
 	ref, err := b.findVolume(r.Context(), team, id, "", false)
 	switch {
 	case errors.Is(err, e2bapi.ErrNotFound):
-		e2bapi.WriteContentError(w, http.StatusNotFound, "volume not found")
+		// Its token is good, so the volume was deleted since; the SDK
+		// takes a 404 for a missing path (exists('/') would be false),
+		// as sandboxd's own answer for it knows.
+		e2bapi.WriteContentError(w, http.StatusGone, "the volume was deleted")
 		return
 	case errors.Is(err, e2bapi.ErrUnavailable):
 		msg := "the volume's host is not answering; retry later"

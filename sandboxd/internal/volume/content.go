@@ -35,6 +35,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -97,8 +98,19 @@ func classify(op, p string, err error) error {
 		return &contentError{http.StatusBadRequest, fmt.Sprintf("failed to %s: %q is not a regular file or a directory", op, p)}
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return &contentError{http.StatusInsufficientStorage, fmt.Sprintf("failed to %s: the volume is full", op)}
+	case escapes(err):
+		// A symlink to an absolute path or above the root, made inside a
+		// sandbox: e2b's chroot resolves it within the volume, where it
+		// is most often missing. os.Root refuses it instead.
+		return &contentError{http.StatusNotFound, fmt.Sprintf("failed to %s: %q not found.", op, p)}
 	}
 	return fmt.Errorf("%s %q: %w", op, p, err)
+}
+
+// escapes reports whether err is os.Root's refusal of a path that leaves
+// the root, which the os package does not export.
+func escapes(err error) bool {
+	return strings.Contains(err.Error(), "path escapes from parent")
 }
 
 // clean is e2b's path normalisation: absolute, cleaned.

@@ -370,3 +370,20 @@ func TestListCutOffWhenTheClientGoes(t *testing.T) {
 	}()
 	ContentHandler(w, httptest.NewRequest(http.MethodGet, "/dir?"+q("path", "/").Encode(), nil), dir, "dir")
 }
+
+// A symlink made inside a sandbox to an absolute path or above the root
+// (which e2b's chroot resolves within the volume, most often to nothing)
+// answers 404, as a missing path, not 500.
+func TestContentEscapingSymlink(t *testing.T) {
+	dir := t.TempDir()
+	for name, target := range map[string]string{"abs": "/home/user/vol/missing", "up": "../../etc/passwd"} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := content{t, dir}
+	for _, p := range []string{"/abs", "/up"} {
+		st, b := c.do("GET", "file", q("path", p), "")
+		c.errorOf(st, b, http.StatusNotFound, "not found")
+	}
+}
