@@ -161,6 +161,7 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		Tokens:          tokens,
 		NodeToken:       nodeTokens.For,
 		BodyIdleTimeout: o.BodyIdleTimeout,
+		TrustedProxies:  trustedProxies,
 		Transport:       proxy.NewTransport(proxy.TransportOptions{}, metrics),
 		Metrics:         metrics,
 		Logger:          log,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/http/httptest"
 	"sync"
 	"sync/atomic"
@@ -100,6 +101,7 @@ type harnessOptions struct {
 	// nodeToken is each node's token; nil: nodeToken for every node.
 	nodeToken func(node string) string
 	quiet     bool // log at info, as in production (benchmarks), not debug
+	trusted   []netip.Prefix
 }
 
 func newHarness(t testing.TB, opts harnessOptions, ups ...*upstream) *harness {
@@ -123,7 +125,7 @@ func newHarness(t testing.TB, opts harnessOptions, ups ...*upstream) *harness {
 	if opts.nodeToken == nil {
 		opts.nodeToken = func(string) string { return nodeToken }
 	}
-	h.proxy = New(Config{Fleet: h.index, Tokens: h.tokens, NodeToken: opts.nodeToken, Ready: h.ready.Load, Logger: log})
+	h.proxy = New(Config{Fleet: h.index, Tokens: h.tokens, NodeToken: opts.nodeToken, Ready: h.ready.Load, Logger: log, TrustedProxies: opts.trusted})
 	h.srv = httptest.NewServer(h.proxy)
 	t.Cleanup(h.srv.Close)
 	return h

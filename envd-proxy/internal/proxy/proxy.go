@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"path"
 	"strconv"
 	"strings"
@@ -51,6 +52,10 @@ type Config struct {
 	// BodyIdleTimeout cuts a request whose body sends nothing for this
 	// long (408); 0 never does.
 	BodyIdleTimeout time.Duration
+	// TrustedProxies are the reverse proxies in front of this one (an L7
+	// ingress that ends TLS): the X-Forwarded-Proto and X-Forwarded-Host
+	// of a request from one of them are the client's, and pass on.
+	TrustedProxies []netip.Prefix
 	// Transport reaches sandboxd; nil means NewTransport with defaults.
 	Transport http.RoundTripper
 	// Metrics may be nil.
@@ -67,6 +72,7 @@ type Proxy struct {
 	tokens    *route.Tokens
 	nodeToken func(node string) string
 	bodyIdle  time.Duration
+	trusted   []netip.Prefix
 	metrics   *Metrics
 	log       *slog.Logger
 	rp        *httputil.ReverseProxy
@@ -88,6 +94,7 @@ func New(cfg Config) *Proxy {
 		cfg.Ready = func() bool { return true }
 	}
 	p := &Proxy{fleet: cfg.Fleet, ready: cfg.Ready, tokens: cfg.Tokens, nodeToken: cfg.NodeToken, bodyIdle: cfg.BodyIdleTimeout,
+		trusted: cfg.TrustedProxies,
 		metrics: cfg.Metrics, log: cfg.Logger}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: p.rewrite,
@@ -231,10 +238,23 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		// watchBody).
 		pr.Out.Body = fw.body.Wrap(pr.Out.Body)
 	}
+	// ReverseProxy cleaned the query (dropping pairs with ';' or a bad
+	// escape) before rewrite: the client's passes as it came.
+	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 		pr.Out.Header["X-Forwarded-For"] = xff // SetXForwarded appends the client
 	}
 	pr.SetXForwarded()
+	if p.fromTrusted(pr.In) {
+		// An ingress that ended TLS knows the client's scheme and host;
+		// this hop's (http, its own address) would tell the sandbox's
+		// app that it is served over plain http.
+		for _, name := range [...]string{"X-Forwarded-Proto", "X-Forwarded-Host"} {
+			if v := pr.In.Header.Values(name); len(v) > 0 {
+				pr.Out.Header[name] = append([]string(nil), v...)
+			}
+		}
+	}
 	h := pr.Out.Header
 	for name := range h {
 		if isNodeTokenHeader(name) {
@@ -244,6 +264,24 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	h.Set(wire.NodeTokenHeader, p.nodeToken(fw.node.Name))
 	h.Set(wire.SandboxIDHeader, fw.target.SandboxID)
 	h.Set(wire.SandboxPortHeader, strconv.Itoa(int(fw.target.Port)))
+}
+
+// fromTrusted reports whether r came from one of the trusted proxies.
+func (p *Proxy) fromTrusted(r *http.Request) bool {
+	if len(p.trusted) == 0 {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	addr := ap.Addr().Unmap().WithZone("")
+	for _, pfx := range p.trusted {
+		if pfx.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // isNodeTokenHeader reports whether a header name is, or could be taken

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -475,6 +476,40 @@ func TestErrorsNameNoAddress(t *testing.T) {
 		}
 		if !strings.Contains(h.logs.String(), u.endpoint()) {
 			t.Errorf("%s: the log does not name the endpoint %s:\n%s", u.node, u.endpoint(), h.logs)
+		}
+	}
+}
+
+// Behind a trusted reverse proxy that ends TLS, the client's scheme and
+// host pass on (an app behind https must not be told http); from any other
+// client they are this hop's. The query passes as it came, pairs Go's
+// parser would drop (';', a bad escape) included.
+func TestForwardedSchemeAndRawQuery(t *testing.T) {
+	for _, trusted := range []bool{false, true} {
+		a := newUpstream(t, "node-a", ok("node-a"))
+		var opts harnessOptions
+		if trusted {
+			opts.trusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		}
+		h := newHarness(t, opts, a)
+		id := sandbox(t, "node-a")
+		req := h.request(http.MethodGet, "/p?a=1;b=2&q=100%", id, "8080", nil)
+		req.Header.Set("X-Forwarded-Proto", "https")
+		req.Header.Set("X-Forwarded-Host", "app.example.com")
+		if resp, body := h.do(req); resp.StatusCode != http.StatusOK {
+			t.Fatalf("trusted %v: %d %s", trusted, resp.StatusCode, body)
+		}
+		got := a.last(t)
+		proto, host := got.Header.Values("X-Forwarded-Proto"), got.Header.Values("X-Forwarded-Host")
+		wantProto, wantHost := "http", strings.TrimPrefix(h.srv.URL, "http://")
+		if trusted {
+			wantProto, wantHost = "https", "app.example.com"
+		}
+		if len(proto) != 1 || proto[0] != wantProto || len(host) != 1 || host[0] != wantHost {
+			t.Errorf("trusted %v: sandboxd got X-Forwarded-Proto %q, -Host %q; want %q, %q", trusted, proto, host, wantProto, wantHost)
+		}
+		if got.URL.RawQuery != "a=1;b=2&q=100%" {
+			t.Errorf("trusted %v: sandboxd got the query %q, want it as sent", trusted, got.URL.RawQuery)
 		}
 	}
 }

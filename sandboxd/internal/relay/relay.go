@@ -332,6 +332,9 @@ var forwardedHeaders = [...]string{"X-Forwarded-For", "X-Forwarded-Host", "X-For
 func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(targetKey{}).(relayed)
 	pr.SetURL(rt.upstream)
+	// ReverseProxy cleaned the query (dropping pairs with ';' or a bad
+	// escape) before rewrite: the client's passes as it came.
+	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	pr.Out.Host = pr.In.Host
 	pr.Out.Header.Del(TrafficTokenHeader)
 	pr.SetXForwarded()

@@ -644,3 +644,24 @@ func TestForwardedHeadersPassThrough(t *testing.T) {
 		t.Errorf("masked, through the proxy: %s, want %s", got, want)
 	}
 }
+
+// The query reaches the sandbox's app as the client sent it, with the pairs
+// Go's parser would drop (';', a bad escape).
+func TestRawQueryPassesThrough(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.URL.RawQuery)
+	}))
+	defer upstream.Close()
+	relay, _ := startRelay(t)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, relay.URL+"/p?a=1;b=2&q=100%", nil)
+	req.Host = portOf(t, upstream.URL) + "-" + sandboxID + ".sandbox.example.com"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if string(body) != "a=1;b=2&q=100%" {
+		t.Fatalf("the sandbox got the query %q, want it as sent", body)
+	}
+}
