@@ -156,7 +156,7 @@ func TestSlowBodyAnswers408(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		wantE2BError(t, "a body sent in parts", answer{resp.StatusCode, resp.Header}, string(b), http.StatusBadRequest) // the unknown template
+		wantE2BError(t, "a body sent in parts", answer{resp.StatusCode, resp.Header}, string(b), http.StatusNotFound) // the unknown template
 		time.Sleep(2 * timeout)
 		if _, err := io.WriteString(conn, "GET /v2/sandboxes HTTP/1.1\r\nHost: "+addr+"\r\nX-API-Key: "+key+"\r\n\r\n"); err != nil {
 			t.Fatal(err)

@@ -378,7 +378,7 @@ func TestKubeMode(t *testing.T) {
 		}
 	})
 
-	t.Run("creates: unknown template 400, one no fresh node holds 503", func(t *testing.T) {
+	t.Run("creates: unknown template 404, one no fresh node holds 503", func(t *testing.T) {
 		for _, name := range []string{"go", "golang"} {
 			code, body := a.call(keyA, http.MethodPost, "/v2/sandboxes", `{"templateID":"`+name+`"}`)
 			if code != http.StatusServiceUnavailable || !strings.Contains(string(body), `"error_code":"sandbox_capacity_unavailable"`) {
@@ -386,8 +386,8 @@ func TestKubeMode(t *testing.T) {
 			}
 		}
 		code, body := a.call(keyA, http.MethodPost, "/v2/sandboxes", `{"templateID":"ruby"}`)
-		if code != http.StatusBadRequest || !strings.Contains(string(body), "templateID") {
-			t.Errorf("create ruby (no such template) = %d %s, want 400 naming templateID", code, body)
+		if code != http.StatusNotFound || !strings.Contains(string(body), "template 'ruby' not found") {
+			t.Errorf("create ruby (no such template) = %d %s, want e2b's 404", code, body)
 		}
 		if n := staleHits.Load(); n != 0 {
 			t.Errorf("the stale node's endpoint got %d requests", n)

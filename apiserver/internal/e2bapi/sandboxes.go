@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/skiff-dev/skiff/shared/sandboxid"
 )
@@ -55,10 +56,11 @@ type autoResumeBody struct {
 // features Skiff does not have. It does not resolve the template.
 func (s *server) createParams(b *newSandboxBody, v2 bool) (CreateParams, string, error) {
 	var p CreateParams
-	if b.TemplateID == nil || *b.TemplateID == "" {
+	if b.TemplateID == nil || strings.TrimSpace(*b.TemplateID) == "" {
 		return p, "", required("templateID")
 	}
-	name := *b.TemplateID
+	// As e2b's id.ParseName: trimmed, and case does not matter.
+	name := strings.ToLower(strings.TrimSpace(*b.TemplateID))
 	if len(name) > maxTemplateNameLength {
 		return p, "", Invalid("templateID", "is longer than %d bytes", maxTemplateNameLength)
 	}
@@ -123,7 +125,7 @@ func (s *server) create(v2 bool) teamHandler {
 		}
 		tpl, err := s.backend.Template(r.Context(), team, name)
 		if errors.Is(err, ErrNotFound) {
-			writeError(w, http.StatusBadRequest, "", "templateID: template %s not found", echo(name))
+			writeTemplateNotFound(w, name)
 			return
 		}
 		if err != nil {
@@ -139,7 +141,7 @@ func (s *server) create(v2 bool) teamHandler {
 			// A not-found here is the template vanishing between lookup and
 			// create: still the caller's templateID.
 			if errors.Is(err, ErrNotFound) {
-				writeError(w, http.StatusBadRequest, "", "templateID: template %s not found", echo(name))
+				writeTemplateNotFound(w, name)
 				return
 			}
 			s.writeBackendError(w, r, err, "template "+echo(name))
@@ -252,10 +254,17 @@ type timeoutBody struct {
 	Timeout *int64 `json:"timeout"`
 }
 
+// writeTemplateNotFound answers a create whose template is unknown as e2b
+// does: 404 "template 'x' not found".
+func writeTemplateNotFound(w http.ResponseWriter, name string) {
+	writeError(w, http.StatusNotFound, "", "template '%s' not found", strings.Trim(echo(name), `"`))
+}
+
 // setTimeout serves POST /sandboxes/{id}/timeout: end = now + timeout,
-// shorter or longer. As in e2b's API, a timeout of 0 ends the sandbox now
-// (killed, or paused with auto-pause), and a negative one is a 400 (e2b's
-// OpenAPI validation: minimum 0).
+// shorter or longer, at most the longest timeout (as e2b's, which cuts
+// it). As in e2b's API, a timeout of 0 ends the sandbox now (killed, or
+// paused with auto-pause), and a negative one is a 400 (e2b's OpenAPI
+// validation: minimum 0).
 func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, team, id string) {
 	var body timeoutBody
 	if !decodeBody(w, r, &body) {
@@ -265,11 +274,13 @@ func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, team, id str
 		writeInvalid(w, required("timeout"))
 		return
 	}
-	timeout, err := seconds("timeout", body.Timeout, 0, 0, s.maxTimeout)
-	if err != nil {
-		writeInvalid(w, err)
+	if *body.Timeout < 0 {
+		writeInvalid(w, Invalid("timeout", "must not be negative, got %d", *body.Timeout))
 		return
 	}
+	// As e2b's: a timeout past the longest a sandbox may live is cut to
+	// it, not refused.
+	timeout := time.Duration(min(*body.Timeout, int64(s.maxTimeout/time.Second))) * time.Second
 	if err := s.backend.SetTimeout(r.Context(), team, id, timeout, false); err != nil {
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return
@@ -282,7 +293,8 @@ type refreshBody struct {
 }
 
 // refresh serves the legacy keep-alive POST /sandboxes/{id}/refreshes:
-// the end moves to now + duration (≤ 1 h, default 15 s) if that is later.
+// the end moves to now + duration (15 s to 1 h, 15 s if less or none) if
+// that is later.
 func (s *server) refresh(w http.ResponseWriter, r *http.Request, team, id string) {
 	var body refreshBody
 	if !decodeBody(w, r, &body) {
@@ -293,6 +305,7 @@ func (s *server) refresh(w http.ResponseWriter, r *http.Request, team, id string
 		writeInvalid(w, err)
 		return
 	}
+	d = max(d, min(defaultRefresh, s.maxTimeout)) // e2b's: at least its default
 	if err := s.backend.SetTimeout(r.Context(), team, id, d, true); err != nil {
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return

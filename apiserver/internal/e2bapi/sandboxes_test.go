@@ -25,6 +25,7 @@ func TestCreateDefaults(t *testing.T) {
 		{"v1 secure as the SDKs send it", "/sandboxes", `{"templateID":"base","timeout":300,"secure":true,"allow_internet_access":true}`, 300 * time.Second, true, true},
 		{"v2 minimal body", "/v2/sandboxes", `{"templateID":"base"}`, 300 * time.Second, true, true},
 		{"v2 ignores secure=false", "/v2/sandboxes", `{"templateID":"base","secure":false,"timeout":60}`, 60 * time.Second, true, true},
+		{"template trimmed, of any case", "/v2/sandboxes", `{"templateID":" Base "}`, 300 * time.Second, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, h := newTestServer(t)
@@ -107,7 +108,7 @@ func TestCreateInvalid(t *testing.T) {
 		{"empty body", ``, 400, "templateID"},
 		{"empty templateID", `{"templateID":""}`, 400, "templateID"},
 		{"templateID not a string", `{"templateID":7}`, 400, "templateID"},
-		{"unknown template", `{"templateID":"nope"}`, 400, "templateID"},
+		{"unknown template", `{"templateID":"nope"}`, 404, "template 'nope' not found"},
 		{"long templateID", `{"templateID":"` + strings.Repeat("a", 300) + `"}`, 400, "templateID"},
 		{"timeout string", `{"templateID":"base","timeout":"300"}`, 400, "timeout"},
 		{"timeout fraction", `{"templateID":"base","timeout":1.5}`, 400, "timeout"},
@@ -393,11 +394,17 @@ func TestSetTimeoutAndRefresh(t *testing.T) {
 	if f.lastTimeout != 30*time.Second || f.lastExtend || !f.endAt(id).Equal(t0.Add(30*time.Second)) {
 		t.Fatalf("setTimeout: %v extend=%v end %v", f.lastTimeout, f.lastExtend, f.endAt(id))
 	}
-	for _, body := range []string{``, `{}`, `{"timeout":-1}`, `{"timeout":"1"}`, `{"timeout":86401}`} {
+	for _, body := range []string{``, `{}`, `{"timeout":-1}`, `{"timeout":"1"}`} {
 		wantError(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/timeout", body, keyA), 400, "timeout")
 		if !f.endAt(id).Equal(t0.Add(30 * time.Second)) {
 			t.Fatalf("timeout %s moved the end", body)
 		}
+	}
+	// As in e2b's API, a timeout past the longest is cut to it.
+	other := f.add(teamA, StateRunning, t0, nil)
+	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+other+"/timeout", `{"timeout":172800}`, keyA), http.StatusNoContent)
+	if f.lastTimeout != 24*time.Hour {
+		t.Fatalf("setTimeout of 48 h: the backend got %v, want 24h", f.lastTimeout)
 	}
 	// As in e2b's API, 0 ends the sandbox now (killed; paused with
 	// auto-pause).
@@ -417,6 +424,10 @@ func TestSetTimeoutAndRefresh(t *testing.T) {
 	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/refreshes", ``, keyA), http.StatusNoContent)
 	if f.lastTimeout != 15*time.Second || !f.lastExtend {
 		t.Fatalf("refresh default: %v extend=%v", f.lastTimeout, f.lastExtend)
+	}
+	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/refreshes", `{"duration":3}`, keyA), http.StatusNoContent)
+	if f.lastTimeout != 15*time.Second {
+		t.Fatalf("refresh of 3 s: %v, want e2b's least, 15 s", f.lastTimeout)
 	}
 	wantStatus(t, do(t, h, http.MethodPost, "/sandboxes/"+id+"/refreshes", `{"duration":3600}`, keyA), http.StatusNoContent)
 	for _, body := range []string{`{"duration":3601}`, `{"duration":-1}`, `{"duration":true}`} {

@@ -242,11 +242,11 @@ func TestKubeModeThroughTheE2BAPI(t *testing.T) {
 	if code, _ = s.call(s.keyB, http.MethodGet, "/sandboxes/"+id, nil); code != http.StatusNotFound {
 		t.Errorf("get by team-b: %d", code)
 	}
-	// A template no host holds: 503 in e2b's shape; an unknown one: 400.
+	// A template no host holds: 503 in e2b's shape; an unknown one: 404.
 	if code, body = s.call(s.keyA, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": "cuda"}); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "sandbox_capacity_unavailable") {
 		t.Errorf("create gpu: %d %s", code, body)
 	}
-	if code, body = s.call(s.keyA, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": "no-such"}); code != http.StatusBadRequest || !strings.Contains(string(body), "templateID") {
+	if code, body = s.call(s.keyA, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": "no-such"}); code != http.StatusNotFound || !strings.Contains(string(body), "template 'no-such' not found") {
 		t.Errorf("create no-such: %d %s", code, body)
 	}
 	// Kill, then it is gone.

@@ -148,8 +148,8 @@ func TestSingleHostThroughTheE2BAPI(t *testing.T) {
 	if code, _ = s.call("e2b_"+strings.Repeat("0", 40), http.MethodGet, "/v2/sandboxes", nil); code != http.StatusUnauthorized {
 		t.Errorf("wrong key: %d", code)
 	}
-	// An unknown template is a 400 naming it, and reaches no host.
-	if code, body = s.call(s.keyA, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": "no-such"}); code != http.StatusBadRequest || !strings.Contains(string(body), "templateID") {
+	// An unknown template is e2b's 404 naming it, and reaches no host.
+	if code, body = s.call(s.keyA, http.MethodPost, "/v2/sandboxes", map[string]any{"templateID": "no-such"}); code != http.StatusNotFound || !strings.Contains(string(body), "template 'no-such' not found") {
 		t.Errorf("unknown template: %d %s", code, body)
 	}
 	// Pause, pause again (409), connect resumes it (201), then kill (204),

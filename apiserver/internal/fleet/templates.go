@@ -48,7 +48,8 @@ func (b *Backend) Templates(ctx context.Context, _ string) ([]e2bapi.Template, e
 // Template resolves a template name or alias through the catalog, and
 // else one of the team's snapshots.
 func (b *Backend) Template(ctx context.Context, team string, name string) (*e2bapi.Template, error) {
-	t, err := b.catalog.Template(ctx, name)
+	// e2b's default tag is no tag: "base:default" is "base".
+	t, err := b.catalog.Template(ctx, trimDefaultTag(name))
 	if errors.Is(err, e2bapi.ErrNotFound) && team != "" {
 		if ref, ok := e2bapi.ParseSnapshotRef(team, name); ok {
 			s, serr := b.findSnapshot(ctx, team, ref)
@@ -260,4 +261,12 @@ func fromSandboxTemplate(st *v1beta1.SandboxTemplate) e2bapi.Template {
 		EnvdVersion: st.Spec.EnvdVersion,
 		CreatedAt:   st.CreationTimestamp.Time,
 	}
+}
+
+// trimDefaultTag is name without a ":default" tag (of any case).
+func trimDefaultTag(name string) string {
+	if base, tag, ok := strings.Cut(name, ":"); ok && strings.EqualFold(tag, "default") {
+		return base
+	}
+	return name
 }

@@ -202,3 +202,18 @@ func TestSandboxTemplates(t *testing.T) {
 		return errors.Is(err, e2bapi.ErrNotFound)
 	})
 }
+
+// A template named with e2b's default tag is the template: "big:default"
+// (any case of the tag) is "big"; another tag is not.
+func TestTemplateDefaultTag(t *testing.T) {
+	h := newHarness(t, newFakeNode("node-a", "big"))
+	b := withCatalog(t, h, mapCatalog{"big": {ID: "big"}}, fleet.Defaults{})
+	for _, name := range []string{"big", "big:default", "big:DEFAULT"} {
+		if tpl, err := b.Template(t.Context(), "team1", name); err != nil || tpl.ID != "big" {
+			t.Errorf("Template(%q) = %+v, %v; want big", name, tpl, err)
+		}
+	}
+	if _, err := b.Template(t.Context(), "team1", "big:v2"); !errors.Is(err, e2bapi.ErrNotFound) {
+		t.Errorf("Template(big:v2) = %v, want ErrNotFound", err)
+	}
+}
