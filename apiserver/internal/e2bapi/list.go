@@ -204,7 +204,9 @@ func (s *server) list(v2 bool) teamHandler {
 		}
 		page, next := selectPage(all, lq, templates)
 		out := make([]listedSandboxJSON, 0, len(page))
+		names := newAliases(r.Context(), s, team)
 		for i := range page {
+			names.fill(&page[i])
 			out = append(out, s.listedJSON(&page[i]))
 		}
 		if next != "" {

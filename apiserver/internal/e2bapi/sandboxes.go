@@ -1,6 +1,7 @@
 package e2bapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -85,6 +86,17 @@ func (s *server) createParams(b *newSandboxBody, v2 bool) (CreateParams, string,
 	if err != nil {
 		return p, "", err
 	}
+	// e2b's checks, in its words.
+	filesOnly := b.AutoPauseMemory != nil && !*b.AutoPauseMemory
+	switch {
+	case filesOnly && (b.AutoPause == nil || !*b.AutoPause):
+		return p, "", &InvalidError{Reason: "autoPauseMemory=false only applies when autoPause is true."}
+	case filesOnly && b.AutoResume != nil && b.AutoResume.Enabled != nil && *b.AutoResume.Enabled:
+		return p, "", &InvalidError{Reason: "autoPauseMemory=false (filesystem-only auto-pause) cannot be combined with autoResume: " +
+			"a filesystem-only snapshot cannot be auto-resumed by traffic and must be resumed explicitly."}
+	case b.Network.publicTraffic() != nil && !*b.Network.publicTraffic() && !v2 && (b.Secure == nil || !*b.Secure):
+		return p, "", &InvalidError{Reason: "You cannot create a sandbox without public access unless you enable secure envd access via 'secure' flag."}
+	}
 	if len(b.MCP) > 0 {
 		return p, "", unsupported("mcp (the MCP gateway)")
 	}
@@ -147,9 +159,7 @@ func (s *server) create(v2 bool) teamHandler {
 			s.writeBackendError(w, r, err, "template "+echo(name))
 			return
 		}
-		if sb.Alias == "" {
-			sb.Alias = p.Alias
-		}
+		sb.Alias = templateAlias(tpl)
 		writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
 	}
 }
@@ -197,6 +207,7 @@ func (s *server) connect(v2 bool) sandboxHandler {
 		if resumed {
 			status = http.StatusCreated
 		}
+		newAliases(r.Context(), s, team).fill(sb)
 		writeJSON(w, status, s.sandboxJSON(sb))
 	}
 }
@@ -227,6 +238,7 @@ func (s *server) resume(w http.ResponseWriter, r *http.Request, team, id string)
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return
 	}
+	newAliases(r.Context(), s, team).fill(sb)
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(sb))
 }
 
@@ -237,6 +249,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, team, id string) {
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return
 	}
+	newAliases(r.Context(), s, team).fill(sb)
 	writeJSON(w, http.StatusOK, s.detailJSON(sb))
 }
 
@@ -372,4 +385,43 @@ func (s *server) updateNetwork(w http.ResponseWriter, r *http.Request, team, id 
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// templateAlias is the alias e2b's API gives a sandbox of t (the SDK's
+// info.name): its first alias; here, where a template's ID is its name,
+// the ID when it has none.
+func templateAlias(t *Template) string {
+	if len(t.Aliases) > 0 {
+		return t.Aliases[0]
+	}
+	return t.ID
+}
+
+// aliases finds sandboxes' aliases (templateAlias) for one request,
+// looking each template up once.
+type aliases struct {
+	ctx  context.Context
+	s    *server
+	team string
+	seen map[string]string
+}
+
+func newAliases(ctx context.Context, s *server, team string) *aliases {
+	return &aliases{ctx: ctx, s: s, team: team, seen: map[string]string{}}
+}
+
+// fill sets sb's alias when the backend left it empty: its template's, or
+// none when the template is gone.
+func (a *aliases) fill(sb *Sandbox) {
+	if sb.Alias != "" || sb.TemplateID == "" {
+		return
+	}
+	alias, ok := a.seen[sb.TemplateID]
+	if !ok {
+		if t, err := a.s.backend.Template(a.ctx, a.team, sb.TemplateID); err == nil {
+			alias = templateAlias(t)
+		}
+		a.seen[sb.TemplateID] = alias
+	}
+	sb.Alias = alias
 }

@@ -137,6 +137,9 @@ func TestCreateInvalid(t *testing.T) {
 		{"volumeMounts not an array", `{"templateID":"base","volumeMounts":{}}`, 400, "volumeMounts"},
 		{"too large", `{"templateID":"base","envVars":{"A":"` + strings.Repeat("x", maxBodyBytes) + `"}}`, 413, "body"},
 
+		{"autoPauseMemory false without autoPause", `{"templateID":"base","autoPauseMemory":false}`, 400, "autoPauseMemory=false only applies when autoPause is true."},
+		{"autoPauseMemory false with autoResume", `{"templateID":"base","autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}`, 400, "cannot be combined with autoResume"},
+
 		{"mcp", `{"templateID":"base","mcp":{"exa":{}}}`, 501, "mcp"},
 		// e2b's checks and words (infra's validateNetworkConfig).
 		{"a domain in denyOut", `{"templateID":"base","network":{"denyOut":["example.com"]}}`, 400, "invalid denied CIDR example.com"},
@@ -161,6 +164,19 @@ func TestCreateInvalid(t *testing.T) {
 			}
 		})
 	}
+}
+
+// As e2b's: a private sandbox (no public traffic) must be secure; v2's
+// always are.
+func TestCreatePrivateNeedsSecure(t *testing.T) {
+	f, h := newTestServer(t)
+	wantError(t, do(t, h, http.MethodPost, "/sandboxes", `{"templateID":"base","network":{"allowPublicTraffic":false}}`, keyA),
+		400, "You cannot create a sandbox without public access unless you enable secure envd access")
+	if n := f.hostCalls(); n != 0 {
+		t.Fatalf("%d backend calls reached a host", n)
+	}
+	wantSandbox(t, do(t, h, http.MethodPost, "/sandboxes", `{"templateID":"base","secure":true,"network":{"allowPublicTraffic":false}}`, keyA), http.StatusCreated)
+	wantSandbox(t, do(t, h, http.MethodPost, "/v2/sandboxes", `{"templateID":"base","network":{"allowPublicTraffic":false}}`, keyA), http.StatusCreated)
 }
 
 // The metadata bounds are the NodeInventory CRD's: the largest allowed
@@ -312,6 +328,17 @@ func TestGet(t *testing.T) {
 		got.MemoryMB != 512 || got.DiskSizeMB != 1024 || !got.StartedAt.Equal(t0) || got.Metadata["user"] != "u1" ||
 		got.Lifecycle.OnTimeout != "kill" || got.VolumeMounts == nil || got.EnvdAccessToken != "tok-"+id {
 		t.Fatalf("detail = %+v", got)
+	}
+	// As e2b's, the alias is the template's first (the SDK's info.name),
+	// in a list too.
+	if got.Alias != "base-alias" {
+		t.Errorf("alias = %q, want the template's first, base-alias", got.Alias)
+	}
+	rec = do(t, h, http.MethodGet, "/v2/sandboxes?state=paused", "", keyA)
+	wantStatus(t, rec, http.StatusOK)
+	var listed []struct{ SandboxID, Alias string }
+	if err := json.Unmarshal(rec.Body.Bytes(), &listed); err != nil || len(listed) != 1 || listed[0].Alias != "base-alias" {
+		t.Errorf("listed %s (%v), want the sandbox with alias base-alias", rec.Body.Bytes(), err)
 	}
 }
 

@@ -356,8 +356,8 @@ func TestGetTeamAndStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := h.b.Get(t.Context(), "team1", sb.ID)
-	if err != nil || got.ID != sb.ID || got.Node != sb.Node || got.EnvdAccessToken != "" {
-		t.Fatalf("Get = %+v, %v; want the sandbox without its token", got, err)
+	if err != nil || got.ID != sb.ID || got.Node != sb.Node || got.EnvdAccessToken == "" || got.EnvdAccessToken != sb.EnvdAccessToken || got.TrafficAccessToken != "" {
+		t.Fatalf("Get = %+v, %v; want the sandbox with its envd token (as e2b's GET), never a traffic token", got, err)
 	}
 	if _, err := h.b.Get(t.Context(), "team2", sb.ID); !errors.Is(err, e2bapi.ErrNotFound) {
 		t.Fatalf("Get of another team's sandbox = %v, want ErrNotFound", err)

@@ -118,7 +118,8 @@ func (b *Backend) Get(ctx context.Context, team, id string) (*e2bapi.Sandbox, er
 	if err != nil {
 		return nil, err
 	}
-	sb := toSandbox(l.node, l.sb, tokens{})
+	// As e2b's GET, with the envd token (the traffic token never).
+	sb := toSandbox(l.node, l.sb, tokens{envd: l.tokens.envd})
 	return sb, nil
 }
 
