@@ -166,6 +166,7 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 		Metrics:         metrics,
 		Logger:          log,
 	})
+	index.OnGone(handler.NodesGone)
 	err = server.Serve(ctx, server.Config{
 		Handler:           handler,
 		TLS:               tlsConfig,

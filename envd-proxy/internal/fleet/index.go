@@ -73,7 +73,13 @@ type Index struct {
 	synced atomic.Bool
 	mu     sync.Mutex          // guards seen
 	seen   map[string]struct{} // every endpoint ever in a snapshot
+	gone   atomic.Pointer[func([]Node)]
 }
+
+// OnGone sets f to be told, after each rebuild, of the nodes it dropped:
+// gone from the fleet, stale, or at another endpoint now. It runs on the
+// rebuild's goroutine, once the new snapshot is in place.
+func (x *Index) OnGone(f func([]Node)) { x.gone.Store(&f) }
 
 // snapshot is one rebuild's view of the fleet.
 type snapshot struct {
@@ -180,8 +186,20 @@ func (x *Index) Refresh(ctx context.Context) error {
 		}
 		return err
 	}
-	next, foreign := build(x.snap.Load(), invs)
+	prev := x.snap.Load()
+	next, foreign := build(prev, invs)
 	x.snap.Store(next)
+	if f := x.gone.Load(); f != nil {
+		var gone []Node
+		for name, n := range prev.byName {
+			if m, ok := next.byName[name]; !ok || m.Endpoint != n.Endpoint {
+				gone = append(gone, n.Node)
+			}
+		}
+		if len(gone) > 0 {
+			(*f)(gone)
+		}
+	}
 	for _, f := range foreign {
 		x.log.WarnContext(ctx, "node inventory lists sandboxes of other nodes; they are not routed to it", "node", f.node, "sandboxes", f.count)
 	}

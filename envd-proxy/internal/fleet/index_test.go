@@ -307,3 +307,31 @@ func (r *listReader) Get(_ context.Context, key client.ObjectKey, obj client.Obj
 	}
 	return inventory.NotFound(key.Name)
 }
+
+// OnGone hears of the nodes a rebuild drops: gone from the source, or at
+// another endpoint now; not of those that stay.
+func TestOnGone(t *testing.T) {
+	src := inventory.NewStaticSource()
+	src.Apply(inv("node-a", "10.0.0.1:9000"))
+	src.Apply(inv("node-b", "10.0.0.2:9000"))
+	src.Apply(inv("node-c", "10.0.0.3:9000"))
+	x := New(src, Options{})
+	var got []Node
+	x.OnGone(func(ns []Node) { got = append(got, ns...) })
+	if err := x.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("the first rebuild dropped %v", got)
+	}
+	src.Remove("node-a")
+	src.Apply(inv("node-b", "10.0.0.9:9000"))
+	if err := x.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	want := []Node{{Name: "node-a", Endpoint: "10.0.0.1:9000"}, {Name: "node-b", Endpoint: "10.0.0.2:9000"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("dropped %v, want %v", got, want)
+	}
+}

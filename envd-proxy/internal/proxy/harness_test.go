@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/http/httptest"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,6 +126,7 @@ func newHarness(t testing.TB, opts harnessOptions, ups ...*upstream) *harness {
 		opts.nodeToken = func(string) string { return nodeToken }
 	}
 	h.proxy = New(Config{Fleet: h.index, Tokens: h.tokens, NodeToken: opts.nodeToken, Ready: h.ready.Load, Logger: log, TrustedProxies: opts.trusted})
+	h.index.OnGone(h.proxy.NodesGone)
 	h.srv = httptest.NewServer(h.proxy)
 	t.Cleanup(h.srv.Close)
 	return h

@@ -19,6 +19,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/skiff-dev/skiff/envd-proxy/internal/fleet"
@@ -77,6 +78,65 @@ type Proxy struct {
 	log       *slog.Logger
 	rp        *httputil.ReverseProxy
 	handler   http.Handler // serve, under the "proxy" span with tracing on
+	transport http.RoundTripper
+
+	mu sync.Mutex
+	// inflight are the requests forwarded now, by node name, each with
+	// the cancel of its context: NodesGone ends those of a dead node.
+	inflight map[string]map[*forward]context.CancelCauseFunc
+}
+
+// errNodeGone ends the requests in flight to a node that left the fleet
+// (its inventory went stale: its host is dead or cut off).
+var errNodeGone = errors.New("the sandbox's host left the fleet")
+
+// NodesGone ends the requests in flight to nodes, which the fleet dropped
+// (fleet.Index.OnGone), and closes the idle connections kept to sandboxd
+// hosts: a request to a dead host would otherwise wait for TCP to give up
+// (minutes), and one sent on a kept connection to it as long. A request
+// not yet answered gets a 502; a stream already answered is cut.
+func (p *Proxy) NodesGone(nodes []fleet.Node) {
+	p.mu.Lock()
+	var cancels []context.CancelCauseFunc
+	for _, n := range nodes {
+		for _, cancel := range p.inflight[n.Name] {
+			cancels = append(cancels, cancel)
+		}
+	}
+	p.mu.Unlock()
+	for _, cancel := range cancels {
+		cancel(errNodeGone)
+	}
+	if c, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+	if len(cancels) > 0 {
+		p.log.Info("ended the requests in flight to hosts that left the fleet", "nodes", len(nodes), "requests", len(cancels))
+	}
+}
+
+// track registers fw, forwarded to node, until the returned func is called.
+func (p *Proxy) track(node string, fw *forward, cancel context.CancelCauseFunc) func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inflight == nil {
+		p.inflight = map[string]map[*forward]context.CancelCauseFunc{}
+	}
+	m := p.inflight[node]
+	if m == nil {
+		m = map[*forward]context.CancelCauseFunc{}
+		p.inflight[node] = m
+	}
+	m[fw] = cancel
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		// m is still the node's map: one is dropped only when empty.
+		delete(m, fw)
+		if len(m) == 0 {
+			delete(p.inflight, node)
+		}
+	}
 }
 
 // New returns the proxy handler.
@@ -94,7 +154,7 @@ func New(cfg Config) *Proxy {
 		cfg.Ready = func() bool { return true }
 	}
 	p := &Proxy{fleet: cfg.Fleet, ready: cfg.Ready, tokens: cfg.Tokens, nodeToken: cfg.NodeToken, bodyIdle: cfg.BodyIdleTimeout,
-		trusted: cfg.TrustedProxies,
+		trusted: cfg.TrustedProxies, transport: cfg.Transport,
 		metrics: cfg.Metrics, log: cfg.Logger}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: p.rewrite,
@@ -202,7 +262,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 				"routed_by", t.By, "node", node.Name, "status", fw.status, "duration", time.Since(fw.start))
 		}
 	}()
-	p.rp.ServeHTTP(lw, r.WithContext(context.WithValue(r.Context(), forwardKey{}, fw)))
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), forwardKey{}, fw))
+	defer cancel(nil)
+	defer p.track(node.Name, fw, cancel)()
+	p.rp.ServeHTTP(lw, r.WithContext(ctx))
 }
 
 // watchBody puts a request's body, if it has one, under the body idle
@@ -349,6 +412,13 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 			"idle_timeout", p.bodyIdle)
 		w.Header().Set("Connection", "close")
 		wire.WriteError(w, http.StatusRequestTimeout, "the request body sent nothing for "+p.bodyIdle.String()+"; the proxy cut it")
+		return
+	}
+	if errors.Is(context.Cause(r.Context()), errNodeGone) {
+		if fw != nil {
+			fw.status = http.StatusBadGateway
+		}
+		wire.WriteError(w, http.StatusBadGateway, "the sandbox's host left the fleet (it stopped publishing its inventory); the sandbox is gone with it")
 		return
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {

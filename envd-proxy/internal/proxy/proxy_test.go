@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
@@ -511,5 +513,99 @@ func TestForwardedSchemeAndRawQuery(t *testing.T) {
 		if got.URL.RawQuery != "a=1;b=2&q=100%" {
 			t.Errorf("trusted %v: sandboxd got the query %q, want it as sent", trusted, got.URL.RawQuery)
 		}
+	}
+}
+
+// A host that leaves the fleet (its inventory went stale: dead, or cut off)
+// takes its requests in flight with it: one not yet answered gets a 502 at
+// once, a stream already answered is cut, rather than both waiting for TCP
+// to give up on a host that no longer answers. Another node's stream goes
+// on.
+func TestNodeGoneEndsItsRequests(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stream" {
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, "first\n")
+			w.(http.Flusher).Flush()
+		}
+		select { // a host that stopped answering
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	a, b := newUpstream(t, "node-a", handler), newUpstream(t, "node-b", handler)
+	h := newHarness(t, harnessOptions{}, a, b)
+	onA, onB := sandbox(t, "node-a"), sandbox(t, "node-b")
+
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	send := func(id, path string) (<-chan result, *http.Response) {
+		out := make(chan result, 1)
+		req := h.request(http.MethodGet, path, id, "8080", nil)
+		if path == "/stream" {
+			resp, err := h.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(resp.Body)
+			if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
+				t.Fatalf("the stream's first line: %q, %v", line, err)
+			}
+			go func() {
+				rest, err := io.ReadAll(br)
+				out <- result{resp.StatusCode, string(rest), err}
+			}()
+			return out, resp
+		}
+		go func() {
+			resp, err := h.srv.Client().Do(req)
+			if err != nil {
+				out <- result{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			out <- result{resp.StatusCode, string(body), nil}
+		}()
+		return out, nil
+	}
+	waiting, _ := send(onA, "/wait")
+	streaming, streamA := send(onA, "/stream")
+	defer streamA.Body.Close()
+	other, streamB := send(onB, "/stream")
+	defer streamB.Body.Close()
+	for deadline := time.Now().Add(10 * time.Second); len(a.requests()) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the requests to node-a never reached it")
+		}
+	}
+
+	h.src.Remove("node-a")
+	h.refresh()
+	select {
+	case r := <-waiting:
+		if r.err != nil || r.status != http.StatusBadGateway || !strings.Contains(r.body, "left the fleet") {
+			t.Errorf("the request waiting on the gone host: %d %q %v; want e2b's 502 saying so", r.status, r.body, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request waiting on the gone host still waits")
+	}
+	select {
+	case r := <-streaming:
+		if r.err == nil {
+			t.Errorf("the stream from the gone host ended cleanly (%q); want it cut", r.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream from the gone host still runs")
+	}
+	select {
+	case r := <-other:
+		t.Fatalf("node-b's stream ended with node-a: %+v", r)
+	case <-time.After(200 * time.Millisecond):
 	}
 }
