@@ -168,6 +168,14 @@ type Snapshotter interface {
 	CaptureLayer(ctx context.Context, id, dir string) error
 }
 
+// InPlacePauser is a runtime whose Pause freezes a sandbox where it runs
+// (its memory stays; nothing is written) and whose Resume thaws it, so
+// that a sandbox paused to its files is copied frozen and stopped without
+// running in between: what it wrote after the copy would be lost.
+type InPlacePauser interface {
+	PausesInPlace()
+}
+
 // Salvager is a runtime that keeps a sandbox's writable layer on disk when
 // its processes are gone (a host reboot), and can copy it then.
 type Salvager interface {

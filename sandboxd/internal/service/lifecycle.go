@@ -247,15 +247,20 @@ func (s *Service) Resume(ctx context.Context, req *connect.Request[pb.ResumeRequ
 }
 
 // dropMemoryLocked turns rec, paused with its memory, into a sandbox
-// paused with its files only, for a Resume with reboot: back to running for
-// a moment, then its files only. A host that keeps no snapshots refuses
-// before the thaw; a failure after it freezes the sandbox again, so that it
-// is as its record says (paused, with no deadline) and a later resume
-// finds it so.
+// paused with its files only, for a Resume with reboot. A runtime that
+// pauses in place copies it frozen; another (gVisor, whose pause is a
+// checkpoint) brings it back to running for a moment, then keeps its files
+// only. A host that keeps no snapshots refuses before the thaw; a failure
+// after it freezes the sandbox again, so that it is as its record says
+// (paused, with no deadline) and a later resume finds it so.
 func (s *Service) dropMemoryLocked(ctx context.Context, rec *store.Record) (*store.Record, error) {
 	id := rec.ID
 	if _, err := s.snapshotter(); err != nil {
 		return nil, err
+	}
+	if _, ok := s.rt.(sandboxrt.InPlacePauser); ok {
+		// Frozen in place, it is copied as it is, and never runs.
+		return s.pauseFilesLocked(ctx, rec)
 	}
 	if err := s.rt.Resume(ctx, id); err != nil {
 		return nil, fmt.Errorf("resume sandbox %s to reboot it: %w", id, err)

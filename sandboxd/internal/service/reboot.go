@@ -57,8 +57,24 @@ func (s *Service) pauseFilesLocked(ctx context.Context, rec *store.Record) (*sto
 		return nil, fmt.Errorf("pause sandbox %s with its files: %w", id, err)
 	}
 	began := time.Now()
+	// Frozen from the copy to the stop where the runtime can: a sandbox
+	// that ran on after the copy would lose what it wrote meanwhile.
+	thaw := func() {}
+	if _, ok := s.rt.(sandboxrt.InPlacePauser); ok && rec.State == registry.StateRunning {
+		if err := s.rt.Pause(ctx, id); err != nil {
+			return nil, fmt.Errorf("pause sandbox %s with its files: freeze it: %w", id, err)
+		}
+		thaw = func() {
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			if err := s.rt.Resume(tctx, id); err != nil {
+				s.log.ErrorContext(ctx, "thaw a sandbox whose pause to its files failed", "sandbox", id, "error", err)
+			}
+		}
+	}
 	layerID, release, err := s.captureLayer(ctx, sn, id)
 	if err != nil {
+		thaw()
 		return nil, fmt.Errorf("pause sandbox %s with its files: copy them: %w", id, err)
 	}
 	now := s.clock.Now()
@@ -72,6 +88,7 @@ func (s *Service) pauseFilesLocked(ctx context.Context, rec *store.Record) (*sto
 	})
 	release() // the record names it, or it goes at the sweep below
 	if err != nil {
+		thaw()
 		s.gcLayers(ctx)
 		return nil, fmt.Errorf("record pause of %s: %w", id, err)
 	}

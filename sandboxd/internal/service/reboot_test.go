@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
 	"github.com/skiff-dev/skiff/sandboxd/internal/sandboxrt"
@@ -206,5 +208,73 @@ func TestBootTrimsTheLog(t *testing.T) {
 	st, err := os.Stat(h.svc.logPath(id))
 	if err != nil || st.Size() > keptLogBytes || st.Size() == 0 {
 		t.Fatalf("the log after the boot: %v bytes (%v), want its newest lines, at most %d bytes", st.Size(), err, keptLogBytes)
+	}
+}
+
+// inPlace is snapshotting with a pause in place (sandboxrt.InPlacePauser),
+// as the native runtime's: it counts its resumes.
+type inPlace struct {
+	*snapshotting
+	resumes atomic.Int32
+}
+
+func (*inPlace) PausesInPlace() {}
+
+func (r *inPlace) Resume(ctx context.Context, id string) error {
+	r.resumes.Add(1)
+	return r.snapshotting.Resume(ctx, id)
+}
+
+// On a runtime that pauses in place, a pause to files copies the sandbox
+// frozen and stops it without a thaw: what it would write after the copy
+// cannot be lost. A copy that fails thaws it, running as before; a resume
+// with a reboot of one paused with its memory copies it frozen too.
+func TestPauseFilesFrozenInPlace(t *testing.T) {
+	var rt *inPlace
+	h := newHarness(t, harnessConfig{snapshots: true, wrap: func(r *servicetest.Runtime) sandboxrt.Runtime {
+		rt = &inPlace{snapshotting: withSnapshots(r)}
+		return rt
+	}})
+	var during []sandboxrt.Status
+	rt.mu.Lock()
+	rt.onCapture = func(ctx context.Context, id string) error {
+		st, _ := rt.Status(ctx, id)
+		during = append(during, st)
+		return nil
+	}
+	rt.mu.Unlock()
+
+	id := h.create().GetSandbox().GetId()
+	h.pause(id, true)
+	if len(during) != 1 || during[0] != sandboxrt.Paused || rt.resumes.Load() != 0 || !rt.WasStopped(id) {
+		t.Fatalf("copied while %v, %d thaws, stopped %v; want one copy frozen, no thaw, stopped", during, rt.resumes.Load(), rt.WasStopped(id))
+	}
+
+	id = h.create().GetSandbox().GetId()
+	rt.mu.Lock()
+	rt.onCapture = func(context.Context, string) error { return errors.New("disk on fire") }
+	rt.mu.Unlock()
+	if _, err := h.client.Pause(t.Context(), connect.NewRequest(&pb.PauseRequest{SandboxId: id, FilesOnly: true})); err == nil {
+		t.Fatal("a pause whose copy failed succeeded")
+	}
+	if st, _ := rt.Status(t.Context(), id); st != sandboxrt.Running {
+		t.Fatalf("after the failed pause the sandbox is %v; want it thawed, running", st)
+	}
+
+	rt.mu.Lock()
+	during = nil
+	rt.onCapture = func(ctx context.Context, id string) error {
+		st, _ := rt.Status(ctx, id)
+		during = append(during, st)
+		return nil
+	}
+	rt.mu.Unlock()
+	h.pause(id, false)
+	before := rt.resumes.Load()
+	if _, err := h.client.Resume(t.Context(), connect.NewRequest(&pb.ResumeRequest{SandboxId: id, Timeout: durationpb.New(time.Minute), Reboot: true})); err != nil {
+		t.Fatal(err)
+	}
+	if len(during) != 1 || during[0] != sandboxrt.Paused || rt.resumes.Load() != before {
+		t.Fatalf("a resume with a reboot copied while %v with %d thaws; want one copy frozen, no thaw", during, rt.resumes.Load()-before)
 	}
 }

@@ -720,6 +720,12 @@ func (r *Runtime) CaptureLayer(ctx context.Context, id, dir string) error {
 	return layer.CopyUpper(filepath.Join(layers, "upper"), dir, m.UIDBase)
 }
 
+var _ sandboxrt.InPlacePauser = (*Runtime)(nil)
+
+// PausesInPlace implements sandboxrt.InPlacePauser: Pause is the cgroup
+// freezer.
+func (*Runtime) PausesInPlace() {}
+
 var _ sandboxrt.Salvager = (*Runtime)(nil)
 
 // SalvageLayer implements sandboxrt.Salvager: the upper directory of a
@@ -845,11 +851,9 @@ func kill(ctx context.Context, c *libcontainer.Container, reaped chan *os.Proces
 	if st == libcontainer.Stopped {
 		return nil
 	}
-	if st == libcontainer.Paused {
-		if err := c.Resume(); err != nil {
-			return fmt.Errorf("thaw: %w", err)
-		}
-	}
+	// A frozen sandbox is killed while frozen: libcontainer's Signal thaws
+	// it after a SIGKILL, so it dies without running again (a sandbox
+	// paused to its files would otherwise run, and lose what it wrote).
 	if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
 		return fmt.Errorf("kill: %w", err)
 	}
