@@ -5,7 +5,6 @@
 package identity
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -57,23 +56,13 @@ func Lookup(name string) (*User, error) {
 }
 
 // BasicUsername returns the username of an `Authorization: Basic` header
-// (envd reads only the username; the SDKs send an empty password), or "" when
-// the header is absent. A malformed header is an error.
-func BasicUsername(h http.Header) (string, error) {
-	auth := h.Get("Authorization")
-	if auth == "" {
-		return "", nil
-	}
-	scheme, payload, ok := strings.Cut(auth, " ")
-	if !ok || !strings.EqualFold(scheme, "Basic") {
-		return "", fmt.Errorf("%w: authorization is not Basic", ErrUnknownUser)
-	}
-	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(payload))
-	if err != nil {
-		return "", fmt.Errorf("%w: malformed Basic authorization", ErrUnknownUser)
-	}
-	name, _, _ := strings.Cut(string(raw), ":")
-	return name, nil
+// (envd reads only the username; the SDKs send an empty password), or ""
+// when there is none: as e2b's envd (Go's Request.BasicAuth), a header of
+// another scheme, or a malformed one, is no username, and the request acts
+// as the default user.
+func BasicUsername(h http.Header) string {
+	name, _, _ := (&http.Request{Header: h}).BasicAuth()
+	return name
 }
 
 // ResolvePath turns a request path into an absolute, clean path for u:

@@ -90,11 +90,7 @@ func (s *Sandbox) User(name string) (*identity.User, error) {
 // `Authorization: Basic` header, else the default user. Its errors wrap
 // identity.ErrUnknownUser.
 func (s *Sandbox) RequestUser(h http.Header) (*identity.User, error) {
-	name, err := identity.BasicUsername(h)
-	if err != nil {
-		return nil, err
-	}
-	return s.User(name)
+	return s.User(identity.BasicUsername(h))
 }
 
 // Workdir returns the default working directory ("" means the user's home).
