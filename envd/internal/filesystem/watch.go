@@ -160,9 +160,8 @@ func (w *watcher) loop() {
 }
 
 func (w *watcher) handle(ev fsnotify.Event) {
-	if ev.Name == w.root {
-		return // the watched directory itself (deleted or moved away)
-	}
+	// The watched directory's own events (removed, moved away, its mode
+	// changed) are sent as e2b's envd sends them, named ".".
 	// A new directory is watched before its CREATE is sent, so that a
 	// client that writes into it on seeing that event is seen doing so;
 	// what it already holds is announced after. Entries created between the
@@ -193,10 +192,21 @@ func (w *watcher) send(path string, typ filesystem.EventType) {
 		rel = path
 	}
 	ev := &filesystem.FilesystemEvent{Name: rel, Type: typ}
-	if w.includeEntry {
+	if w.includeEntry && carriesEntry(typ) {
 		ev.Entry, _ = entry.Info(path)
 	}
 	w.emit(ev, w.stopCh)
+}
+
+// carriesEntry reports whether an event of typ has an entry with
+// include_entry, as in e2b's envd: a create, a write or a chmod, whose path
+// is there; not a remove or a rename (its path may hold something new).
+func carriesEntry(typ filesystem.EventType) bool {
+	switch typ {
+	case filesystem.EventType_EVENT_TYPE_CREATE, filesystem.EventType_EVENT_TYPE_WRITE, filesystem.EventType_EVENT_TYPE_CHMOD:
+		return true
+	}
+	return false
 }
 
 // stop ends the watcher and waits for its goroutine. It is idempotent.

@@ -129,6 +129,26 @@ func TestWatchDir(t *testing.T) {
 	if ev.Entry != nil {
 		t.Errorf("remove event has an entry: %v", ev.GetEntry())
 	}
+	// A rename has none either, even when something new is at its path
+	// (as e2b's: only creates, writes and chmods carry one).
+	if err := os.WriteFile(filepath.Join(dir, "a"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "b"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "b"), filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ = waitEvent(t, stream, "b", filesystem.EventType_EVENT_TYPE_RENAME); ev.Entry != nil {
+		t.Errorf("rename event has an entry: %v", ev.GetEntry())
+	}
+
+	// The watched directory removed: as e2b's envd, an event named ".".
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, stream, ".", filesystem.EventType_EVENT_TYPE_REMOVE)
 }
 
 func TestWatchDirNonRecursive(t *testing.T) {
