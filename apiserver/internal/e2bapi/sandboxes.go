@@ -60,8 +60,9 @@ func (s *server) createParams(b *newSandboxBody, v2 bool) (CreateParams, string,
 	if b.TemplateID == nil || strings.TrimSpace(*b.TemplateID) == "" {
 		return p, "", required("templateID")
 	}
-	// As e2b's id.ParseName: trimmed, and case does not matter.
-	name := strings.ToLower(strings.TrimSpace(*b.TemplateID))
+	// Trimmed, as e2b's id.ParseName (the backend ignores a template's
+	// case; a snapshot's tag keeps it).
+	name := strings.TrimSpace(*b.TemplateID)
 	if len(name) > maxTemplateNameLength {
 		return p, "", Invalid("templateID", "is longer than %d bytes", maxTemplateNameLength)
 	}
@@ -418,7 +419,8 @@ func (a *aliases) fill(sb *Sandbox) {
 	}
 	alias, ok := a.seen[sb.TemplateID]
 	if !ok {
-		if t, err := a.s.backend.Template(a.ctx, a.team, sb.TemplateID); err == nil {
+		// No team: the catalog only, never the snapshots on every host.
+		if t, err := a.s.backend.Template(a.ctx, "", sb.TemplateID); err == nil {
 			alias = templateAlias(t)
 		}
 		a.seen[sb.TemplateID] = alias

@@ -25,7 +25,7 @@ func TestCreateDefaults(t *testing.T) {
 		{"v1 secure as the SDKs send it", "/sandboxes", `{"templateID":"base","timeout":300,"secure":true,"allow_internet_access":true}`, 300 * time.Second, true, true},
 		{"v2 minimal body", "/v2/sandboxes", `{"templateID":"base"}`, 300 * time.Second, true, true},
 		{"v2 ignores secure=false", "/v2/sandboxes", `{"templateID":"base","secure":false,"timeout":60}`, 60 * time.Second, true, true},
-		{"template trimmed, of any case", "/v2/sandboxes", `{"templateID":" Base "}`, 300 * time.Second, true, true},
+		{"template trimmed", "/v2/sandboxes", `{"templateID":" base "}`, 300 * time.Second, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, h := newTestServer(t)

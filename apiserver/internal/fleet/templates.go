@@ -48,8 +48,10 @@ func (b *Backend) Templates(ctx context.Context, _ string) ([]e2bapi.Template, e
 // Template resolves a template name or alias through the catalog, and
 // else one of the team's snapshots.
 func (b *Backend) Template(ctx context.Context, team string, name string) (*e2bapi.Template, error) {
-	// e2b's default tag is no tag: "base:default" is "base".
-	t, err := b.catalog.Template(ctx, trimDefaultTag(name))
+	// As e2b's id.ParseName: a template's name of any case, and the
+	// default tag no tag ("Base:default" is "base"). A snapshot's tag
+	// keeps its case.
+	t, err := b.catalog.Template(ctx, strings.ToLower(trimDefaultTag(name)))
 	if errors.Is(err, e2bapi.ErrNotFound) && team != "" {
 		if ref, ok := e2bapi.ParseSnapshotRef(team, name); ok {
 			s, serr := b.findSnapshot(ctx, team, ref)

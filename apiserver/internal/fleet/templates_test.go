@@ -204,11 +204,11 @@ func TestSandboxTemplates(t *testing.T) {
 }
 
 // A template named with e2b's default tag is the template: "big:default"
-// (any case of the tag) is "big"; another tag is not.
+// is "big", and a template's name is of any case; another tag is not.
 func TestTemplateDefaultTag(t *testing.T) {
 	h := newHarness(t, newFakeNode("node-a", "big"))
 	b := withCatalog(t, h, mapCatalog{"big": {ID: "big"}}, fleet.Defaults{})
-	for _, name := range []string{"big", "big:default", "big:DEFAULT"} {
+	for _, name := range []string{"big", "big:default", "big:DEFAULT", "BIG", "Big:Default"} {
 		if tpl, err := b.Template(t.Context(), "team1", name); err != nil || tpl.ID != "big" {
 			t.Errorf("Template(%q) = %+v, %v; want big", name, tpl, err)
 		}

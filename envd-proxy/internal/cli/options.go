@@ -111,7 +111,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.TrustedProxies, "trusted-proxies", o.TrustedProxies, "Addresses or CIDRs of reverse proxies in front of this one (an L7 ingress's pods), comma-separated: "+
 		"their connections are not counted against --max-conns-per-client; instead each request through one counts, while it is in flight, for the client "+
 		"X-Forwarded-For names (its rightmost address that is not a trusted proxy's), and one beyond the cap gets 429 on a connection that stays open. "+
-		"A request from one keeps its X-Forwarded-Proto and X-Forwarded-Host (the client's https and public host, when the proxy ended TLS) for the sandbox's app. "+
+		"A request from one keeps its X-Forwarded-Proto and X-Forwarded-Host (the client's https and public host, when the proxy ended TLS) for the sandbox's app: "+
+		"name only proxies that set both themselves, never passing on a client's own. "+
 		"Name only the proxies' own addresses, as narrowly as you can, and only proxies that set X-Forwarded-For: whatever connects from a trusted address is not capped by connections and may name any client.")
 	fs.IntVar(&o.TokenRoutes, "token-routes", o.TokenRoutes, "Most X-Access-Token values remembered, least recently used out first, to route the /files calls of the JS SDKs 2.7 to 2.13, "+
 		"which carry no routing headers; 0 turns that off.")

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	pb "github.com/skiff-dev/skiff/envd/proto/process"
 )
@@ -41,7 +43,14 @@ type proc struct {
 	// output to end, which a child that left its group may hold.
 	stopped  chan struct{}
 	stopOnce sync.Once
+	// exited is set once cmd.Wait has reaped the process: its pid may
+	// then be another process's, and only its group is signalled.
+	exited atomic.Bool
 }
+
+// stoppedOutputGrace is how long, after a killed or stopped process exits,
+// its output is still read before its end is sent.
+const stoppedOutputGrace = 100 * time.Millisecond
 
 // subscriber is one attached stream.
 type subscriber struct {
@@ -124,7 +133,7 @@ func (p *proc) signal(sig syscall.Signal) error {
 		p.stopOnce.Do(func() { close(p.stopped) })
 	}
 	err := syscall.Kill(-int(p.pid), sig)
-	if errors.Is(err, syscall.ESRCH) {
+	if errors.Is(err, syscall.ESRCH) && !p.exited.Load() {
 		err = syscall.Kill(int(p.pid), sig)
 	}
 	return err

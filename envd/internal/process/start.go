@@ -136,6 +136,7 @@ func (s *Service) run(p *proc, outputs []output) {
 	}
 	started := time.Now()
 	waitErr := p.cmd.Wait()
+	p.exited.Store(true)
 	p.release()
 
 	// As e2b's envd, the process ends when its output does: a background
@@ -149,6 +150,12 @@ func (s *Service) run(p *proc, outputs []output) {
 	select {
 	case <-drained:
 	case <-p.stopped:
+		// What it wrote before its exit (a stop's last lines) is in the
+		// pipes: read it, but do not wait on a child that holds them.
+		select {
+		case <-drained:
+		case <-time.After(stoppedOutputGrace):
+		}
 	}
 
 	p.inMu.Lock()

@@ -52,9 +52,13 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 	var err error
 	res := m.GetResources()
 	if m.GetSnapshot() != "" {
-		if snap, err = s.findSnapshot(m.GetTeam(), m.GetSnapshot()); err != nil {
+		// Its layers are held until the sandbox's record names them, or
+		// its start is undone.
+		var release func()
+		if snap, release, err = s.holdSnapshot(m.GetTeam(), m.GetSnapshot()); err != nil {
 			return nil, s.countCreate(kindCreate, err)
 		}
+		defer release()
 		tmpl, res = snapshotTemplate(snap), snapshotResources(snap, res)
 	} else if tmpl, err = s.checkTemplate(&f, m.GetTemplate()); err != nil {
 		return nil, s.countCreate(kindCreate, toConnect(err))
@@ -94,20 +98,6 @@ func (s *Service) Create(ctx context.Context, req *connect.Request[pb.CreateRequ
 		l.rec.Egress = &store.Egress{AllowOut: slices.Clone(e.GetAllowOut()), DenyOut: slices.Clone(e.GetDenyOut())}
 	}
 	if snap != nil {
-		// Held until the sandbox's record names its layers, or its start
-		// is undone: a DeleteSnapshot meanwhile (or a snapshot taking
-		// over the name) sweeps what no record and no hold names.
-		ids := slices.Clone(snap.Layers)
-		if snap.Image != "" {
-			ids = append(ids, snap.Image)
-		}
-		defer s.hold(ids...)()
-		// A DeleteSnapshot between the look-up and the hold swept them.
-		for _, id := range snap.Layers {
-			if !s.snapshots.HasLayer(id) {
-				return nil, s.countCreate(kindCreate, connect.NewError(connect.CodeNotFound, fmt.Errorf("snapshot %q not found", m.GetSnapshot())))
-			}
-		}
 		s.fromSnapshot(l, snap)
 	}
 	rec, token, err := s.launch(ctx, l)
@@ -298,6 +288,36 @@ func (s *Service) startRuntime(ctx context.Context, ps *prepared.Sandbox, l *lau
 		return fmt.Errorf("start sandbox: %w", err)
 	}
 	return nil
+}
+
+// holdSnapshot finds team's snapshot ref and holds its layers and image
+// from sweeps until release: a DeleteSnapshot (or a snapshot taking over
+// its name) sweeps what no record and no hold names. One deleted between
+// the look-up and the hold, its layers swept, is looked up once more (a
+// new snapshot may hold the name now), then not found.
+func (s *Service) holdSnapshot(team, ref string) (_ *snapshot.Record, release func(), _ error) {
+	for try := 0; ; try++ {
+		snap, err := s.findSnapshot(team, ref)
+		if err != nil {
+			return nil, nil, err
+		}
+		ids := slices.Clone(snap.Layers)
+		if snap.Image != "" {
+			ids = append(ids, snap.Image)
+		}
+		release := s.hold(ids...)
+		whole := true
+		for _, id := range snap.Layers {
+			whole = whole && s.snapshots.HasLayer(id)
+		}
+		if whole {
+			return snap, release, nil
+		}
+		release()
+		if try > 0 {
+			return nil, nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("snapshot %q not found", ref))
+		}
+	}
 }
 
 // sandboxEnv is the environment envd gives every process of sandbox id:

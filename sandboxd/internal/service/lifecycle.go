@@ -338,8 +338,13 @@ func (s *Service) expire(id string) {
 			// sandbox run on past its deadline: a freeze keeps it all.
 			s.log.WarnContext(ctx, "a sandbox at its deadline could not be paused to its files; paused with its memory instead",
 				"sandbox", id, "error", err)
-			if rec, err = s.reg.Get(id); err == nil && rec.State == registry.StateRunning {
-				_, err = s.pauseLocked(ctx, rec, false)
+			// A context of its own: the copy may have used up the first.
+			fctx, fcancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer fcancel()
+			if cur, gerr := s.reg.Get(id); gerr != nil {
+				err = gerr
+			} else if cur.State == registry.StateRunning {
+				_, err = s.pauseLocked(fctx, cur, false)
 			}
 		}
 	} else {

@@ -279,20 +279,30 @@ func (s *Store) Create(team, name string) (*Volume, error) {
 	if err := writeExclusive(s.namePath(team, name), filepath.Join(s.opts.Dir, "records"), []byte(v.ID)); err != nil {
 		undo()
 		if errors.Is(err, fs.ErrExist) {
-			// A volume by that name whose record is gone (a delete that
-			// crashed) gives its name up, and so does an empty name (a
-			// create of an older sandboxd that crashed between making the
-			// file and writing it); then try again.
-			if id, err := s.nameOwner(team, name); err == nil && (id == "" || !s.exists(id)) {
-				if rerr := os.Remove(s.namePath(team, name)); rerr == nil {
-					return s.Create(team, name)
-				}
+			if s.reclaimName(team, name) {
+				return s.Create(team, name)
 			}
 			return nil, fmt.Errorf("%w: %s", ErrExists, name)
 		}
 		return nil, fmt.Errorf("claim volume name: %w", err)
 	}
 	return v, nil
+}
+
+// reclaimName removes team's name when it names no volume: one whose
+// record is gone (a delete that crashed), or nothing (an empty name, left
+// by an older sandboxd that crashed between making the file and writing
+// it). It reports whether it did, for the caller to try its create again.
+// Two creates of this sandboxd that find the name stale at once reclaim it
+// one at a time: the second finds the first's new volume there and leaves
+// it. (Hosts of a shared store have no lock between them here.)
+func (s *Store) reclaimName(team, name string) bool {
+	defer s.lock("name/" + team + "/" + name)()
+	id, err := s.nameOwner(team, name)
+	if err != nil || (id != "" && s.exists(id)) {
+		return false
+	}
+	return os.Remove(s.namePath(team, name)) == nil
 }
 
 // exists reports whether volume id has a record.
