@@ -200,9 +200,9 @@ type Service struct {
 	// naming serialises a named snapshot's taking of its name (the old
 	// holder found, the new record written, the old one deleted), so that
 	// two snapshots given one name at once leave one holder.
-	naming sync.Mutex
-	egress    *egressproxy.Sandboxes
-	volumes   *volume.Store
+	naming  sync.Mutex
+	egress  *egressproxy.Sandboxes
+	volumes *volume.Store
 	// holding are the sandboxes that hold volume leases, from before
 	// their first lease to their release: a starting sandbox has no
 	// record yet, and its leases are live all the same.

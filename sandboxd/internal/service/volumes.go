@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -89,8 +90,11 @@ func (s *Service) CreateVolume(ctx context.Context, req *connect.Request[pb.Crea
 	return connect.NewResponse(&pb.CreateVolumeResponse{Volume: toVolume(v, -1)}), nil
 }
 
+// usageBudget bounds the walk that measures a directory volume's use.
+const usageBudget = 2 * time.Second
+
 // GetVolume returns a team's volume by ID or name, with what it uses.
-func (s *Service) GetVolume(_ context.Context, req *connect.Request[pb.GetVolumeRequest]) (*connect.Response[pb.GetVolumeResponse], error) {
+func (s *Service) GetVolume(ctx context.Context, req *connect.Request[pb.GetVolumeRequest]) (*connect.Response[pb.GetVolumeResponse], error) {
 	if s.volumes == nil {
 		return nil, errNoVolumes
 	}
@@ -101,7 +105,12 @@ func (s *Service) GetVolume(_ context.Context, req *connect.Request[pb.GetVolume
 	}
 	used := int64(-1)
 	if req.Msg.GetUsage() {
-		used = s.volumes.Used(v)
+		// A walk of a directory volume of millions of files, or on a
+		// slow shared store, is cut short: its use is then unknown
+		// (omitted), and the answer (a volume's connect) comes at once.
+		uctx, cancel := context.WithTimeout(ctx, usageBudget)
+		used = s.volumes.Used(uctx, v)
+		cancel()
 	}
 	return connect.NewResponse(&pb.GetVolumeResponse{Volume: toVolume(v, used)}), nil
 }

@@ -34,6 +34,7 @@ package volume
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -425,8 +426,9 @@ func (s *Store) mount(v *Volume) error {
 }
 
 // Used is the space v's files take, in bytes: an image's as df says it, a
-// directory's by walking it; -1 when it cannot be told.
-func (s *Store) Used(v *Volume) int64 {
+// directory's by walking it; -1 when it cannot be told, or the walk did not
+// end before ctx.
+func (s *Store) Used(ctx context.Context, v *Volume) int64 {
 	root, err := s.Root(v)
 	if err != nil {
 		return -1
@@ -436,6 +438,9 @@ func (s *Store) Used(v *Volume) int64 {
 	}
 	var total int64
 	err = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr // too many files to count in time: unknown
+		}
 		if err != nil {
 			return nil //nolint:nilerr // a file gone while walking counts nothing
 		}

@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -88,8 +89,14 @@ func TestStore(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "f"), []byte("data"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if used := s.Used(v); used <= 0 {
+	if used := s.Used(t.Context(), v); used <= 0 {
 		t.Errorf("Used = %d", used)
+	}
+	// A walk that does not end in time says nothing (GetVolume bounds it).
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	if used := s.Used(ended, v); used != -1 {
+		t.Errorf("Used with its time up = %d, want -1 (unknown)", used)
 	}
 	if err := s.Hold(v, "sbx1"); err != nil {
 		t.Fatal(err)
@@ -196,7 +203,7 @@ func TestImageVolume(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "kept"), make([]byte, 4<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if used := s.Used(v); used < 4<<20 || used > 40<<20 {
+	if used := s.Used(t.Context(), v); used < 4<<20 || used > 40<<20 {
 		t.Errorf("Used = %d, want about 4 MiB and the filesystem's own", used)
 	}
 	// A reboot unmounts it; Root mounts it again, with its files. A mount
