@@ -544,7 +544,7 @@ func TestNodeGoneEndsItsRequests(t *testing.T) {
 		body   string
 		err    error
 	}
-	send := func(id, path string) (<-chan result, *http.Response) {
+	send := func(id, path string) <-chan result {
 		out := make(chan result, 1)
 		req := h.request(http.MethodGet, path, id, "8080", nil)
 		if path == "/stream" {
@@ -552,6 +552,7 @@ func TestNodeGoneEndsItsRequests(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = resp.Body.Close() })
 			br := bufio.NewReader(resp.Body)
 			if line, err := br.ReadString('\n'); err != nil || line != "first\n" {
 				t.Fatalf("the stream's first line: %q, %v", line, err)
@@ -560,7 +561,7 @@ func TestNodeGoneEndsItsRequests(t *testing.T) {
 				rest, err := io.ReadAll(br)
 				out <- result{resp.StatusCode, string(rest), err}
 			}()
-			return out, resp
+			return out
 		}
 		go func() {
 			resp, err := h.srv.Client().Do(req)
@@ -572,13 +573,11 @@ func TestNodeGoneEndsItsRequests(t *testing.T) {
 			body, _ := io.ReadAll(resp.Body)
 			out <- result{resp.StatusCode, string(body), nil}
 		}()
-		return out, nil
+		return out
 	}
-	waiting, _ := send(onA, "/wait")
-	streaming, streamA := send(onA, "/stream")
-	defer streamA.Body.Close()
-	other, streamB := send(onB, "/stream")
-	defer streamB.Body.Close()
+	waiting := send(onA, "/wait")
+	streaming := send(onA, "/stream")
+	other := send(onB, "/stream")
 	for deadline := time.Now().Add(10 * time.Second); len(a.requests()) < 2; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the requests to node-a never reached it")
