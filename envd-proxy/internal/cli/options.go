@@ -24,6 +24,9 @@ const (
 )
 
 const (
+	// DefaultGoneNodeGrace is --gone-node-grace's default: three times a
+	// sandboxd's default drain.
+	DefaultGoneNodeGrace = 30 * time.Second
 	// DefaultBodyIdleTimeout is longer than the longest pause a Connect
 	// stream's requests make between keep-alives (the SDKs' interval is
 	// 50 s, envd's default 90 s), so only a stalled body is cut.
@@ -68,6 +71,9 @@ type Options struct {
 	// IndexRefresh is how often the routing index is rebuilt besides (kube
 	// mode) on every NodeInventory event.
 	IndexRefresh time.Duration
+	// GoneNodeGrace is how long a node out of the routing index stays
+	// gone before its requests in flight are ended.
+	GoneNodeGrace time.Duration
 	// Log is --log-level and --log-format.
 	Log logflags.Options
 }
@@ -84,6 +90,7 @@ func NewOptions() Options {
 		MaxConnsPerClient: DefaultMaxConnsPerClient,
 		TokenRoutes:       65536,
 		IndexRefresh:      fleet.DefaultRefreshInterval,
+		GoneNodeGrace:     DefaultGoneNodeGrace,
 		Log:               logflags.New(logflags.Text),
 	}
 }
@@ -119,6 +126,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.IndexRefresh, "index-refresh-interval", o.IndexRefresh, "How often the routing index is rebuilt from the fleet; greater than 0. With --inventory kube it is also rebuilt "+
 		"on every NodeInventory change, so this only matters while the freshness reference is capped by the clock; with static it bounds how long a host "+
 		"whose stream broke can still be routed.")
+	fs.DurationVar(&o.GoneNodeGrace, "gone-node-grace", o.GoneNodeGrace, "How long a node that left the routing index (stale, gone, or at another endpoint) must stay out before "+
+		"the requests in flight to it are ended (502 before an answer, a cut stream after) and the connections kept to sandboxd hosts closed, rather than wait for TCP "+
+		"to give up on a host that died silently. Longer than a sandboxd's --shutdown-timeout (10s), so that its streams finish in a restart's drain, "+
+		"and than a static host's reconnect; 0 ends them at once.")
 	o.Log.AddFlags(fs)
 	daemon.AddHelp(fs, "log-level", "With debug, a line is logged per proxied request.")
 }
@@ -192,6 +203,9 @@ func (o *Options) Validate() error {
 	}
 	if o.IndexRefresh <= 0 {
 		add("--index-refresh-interval must be positive, got %s", o.IndexRefresh)
+	}
+	if o.GoneNodeGrace < 0 {
+		add("--gone-node-grace must not be negative, got %s", o.GoneNodeGrace)
 	}
 	if err := o.Log.Validate(); err != nil {
 		errs = append(errs, err)

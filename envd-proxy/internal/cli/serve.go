@@ -106,7 +106,7 @@ func run(ctx context.Context, o *Options, ln, adminLn net.Listener, log *slog.Lo
 	defer wg.Wait()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	idxOpts := fleet.Options{RefreshInterval: o.IndexRefresh, OnRefresh: metrics.ObserveRefresh, Logger: log}
+	idxOpts := fleet.Options{RefreshInterval: o.IndexRefresh, OnRefresh: metrics.ObserveRefresh, GoneAfter: o.GoneNodeGrace, Logger: log}
 	var index *fleet.Index
 	var synced func() bool
 	if o.IsKube() {

@@ -130,6 +130,7 @@ func TestValidate(t *testing.T) {
 		{"a trusted IPv4-mapped CIDR", func(o *Options) { o.TrustedProxies = []string{"::ffff:10.0.0.0/104"} }, "as an IPv4 CIDR"},
 		{"trusted proxies without a cap", func(o *Options) { o.TrustedProxies, o.MaxConnsPerClient = []string{"10.0.0.0/8"}, 0 }, "--max-conns-per-client is 0"},
 		{"zero index refresh", func(o *Options) { o.IndexRefresh = 0 }, "--index-refresh-interval"},
+		{"negative gone-node grace", func(o *Options) { o.GoneNodeGrace = -time.Second }, "--gone-node-grace"},
 		{"debug logs as JSON", func(o *Options) { o.Log.Level, o.Log.Format = "debug", "json" }, ""},
 		{"unknown log level", func(o *Options) { o.Log.Level = "loud" }, "--log-level"},
 		{"unknown log format", func(o *Options) { o.Log.Format = "xml" }, "--log-format"},
@@ -162,7 +163,7 @@ func TestFlagsRegisterEveryOption(t *testing.T) {
 	}
 	for _, name := range []string{"listen", "admin-listen", "inventory", "sandboxd", "sandboxd-token-file", "node-token-key-file", "kubeconfig",
 		"inventory-stale-after", "tls-cert", "tls-key", "idle-timeout", "shutdown-timeout", "token-routes", "index-refresh-interval", "log-level", "log-format",
-		"body-idle-timeout", "max-conns-per-client", "trusted-proxies"} {
+		"body-idle-timeout", "max-conns-per-client", "trusted-proxies", "gone-node-grace"} {
 		if serve.Flags().Lookup(name) == nil {
 			t.Errorf("serve has no --%s", name)
 		}

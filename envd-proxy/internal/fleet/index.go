@@ -54,6 +54,9 @@ type Options struct {
 	RefreshInterval time.Duration
 	// OnRefresh, if set, is told how each rebuild went (for metrics).
 	OnRefresh func(took time.Duration, nodes int, err error)
+	// GoneAfter is how long a node the index dropped must stay gone (not
+	// back at the same endpoint) before OnGone hears of it; 0: at once.
+	GoneAfter time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -74,12 +77,43 @@ type Index struct {
 	mu     sync.Mutex          // guards seen
 	seen   map[string]struct{} // every endpoint ever in a snapshot
 	gone   atomic.Pointer[func([]Node)]
+
+	absentMu sync.Mutex
+	// absent are the nodes dropped and not back (by name and endpoint),
+	// with when they were dropped; guarded by absentMu.
+	absent map[Node]time.Time
 }
 
-// OnGone sets f to be told, after each rebuild, of the nodes it dropped:
-// gone from the fleet, stale, or at another endpoint now. It runs on the
-// rebuild's goroutine, once the new snapshot is in place.
+// OnGone sets f to be told of the nodes the index dropped (gone from the
+// fleet, stale, or at another endpoint now) once they have stayed so for
+// Options.GoneAfter. It runs on a rebuild's goroutine, once that rebuild's
+// snapshot is in place.
 func (x *Index) OnGone(f func([]Node)) { x.gone.Store(&f) }
+
+// goneFor records which nodes next dropped of prev and which came back,
+// and returns those gone for GoneAfter as of now.
+func (x *Index) goneFor(prev, next *snapshot, now time.Time) []Node {
+	x.absentMu.Lock()
+	defer x.absentMu.Unlock()
+	for name, n := range prev.byName {
+		if m, ok := next.byName[name]; !ok || m.Endpoint != n.Endpoint {
+			if _, known := x.absent[n.Node]; !known {
+				x.absent[n.Node] = now
+			}
+		}
+	}
+	var gone []Node
+	for n, since := range x.absent {
+		switch m, ok := next.byName[n.Name]; {
+		case ok && m.Endpoint == n.Endpoint:
+			delete(x.absent, n) // back
+		case now.Sub(since) >= x.opts.GoneAfter:
+			gone = append(gone, n)
+			delete(x.absent, n)
+		}
+	}
+	return gone
+}
 
 // snapshot is one rebuild's view of the fleet.
 type snapshot struct {
@@ -103,7 +137,7 @@ func New(src Lister, opts Options) *Index {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	x := &Index{src: src, opts: opts, log: opts.Logger, poke: make(chan struct{}, 1), seen: map[string]struct{}{}}
+	x := &Index{src: src, opts: opts, log: opts.Logger, poke: make(chan struct{}, 1), seen: map[string]struct{}{}, absent: map[Node]time.Time{}}
 	x.snap.Store(&snapshot{})
 	return x
 }
@@ -189,14 +223,8 @@ func (x *Index) Refresh(ctx context.Context) error {
 	prev := x.snap.Load()
 	next, foreign := build(prev, invs)
 	x.snap.Store(next)
-	if f := x.gone.Load(); f != nil {
-		var gone []Node
-		for name, n := range prev.byName {
-			if m, ok := next.byName[name]; !ok || m.Endpoint != n.Endpoint {
-				gone = append(gone, n.Node)
-			}
-		}
-		if len(gone) > 0 {
+	if gone := x.goneFor(prev, next, time.Now()); len(gone) > 0 {
+		if f := x.gone.Load(); f != nil {
 			(*f)(gone)
 		}
 	}

@@ -308,30 +308,45 @@ func (r *listReader) Get(_ context.Context, key client.ObjectKey, obj client.Obj
 	return inventory.NotFound(key.Name)
 }
 
-// OnGone hears of the nodes a rebuild drops: gone from the source, or at
-// another endpoint now; not of those that stay.
+// OnGone hears of the nodes a rebuild drops (gone from the source, or at
+// another endpoint now) once they have stayed out for GoneAfter; not of
+// those that stay, nor of one back in time (a sandboxd's restart).
 func TestOnGone(t *testing.T) {
 	src := inventory.NewStaticSource()
 	src.Apply(inv("node-a", "10.0.0.1:9000"))
 	src.Apply(inv("node-b", "10.0.0.2:9000"))
 	src.Apply(inv("node-c", "10.0.0.3:9000"))
-	x := New(src, Options{})
+	src.Apply(inv("node-d", "10.0.0.4:9000"))
+	const grace = 300 * time.Millisecond
+	x := New(src, Options{GoneAfter: grace})
 	var got []Node
 	x.OnGone(func(ns []Node) { got = append(got, ns...) })
-	if err := x.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
+	refresh := func() {
+		t.Helper()
+		if err := x.Refresh(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if len(got) != 0 {
-		t.Fatalf("the first rebuild dropped %v", got)
-	}
+	refresh()
 	src.Remove("node-a")
 	src.Apply(inv("node-b", "10.0.0.9:9000"))
-	if err := x.Refresh(t.Context()); err != nil {
-		t.Fatal(err)
+	src.Remove("node-d")
+	refresh()
+	if len(got) != 0 {
+		t.Fatalf("told of %v at once, with a grace of %s", got, grace)
 	}
+	src.Apply(inv("node-d", "10.0.0.4:9000")) // back in time
+	refresh()
+	time.Sleep(grace)
+	refresh()
 	slices.SortFunc(got, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 	want := []Node{{Name: "node-a", Endpoint: "10.0.0.1:9000"}, {Name: "node-b", Endpoint: "10.0.0.2:9000"}}
 	if !slices.Equal(got, want) {
-		t.Fatalf("dropped %v, want %v", got, want)
+		t.Fatalf("told of %v after the grace, want %v", got, want)
+	}
+	got = nil
+	refresh()
+	if len(got) != 0 {
+		t.Fatalf("told again of %v", got)
 	}
 }

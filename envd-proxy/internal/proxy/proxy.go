@@ -91,7 +91,8 @@ type Proxy struct {
 var errNodeGone = errors.New("the sandbox's host left the fleet")
 
 // NodesGone ends the requests in flight to nodes, which the fleet dropped
-// (fleet.Index.OnGone), and closes the idle connections kept to sandboxd
+// a while ago (fleet.Index.OnGone, after --gone-node-grace), at the
+// endpoints they had, and closes the idle connections kept to sandboxd
 // hosts: a request to a dead host would otherwise wait for TCP to give up
 // (minutes), and one sent on a kept connection to it as long. A request
 // not yet answered gets a 502; a stream already answered is cut.
@@ -99,8 +100,10 @@ func (p *Proxy) NodesGone(nodes []fleet.Node) {
 	p.mu.Lock()
 	var cancels []context.CancelCauseFunc
 	for _, n := range nodes {
-		for _, cancel := range p.inflight[n.Name] {
-			cancels = append(cancels, cancel)
+		for fw, cancel := range p.inflight[n.Name] {
+			if fw.node.Endpoint == n.Endpoint { // not one to where it is now
+				cancels = append(cancels, cancel)
+			}
 		}
 	}
 	p.mu.Unlock()
@@ -418,7 +421,7 @@ func (p *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		if fw != nil {
 			fw.status = http.StatusBadGateway
 		}
-		wire.WriteError(w, http.StatusBadGateway, "the sandbox's host left the fleet (it stopped publishing its inventory); the sandbox is gone with it")
+		wire.WriteError(w, http.StatusBadGateway, "the sandbox's host left the fleet (its inventory went stale, or it stopped answering); retry, or check that the sandbox is running")
 		return
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
