@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,9 +42,6 @@ type proc struct {
 	// output to end, which a child that left its group may hold.
 	stopped  chan struct{}
 	stopOnce sync.Once
-	// exited is set once cmd.Wait has reaped the process: its pid may
-	// then be another process's, and only its group is signalled.
-	exited atomic.Bool
 }
 
 // stoppedOutputGrace is how long, after a killed or stopped process exits,
@@ -133,8 +129,12 @@ func (p *proc) signal(sig syscall.Signal) error {
 		p.stopOnce.Do(func() { close(p.stopped) })
 	}
 	err := syscall.Kill(-int(p.pid), sig)
-	if errors.Is(err, syscall.ESRCH) && !p.exited.Load() {
-		err = syscall.Kill(int(p.pid), sig)
+	if errors.Is(err, syscall.ESRCH) {
+		// It left its group: the process alone, through its pidfd, so
+		// never another process that took its pid once it was reaped.
+		if err = p.cmd.Process.Signal(sig); errors.Is(err, os.ErrProcessDone) {
+			err = syscall.ESRCH
+		}
 	}
 	return err
 }

@@ -136,7 +136,6 @@ func (s *Service) run(p *proc, outputs []output) {
 	}
 	started := time.Now()
 	waitErr := p.cmd.Wait()
-	p.exited.Store(true)
 	p.release()
 
 	// As e2b's envd, the process ends when its output does: a background

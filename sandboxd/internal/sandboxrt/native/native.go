@@ -836,7 +836,9 @@ func (r *Runtime) Stop(ctx context.Context, id string) error {
 }
 
 // kill stops every process of the sandbox: SIGKILL to its init ends its pid
-// namespace. A frozen sandbox is thawed first, or the signal waits. reaped,
+// namespace. A frozen sandbox has every process sent SIGKILL while frozen,
+// then is thawed: none runs again (a sandbox paused to its files would lose
+// what it wrote), where a thaw first would let them run. reaped,
 // if this process started the sandbox, gets the init's status when it has
 // been reaped: the kernel reaps an init only after every other process of
 // its pid namespace has exited, so that is the whole sandbox's end, with
@@ -851,9 +853,19 @@ func kill(ctx context.Context, c *libcontainer.Container, reaped chan *os.Proces
 	if st == libcontainer.Stopped {
 		return nil
 	}
-	// A frozen sandbox is killed while frozen: libcontainer's Signal thaws
-	// it after a SIGKILL, so it dies without running again (a sandbox
-	// paused to its files would otherwise run, and lose what it wrote).
+	if st == libcontainer.Paused {
+		// Frozen, no process can exit, so no pid is reused under us.
+		pids, err := c.Processes()
+		if err != nil {
+			return fmt.Errorf("list the frozen sandbox's processes: %w", err)
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		if err := c.Resume(); err != nil {
+			return fmt.Errorf("thaw: %w", err)
+		}
+	}
 	if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
 		return fmt.Errorf("kill: %w", err)
 	}
