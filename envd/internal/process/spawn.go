@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/skiff-dev/skiff/envd/internal/identity"
@@ -53,11 +54,15 @@ func command(cfg *pb.ProcessConfig, u *identity.User, defaults map[string]string
 	maps.Copy(env, cfg.GetEnvs())
 
 	path := cfg.GetCmd()
-	if !filepath.IsAbs(path) {
+	if !strings.Contains(path, "/") {
 		// Look the command up on the PATH the process gets, not envd's.
-		if found, err := lookPath(path, env["PATH"]); err == nil {
-			path = found
+		// A name with a slash is a path, as to a shell: relative to the
+		// working directory (exec runs it from cmd.Dir).
+		found, err := lookPath(path, env["PATH"])
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", path, err)
 		}
+		path = found
 	}
 	cmd := exec.Command(path, cfg.GetArgs()...)
 	cmd.Args[0] = cfg.GetCmd()

@@ -168,6 +168,7 @@ func TestStartErrors(t *testing.T) {
 		{"missing cwd", &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/true", Cwd: &missing}}, "", connect.CodeInvalidArgument, "cwd '/nonexistent' does not exist"},
 		{"empty cmd", &pb.StartRequest{Process: &pb.ProcessConfig{}}, "", connect.CodeInvalidArgument, "cmd is empty"},
 		{"missing binary", &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/no/such/binary"}}, "", connect.CodeInvalidArgument, "no such file"},
+		{"command on no PATH", &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "no-such-command-here"}}, "", connect.CodeInvalidArgument, "executable file not found"},
 		{"unknown user", bash("true"), basic("no-such-user"), connect.CodeUnauthenticated, "invalid username: 'no-such-user'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,6 +184,20 @@ func TestStartErrors(t *testing.T) {
 				t.Fatalf("err = %v, want %s containing %q", r.err, tc.code, tc.message)
 			}
 		})
+	}
+}
+
+// A command with a slash is a path, relative to the working directory, as
+// to a shell; never looked up on the PATH.
+func TestStartRelativePath(t *testing.T) {
+	e := startEnvd(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ls"), []byte("#!/bin/sh\necho mine\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := e.run(t.Context(), t, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "./ls", Cwd: &dir}}, nil)
+	if r.err != nil || r.stdout != "mine\n" {
+		t.Fatalf("./ls in %s: stdout %q, err %v; want the working directory's ls", dir, r.stdout, r.err)
 	}
 }
 
