@@ -312,9 +312,9 @@ func TestStaticModeOperations(t *testing.T) {
 		{"", http.MethodGet, "/v2/sandboxes", "", http.StatusUnauthorized},
 		{key, http.MethodGet, "/sandboxes/" + strings.Repeat("z", 20), "", http.StatusNotFound}, // no such node
 		{key, http.MethodGet, "/no/such/route", "", http.StatusNotFound},
-		{key, http.MethodPost, "/v2/sandboxes", `{"templateID":"ruby"}`, http.StatusBadRequest},         // refused by the API
-		{key, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`, http.StatusServiceUnavailable}, // claim lost, host full
-		{key, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`, http.StatusTooManyRequests},    // the burst is spent
+		{key, http.MethodPost, "/v2/sandboxes", `{"templateID":"base","timeout":-1}`, http.StatusBadRequest}, // refused by the API
+		{key, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`, http.StatusServiceUnavailable},      // claim lost, host full
+		{key, http.MethodPost, "/v2/sandboxes", `{"templateID":"base"}`, http.StatusTooManyRequests},         // the burst is spent
 	} {
 		if code, body := a.call(tc.key, tc.method, tc.path, tc.body); code != tc.want {
 			t.Fatalf("%s %s = %d %s, want %d", tc.method, tc.path, code, body, tc.want)
