@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/skiff-dev/skiff/envd-proxy/internal/fleet"
 	"github.com/skiff-dev/skiff/wire"
 )
 
@@ -582,6 +583,15 @@ func TestNodeGoneEndsItsRequests(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the requests to node-a never reached it")
 		}
+	}
+
+	// node-a gone from another endpoint (it moved, and its requests are to
+	// where it is now): nothing of these ends.
+	h.proxy.NodesGone([]fleet.Node{{Name: "node-a", Endpoint: "192.0.2.1:9000"}})
+	select {
+	case r := <-waiting:
+		t.Fatalf("a request to node-a's endpoint ended for another endpoint's: %+v", r)
+	case <-time.After(200 * time.Millisecond):
 	}
 
 	h.src.Remove("node-a")

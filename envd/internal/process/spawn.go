@@ -58,7 +58,7 @@ func command(cfg *pb.ProcessConfig, u *identity.User, defaults map[string]string
 		// Look the command up on the PATH the process gets, not envd's.
 		// A name with a slash is a path, as to a shell: relative to the
 		// working directory (exec runs it from cmd.Dir).
-		found, err := lookPath(path, env["PATH"])
+		found, err := lookPath(path, env["PATH"], cwd)
 		if err != nil {
 			return nil, fmt.Errorf("%q: %w", path, err)
 		}
@@ -78,11 +78,13 @@ func command(cfg *pb.ProcessConfig, u *identity.User, defaults map[string]string
 	return cmd, nil
 }
 
-// lookPath finds file in the directories of path, as a shell would.
-func lookPath(file, path string) (string, error) {
+// lookPath finds file in the directories of path, as a shell would; a
+// relative directory (".", or empty) is the process's working directory,
+// cwd. The path it returns is absolute.
+func lookPath(file, path, cwd string) (string, error) {
 	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(cwd, dir)
 		}
 		p := filepath.Join(dir, file)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {

@@ -199,6 +199,12 @@ func TestStartRelativePath(t *testing.T) {
 	if r.err != nil || r.stdout != "mine\n" {
 		t.Fatalf("./ls in %s: stdout %q, err %v; want the working directory's ls", dir, r.stdout, r.err)
 	}
+	// A relative directory of the process's PATH is its working directory
+	// too, not envd's.
+	r = e.run(t.Context(), t, &pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "ls", Cwd: &dir, Envs: map[string]string{"PATH": "."}}}, nil)
+	if r.err != nil || r.stdout != "mine\n" {
+		t.Fatalf("ls with PATH=. in %s: stdout %q, err %v; want the working directory's ls", dir, r.stdout, r.err)
+	}
 }
 
 func TestStartAsUser(t *testing.T) {

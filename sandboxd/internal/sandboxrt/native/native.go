@@ -854,17 +854,27 @@ func kill(ctx context.Context, c *libcontainer.Container, reaped chan *os.Proces
 		return nil
 	}
 	if st == libcontainer.Paused {
-		// Frozen, no process can exit, so no pid is reused under us.
-		pids, err := c.Processes()
-		if err != nil {
-			return fmt.Errorf("list the frozen sandbox's processes: %w", err)
+		// Every process but the init first: one killed while frozen (on
+		// cgroup v2 it dies at once) stays a zombie of its frozen parent,
+		// and the init holds the pid namespace until it goes, last, so
+		// no pid of the list is another process's by then.
+		init := -1
+		if state, err := c.State(); err == nil {
+			init = state.InitProcessPid
 		}
-		for _, pid := range pids {
-			_ = unix.Kill(pid, unix.SIGKILL)
+		if pids, err := c.Processes(); err == nil {
+			for _, pid := range pids {
+				if pid != init {
+					_ = unix.Kill(pid, unix.SIGKILL)
+				}
+			}
 		}
-		if err := c.Resume(); err != nil {
-			return fmt.Errorf("thaw: %w", err)
+		if init > 0 {
+			_ = unix.Kill(init, unix.SIGKILL)
 		}
+		// As libcontainer's own thaw after a SIGKILL, a failure here is
+		// not the kill's: the wait below says whether the sandbox died.
+		_ = c.Resume()
 	}
 	if err := c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
 		return fmt.Errorf("kill: %w", err)
