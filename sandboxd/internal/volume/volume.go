@@ -548,10 +548,9 @@ func (s *Store) Delete(team, id string, live func(Lease) bool) error {
 // deleteLocked is Delete of v, found before its lock was taken.
 func (s *Store) deleteLocked(v *Volume, live func(Lease) bool) error {
 	// Another delete of it may have come first (it held the lock), and
-	// a new volume taken the name since: that one's name stays.
-	if owner, err := s.nameOwner(v.Team, v.Name); errors.Is(err, fs.ErrNotExist) || (err == nil && owner != v.ID) {
-		return ErrNotFound
-	} else if err != nil {
+	// a new volume taken the name since: read again, v no longer owns its
+	// name (ErrNotFound), and that one's name stays.
+	if _, err := s.read(v.ID); err != nil {
 		return err
 	}
 	ls, err := s.Leases(v.ID)
@@ -703,16 +702,12 @@ func newUUID() string {
 // over it, and syncs the directory.
 func writeDurable(path string, b []byte) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-")
+	tmp, err := syncedTemp(dir, b)
 	if err != nil {
 		return err
 	}
-	err = writeSynced(f, b)
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
 		return err
 	}
 	return syncDir(dir)
@@ -724,18 +719,29 @@ func writeDurable(path string, b []byte) error {
 // (on path's filesystem, where gc removes leftovers), which is then linked
 // at path, and a link fails when path is there.
 func writeExclusive(path, tmpDir string, b []byte) error {
-	f, err := os.CreateTemp(tmpDir, ".tmp-")
+	tmp, err := syncedTemp(tmpDir, b)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
-	if err := writeSynced(f, b); err != nil {
-		return err
-	}
-	if err := os.Link(f.Name(), path); err != nil {
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, path); err != nil {
 		return err
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// syncedTemp writes b to a new temporary file in dir (".tmp-…"), synced
+// and closed, and returns its path; on failure nothing of it is left.
+func syncedTemp(dir string, b []byte) (string, error) {
+	f, err := os.CreateTemp(dir, ".tmp-")
+	if err != nil {
+		return "", err
+	}
+	if err := writeSynced(f, b); err != nil {
+		_ = os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 // writeSynced writes b to f, syncs and closes it.
