@@ -304,23 +304,18 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		// watchBody).
 		pr.Out.Body = fw.body.Wrap(pr.Out.Body)
 	}
-	// ReverseProxy cleaned the query (dropping pairs with ';' or a bad
-	// escape) before rewrite: the client's passes as it came.
-	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 		pr.Out.Header["X-Forwarded-For"] = xff // SetXForwarded appends the client
 	}
 	pr.SetXForwarded()
+	// An ingress that ended TLS knows the client's scheme and host; this
+	// hop's (http, its own address) would tell the sandbox's app that it
+	// is served over plain http.
+	var forwarded []string
 	if p.fromTrusted(pr.In) {
-		// An ingress that ended TLS knows the client's scheme and host;
-		// this hop's (http, its own address) would tell the sandbox's
-		// app that it is served over plain http.
-		for _, name := range [...]string{"X-Forwarded-Proto", "X-Forwarded-Host"} {
-			if v := pr.In.Header.Values(name); len(v) > 0 {
-				pr.Out.Header[name] = append([]string(nil), v...)
-			}
-		}
+		forwarded = []string{"X-Forwarded-Proto", "X-Forwarded-Host"}
 	}
+	routing.PassOn(pr, forwarded...)
 	h := pr.Out.Header
 	for name := range h {
 		if isNodeTokenHeader(name) {

@@ -162,6 +162,7 @@ func (w *watcher) loop() {
 func (w *watcher) handle(ev fsnotify.Event) {
 	// The watched directory's own events (removed, moved away, its mode
 	// changed) are sent as e2b's envd sends them, named ".".
+	//
 	// A new directory is watched before its CREATE is sent, so that a
 	// client that writes into it on seeing that event is seen doing so;
 	// what it already holds is announced after. Entries created between the

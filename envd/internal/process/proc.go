@@ -38,8 +38,9 @@ type proc struct {
 	done chan struct{}    // closed once end is set, before it is delivered
 
 	// stopped is closed when envd kills or stops the process (SIGKILL or
-	// SIGTERM): its end then comes at its exit, without waiting for its
-	// output to end, which a child that left its group may hold.
+	// SIGTERM): its end then comes at its exit, after at most
+	// stoppedOutputGrace of its output, not when its output ends (a child
+	// that left its group may hold that).
 	stopped  chan struct{}
 	stopOnce sync.Once
 }

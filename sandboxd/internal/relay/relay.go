@@ -332,18 +332,10 @@ var forwardedHeaders = [...]string{"X-Forwarded-For", "X-Forwarded-Host", "X-For
 func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(targetKey{}).(relayed)
 	pr.SetURL(rt.upstream)
-	// ReverseProxy cleaned the query (dropping pairs with ';' or a bad
-	// escape) before rewrite: the client's passes as it came.
-	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
 	pr.Out.Host = pr.In.Host
 	pr.Out.Header.Del(TrafficTokenHeader)
 	pr.SetXForwarded()
-	for _, name := range forwardedHeaders {
-		// ReverseProxy took them out of pr.Out before rewrite.
-		if v := pr.In.Header.Values(name); len(v) > 0 {
-			pr.Out.Header[name] = append([]string(nil), v...)
-		}
-	}
+	routing.PassOn(pr, forwardedHeaders[:]...)
 	if rt.host != "" {
 		pr.Out.Host = rt.host
 	}
