@@ -92,8 +92,8 @@ type NodeInventorySpec struct {
 	DiskPressure bool `json:"diskPressure,omitempty"`
 
 	// VolumeDiskPressure is set while the filesystem of the host's volume
-	// store is below the reserve: the host refuses new volumes, and passes
-	// a create of one to the next host of its name's rendezvous.
+	// store is below the reserve: the host refuses new volumes, and the
+	// apiserver asks it for one only when no other host takes it.
 	// +optional
 	VolumeDiskPressure bool `json:"volumeDiskPressure,omitempty"`
 

@@ -91,12 +91,11 @@ func TestFullDisk(t *testing.T) {
 	lineOK(t, code == http.StatusBadRequest && strings.Contains(string(body), "already exists"), "a taken name is still taken, with %s full: %d %s", hostB, code, body)
 
 	// Placement never tried the full host: its sandboxd was asked for no
-	// create and no warm sandbox (its vk-sandbox's Info calls show the
-	// count is read). A new volume still goes by the rendezvous of its
-	// name, which the full host passes on.
+	// create, no warm sandbox and no volume (its vk-sandbox's Info calls
+	// show the count is read).
 	calls := f.sandboxdCalls(hostB)
-	lineOK(t, calls["Info"] > 0 && calls["Create"]+calls["Warm"] == 0,
-		"%s's sandboxd was not asked for a sandbox: %v", hostB, calls)
+	lineOK(t, calls["Info"] > 0 && calls["Create"]+calls["Warm"]+calls["CreateVolume"] == 0,
+		"%s's sandboxd was not asked for a sandbox or a volume: %v", hostB, calls)
 }
 
 // sandboxdCalls counts the calls a host's sandboxd answered, by method

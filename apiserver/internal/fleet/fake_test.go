@@ -39,7 +39,12 @@ type fakeNode struct {
 	// full refuses creates with resource_exhausted; down refuses every call
 	// with unavailable; claimed refuses claims of these IDs as lost races.
 	full, down bool
-	claimed    map[string]bool
+	// volumesFull is the host's volume store below its disk reserve: it
+	// says so in its inventory and refuses new volumes.
+	volumesFull bool
+	// volumes are the names of the volumes made here.
+	volumes []string
+	claimed map[string]bool
 	// lastLogs is the last Logs request.
 	lastLogs *sandboxdv1.LogsRequest
 	// traffic holds the traffic tokens of private sandboxes; old makes the
@@ -361,9 +366,10 @@ func (n *fakeNode) inventory() *v1beta1.NodeInventory {
 	// As vk-sandbox publishes it: shared/hostinventory's Spec of the host's
 	// Info and sandboxes.
 	info := &sandboxdv1.InfoResponse{
-		Capacity:     &sandboxdv1.Resources{CpuMilli: 64_000, MemoryMib: 64 << 10},
-		MaxSandboxes: 100,
-		EnvdVersion:  "0.2.0",
+		Capacity:           &sandboxdv1.Resources{CpuMilli: 64_000, MemoryMib: 64 << 10},
+		MaxSandboxes:       100,
+		EnvdVersion:        "0.2.0",
+		VolumeDiskPressure: n.volumesFull,
 	}
 	for _, t := range n.templates {
 		info.Templates = append(info.Templates, &sandboxdv1.TemplateVersion{Name: t, Version: "v1"})
@@ -377,4 +383,30 @@ func (n *fakeNode) inventory() *v1beta1.NodeInventory {
 		sbs = append(sbs, sb)
 	}
 	return &v1beta1.NodeInventory{ObjectMeta: metav1.ObjectMeta{Name: n.name}, Spec: hostinventory.Spec(n.endpoint(), info, sbs)}
+}
+
+func (n *fakeNode) GetVolume(_ context.Context, req *connect.Request[sandboxdv1.GetVolumeRequest]) (*connect.Response[sandboxdv1.GetVolumeResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("GetVolume"); err != nil {
+		return nil, err
+	}
+	if name := req.Msg.GetName(); name != "" && slices.Contains(n.volumes, name) {
+		return connect.NewResponse(&sandboxdv1.GetVolumeResponse{Volume: &sandboxdv1.Volume{Id: "vol-" + name, Name: name}}), nil
+	}
+	return nil, connect.NewError(connect.CodeNotFound, errors.New("volume not found"))
+}
+
+func (n *fakeNode) CreateVolume(_ context.Context, req *connect.Request[sandboxdv1.CreateVolumeRequest]) (*connect.Response[sandboxdv1.CreateVolumeResponse], error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.record("CreateVolume"); err != nil {
+		return nil, err
+	}
+	if n.volumesFull {
+		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("host is full: volume: this host's disk is nearly full"))
+	}
+	name := req.Msg.GetName()
+	n.volumes = append(n.volumes, name)
+	return connect.NewResponse(&sandboxdv1.CreateVolumeResponse{Volume: &sandboxdv1.Volume{Id: "vol-" + name, Name: name}}), nil
 }

@@ -1025,3 +1025,28 @@ func TestListedStartStaysWhenTheInventoryTakesOver(t *testing.T) {
 		}
 	}
 }
+
+// A host whose volume store is below its disk reserve is asked for a new
+// volume only when no other host takes it: its inventory says it would
+// refuse. With every host full, each is asked and the answer is capacity.
+func TestCreateVolumeSkipsFullHost(t *testing.T) {
+	a, b := newFakeNode("node-a", "base"), newFakeNode("node-b", "base")
+	b.volumesFull = true
+	h := newHarness(t, a, b)
+	for i := range 8 {
+		name := "vol-" + strconv.Itoa(i)
+		v, err := h.b.CreateVolume(t.Context(), "team1", name)
+		if err != nil || v.Name != name {
+			t.Fatalf("CreateVolume(%s) = %+v, %v", name, v, err)
+		}
+	}
+	if len(a.volumes) != 8 || slices.Contains(b.calls, "CreateVolume") {
+		t.Fatalf("node-a made %v; node-b, full, was asked: %v", a.volumes, b.calls)
+	}
+	a.volumesFull = true
+	h.publish(a)
+	_, err := h.b.CreateVolume(t.Context(), "team1", "one-more")
+	if !errors.Is(err, e2bapi.ErrCapacity) || !slices.Contains(a.calls[len(a.calls)-1:], "CreateVolume") || !slices.Contains(b.calls, "CreateVolume") {
+		t.Fatalf("CreateVolume with both full = %v (calls: %v, %v), want ErrCapacity after asking both", err, a.calls, b.calls)
+	}
+}

@@ -193,7 +193,7 @@ func rendezvous(nodes []v1beta1.NodeInventory, key string) []v1beta1.NodeInvento
 
 // CreateVolume makes team's volume on a shared store when the fleet has
 // one, else on the host its name hashes to (rendezvous), or the next one
-// that answers.
+// that answers; hosts whose volume disk is under pressure come last.
 func (b *Backend) CreateVolume(ctx context.Context, team, name string) (*e2bapi.Volume, error) {
 	nodes, err := b.src.ListNodesShared(ctx)
 	if err != nil {
@@ -218,8 +218,14 @@ func (b *Backend) CreateVolume(ctx context.Context, team, name string) (*e2bapi.
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("create volume: no host: %w", e2bapi.ErrCapacity)
 	}
+	// A host whose volume store is below its disk reserve would refuse
+	// (sandboxd --disk-reserve): it is asked only after every other one.
+	order := rendezvous(nodes, team+"/"+name)
+	slices.SortStableFunc(order, func(x, y v1beta1.NodeInventory) int {
+		return cmpBool(x.Spec.VolumeDiskPressure, y.Spec.VolumeDiskPressure)
+	})
 	var errs []error
-	for _, n := range rendezvous(nodes, team+"/"+name) {
+	for _, n := range order {
 		resp, err := b.clients(n.Name, n.Spec.Endpoint).CreateVolume(ctx, connect.NewRequest(&sandboxdv1.CreateVolumeRequest{Team: team, Name: name}))
 		if err == nil {
 			v := resp.Msg.GetVolume()
@@ -432,4 +438,15 @@ func (b *Backend) volumeNodes(ctx context.Context, team string, p e2bapi.CreateP
 		return nil, e2bapi.Invalid("volumeMounts", "the volumes live on different hosts (%s): a sandbox mounts volumes of one host", strings.Join(parts, ", "))
 	}
 	return allowed, nil
+}
+
+// cmpBool orders false before true.
+func cmpBool(x, y bool) int {
+	switch {
+	case x == y:
+		return 0
+	case x:
+		return 1
+	}
+	return -1
 }
