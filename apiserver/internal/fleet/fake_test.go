@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,8 +43,11 @@ type fakeNode struct {
 	// volumesFull is the host's volume store below its disk reserve: it
 	// says so in its inventory and refuses new volumes.
 	volumesFull bool
-	// volumes are the names of the volumes made here.
+	// volumes are the names of the volumes made here (their IDs "vol-"
+	// and the name).
 	volumes []string
+	// addr, if set, is the node's endpoint: a server of its HTTP routes.
+	addr string
 	claimed map[string]bool
 	// lastLogs is the last Logs request.
 	lastLogs *sandboxdv1.LogsRequest
@@ -73,7 +77,7 @@ func newFakeNode(name string, templates ...string) *fakeNode {
 		traffic: map[string]string{}}
 }
 
-func (n *fakeNode) endpoint() string { return n.name + ":27777" }
+func (n *fakeNode) endpoint() string { return cmp.Or(n.addr, n.name+":27777") }
 
 func (n *fakeNode) record(op string) error {
 	n.calls = append(n.calls, op)
@@ -391,8 +395,10 @@ func (n *fakeNode) GetVolume(_ context.Context, req *connect.Request[sandboxdv1.
 	if err := n.record("GetVolume"); err != nil {
 		return nil, err
 	}
-	if name := req.Msg.GetName(); name != "" && slices.Contains(n.volumes, name) {
-		return connect.NewResponse(&sandboxdv1.GetVolumeResponse{Volume: &sandboxdv1.Volume{Id: "vol-" + name, Name: name}}), nil
+	for _, name := range n.volumes {
+		if req.Msg.GetName() == name || req.Msg.GetVolumeId() == "vol-"+name {
+			return connect.NewResponse(&sandboxdv1.GetVolumeResponse{Volume: &sandboxdv1.Volume{Id: "vol-" + name, Name: name}}), nil
+		}
 	}
 	return nil, connect.NewError(connect.CodeNotFound, errors.New("volume not found"))
 }

@@ -48,14 +48,20 @@ func newHarness(t *testing.T, nodes ...*fakeNode) *harness {
 // newHarnessWithMetrics is newHarness with a Backend that counts into m.
 func newHarnessWithMetrics(t *testing.T, m *metrics.Metrics, nodes ...*fakeNode) *harness {
 	t.Helper()
+	return newHarnessWith(t, func(c *fleet.Config) { c.Metrics = m }, nodes...)
+}
+
+// newHarnessWith is newHarness with a Backend whose Config configure
+// completes.
+func newHarnessWith(t *testing.T, configure func(*fleet.Config), nodes ...*fakeNode) *harness {
+	t.Helper()
 	h := &harness{t: t, src: inventory.NewStaticSource(), nodes: map[string]*fakeNode{}, now: t0}
 	for _, n := range nodes {
 		h.nodes[n.endpoint()] = n
 		h.publish(n)
 	}
-	h.b = fleet.New(fleet.Config{
-		Metrics: m,
-		Source:  h.src,
+	cfg := fleet.Config{
+		Source: h.src,
 		Placer:  placement.New(h.src, placement.Options{}),
 		Clients: func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient {
 			n, ok := h.nodes[endpoint]
@@ -73,7 +79,9 @@ func newHarnessWithMetrics(t *testing.T, m *metrics.Metrics, nodes ...*fakeNode)
 			defer h.mu.Unlock()
 			return h.now
 		},
-	})
+	}
+	configure(&cfg)
+	h.b = fleet.New(cfg)
 	return h
 }
 
