@@ -348,7 +348,7 @@ func (f *fakeBackend) Snapshot(_ context.Context, team, id, name string) (*Snaps
 		return nil, err
 	}
 	if sb.sb.State == StatePaused {
-		return nil, &ConflictError{Reason: fmt.Sprintf("Sandbox '%s' cannot be snapshotted while in 'paused' state", id)}
+		return nil, fmt.Errorf("sandbox %s is paused: %w", id, ErrNotFound)
 	}
 	sid, err := sandboxid.New(sandboxid.NodeTag(node))
 	if err != nil {

@@ -73,7 +73,7 @@ func TestCreateSnapshot(t *testing.T) {
 	for _, name := range []string{"abcdefghij012345678", "abcdefghij01234567890", "abcdefghij-123456789"} {
 		wantStatus(t, do(t, h, "POST", "/sandboxes/"+id+"/snapshots", `{"name":"`+name+`"}`, keyA), http.StatusCreated)
 	}
-	wantError(t, do(t, h, "POST", "/sandboxes/"+paused+"/snapshots", `{}`, keyA), http.StatusConflict, "cannot be snapshotted while in 'paused' state")
+	wantError(t, do(t, h, "POST", "/sandboxes/"+paused+"/snapshots", `{}`, keyA), http.StatusNotFound, "not found")
 	wantError(t, do(t, h, "POST", "/sandboxes/"+id+"/snapshots", `{}`, keyB), http.StatusNotFound, "not found")
 	wantError(t, do(t, h, "POST", "/sandboxes/nope/snapshots", `{}`, keyA), http.StatusNotFound)
 }

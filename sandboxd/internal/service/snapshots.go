@@ -170,6 +170,11 @@ func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, i
 	if src.Team != team {
 		return nil, fmt.Errorf("%w: %s", registry.ErrNotFound, id)
 	}
+	if src.State == registry.StatePaused {
+		// As e2b's API, whose store of live sandboxes has no paused one:
+		// not found. Another state (starting, ending) is a conflict.
+		return nil, fmt.Errorf("%w: %s is paused", registry.ErrNotFound, id)
+	}
 	if src.State != registry.StateRunning {
 		return nil, stateError(fmt.Sprintf("Sandbox '%s' cannot be snapshotted while in '%s' state", id, src.State))
 	}

@@ -196,6 +196,22 @@ func TestLayerDepthBounded(t *testing.T) {
 	}
 }
 
+// A paused sandbox is not found for a snapshot or a fork, as on e2b, whose
+// store of live sandboxes holds no paused one.
+func TestSnapshotOfPausedNotFound(t *testing.T) {
+	h, _ := newSnapshotHarness(t)
+	id := h.create().GetSandbox().GetId()
+	h.pause(id, false)
+	ctx := t.Context()
+	_, err := h.client.Snapshot(ctx, connect.NewRequest(&pb.SnapshotRequest{SandboxId: id, Team: "team-a"}))
+	wantCode(t, err, connect.CodeNotFound, "paused")
+	_, err = h.client.Fork(ctx, connect.NewRequest(&pb.ForkRequest{SandboxId: id, Team: "team-a", Count: 1, Timeout: durationpb.New(time.Minute)}))
+	wantCode(t, err, connect.CodeNotFound, "paused")
+	if sb, err := h.get(id); err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_PAUSED {
+		t.Fatalf("after the refusals: %v, %v; want it paused", sb.GetState(), err)
+	}
+}
+
 // deepen stacks id's files n fake layers deeper.
 func (h *harness) deepen(id string, n int) {
 	h.t.Helper()
