@@ -28,10 +28,17 @@ import (
 
 // newTestServer serves a Service over HTTP and returns a JSON client like
 // the SDKs'.
-func newTestServer(t *testing.T) (filesystemconnect.FilesystemClient, *Service) {
+func newTestServer(t *testing.T, opts ...connect.HandlerOption) (filesystemconnect.FilesystemClient, *Service) {
+	t.Helper()
+	client, svc, _ := newTestServerURL(t, opts...)
+	return client, svc
+}
+
+// newTestServerURL is newTestServer that also returns the server's URL.
+func newTestServerURL(t *testing.T, opts ...connect.HandlerOption) (filesystemconnect.FilesystemClient, *Service, string) {
 	t.Helper()
 	svc := New(state.New())
-	path, h := filesystemconnect.NewFilesystemHandler(svc)
+	path, h := filesystemconnect.NewFilesystemHandler(svc, opts...)
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
 	srv := httptest.NewServer(mux)
@@ -39,7 +46,7 @@ func newTestServer(t *testing.T) (filesystemconnect.FilesystemClient, *Service) 
 		svc.Close()
 		srv.Close()
 	})
-	return filesystemconnect.NewFilesystemClient(http.DefaultClient, srv.URL, connect.WithProtoJSON()), svc
+	return filesystemconnect.NewFilesystemClient(http.DefaultClient, srv.URL, connect.WithProtoJSON()), svc, srv.URL
 }
 
 // as sets the Basic-auth user of req, like the SDK does.

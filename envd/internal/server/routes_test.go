@@ -125,3 +125,23 @@ func TestCORSPreflight(t *testing.T) {
 		t.Fatalf("simple request headers = %v", resp.Header)
 	}
 }
+
+// The filesystem service answers the Python SDK before 1.7.1 (User-Agent
+// connect-python) as e2b's envd does: an entry with its name, type and
+// path only, and X-E2B-Legacy-SDK: true. Any other client gets the whole
+// entry.
+func TestLegacyPythonSDKAnswers(t *testing.T) {
+	e := startEnvd(t)
+	for ua, trimmed := range map[string]bool{"connect-python": true, "e2b-python-sdk/2.3.0": false} {
+		resp, body := do(t, http.MethodPost, e.url+"/filesystem.Filesystem/Stat", strings.NewReader(`{"path":"/"}`),
+			map[string]string{"Content-Type": "application/json", "User-Agent": ua})
+		var got struct{ Entry map[string]any }
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &got) != nil || got.Entry["name"] == nil || got.Entry["path"] != "/" {
+			t.Fatalf("Stat / as %s = %d %s", ua, resp.StatusCode, body)
+		}
+		_, hasPermissions := got.Entry["permissions"]
+		if hasPermissions == trimmed || (resp.Header.Get("X-E2B-Legacy-SDK") == "true") != trimmed {
+			t.Errorf("Stat / as %s: %s (X-E2B-Legacy-SDK %q); want it trimmed: %v", ua, body, resp.Header.Get("X-E2B-Legacy-SDK"), trimmed)
+		}
+	}
+}

@@ -156,7 +156,7 @@ func New(opts Options) *Server {
 		return processconnect.NewProcessHandler(s.process, connectOpts...)
 	}))
 	mux.Handle(onFirstRequest(filesystemconnect.FilesystemName, func() (string, http.Handler) {
-		return filesystemconnect.NewFilesystemHandler(s.filesystem, connectOpts...)
+		return filesystemconnect.NewFilesystemHandler(s.filesystem, append(connectOpts, connect.WithInterceptors(filesystem.Legacy()))...)
 	}))
 	filesHandler := files.New(sb)
 	mux.Handle("/files", filesHandler)
