@@ -119,7 +119,7 @@ func (o *serveOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.keysFile, "api-keys-file", o.keysFile, "With --inventory static, and required there: file of API keys, one \"team key\" per line (# starts a comment; a team is a namespace name), "+
 		"reloaded on change; sandbox-apiserver keys create adds one. Refused with --inventory kube, whose keys are Secrets labelled skiff.dev/api-key.")
 	f.StringVar(&o.sandboxDomain, "sandbox-domain", o.sandboxDomain, "Domain returned to SDKs as the sandboxes' domain, so that they reach envd at 49983-<id>.<domain>; empty returns null (the SDK's own).")
-	f.DurationVar(&o.maxTimeout, "max-timeout", o.maxTimeout, "Longest lifetime a request may give a sandbox (create, connect, resume, refresh or setTimeout); greater than 0.")
+	f.DurationVar(&o.maxTimeout, "max-timeout", o.maxTimeout, "Longest lifetime a request may give a sandbox (create, connect, resume, refresh or setTimeout), and the longest a sandbox runs from its create or last resume: a setTimeout, refresh or connect moves its end no later, as e2b's team limit does; greater than 0.")
 	f.Float64Var(&o.createRate, "create-rate-per-team", o.createRate, "Creates per second one team may make on average (a fork of n counts as n creates); beyond, 429. 0 turns the rate off; not negative.")
 	f.IntVar(&o.createBurst, "create-burst-per-team", o.createBurst, "Creates one team may make at once above its rate; at least 1 with a --create-rate-per-team.")
 	f.IntVar(&o.maxPerTeam, "max-sandboxes-per-team", o.maxPerTeam, "Most sandboxes (running and paused) one team may have, creates and forks in flight counted; beyond, creates and forks get 429. 0 turns it off; not negative.")

@@ -216,6 +216,7 @@ func newApp(ctx context.Context, o *serveOptions, log *slog.Logger, m *metrics.M
 		Metrics: m,
 
 		BodyIdleTimeout: o.readTimeout,
+		MaxLifetime:     o.maxTimeout,
 	})
 	stopPools, err := startWarmPools(ctx, o, a.kube, src, backend, log)
 	if err != nil {

@@ -47,7 +47,7 @@ type fakeNode struct {
 	// and the name).
 	volumes []string
 	// addr, if set, is the node's endpoint: a server of its HTTP routes.
-	addr string
+	addr    string
 	claimed map[string]bool
 	// lastLogs is the last Logs request.
 	lastLogs *sandboxdv1.LogsRequest
@@ -66,6 +66,8 @@ type fakeNode struct {
 	pausedFilesOnly bool
 	// refuseSetTimeout, when set, answers SetTimeout in its place.
 	refuseSetTimeout error
+	// lastSetTimeout is the last SetTimeout request.
+	lastSetTimeout *sandboxdv1.SetTimeoutRequest
 	// snapshots are the snapshots this node holds, by ID, as the template
 	// and resources a create from one starts a sandbox with (its source's,
 	// as sandboxd's).
@@ -272,6 +274,7 @@ func (n *fakeNode) SetTimeout(_ context.Context, req *connect.Request[sandboxdv1
 	if err := n.record("SetTimeout"); err != nil {
 		return nil, err
 	}
+	n.lastSetTimeout = req.Msg
 	if n.refuseSetTimeout != nil {
 		return nil, n.refuseSetTimeout
 	}

@@ -83,6 +83,12 @@ type Config struct {
 	// server's whole-request read timeout is lifted for those bodies: an
 	// upload takes as long as it takes while it moves.
 	BodyIdleTimeout time.Duration
+	// MaxLifetime, if > 0, is the longest a sandbox runs from its last
+	// start (create or resume) when a setTimeout, refresh or connect moves
+	// its end: as e2b's API bounds it (by the team's longest), the end is
+	// cut to it, and a sandbox that has run that long is refused (400
+	// "Max instance length exceeded").
+	MaxLifetime time.Duration
 }
 
 // DefaultBodyIdleTimeout is Config.BodyIdleTimeout's default.
@@ -103,6 +109,7 @@ type Backend struct {
 	metrics    *metrics.Metrics
 	now        func() time.Time
 	bodyIdle   time.Duration
+	maxLife    time.Duration
 
 	mu     sync.Mutex
 	recent map[string]recentWrite // by sandbox ID; guarded by mu
@@ -139,6 +146,7 @@ func New(cfg Config) *Backend {
 		metrics:    cfg.Metrics,
 		now:        cfg.Now,
 		bodyIdle:   cfg.BodyIdleTimeout,
+		maxLife:    cfg.MaxLifetime,
 		recent:     make(map[string]recentWrite),
 		claiming:   make(map[string]struct{}),
 

@@ -62,7 +62,7 @@ func newHarnessWith(t *testing.T, configure func(*fleet.Config), nodes ...*fakeN
 	}
 	cfg := fleet.Config{
 		Source: h.src,
-		Placer:  placement.New(h.src, placement.Options{}),
+		Placer: placement.New(h.src, placement.Options{}),
 		Clients: func(node, endpoint string) sandboxdv1connect.SandboxdServiceClient {
 			n, ok := h.nodes[endpoint]
 			if !ok {
@@ -549,6 +549,32 @@ func TestSetTimeout(t *testing.T) {
 	check(time.Minute, true, 5*time.Minute)
 	check(time.Minute, false, time.Minute)
 	check(time.Hour, true, time.Hour)
+}
+
+// The host bounds a new end by the sandbox's last start + the longest
+// lifetime (Config.MaxLifetime), given with each call, with only_extend
+// for a refresh or a connect; a sandbox that has run that long is a 400 in
+// e2b's words.
+func TestSetTimeoutMaxLifetime(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarnessWith(t, func(c *fleet.Config) { c.MaxLifetime = 2 * time.Hour }, a)
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, onlyExtend := range []bool{false, true} {
+		if err := h.b.SetTimeout(t.Context(), "team1", sb.ID, time.Duration(i+1)*time.Hour, onlyExtend); err != nil {
+			t.Fatal(err)
+		}
+		if m := a.lastSetTimeout; m.GetMaxLifetime().AsDuration() != 2*time.Hour || m.GetOnlyExtend() != onlyExtend {
+			t.Errorf("SetTimeout(only extend %v) asked the host %v", onlyExtend, m)
+		}
+	}
+	a.refuseSetTimeout = connect.NewError(connect.CodeOutOfRange, errors.New("sandbox x has run for its longest lifetime of 2h0m0s"))
+	var inv *e2bapi.InvalidError
+	if err := h.b.SetTimeout(t.Context(), "team1", sb.ID, 3*time.Hour, false); !errors.As(err, &inv) || inv.Error() != "Max instance length exceeded" {
+		t.Fatalf("SetTimeout past the longest = %v; want e2b's 400", err)
+	}
 }
 
 // A timeout of 0 ends the sandbox now, as e2b's API does: killed, or with

@@ -183,7 +183,8 @@ func (b *Backend) endNow(ctx context.Context, team, id string, l *located) error
 }
 
 // setTimeout moves l's end to now + timeout (unless onlyExtend and it
-// ends later already) and returns the sandbox as it is after. A timeout
+// ends later already), no later than its last start + MaxLifetime, and
+// returns the sandbox as it is after. A timeout
 // of 0 is never sent: sandboxd refuses it, and with onlyExtend it changes
 // nothing (sent on as the end now, it would end a sandbox whose end is
 // unknown here, or past by this replica's clock, which sandboxd's may not
@@ -195,7 +196,14 @@ func (b *Backend) setTimeout(ctx context.Context, l *located, id string, timeout
 	if onlyExtend && l.sb.GetEndAt() != nil && !l.sb.GetEndAt().AsTime().Before(b.now().Add(timeout)) {
 		return l.sb, nil
 	}
-	resp, err := l.client.SetTimeout(ctx, connect.NewRequest(&sandboxdv1.SetTimeoutRequest{SandboxId: id, Timeout: durationpb.New(timeout)}))
+	req := &sandboxdv1.SetTimeoutRequest{SandboxId: id, Timeout: durationpb.New(timeout), OnlyExtend: onlyExtend}
+	if b.maxLife > 0 {
+		req.MaxLifetime = durationpb.New(b.maxLife)
+	}
+	resp, err := l.client.SetTimeout(ctx, connect.NewRequest(req))
+	if connect.CodeOf(err) == connect.CodeOutOfRange {
+		return nil, e2bapi.Invalid("", "Max instance length exceeded") // e2b's words
+	}
 	if err != nil {
 		return nil, classify("set timeout of", id, err)
 	}

@@ -70,7 +70,7 @@ func (s *Service) Claim(ctx context.Context, req *connect.Request[pb.ClaimReques
 		rec.AutoPauseFilesOnly = m.GetAutoPauseFilesOnly()
 		rec.EnvVars = maps.Clone(m.GetEnvVars())
 		rec.TrafficAccessToken = traffic
-		rec.StartedAt = now
+		rec.StartedAt, rec.RunStart = now, now
 		rec.EndAt, rec.Timeout = now.Add(timeout), timeout
 		rec.EnvdAccessToken = token
 		return nil

@@ -380,7 +380,7 @@ func (s *Service) newRecord(l *launch, id string, block ipam.Block, token, versi
 	now := s.clock.Now()
 	rec := l.rec
 	rec.ID, rec.Template, rec.TemplateVersion, rec.RootfsPath = id, l.tmpl.Name, l.tmpl.Version, l.tmpl.Rootfs
-	rec.StartedAt = now
+	rec.StartedAt, rec.RunStart = now, now
 	if l.timeout > 0 {
 		rec.EndAt, rec.Timeout = now.Add(l.timeout), l.timeout
 	}

@@ -126,12 +126,18 @@ func (s *Service) releaseNetwork(ctx context.Context, rec *store.Record) {
 	s.ipam.Release(rec.ID)
 }
 
-// SetTimeout sets a running sandbox's deadline to now + timeout.
+// SetTimeout sets a running sandbox's deadline to now + timeout, no later
+// than its last start + max_lifetime when that is set, and with
+// only_extend never earlier than it was.
 func (s *Service) SetTimeout(_ context.Context, req *connect.Request[pb.SetTimeoutRequest]) (*connect.Response[pb.SetTimeoutResponse], error) {
 	m := req.Msg
 	var f fieldErrors
 	checkID(&f, m.GetSandboxId())
 	timeout := s.checkTimeout(&f, "timeout", m.GetTimeout(), true)
+	var maxLife time.Duration
+	if m.GetMaxLifetime() != nil {
+		maxLife = s.checkTimeout(&f, "max_lifetime", m.GetMaxLifetime(), false)
+	}
 	if err := f.err(); err != nil {
 		return nil, err
 	}
@@ -140,7 +146,23 @@ func (s *Service) SetTimeout(_ context.Context, req *connect.Request[pb.SetTimeo
 		if r.State != registry.StateRunning {
 			return fmt.Errorf("%w: sandbox %s is %s; only a running sandbox has a deadline", errWrongState, r.ID, r.State)
 		}
-		r.EndAt, r.Timeout = s.clock.Now().Add(timeout), timeout
+		now := s.clock.Now()
+		end := now.Add(timeout)
+		if maxLife > 0 {
+			// As e2b's API (KeepAliveFor): its life counts from its last
+			// start, and past its longest it is refused.
+			limit := r.RunningSince().Add(maxLife)
+			if !now.Before(limit) {
+				return connect.NewError(connect.CodeOutOfRange, fmt.Errorf("sandbox %s has run for its longest lifetime of %s", r.ID, maxLife))
+			}
+			if end.After(limit) {
+				end = limit
+			}
+		}
+		if m.GetOnlyExtend() && !end.After(r.EndAt) {
+			return nil
+		}
+		r.EndAt, r.Timeout = end, timeout
 		return nil
 	})
 	if err != nil {
@@ -296,9 +318,9 @@ func (s *Service) resumeLocked(ctx context.Context, rec *store.Record, lifetime 
 	if err := s.rt.Resume(ctx, id); err != nil {
 		return nil, fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
-	endAt := s.clock.Now().Add(lifetime)
+	now := s.clock.Now()
 	rec, err := s.reg.Update(id, func(r *store.Record) error {
-		r.State, r.PausedAt, r.EndAt = registry.StateRunning, time.Time{}, endAt
+		r.State, r.PausedAt, r.EndAt, r.RunStart = registry.StateRunning, time.Time{}, now.Add(lifetime), now
 		if remember {
 			r.Timeout = lifetime
 		}
@@ -310,7 +332,7 @@ func (s *Service) resumeLocked(ctx context.Context, rec *store.Record, lifetime 
 		}
 		return nil, fmt.Errorf("record resume of %s: %w", id, err)
 	}
-	s.deadlines.Set(id, endAt)
+	s.deadlines.Set(id, rec.EndAt)
 	s.watchExit(id) // a runtime that paused to disk runs a new process
 	return rec, nil
 }

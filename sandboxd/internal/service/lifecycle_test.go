@@ -145,6 +145,59 @@ func TestSetTimeout(t *testing.T) {
 	}
 }
 
+// With max_lifetime, an end is cut to the sandbox's last start (its
+// create, or its last resume) plus that, as e2b's API bounds it; a sandbox
+// that has run that long is refused (out_of_range). With only_extend an
+// end is never moved earlier.
+func TestSetTimeoutLifetime(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	id := h.create().GetSandbox().GetId() // started at epoch, endAt = epoch + 5m
+	set := func(timeout, maxLife time.Duration, onlyExtend bool) (time.Time, error) {
+		t.Helper()
+		req := &pb.SetTimeoutRequest{SandboxId: id, Timeout: durationpb.New(timeout), OnlyExtend: onlyExtend}
+		if maxLife > 0 {
+			req.MaxLifetime = durationpb.New(maxLife)
+		}
+		resp, err := h.client.SetTimeout(t.Context(), connect.NewRequest(req))
+		if err != nil {
+			return time.Time{}, err
+		}
+		return resp.Msg.GetSandbox().GetEndAt().AsTime(), nil
+	}
+	h.clock.Step(time.Minute)
+	if end, err := set(time.Hour, 10*time.Minute, false); err != nil || !end.Equal(epoch.Add(10*time.Minute)) {
+		t.Fatalf("an hour, at most 10 minutes from the start a minute ago: %v, %v; want the start + 10m", end, err)
+	}
+	if end, err := set(2*time.Minute, 10*time.Minute, true); err != nil || !end.Equal(epoch.Add(10*time.Minute)) {
+		t.Fatalf("only extend to a minute from now: %v, %v; want the end kept", end, err)
+	}
+	if end, err := set(2*time.Minute, 10*time.Minute, false); err != nil || !end.Equal(epoch.Add(3*time.Minute)) {
+		t.Fatalf("2 minutes: %v, %v; want now + 2m", end, err)
+	}
+	_, err := set(time.Minute, 30*time.Second, false)
+	wantCode(t, err, connect.CodeOutOfRange, "longest lifetime")
+	if at, ok := h.svc.deadlines.Deadline(id); !ok || !at.Equal(epoch.Add(3*time.Minute)) {
+		t.Fatalf("deadline after the refusal = %v %v; want it unchanged", at, ok)
+	}
+
+	// A resume starts the count afresh.
+	if _, err := h.client.Pause(t.Context(), connect.NewRequest(&pb.PauseRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Step(time.Hour)
+	resumed := h.clock.Now()
+	if _, err := h.client.Resume(t.Context(), connect.NewRequest(&pb.ResumeRequest{SandboxId: id, Timeout: durationpb.New(time.Minute)})); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Step(time.Minute / 2)
+	if end, err := set(time.Hour, 10*time.Minute, false); err != nil || !end.Equal(resumed.Add(10*time.Minute)) {
+		t.Fatalf("after a resume: %v, %v; want the resume + 10m (%v)", end, err, resumed.Add(10*time.Minute))
+	}
+	if at, ok := h.svc.deadlines.Deadline(id); !ok || !at.Equal(resumed.Add(10*time.Minute)) {
+		t.Fatalf("deadline = %v %v; want the resume + 10m", at, ok)
+	}
+}
+
 func TestDeadline(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	kill := h.create().GetSandbox().GetId()

@@ -169,9 +169,10 @@ func (s *Service) bootLocked(ctx context.Context, rec *store.Record, lifetime ti
 	if _, _, err := s.initEnvd(ctx, id, l, block, rec.EnvdAccessToken); err != nil {
 		return nil, fmt.Errorf("boot sandbox %s: %w", id, err)
 	}
-	endAt := s.clock.Now().Add(lifetime)
+	now := s.clock.Now()
+	endAt := now.Add(lifetime)
 	updated, err := s.reg.Update(id, func(r *store.Record) error {
-		r.State, r.PausedAt, r.EndAt, r.FilesOnly = registry.StateRunning, time.Time{}, endAt, false
+		r.State, r.PausedAt, r.EndAt, r.FilesOnly, r.RunStart = registry.StateRunning, time.Time{}, endAt, false, now
 		r.Boots++
 		if remember {
 			r.Timeout = lifetime

@@ -71,22 +71,26 @@ type Egress struct {
 
 // Record is what sandboxd must remember about a sandbox to re-adopt it.
 type Record struct {
-	Schema              int               `json:"schema"`
-	ID                  string            `json:"id"`
-	Template            string            `json:"template"`
-	TemplateVersion     string            `json:"templateVersion,omitempty"`
-	State               string            `json:"state"`
-	Pool                string            `json:"pool,omitempty"`
-	Team                string            `json:"team,omitempty"`
-	Metadata            map[string]string `json:"metadata,omitempty"`
-	StartedAt           time.Time         `json:"startedAt"`
-	EndAt               time.Time         `json:"endAt,omitzero"`
-	CPUMilli            int64             `json:"cpuMilli"`
-	MemoryMiB           int64             `json:"memoryMiB"`
-	DiskMiB             int64             `json:"diskMiB"`
-	EnvdAccessToken     string            `json:"envdAccessToken"`
-	AutoPause           bool              `json:"autoPause,omitempty"`
-	AllowInternetAccess bool              `json:"allowInternetAccess"`
+	Schema          int               `json:"schema"`
+	ID              string            `json:"id"`
+	Template        string            `json:"template"`
+	TemplateVersion string            `json:"templateVersion,omitempty"`
+	State           string            `json:"state"`
+	Pool            string            `json:"pool,omitempty"`
+	Team            string            `json:"team,omitempty"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
+	StartedAt       time.Time         `json:"startedAt"`
+	// RunStart is when it last started running: its create or claim, or
+	// its last resume. A lifetime bound counts from it (see Running).
+	// Zero in records from before it: StartedAt.
+	RunStart            time.Time `json:"runStart,omitzero"`
+	EndAt               time.Time `json:"endAt,omitzero"`
+	CPUMilli            int64     `json:"cpuMilli"`
+	MemoryMiB           int64     `json:"memoryMiB"`
+	DiskMiB             int64     `json:"diskMiB"`
+	EnvdAccessToken     string    `json:"envdAccessToken"`
+	AutoPause           bool      `json:"autoPause,omitempty"`
+	AllowInternetAccess bool      `json:"allowInternetAccess"`
 	// Egress is its outbound rules as given (e2b's allowOut and denyOut);
 	// nil when it never had any.
 	Egress *Egress `json:"egress,omitempty"`
@@ -133,6 +137,15 @@ type Record struct {
 	// EnvVars are the environment given at create or claim, which a boot
 	// after a files-only pause gives envd again.
 	EnvVars map[string]string `json:"envVars,omitempty"`
+}
+
+// RunningSince is when the sandbox last started running (RunStart, or
+// StartedAt in a record from before RunStart).
+func (r *Record) RunningSince() time.Time {
+	if r.RunStart.IsZero() {
+		return r.StartedAt
+	}
+	return r.RunStart
 }
 
 // Store holds the records under one directory. It is safe for concurrent

@@ -1360,9 +1360,16 @@ func (*KillResponse) Descriptor() ([]byte, []int) {
 }
 
 type SetTimeoutRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	Timeout       *durationpb.Duration   `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Timeout   *durationpb.Duration   `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// max_lifetime, if set, bounds the new end to the sandbox's last start
+	// (its create, claim or resume) plus this, as e2b bounds a sandbox's
+	// life by its team's longest; once the sandbox has run that long, the
+	// call is refused with out_of_range. Unset: the end is now + timeout.
+	MaxLifetime *durationpb.Duration `protobuf:"bytes,3,opt,name=max_lifetime,json=maxLifetime,proto3" json:"max_lifetime,omitempty"`
+	// only_extend keeps the current end when the new one would be earlier.
+	OnlyExtend    bool `protobuf:"varint,4,opt,name=only_extend,json=onlyExtend,proto3" json:"only_extend,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1409,6 +1416,20 @@ func (x *SetTimeoutRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *SetTimeoutRequest) GetMaxLifetime() *durationpb.Duration {
+	if x != nil {
+		return x.MaxLifetime
+	}
+	return nil
+}
+
+func (x *SetTimeoutRequest) GetOnlyExtend() bool {
+	if x != nil {
+		return x.OnlyExtend
+	}
+	return false
 }
 
 type SetTimeoutResponse struct {
@@ -4132,11 +4153,14 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vKillRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x0e\n" +
-	"\fKillResponse\"g\n" +
+	"\fKillResponse\"\xc6\x01\n" +
 	"\x11SetTimeoutRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x123\n" +
-	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"J\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12<\n" +
+	"\fmax_lifetime\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vmaxLifetime\x12\x1f\n" +
+	"\vonly_extend\x18\x04 \x01(\bR\n" +
+	"onlyExtend\"J\n" +
 	"\x12SetTimeoutResponse\x124\n" +
 	"\asandbox\x18\x01 \x01(\v2\x1a.skiff.sandboxd.v1.SandboxR\asandbox\"L\n" +
 	"\fPauseRequest\x12\x1d\n" +
@@ -4470,92 +4494,93 @@ var file_skiff_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	0,  // 21: skiff.sandboxd.v1.ListRequest.states:type_name -> skiff.sandboxd.v1.SandboxState
 	3,  // 22: skiff.sandboxd.v1.ListResponse.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
 	67, // 23: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 24: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	3,  // 25: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	67, // 26: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 27: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	2,  // 28: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
-	2,  // 29: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
-	25, // 30: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
-	35, // 31: skiff.sandboxd.v1.InfoResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	49, // 32: skiff.sandboxd.v1.InfoResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
-	66, // 33: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
-	28, // 34: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
-	66, // 35: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
-	66, // 36: skiff.sandboxd.v1.LogsRequest.end:type_name -> google.protobuf.Timestamp
-	66, // 37: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
-	31, // 38: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
-	63, // 39: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
-	65, // 40: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
-	64, // 41: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
-	66, // 42: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 43: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
-	35, // 44: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	35, // 45: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	67, // 46: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
-	46, // 47: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
-	35, // 48: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	7,  // 49: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
-	6,  // 50: skiff.sandboxd.v1.UpdateNetworkRequest.egress:type_name -> skiff.sandboxd.v1.Egress
-	3,  // 51: skiff.sandboxd.v1.UpdateNetworkResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	66, // 52: skiff.sandboxd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	49, // 53: skiff.sandboxd.v1.CreateVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
-	49, // 54: skiff.sandboxd.v1.GetVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
-	49, // 55: skiff.sandboxd.v1.ListVolumesResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
-	3,  // 56: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	1,  // 57: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
-	3,  // 58: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	4,  // 59: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
-	8,  // 60: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
-	10, // 61: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
-	12, // 62: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
-	14, // 63: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
-	16, // 64: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
-	18, // 65: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
-	20, // 66: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
-	22, // 67: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
-	24, // 68: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
-	27, // 69: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
-	30, // 70: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
-	33, // 71: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
-	36, // 72: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
-	38, // 73: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
-	40, // 74: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
-	42, // 75: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
-	44, // 76: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
-	47, // 77: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:input_type -> skiff.sandboxd.v1.UpdateNetworkRequest
-	50, // 78: skiff.sandboxd.v1.SandboxdService.CreateVolume:input_type -> skiff.sandboxd.v1.CreateVolumeRequest
-	52, // 79: skiff.sandboxd.v1.SandboxdService.GetVolume:input_type -> skiff.sandboxd.v1.GetVolumeRequest
-	54, // 80: skiff.sandboxd.v1.SandboxdService.ListVolumes:input_type -> skiff.sandboxd.v1.ListVolumesRequest
-	56, // 81: skiff.sandboxd.v1.SandboxdService.DeleteVolume:input_type -> skiff.sandboxd.v1.DeleteVolumeRequest
-	7,  // 82: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
-	9,  // 83: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
-	11, // 84: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
-	13, // 85: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
-	15, // 86: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
-	17, // 87: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
-	19, // 88: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
-	21, // 89: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
-	23, // 90: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
-	26, // 91: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
-	29, // 92: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
-	32, // 93: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
-	34, // 94: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
-	37, // 95: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
-	39, // 96: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
-	41, // 97: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
-	43, // 98: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
-	45, // 99: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
-	48, // 100: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:output_type -> skiff.sandboxd.v1.UpdateNetworkResponse
-	51, // 101: skiff.sandboxd.v1.SandboxdService.CreateVolume:output_type -> skiff.sandboxd.v1.CreateVolumeResponse
-	53, // 102: skiff.sandboxd.v1.SandboxdService.GetVolume:output_type -> skiff.sandboxd.v1.GetVolumeResponse
-	55, // 103: skiff.sandboxd.v1.SandboxdService.ListVolumes:output_type -> skiff.sandboxd.v1.ListVolumesResponse
-	57, // 104: skiff.sandboxd.v1.SandboxdService.DeleteVolume:output_type -> skiff.sandboxd.v1.DeleteVolumeResponse
-	82, // [82:105] is the sub-list for method output_type
-	59, // [59:82] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	67, // 24: skiff.sandboxd.v1.SetTimeoutRequest.max_lifetime:type_name -> google.protobuf.Duration
+	3,  // 25: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	3,  // 26: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	67, // 27: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 28: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	2,  // 29: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
+	2,  // 30: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
+	25, // 31: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
+	35, // 32: skiff.sandboxd.v1.InfoResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	49, // 33: skiff.sandboxd.v1.InfoResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
+	66, // 34: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
+	28, // 35: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
+	66, // 36: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
+	66, // 37: skiff.sandboxd.v1.LogsRequest.end:type_name -> google.protobuf.Timestamp
+	66, // 38: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	31, // 39: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
+	63, // 40: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
+	65, // 41: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
+	64, // 42: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
+	66, // 43: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 44: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
+	35, // 45: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	35, // 46: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	67, // 47: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
+	46, // 48: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
+	35, // 49: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	7,  // 50: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
+	6,  // 51: skiff.sandboxd.v1.UpdateNetworkRequest.egress:type_name -> skiff.sandboxd.v1.Egress
+	3,  // 52: skiff.sandboxd.v1.UpdateNetworkResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	66, // 53: skiff.sandboxd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	49, // 54: skiff.sandboxd.v1.CreateVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
+	49, // 55: skiff.sandboxd.v1.GetVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
+	49, // 56: skiff.sandboxd.v1.ListVolumesResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
+	3,  // 57: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	1,  // 58: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
+	3,  // 59: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	4,  // 60: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
+	8,  // 61: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
+	10, // 62: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
+	12, // 63: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
+	14, // 64: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
+	16, // 65: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
+	18, // 66: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
+	20, // 67: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
+	22, // 68: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
+	24, // 69: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
+	27, // 70: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
+	30, // 71: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
+	33, // 72: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
+	36, // 73: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
+	38, // 74: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
+	40, // 75: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
+	42, // 76: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
+	44, // 77: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
+	47, // 78: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:input_type -> skiff.sandboxd.v1.UpdateNetworkRequest
+	50, // 79: skiff.sandboxd.v1.SandboxdService.CreateVolume:input_type -> skiff.sandboxd.v1.CreateVolumeRequest
+	52, // 80: skiff.sandboxd.v1.SandboxdService.GetVolume:input_type -> skiff.sandboxd.v1.GetVolumeRequest
+	54, // 81: skiff.sandboxd.v1.SandboxdService.ListVolumes:input_type -> skiff.sandboxd.v1.ListVolumesRequest
+	56, // 82: skiff.sandboxd.v1.SandboxdService.DeleteVolume:input_type -> skiff.sandboxd.v1.DeleteVolumeRequest
+	7,  // 83: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
+	9,  // 84: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
+	11, // 85: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
+	13, // 86: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
+	15, // 87: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
+	17, // 88: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
+	19, // 89: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
+	21, // 90: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
+	23, // 91: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
+	26, // 92: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
+	29, // 93: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
+	32, // 94: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
+	34, // 95: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
+	37, // 96: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
+	39, // 97: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
+	41, // 98: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
+	43, // 99: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
+	45, // 100: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
+	48, // 101: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:output_type -> skiff.sandboxd.v1.UpdateNetworkResponse
+	51, // 102: skiff.sandboxd.v1.SandboxdService.CreateVolume:output_type -> skiff.sandboxd.v1.CreateVolumeResponse
+	53, // 103: skiff.sandboxd.v1.SandboxdService.GetVolume:output_type -> skiff.sandboxd.v1.GetVolumeResponse
+	55, // 104: skiff.sandboxd.v1.SandboxdService.ListVolumes:output_type -> skiff.sandboxd.v1.ListVolumesResponse
+	57, // 105: skiff.sandboxd.v1.SandboxdService.DeleteVolume:output_type -> skiff.sandboxd.v1.DeleteVolumeResponse
+	83, // [83:106] is the sub-list for method output_type
+	60, // [60:83] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_skiff_sandboxd_v1_sandboxd_proto_init() }
