@@ -220,6 +220,8 @@ func (b *Backend) CreateVolume(ctx context.Context, team, name string) (*e2bapi.
 	}
 	// A host whose volume store is below its disk reserve would refuse
 	// (sandboxd --disk-reserve): it is asked only after every other one.
+	// While its pressure changes, replicas whose inventories disagree may
+	// order one name differently (docs/sandboxd.md says so).
 	order := rendezvous(nodes, team+"/"+name)
 	slices.SortStableFunc(order, func(x, y v1beta1.NodeInventory) int {
 		return cmpBool(x.Spec.VolumeDiskPressure, y.Spec.VolumeDiskPressure)

@@ -135,8 +135,13 @@ func (s *Service) SetTimeout(_ context.Context, req *connect.Request[pb.SetTimeo
 	checkID(&f, m.GetSandboxId())
 	timeout := s.checkTimeout(&f, "timeout", m.GetTimeout(), true)
 	var maxLife time.Duration
-	if m.GetMaxLifetime() != nil {
-		maxLife = s.checkTimeout(&f, "max_lifetime", m.GetMaxLifetime(), false)
+	if d := m.GetMaxLifetime(); d != nil {
+		// The caller's bound, not this host's (--max-timeout bounds a
+		// single timeout): only its form is checked.
+		if err := d.CheckValid(); err != nil || d.AsDuration() <= 0 {
+			f.add("max_lifetime", "must be a positive duration, got %v", d.AsDuration())
+		}
+		maxLife = d.AsDuration()
 	}
 	if err := f.err(); err != nil {
 		return nil, err
@@ -148,10 +153,10 @@ func (s *Service) SetTimeout(_ context.Context, req *connect.Request[pb.SetTimeo
 		}
 		now := s.clock.Now()
 		end := now.Add(timeout)
-		if maxLife > 0 {
+		if maxLife > 0 && !r.RunStart.IsZero() {
 			// As e2b's API (KeepAliveFor): its life counts from its last
 			// start, and past its longest it is refused.
-			limit := r.RunningSince().Add(maxLife)
+			limit := r.RunStart.Add(maxLife)
 			if !now.Before(limit) {
 				return connect.NewError(connect.CodeOutOfRange, fmt.Errorf("sandbox %s has run for its longest lifetime of %s", r.ID, maxLife))
 			}

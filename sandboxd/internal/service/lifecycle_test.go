@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skiff-dev/skiff/sandboxd/internal/registry"
+	"github.com/skiff-dev/skiff/sandboxd/internal/store"
 	pb "github.com/skiff-dev/skiff/shared/sandboxdapi/gen/skiff/sandboxd/v1"
 )
 
@@ -176,8 +177,21 @@ func TestSetTimeoutLifetime(t *testing.T) {
 	}
 	_, err := set(time.Minute, 30*time.Second, false)
 	wantCode(t, err, connect.CodeOutOfRange, "longest lifetime")
+	// The caller's bound may be longer than this host's longest timeout.
+	if end, err := set(2*time.Minute, 48*time.Hour, false); err != nil || !end.Equal(epoch.Add(3*time.Minute)) {
+		t.Fatalf("2 minutes, at most 48 hours: %v, %v; want now + 2m", end, err)
+	}
 	if at, ok := h.svc.deadlines.Deadline(id); !ok || !at.Equal(epoch.Add(3*time.Minute)) {
 		t.Fatalf("deadline after the refusal = %v %v; want it unchanged", at, ok)
+	}
+
+	// A record from before sandboxd kept the last start has no bound
+	// until its next resume: its last resume is not known.
+	if _, err := h.reg.Update(id, func(r *store.Record) error { r.RunStart = time.Time{}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if end, err := set(time.Hour, 30*time.Second, false); err != nil || !end.Equal(epoch.Add(time.Hour+time.Minute)) {
+		t.Fatalf("a record without its last start: %v, %v; want now + 1h", end, err)
 	}
 
 	// A resume starts the count afresh.

@@ -65,7 +65,7 @@ func (s *Service) Snapshot(ctx context.Context, req *connect.Request[pb.Snapshot
 	}
 	began := time.Now()
 	unlock := s.locks.lock(m.GetSandboxId())
-	c, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam())
+	c, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam(), "snapshotted")
 	unlock()
 	if err != nil {
 		return nil, toConnect(err)
@@ -162,7 +162,12 @@ func (c *captured) discard() {
 // captureLocked copies the files of sandbox id, which team must own and
 // which must run, into a new layer in place, and with them its memory and
 // processes into a state image when the host keeps them.
-func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, id, team string) (*captured, error) {
+//
+// verb ("snapshotted", "forked") words its refusals as e2b's API does: a
+// paused sandbox is not found for a snapshot (e2b's store of live
+// sandboxes has none) and a conflict for a fork (e2b's looks it up among
+// the paused).
+func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, id, team, verb string) (*captured, error) {
 	src, err := s.reg.Get(id)
 	if err != nil {
 		return nil, err
@@ -170,16 +175,16 @@ func (s *Service) captureLocked(ctx context.Context, sn sandboxrt.Snapshotter, i
 	if src.Team != team {
 		return nil, fmt.Errorf("%w: %s", registry.ErrNotFound, id)
 	}
-	if src.State == registry.StatePaused {
-		// As e2b's API, whose store of live sandboxes has no paused one:
-		// not found. Another state (starting, ending) is a conflict.
+	switch {
+	case src.State == registry.StatePaused && verb == "forked":
+		return nil, stateError(fmt.Sprintf("Sandbox '%s' is paused and cannot be forked; resume it first", id))
+	case src.State == registry.StatePaused:
 		return nil, fmt.Errorf("%w: %s is paused", registry.ErrNotFound, id)
-	}
-	if src.State != registry.StateRunning {
-		return nil, stateError(fmt.Sprintf("Sandbox '%s' cannot be snapshotted while in '%s' state", id, src.State))
+	case src.State != registry.StateRunning:
+		return nil, stateError(fmt.Sprintf("Sandbox '%s' cannot be %s while in '%s' state", id, verb, src.State))
 	}
 	if err := checkDepth(src); err != nil {
-		return nil, fmt.Errorf("Sandbox '%s' cannot be snapshotted: %w", id, err) //nolint:staticcheck // e2b's capitalised message
+		return nil, fmt.Errorf("Sandbox '%s' cannot be %s: %w", id, verb, err) //nolint:staticcheck // e2b's capitalised message
 	}
 	// The source's own layers go under the new one; once the caller lets
 	// go of the sandbox's lock, the source may end (a kill, its deadline)
@@ -379,7 +384,7 @@ func (s *Service) Fork(ctx context.Context, req *connect.Request[pb.ForkRequest]
 		return nil, toConnect(err)
 	}
 	unlock := s.locks.lock(m.GetSandboxId())
-	c, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam())
+	c, err := s.captureLocked(ctx, sn, m.GetSandboxId(), m.GetTeam(), "forked")
 	unlock()
 	if err != nil {
 		return nil, toConnect(err)

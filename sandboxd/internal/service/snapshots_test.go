@@ -196,9 +196,10 @@ func TestLayerDepthBounded(t *testing.T) {
 	}
 }
 
-// A paused sandbox is not found for a snapshot or a fork, as on e2b, whose
-// store of live sandboxes holds no paused one.
-func TestSnapshotOfPausedNotFound(t *testing.T) {
+// A paused sandbox is not found for a snapshot, as on e2b, whose store of
+// live sandboxes holds no paused one; a fork of it is a conflict, in e2b's
+// words.
+func TestSnapshotOfPaused(t *testing.T) {
 	h, _ := newSnapshotHarness(t)
 	id := h.create().GetSandbox().GetId()
 	h.pause(id, false)
@@ -206,7 +207,7 @@ func TestSnapshotOfPausedNotFound(t *testing.T) {
 	_, err := h.client.Snapshot(ctx, connect.NewRequest(&pb.SnapshotRequest{SandboxId: id, Team: "team-a"}))
 	wantCode(t, err, connect.CodeNotFound, "paused")
 	_, err = h.client.Fork(ctx, connect.NewRequest(&pb.ForkRequest{SandboxId: id, Team: "team-a", Count: 1, Timeout: durationpb.New(time.Minute)}))
-	wantCode(t, err, connect.CodeNotFound, "paused")
+	wantCode(t, err, connect.CodeFailedPrecondition, "Sandbox '"+id+"' is paused and cannot be forked; resume it first")
 	if sb, err := h.get(id); err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_PAUSED {
 		t.Fatalf("after the refusals: %v, %v; want it paused", sb.GetState(), err)
 	}
@@ -290,7 +291,7 @@ func TestCaptureHoldsSourceLayers(t *testing.T) {
 	h, rt := newSnapshotHarness(t)
 	src, layers := stackedOnDeleted(t, h)
 	unlock := h.svc.locks.lock(src)
-	c, err := h.svc.captureLocked(t.Context(), rt, src, "team-a")
+	c, err := h.svc.captureLocked(t.Context(), rt, src, "team-a", "snapshotted")
 	unlock()
 	if err != nil {
 		t.Fatal(err)

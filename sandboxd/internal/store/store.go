@@ -81,8 +81,9 @@ type Record struct {
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	StartedAt       time.Time         `json:"startedAt"`
 	// RunStart is when it last started running: its create or claim, or
-	// its last resume. A lifetime bound counts from it (see Running).
-	// Zero in records from before it: StartedAt.
+	// its last resume. A lifetime bound counts from it. Zero in records
+	// from before it, until the sandbox's next resume: no bound (its last
+	// resume is not known, and StartedAt may be long before it).
 	RunStart            time.Time `json:"runStart,omitzero"`
 	EndAt               time.Time `json:"endAt,omitzero"`
 	CPUMilli            int64     `json:"cpuMilli"`
@@ -137,15 +138,6 @@ type Record struct {
 	// EnvVars are the environment given at create or claim, which a boot
 	// after a files-only pause gives envd again.
 	EnvVars map[string]string `json:"envVars,omitempty"`
-}
-
-// RunningSince is when the sandbox last started running (RunStart, or
-// StartedAt in a record from before RunStart).
-func (r *Record) RunningSince() time.Time {
-	if r.RunStart.IsZero() {
-		return r.StartedAt
-	}
-	return r.RunStart
 }
 
 // Store holds the records under one directory. It is safe for concurrent
