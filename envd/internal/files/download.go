@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"mime"
 	"net/http"
@@ -15,8 +16,8 @@ import (
 )
 
 // download serves GET (and HEAD) /files?path=…: the file's bytes through
-// http.ServeContent (Range, conditional requests), gzip-compressed when the
-// client prefers it.
+// http.ServeContent (Range, conditional requests), or read to their end,
+// gzip-compressed when the client prefers it.
 func (h *handler) download(w http.ResponseWriter, r *http.Request) error {
 	if err := h.authorize(r, opRead); err != nil {
 		return err
@@ -52,18 +53,61 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) error {
 		hdr.Set("Content-Disposition", "inline")
 	}
 	if enc == encodingIdentity {
-		http.ServeContent(w, r, name, fi.ModTime(), f)
+		if fi.Size() > 0 || r.Header.Get("Range") != "" || conditional(r) {
+			http.ServeContent(w, r, name, fi.ModTime(), f)
+			return nil
+		}
+		// A file whose size says 0 may hold more: a /proc or /sys file
+		// (ServeContent would find its size by seeking to its end, which
+		// most of them refuse, or answer it empty). Read it to its end.
+		stream(w, r, f, p, fi)
 		return nil
 	}
-	// A compressed body has no byte ranges of the file: serve it whole.
-	r = r.Clone(r.Context())
-	r.Header.Del("Range")
-	r.Header.Del("If-Range")
+	// A compressed body has no byte ranges of the file: served whole, read
+	// to its end whatever its size says (as e2b's envd reads it), typed by
+	// its extension, else application/octet-stream, as e2b's types it. A
+	// conditional request is ServeContent's to answer (304).
 	gw := &gzipResponseWriter{ResponseWriter: w, head: r.Method == http.MethodHead}
-	http.ServeContent(gw, r, name, fi.ModTime(), f)
+	if conditional(r) {
+		r = r.Clone(r.Context())
+		r.Header.Del("Range")
+		r.Header.Del("If-Range")
+		http.ServeContent(gw, r, name, fi.ModTime(), f)
+	} else {
+		stream(gw, r, f, p, fi)
+	}
 	// The status line is out: a failure now can only cut the body short.
 	_ = gw.Close()
 	return nil
+}
+
+// conditional reports whether r asks a conditional GET.
+func conditional(r *http.Request) bool {
+	for _, h := range []string{"If-Modified-Since", "If-None-Match", "If-Match", "If-Unmodified-Since", "If-Range"} {
+		if r.Header.Get(h) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// stream answers 200 with f, the file at p, read to its end (a HEAD: its
+// headers only).
+func stream(w http.ResponseWriter, r *http.Request, f *os.File, p string, fi fs.FileInfo) {
+	hdr := w.Header()
+	ct := mime.TypeByExtension(filepath.Ext(p))
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	hdr.Set("Content-Type", ct)
+	if !fi.ModTime().IsZero() {
+		hdr.Set("Last-Modified", fi.ModTime().UTC().Format(http.TimeFormat))
+	}
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		// The status line is out: a failure can only cut the body short.
+		_, _ = io.Copy(w, f)
+	}
 }
 
 // openRegular opens p for reading, refusing what is not a regular file

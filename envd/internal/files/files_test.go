@@ -138,6 +138,8 @@ func TestDownload(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "hello world.txt")
 	writeFile(t, file, "hello, envd")
+	noExt := filepath.Join(dir, "README")
+	writeFile(t, noExt, "plain words")
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
@@ -181,6 +183,17 @@ func TestDownload(t *testing.T) {
 			}
 		}},
 		{name: "gzip q-values prefer identity", path: file, headers: map[string]string{"Accept-Encoding": "gzip;q=0.5, identity"}, status: 200, body: "hello, envd"},
+		{name: "gzip, typed by its extension", path: file, headers: map[string]string{"Accept-Encoding": "gzip"}, status: 200, body: "hello, envd", gzip: true, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			if got := rec.Header().Get("Content-Type"); got != "text/plain; charset=utf-8" {
+				t.Errorf("Content-Type = %q", got)
+			}
+		}},
+		{name: "gzip, no extension", path: noExt, headers: map[string]string{"Accept-Encoding": "gzip"}, status: 200, body: "plain words", gzip: true, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			if got := rec.Header().Get("Content-Type"); got != "application/octet-stream" {
+				t.Errorf("Content-Type = %q, want e2b's application/octet-stream", got)
+			}
+		}},
+		{name: "gzip if-modified-since", path: file, headers: map[string]string{"Accept-Encoding": "gzip", "If-Modified-Since": mtime.UTC().Format(http.TimeFormat)}, status: 304},
 		{name: "head gzip", method: http.MethodHead, path: file, headers: map[string]string{"Accept-Encoding": "gzip"}, status: 200, body: "", check: func(t *testing.T, rec *httptest.ResponseRecorder) {
 			if rec.Body.Len() != 0 || rec.Header().Get("Content-Encoding") != "gzip" {
 				t.Errorf("HEAD body %d bytes, encoding %q", rec.Body.Len(), rec.Header().Get("Content-Encoding"))
@@ -230,6 +243,36 @@ func TestDownload(t *testing.T) {
 				tc.check(t, rec)
 			}
 		})
+	}
+}
+
+// A /proc or /sys file, whose size says 0 and which may not seek to its
+// end, is read to its end, compressed or not, as e2b's envd reads it
+// compressed (the SDKs ask for gzip).
+func TestDownloadProcFiles(t *testing.T) {
+	h, _ := newHandler(t, "")
+	want, err := os.ReadFile("/proc/sys/kernel/ostype")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, encoding, want string }{
+		{"/proc/meminfo", "gzip", "MemTotal:"},
+		{"/proc/meminfo", "", "MemTotal:"},
+		{"/proc/sys/kernel/ostype", "gzip, deflate, br", string(want)},
+		{"/proc/sys/kernel/ostype", "", string(want)},
+	} {
+		req := httptest.NewRequest(http.MethodGet, filesURL("/files", "path", tc.path), nil)
+		if tc.encoding != "" {
+			req.Header.Set("Accept-Encoding", tc.encoding)
+		}
+		rec := do(h, req)
+		body := rec.Body.String()
+		if rec.Header().Get("Content-Encoding") == "gzip" {
+			body = gunzip(t, rec.Body.Bytes())
+		}
+		if rec.Code != http.StatusOK || !strings.Contains(body, tc.want) || (tc.encoding != "") != (rec.Header().Get("Content-Encoding") == "gzip") {
+			t.Errorf("GET %s (Accept-Encoding %q) = %d %q, encoding %q; want it whole", tc.path, tc.encoding, rec.Code, body, rec.Header().Get("Content-Encoding"))
+		}
 	}
 }
 

@@ -36,6 +36,10 @@ func TestCreateRunKill(t *testing.T) {
 	if got := h.mustRun(sb.GetId(), token, "user", "id -u; echo $HOME; echo $GREETING"); got.Stdout != "1000\n/home/user\nahoy\n" {
 		t.Errorf("command as user: %+v", got)
 	}
+	// e2b's files naming the sandbox, for processes envd did not start.
+	if got := h.mustRun(sb.GetId(), token, "user", "cat /run/e2b/.E2B_SANDBOX_ID; echo; cat /run/e2b/.E2B_SANDBOX"); got.Stdout != sb.GetId()+"\ntrue" {
+		t.Errorf("/run/e2b: %+v", got)
+	}
 	// envd refuses a request without the sandbox's token.
 	if _, err := h.run(sb.GetId(), "", "user", "true"); code(err) != connect.CodeUnauthenticated {
 		t.Errorf("without the access token: %v", err)

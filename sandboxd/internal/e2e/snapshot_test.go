@@ -342,6 +342,9 @@ func TestGvisorMemorySnapshots(t *testing.T) {
 	if got := h.mustRun(bID, bTok, "root", "grep -c "+b.GetSandbox().GetAddress()+" /etc/hosts").Stdout; got != "1\n" {
 		t.Errorf("/etc/hosts of the restored sandbox does not name its address %s: %q", b.GetSandbox().GetAddress(), got)
 	}
+	if got := h.mustRun(bID, bTok, "root", "cat /run/e2b/.E2B_SANDBOX_ID").Stdout; got != bID {
+		t.Errorf("/run/e2b/.E2B_SANDBOX_ID of the restored sandbox: %q, want %s", got, bID)
+	}
 	if status, body := h.relayGet(bID, userPort, "/", nil); status != http.StatusOK || body != "hello\n" {
 		t.Errorf("the restored web server: %d %q", status, body)
 	}

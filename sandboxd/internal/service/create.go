@@ -321,16 +321,26 @@ func (s *Service) holdSnapshot(team, ref string) (_ *snapshot.Record, release fu
 }
 
 // sandboxEnv is the environment envd gives every process of sandbox id:
-// e2b's E2B_SANDBOX_ID and E2B_TEMPLATE_ID (which e2b's envd sets from
-// the host's metadata), under the create's own variables.
+// the create's own variables, and e2b's E2B_SANDBOX, E2B_SANDBOX_ID and
+// E2B_TEMPLATE_ID (which e2b's envd sets from the host's metadata, and
+// keeps over a variable of the create's by those names).
 func sandboxEnv(id, template string, vars map[string]string) map[string]string {
-	env := make(map[string]string, len(vars)+2)
-	env["E2B_SANDBOX_ID"] = id
-	if template != "" {
-		env["E2B_TEMPLATE_ID"] = template
-	}
+	env := make(map[string]string, len(vars)+3)
 	maps.Copy(env, vars)
+	maps.Copy(env, idFiles(id, template, "E2B_"))
 	return env
+}
+
+// idFiles are e2b's names of sandbox id and its template, each prefix +
+// name: its envd's environment variables (prefix "E2B_") and the files it
+// writes in /run/e2b (prefix "/run/e2b/.E2B_"), for processes it did not
+// start. The template's is left out when there is none.
+func idFiles(id, template, prefix string) map[string]string {
+	out := map[string]string{prefix + "SANDBOX": "true", prefix + "SANDBOX_ID": id}
+	if template != "" {
+		out[prefix+"TEMPLATE_ID"] = template
+	}
+	return out
 }
 
 // initEnvd waits for the new sandbox's envd to answer ("envd.wait_ready")
@@ -365,8 +375,8 @@ func (s *Service) initEnvd(ctx context.Context, id string, l *launch, block ipam
 	}
 	if l.image != "" {
 		// A restored sandbox has its source's files, which name the
-		// source's address and, from another host, its resolver.
-		for path, content := range s.networkFiles(block) {
+		// source, its address and, from another host, its resolver.
+		for path, content := range s.sandboxFiles(id, l.tmpl.Name, block) {
 			if err := s.envd.WriteFile(ctx, addr, token, path, content); err != nil {
 				return "", "", err
 			}
@@ -406,22 +416,27 @@ func (s *Service) spec(id string, l *launch, block ipam.Block, netns, logPath st
 		Envd:      s.cfg.Envd,
 		EnvdArgs:  []string{"--port", strconv.Itoa(routing.EnvdPort)},
 		EnvdPort:  routing.EnvdPort,
-		Files:     s.networkFiles(block),
+		Files:     s.sandboxFiles(id, l.tmpl.Name, block),
 		Log:       logPath,
 		Image:     l.image,
 		Volumes:   l.volumes,
 	}
 }
 
-// networkFiles are the files that tell a sandbox at block its resolver and
-// its own name.
-func (s *Service) networkFiles(block ipam.Block) map[string][]byte {
+// sandboxFiles are the files written into sandbox id's root before it
+// starts: its resolver and its own name for its address in block, and
+// e2b's /run/e2b/.E2B_SANDBOX, .E2B_SANDBOX_ID and .E2B_TEMPLATE_ID.
+func (s *Service) sandboxFiles(id, template string, block ipam.Block) map[string][]byte {
 	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
 		block.Sandbox.String() + "\t" + sandboxHostname + "\n"
-	return map[string][]byte{
+	files := map[string][]byte{
 		"/etc/resolv.conf": s.net.ResolvConf(),
 		"/etc/hosts":       []byte(hosts),
 	}
+	for name, v := range idFiles(id, template, "/run/e2b/.E2B_") {
+		files[name] = []byte(v)
+	}
+	return files
 }
 
 func (s *Service) logPath(id string) string { return filepath.Join(s.logDir, id+".log") }

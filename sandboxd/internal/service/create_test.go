@@ -18,7 +18,8 @@ import (
 func TestCreate(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	resp := h.create(func(m *pb.CreateRequest) {
-		m.EnvVars = map[string]string{"FOO": "bar"}
+		// e2b's own names are e2b's: a create's variable does not change them.
+		m.EnvVars = map[string]string{"FOO": "bar", "E2B_SANDBOX_ID": "mine", "E2B_SANDBOX": "false"}
 		m.Metadata = map[string]string{"owner": "alice"}
 		m.Resources = &pb.Resources{CpuMilli: 1500, MemoryMib: 1024}
 		m.AllowInternetAccess = new(bool)
@@ -44,7 +45,7 @@ func TestCreate(t *testing.T) {
 
 	e := h.rt.Envd(sb.GetId())
 	if e := e.State(); e.Token != resp.GetEnvdAccessToken() || e.Env["FOO"] != "bar" || e.User != "user" || e.Workdir != "/home/user" ||
-		e.Env["E2B_SANDBOX_ID"] != sb.GetId() || e.Env["E2B_TEMPLATE_ID"] != testTemplate {
+		e.Env["E2B_SANDBOX_ID"] != sb.GetId() || e.Env["E2B_TEMPLATE_ID"] != testTemplate || e.Env["E2B_SANDBOX"] != "true" {
 		t.Errorf("envd got token match %v, env %v, user %q, workdir %q", e.Token == resp.GetEnvdAccessToken(), e.Env, e.User, e.Workdir)
 	}
 
@@ -53,7 +54,9 @@ func TestCreate(t *testing.T) {
 		spec.Log != filepath.Join(h.dir, "logs", sb.GetId()+".log") || spec.Rootfs == "" {
 		t.Errorf("spec = %+v", spec)
 	}
-	if string(spec.Files["/etc/resolv.conf"]) != "nameserver 192.0.2.53\n" || !strings.Contains(string(spec.Files["/etc/hosts"]), "127.213.0.2\te2b") {
+	if string(spec.Files["/etc/resolv.conf"]) != "nameserver 192.0.2.53\n" || !strings.Contains(string(spec.Files["/etc/hosts"]), "127.213.0.2\te2b") ||
+		string(spec.Files["/run/e2b/.E2B_SANDBOX"]) != "true" || string(spec.Files["/run/e2b/.E2B_SANDBOX_ID"]) != sb.GetId() ||
+		string(spec.Files["/run/e2b/.E2B_TEMPLATE_ID"]) != testTemplate {
 		t.Errorf("files = %q", spec.Files)
 	}
 
