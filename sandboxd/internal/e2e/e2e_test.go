@@ -403,6 +403,9 @@ func TestGvisorRuntime(t *testing.T) {
 	if got := h.mustRun(id, token, "user", "id -u; dmesg 2>/dev/null | grep -c gVisor; echo kept > /tmp/mem"); !strings.HasPrefix(got.Stdout, "1000\n") || strings.HasPrefix(got.Stdout, "1000\n0\n") {
 		t.Errorf("under gVisor: %+v", got)
 	}
+	if got := h.mustRun(id, token, "user", "cat /run/e2b/.E2B_SANDBOX_ID"); got.Stdout != id {
+		t.Errorf("/run/e2b/.E2B_SANDBOX_ID under gVisor: %+v", got)
+	}
 	if _, err := h.api.Pause(ctx, connect.NewRequest(&sandboxdv1.PauseRequest{SandboxId: id})); err != nil {
 		t.Fatal(err)
 	}
