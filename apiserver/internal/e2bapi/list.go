@@ -166,6 +166,10 @@ func parseListQuery(q url.Values, v2 bool) (*listQuery, error) {
 		}
 	}
 	lq.template = q.Get("template")
+	if strings.Contains(lq.template, ":") {
+		// As e2b's: a sandbox records its template, not a tag of it.
+		return nil, Invalid("", "Invalid template: tags are not supported here because sandboxes are not tag-scoped")
+	}
 	def := defaultListLimit
 	if !v2 {
 		def = 0

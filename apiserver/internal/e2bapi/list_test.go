@@ -157,6 +157,7 @@ func TestListInvalid(t *testing.T) {
 		{"nextToken=" + url.QueryEscape("aGVsbG8"), "nextToken"},
 		{"metadata=abc", "metadata"},
 		{"metadata=%2525ZZ%3D1", "metadata"},
+		{"template=base:v2", "tags are not supported here because sandboxes are not tag-scoped"},
 	} {
 		for _, path := range []string{"/v2/sandboxes", "/sandboxes"} {
 			f, h := newTestServer(t)

@@ -3,6 +3,7 @@ package e2bapi
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -74,7 +75,7 @@ func (s *server) logsV1(w http.ResponseWriter, r *http.Request, team, id string)
 		return
 	}
 	entries, err := s.backend.Logs(r.Context(), team, id, LogQuery{Start: start, Limit: limit, Forward: true})
-	if err != nil {
+	if err = goneIsEmpty(err); err != nil {
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return
 	}
@@ -141,7 +142,7 @@ func (s *server) logsV2(w http.ResponseWriter, r *http.Request, team, id string)
 		lq.Start = cursor
 	}
 	entries, err := s.backend.Logs(r.Context(), team, id, lq)
-	if err != nil {
+	if err = goneIsEmpty(err); err != nil {
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return
 	}
@@ -167,4 +168,17 @@ func (s *server) logsV2(w http.ResponseWriter, r *http.Request, team, id string)
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// goneIsEmpty makes the logs or metrics of a sandbox the team has not (one
+// killed, another team's, one that never was) an empty answer, not a 404:
+// e2b's come from stores that outlive the sandbox and are read by team,
+// so its SDK and CLI read an ended sandbox's as none (the CLI's `logs
+// --follow` ends when the sandbox does). Here the host keeps them only
+// while the sandbox lives.
+func goneIsEmpty(err error) error {
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
 }

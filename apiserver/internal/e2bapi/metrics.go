@@ -62,7 +62,7 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request, team, id string
 		return
 	}
 	ms, err := s.backend.Metrics(r.Context(), team, id)
-	if err != nil {
+	if err = goneIsEmpty(err); err != nil {
 		s.writeBackendError(w, r, err, sandboxSubject(id))
 		return
 	}
@@ -80,7 +80,8 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request, team, id string
 
 // metricsMany serves GET /sandboxes/metrics?sandbox_ids=a,b,c (at most
 // 100): the latest sample of each of the team's sandboxes among them.
-// Unknown, malformed and other teams' IDs are left out, as e2b does.
+// Unknown and other teams' IDs are left out, and a malformed one is a 400
+// "Invalid sandbox ID", as e2b does.
 func (s *server) metricsMany(w http.ResponseWriter, r *http.Request, team string) {
 	raw := strings.Join(r.URL.Query()["sandbox_ids"], ",")
 	if raw == "" {
@@ -90,6 +91,11 @@ func (s *server) metricsMany(w http.ResponseWriter, r *http.Request, team string
 	var ids []string
 	seen := map[string]bool{}
 	for id := range strings.SplitSeq(raw, ",") {
+		id, _, _ = strings.Cut(id, "-") // old SDKs' "<sandboxID>-<clientID>"
+		if !validID(id) {
+			writeError(w, http.StatusBadRequest, "", "Invalid sandbox ID")
+			return
+		}
 		if seen[id] {
 			continue
 		}
@@ -108,9 +114,6 @@ func (s *server) metricsMany(w http.ResponseWriter, r *http.Request, team string
 		sem      = make(chan struct{}, metricsConcurrency)
 	)
 	for _, id := range ids {
-		if !validID(id) {
-			continue
-		}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()

@@ -127,7 +127,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// Many: the latest of each of the team's own sandboxes.
-	rec = do(t, h, http.MethodGet, "/sandboxes/metrics?sandbox_ids="+id+","+other+","+quiet+",bad,"+id, "", keyA)
+	rec = do(t, h, http.MethodGet, "/sandboxes/metrics?sandbox_ids="+id+","+other+","+quiet+","+id+"-6532622b,"+id, "", keyA)
 	wantStatus(t, rec, http.StatusOK)
 	checkKeys(t, "SandboxesWithMetrics", keysOf(t, rec.Body.Bytes()), []string{"sandboxes"}, nil)
 	var many sandboxesWithMetricsJSON
@@ -136,6 +136,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("many = %+v", many)
 	}
 	wantError(t, do(t, h, http.MethodGet, "/sandboxes/metrics", "", keyA), 400, "sandbox_ids")
+	wantError(t, do(t, h, http.MethodGet, "/sandboxes/metrics?sandbox_ids="+id+",bad", "", keyA), 400, "Invalid sandbox ID")
 	ids := make([]string, 101)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%020d", i)

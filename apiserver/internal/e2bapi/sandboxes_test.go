@@ -90,6 +90,15 @@ func TestCreateDomain(t *testing.T) {
 	if sb.Domain == nil || *sb.Domain != "sandbox.example.com" {
 		t.Fatalf("domain = %v", sb.Domain)
 	}
+	// A running sandbox's detail names it; a paused one's does not, as
+	// e2b's.
+	running, paused := f.add(teamA, StateRunning, t0, nil), f.add(teamA, StatePaused, t0, nil)
+	for id, want := range map[string]bool{running: true, paused: false} {
+		var d struct{ Domain *string }
+		if err := json.Unmarshal(do(t, h, http.MethodGet, "/sandboxes/"+id, "", keyA).Body.Bytes(), &d); err != nil || (d.Domain != nil) != want {
+			t.Errorf("GET of a sandbox (running %v): domain %v, %v", want, d.Domain, err)
+		}
+	}
 }
 
 // Every validation answers 400 naming the field, and nothing reaches a host.
@@ -247,14 +256,33 @@ var sandboxRoutes = []struct{ method, path, body string }{
 	{http.MethodPut, "/sandboxes/%s/network", `{}`},
 }
 
+// emptyWhenGone are the routes whose answer for a sandbox the team has
+// not is empty, as e2b's (its logs and metrics outlive the sandbox).
+var emptyWhenGone = map[string]string{
+	"/sandboxes/%s/metrics": `[]`,
+	"/sandboxes/%s/logs":    `{"logs":[],"logEntries":[]}`,
+	"/v2/sandboxes/%s/logs": `{"logs":[]}`,
+}
+
 // Another team's sandbox answers exactly like a missing one, on every
-// route, and is left untouched.
+// route, and is left untouched: a 404, or for its logs and metrics an
+// empty answer.
 func TestOtherTeamIsNotFound(t *testing.T) {
 	for _, rt := range sandboxRoutes {
 		t.Run(rt.method+" "+rt.path, func(t *testing.T) {
 			f, h := newTestServer(t)
 			theirs := f.add(teamB, StatePaused, t0, nil)
 			missing := "zzzzzzzzzzzzzzzzzzzz"
+			if empty, ok := emptyWhenGone[rt.path]; ok {
+				f.metrics[theirs] = []Metric{{Timestamp: t0, CPUCount: 2}}
+				for _, id := range []string{theirs, missing} {
+					rec := do(t, h, rt.method, fmt.Sprintf(rt.path, id), rt.body, keyA)
+					if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != empty {
+						t.Fatalf("%s of %s: %d %s; want 200 %s", rt.path, id, rec.Code, rec.Body, empty)
+					}
+				}
+				return
+			}
 			a := wantError(t, do(t, h, rt.method, fmt.Sprintf(rt.path, theirs), rt.body, keyA), 404, theirs)
 			b := wantError(t, do(t, h, rt.method, fmt.Sprintf(rt.path, missing), rt.body, keyA), 404, missing)
 			if strings.ReplaceAll(a.Message, theirs, "ID") != strings.ReplaceAll(b.Message, missing, "ID") {

@@ -240,6 +240,9 @@ func (s *server) detailJSON(sb *Sandbox) sandboxDetailJSON {
 		Lifecycle:           lifecycleJSON{AutoResume: sb.AutoResume, OnTimeout: onTimeout},
 		VolumeMounts:        volumeMountsJSON(sb.VolumeMounts),
 	}
+	if sb.State == StatePaused {
+		out.Domain = nil // as e2b's: a paused sandbox is reached through connect
+	}
 	if sb.AllowPublicTraffic != nil || sb.AllowOut != nil || sb.DenyOut != nil || sb.MaskRequestHost != "" {
 		out.Network = &networkJSON{AllowPublicTraffic: sb.AllowPublicTraffic == nil || *sb.AllowPublicTraffic,
 			AllowOut: sb.AllowOut, DenyOut: sb.DenyOut, MaskRequestHost: sb.MaskRequestHost}
