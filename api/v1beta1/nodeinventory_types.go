@@ -444,6 +444,11 @@ type SandboxEntry struct {
 	// +optional
 	EndAt *MicroTime `json:"endAt,omitempty"`
 
+	// PausedAt is when a paused sandbox was paused (e2b's API reports it
+	// as a paused sandbox's end). Unset while it runs.
+	// +optional
+	PausedAt *MicroTime `json:"pausedAt,omitempty"`
+
 	// CPUMilli is the CPU the sandbox holds, in thousandths of a core.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

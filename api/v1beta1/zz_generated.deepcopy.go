@@ -265,6 +265,10 @@ func (in *SandboxEntry) DeepCopyInto(out *SandboxEntry) {
 		in, out := &in.EndAt, &out.EndAt
 		*out = (*in).DeepCopy()
 	}
+	if in.PausedAt != nil {
+		in, out := &in.PausedAt, &out.PausedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.Metadata != nil {
 		in, out := &in.Metadata, &out.Metadata
 		*out = make(map[string]string, len(*in))

@@ -421,6 +421,10 @@ func Entry(sb *pb.Sandbox) v1beta1.SandboxEntry {
 		end := v1beta1.NewMicroTime(sb.GetEndAt().AsTime())
 		e.EndAt = &end
 	}
+	if sb.GetPausedAt() != nil {
+		at := v1beta1.NewMicroTime(sb.GetPausedAt().AsTime())
+		e.PausedAt = &at
+	}
 	if len(sb.GetMetadata()) > 0 {
 		e.Metadata = sb.GetMetadata()
 	}

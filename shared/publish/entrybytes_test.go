@@ -19,7 +19,7 @@ func TestEntryBound(t *testing.T) {
 		rep := func(n int) string { return strings.Repeat(c, n) }
 		e := v1beta1.SandboxEntry{
 			ID: rep(20), Template: rep(63), State: v1beta1.SandboxRunning, Pool: rep(317), Team: rep(63),
-			StartedAt: end, EndAt: &end, CPUMilli: math.MinInt64, MemoryMiB: math.MinInt64, DiskMiB: math.MinInt64, EnvdVersion: rep(32),
+			StartedAt: end, EndAt: &end, PausedAt: &end, CPUMilli: math.MinInt64, MemoryMiB: math.MinInt64, DiskMiB: math.MinInt64, EnvdVersion: rep(32),
 			Metadata: map[string]string{},
 		}
 		for i, k := range []int{1, 2, 3, 4, 5, 6, 7, 8} {
@@ -28,7 +28,7 @@ func TestEntryBound(t *testing.T) {
 		return e
 	}
 	cases := map[string][]v1beta1.SandboxEntry{
-		"nothing but the fixed part": {{StartedAt: end, EndAt: &end, CPUMilli: math.MinInt64, MemoryMiB: math.MinInt64, DiskMiB: math.MinInt64}},
+		"nothing but the fixed part": {{StartedAt: end, EndAt: &end, PausedAt: &end, CPUMilli: math.MinInt64, MemoryMiB: math.MinInt64, DiskMiB: math.MinInt64}},
 		"an ordinary entry": {{ID: "abcdefghij0123456789", Template: "base", State: v1beta1.SandboxRunning, Team: "team-a",
 			StartedAt: end, Metadata: map[string]string{"purpose": "tests"}}},
 		"a version of 100 KB, past the CRD": {{ID: "abcdefghij0123456789", EnvdVersion: strings.Repeat(`"`, 100<<10), StartedAt: end}},

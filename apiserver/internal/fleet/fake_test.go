@@ -313,6 +313,7 @@ func (n *fakeNode) Pause(_ context.Context, req *connect.Request[sandboxdv1.Paus
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("not running"))
 	}
 	sb.State = sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED
+	sb.PausedAt = timestamppb.New(t0.Add(time.Minute))
 	return connect.NewResponse(&sandboxdv1.PauseResponse{Sandbox: proto.CloneOf(sb)}), nil
 }
 

@@ -1084,3 +1084,28 @@ func TestCreateVolumeSkipsFullHost(t *testing.T) {
 		t.Fatalf("CreateVolume with both full = %v (calls: %v, %v), want ErrCapacity after asking both", err, a.calls, b.calls)
 	}
 }
+
+// A paused sandbox ends, to e2b's API, when it paused: its Get and its
+// listed entry (from its host's inventory) say so, not the deadline its
+// host keeps for a resume.
+func TestPausedEndsWhenPaused(t *testing.T) {
+	a := newFakeNode("node-a", "base")
+	h := newHarness(t, a)
+	sb, err := h.b.Create(t.Context(), "team1", params("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.b.Pause(t.Context(), "team1", sb.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	pausedAt := t0.Add(time.Minute) // the fake's
+	if got, err := h.b.Get(t.Context(), "team1", sb.ID); err != nil || got.State != e2bapi.StatePaused || !got.EndAt.Equal(pausedAt) {
+		t.Fatalf("Get of the paused sandbox = %+v, %v; want its end at its pause", got, err)
+	}
+	h.publish(a)
+	h.advance(fleet.DefaultRecentTTL) // the inventory alone now
+	list, err := h.b.List(t.Context(), "team1", []e2bapi.State{e2bapi.StatePaused})
+	if err != nil || len(list) != 1 || list[0].State != e2bapi.StatePaused || !list[0].EndAt.Equal(pausedAt) {
+		t.Fatalf("List = %+v, %v; want the paused sandbox, its end at its pause", list, err)
+	}
+}

@@ -112,5 +112,9 @@ func fromEntry(n *v1beta1.NodeInventory, e *v1beta1.SandboxEntry) e2bapi.Sandbox
 	if e.EndAt != nil {
 		sb.EndAt = microseconds(e.EndAt.Time)
 	}
+	if sb.State == e2bapi.StatePaused && e.PausedAt != nil {
+		// e2b's end of a paused sandbox is when it paused.
+		sb.EndAt = microseconds(e.PausedAt.Time)
+	}
 	return sb
 }

@@ -380,6 +380,10 @@ func toSandbox(node string, sb *sandboxdv1.Sandbox, tok tokens) *e2bapi.Sandbox 
 	if sb.GetEndAt() != nil {
 		out.EndAt = microseconds(sb.GetEndAt().AsTime())
 	}
+	if out.State == e2bapi.StatePaused && sb.GetPausedAt() != nil {
+		// e2b's end of a paused sandbox is when it paused.
+		out.EndAt = microseconds(sb.GetPausedAt().AsTime())
+	}
 	allow, public := sb.GetAllowInternetAccess(), sb.GetAllowPublicTraffic()
 	out.AllowInternetAccess, out.AllowPublicTraffic = &allow, &public
 	if e := sb.GetEgress(); e != nil {

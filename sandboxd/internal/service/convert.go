@@ -55,6 +55,9 @@ func (s *Service) toSandbox(rec *store.Record) *pb.Sandbox {
 	if !rec.EndAt.IsZero() {
 		sb.EndAt = timestamppb.New(rec.EndAt)
 	}
+	if rec.State == registry.StatePaused && !rec.PausedAt.IsZero() {
+		sb.PausedAt = timestamppb.New(rec.PausedAt)
+	}
 	if sb.EnvdVersion == "" {
 		sb.EnvdVersion = s.envdVersion
 	}

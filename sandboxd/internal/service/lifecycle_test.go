@@ -72,8 +72,9 @@ func TestPauseResume(t *testing.T) {
 
 	h.clock.Step(time.Minute) // 4 minutes left
 	sb, err := pause()
-	if err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_PAUSED {
-		t.Fatalf("Pause = %v, %v", sb, err)
+	if err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_PAUSED || !sb.GetPausedAt().AsTime().Equal(epoch.Add(time.Minute)) ||
+		!sb.GetEndAt().AsTime().Equal(epoch.Add(5*time.Minute)) {
+		t.Fatalf("Pause = %v, %v; want it paused at epoch + 1m, its deadline kept", sb, err)
 	}
 	if st, _ := h.rt.Status(t.Context(), id); st.String() != "paused" {
 		t.Fatalf("runtime status %s", st)
@@ -89,7 +90,7 @@ func TestPauseResume(t *testing.T) {
 	// Paused time does not count: resuming an hour later leaves 4 minutes.
 	h.clock.Step(time.Hour)
 	sb, err = resume(nil)
-	if err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_RUNNING {
+	if err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_RUNNING || sb.GetPausedAt() != nil {
 		t.Fatalf("Resume = %v, %v", sb, err)
 	}
 	want := epoch.Add(time.Minute + time.Hour + 4*time.Minute)

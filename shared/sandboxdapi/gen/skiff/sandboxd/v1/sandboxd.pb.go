@@ -236,8 +236,11 @@ type Sandbox struct {
 	// With auto_pause: a pause at its deadline keeps the files only (the
 	// create's auto_pause_files_only).
 	AutoPauseFilesOnly bool `protobuf:"varint,22,opt,name=auto_pause_files_only,json=autoPauseFilesOnly,proto3" json:"auto_pause_files_only,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// When a paused sandbox was paused; unset while it runs. (end_at stays
+	// its deadline, whose remainder a resume gives it.)
+	PausedAt      *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=paused_at,json=pausedAt,proto3" json:"paused_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
@@ -422,6 +425,13 @@ func (x *Sandbox) GetAutoPauseFilesOnly() bool {
 		return x.AutoPauseFilesOnly
 	}
 	return false
+}
+
+func (x *Sandbox) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
 }
 
 type CreateRequest struct {
@@ -4034,7 +4044,7 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tcpu_milli\x18\x01 \x01(\x03R\bcpuMilli\x12\x1d\n" +
 	"\n" +
 	"memory_mib\x18\x02 \x01(\x03R\tmemoryMib\x12\x19\n" +
-	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\xe1\a\n" +
+	"\bdisk_mib\x18\x03 \x01(\x03R\adiskMib\"\x9a\b\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\x12)\n" +
@@ -4062,7 +4072,8 @@ const file_skiff_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06egress\x18\x13 \x01(\v2\x19.skiff.sandboxd.v1.EgressR\x06egress\x12*\n" +
 	"\x11mask_request_host\x18\x14 \x01(\tR\x0fmaskRequestHost\x12C\n" +
 	"\rvolume_mounts\x18\x15 \x03(\v2\x1e.skiff.sandboxd.v1.VolumeMountR\fvolumeMounts\x121\n" +
-	"\x15auto_pause_files_only\x18\x16 \x01(\bR\x12autoPauseFilesOnly\x1a;\n" +
+	"\x15auto_pause_files_only\x18\x16 \x01(\bR\x12autoPauseFilesOnly\x127\n" +
+	"\tpaused_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\bpausedAt\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\a\n" +
@@ -4477,110 +4488,111 @@ var file_skiff_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	2,  // 4: skiff.sandboxd.v1.Sandbox.resources:type_name -> skiff.sandboxd.v1.Resources
 	6,  // 5: skiff.sandboxd.v1.Sandbox.egress:type_name -> skiff.sandboxd.v1.Egress
 	5,  // 6: skiff.sandboxd.v1.Sandbox.volume_mounts:type_name -> skiff.sandboxd.v1.VolumeMount
-	2,  // 7: skiff.sandboxd.v1.CreateRequest.resources:type_name -> skiff.sandboxd.v1.Resources
-	59, // 8: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
-	60, // 9: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
-	67, // 10: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
-	6,  // 11: skiff.sandboxd.v1.CreateRequest.egress:type_name -> skiff.sandboxd.v1.Egress
-	5,  // 12: skiff.sandboxd.v1.CreateRequest.volume_mounts:type_name -> skiff.sandboxd.v1.VolumeMount
-	3,  // 13: skiff.sandboxd.v1.CreateResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	2,  // 14: skiff.sandboxd.v1.WarmRequest.resources:type_name -> skiff.sandboxd.v1.Resources
-	3,  // 15: skiff.sandboxd.v1.WarmResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	61, // 16: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
-	62, // 17: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
-	67, // 18: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 19: skiff.sandboxd.v1.ClaimResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	3,  // 20: skiff.sandboxd.v1.GetResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	0,  // 21: skiff.sandboxd.v1.ListRequest.states:type_name -> skiff.sandboxd.v1.SandboxState
-	3,  // 22: skiff.sandboxd.v1.ListResponse.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	67, // 23: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	67, // 24: skiff.sandboxd.v1.SetTimeoutRequest.max_lifetime:type_name -> google.protobuf.Duration
-	3,  // 25: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	3,  // 26: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	67, // 27: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
-	3,  // 28: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	2,  // 29: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
-	2,  // 30: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
-	25, // 31: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
-	35, // 32: skiff.sandboxd.v1.InfoResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	49, // 33: skiff.sandboxd.v1.InfoResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
-	66, // 34: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
-	28, // 35: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
-	66, // 36: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
-	66, // 37: skiff.sandboxd.v1.LogsRequest.end:type_name -> google.protobuf.Timestamp
-	66, // 38: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
-	31, // 39: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
-	63, // 40: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
-	65, // 41: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
-	64, // 42: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
-	66, // 43: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 44: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
-	35, // 45: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	35, // 46: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
-	67, // 47: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
-	46, // 48: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
-	35, // 49: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
-	7,  // 50: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
-	6,  // 51: skiff.sandboxd.v1.UpdateNetworkRequest.egress:type_name -> skiff.sandboxd.v1.Egress
-	3,  // 52: skiff.sandboxd.v1.UpdateNetworkResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	66, // 53: skiff.sandboxd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	49, // 54: skiff.sandboxd.v1.CreateVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
-	49, // 55: skiff.sandboxd.v1.GetVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
-	49, // 56: skiff.sandboxd.v1.ListVolumesResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
-	3,  // 57: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
-	1,  // 58: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
-	3,  // 59: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
-	4,  // 60: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
-	8,  // 61: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
-	10, // 62: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
-	12, // 63: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
-	14, // 64: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
-	16, // 65: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
-	18, // 66: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
-	20, // 67: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
-	22, // 68: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
-	24, // 69: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
-	27, // 70: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
-	30, // 71: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
-	33, // 72: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
-	36, // 73: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
-	38, // 74: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
-	40, // 75: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
-	42, // 76: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
-	44, // 77: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
-	47, // 78: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:input_type -> skiff.sandboxd.v1.UpdateNetworkRequest
-	50, // 79: skiff.sandboxd.v1.SandboxdService.CreateVolume:input_type -> skiff.sandboxd.v1.CreateVolumeRequest
-	52, // 80: skiff.sandboxd.v1.SandboxdService.GetVolume:input_type -> skiff.sandboxd.v1.GetVolumeRequest
-	54, // 81: skiff.sandboxd.v1.SandboxdService.ListVolumes:input_type -> skiff.sandboxd.v1.ListVolumesRequest
-	56, // 82: skiff.sandboxd.v1.SandboxdService.DeleteVolume:input_type -> skiff.sandboxd.v1.DeleteVolumeRequest
-	7,  // 83: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
-	9,  // 84: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
-	11, // 85: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
-	13, // 86: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
-	15, // 87: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
-	17, // 88: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
-	19, // 89: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
-	21, // 90: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
-	23, // 91: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
-	26, // 92: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
-	29, // 93: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
-	32, // 94: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
-	34, // 95: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
-	37, // 96: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
-	39, // 97: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
-	41, // 98: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
-	43, // 99: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
-	45, // 100: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
-	48, // 101: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:output_type -> skiff.sandboxd.v1.UpdateNetworkResponse
-	51, // 102: skiff.sandboxd.v1.SandboxdService.CreateVolume:output_type -> skiff.sandboxd.v1.CreateVolumeResponse
-	53, // 103: skiff.sandboxd.v1.SandboxdService.GetVolume:output_type -> skiff.sandboxd.v1.GetVolumeResponse
-	55, // 104: skiff.sandboxd.v1.SandboxdService.ListVolumes:output_type -> skiff.sandboxd.v1.ListVolumesResponse
-	57, // 105: skiff.sandboxd.v1.SandboxdService.DeleteVolume:output_type -> skiff.sandboxd.v1.DeleteVolumeResponse
-	83, // [83:106] is the sub-list for method output_type
-	60, // [60:83] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	66, // 7: skiff.sandboxd.v1.Sandbox.paused_at:type_name -> google.protobuf.Timestamp
+	2,  // 8: skiff.sandboxd.v1.CreateRequest.resources:type_name -> skiff.sandboxd.v1.Resources
+	59, // 9: skiff.sandboxd.v1.CreateRequest.env_vars:type_name -> skiff.sandboxd.v1.CreateRequest.EnvVarsEntry
+	60, // 10: skiff.sandboxd.v1.CreateRequest.metadata:type_name -> skiff.sandboxd.v1.CreateRequest.MetadataEntry
+	67, // 11: skiff.sandboxd.v1.CreateRequest.timeout:type_name -> google.protobuf.Duration
+	6,  // 12: skiff.sandboxd.v1.CreateRequest.egress:type_name -> skiff.sandboxd.v1.Egress
+	5,  // 13: skiff.sandboxd.v1.CreateRequest.volume_mounts:type_name -> skiff.sandboxd.v1.VolumeMount
+	3,  // 14: skiff.sandboxd.v1.CreateResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	2,  // 15: skiff.sandboxd.v1.WarmRequest.resources:type_name -> skiff.sandboxd.v1.Resources
+	3,  // 16: skiff.sandboxd.v1.WarmResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	61, // 17: skiff.sandboxd.v1.ClaimRequest.metadata:type_name -> skiff.sandboxd.v1.ClaimRequest.MetadataEntry
+	62, // 18: skiff.sandboxd.v1.ClaimRequest.env_vars:type_name -> skiff.sandboxd.v1.ClaimRequest.EnvVarsEntry
+	67, // 19: skiff.sandboxd.v1.ClaimRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 20: skiff.sandboxd.v1.ClaimResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	3,  // 21: skiff.sandboxd.v1.GetResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	0,  // 22: skiff.sandboxd.v1.ListRequest.states:type_name -> skiff.sandboxd.v1.SandboxState
+	3,  // 23: skiff.sandboxd.v1.ListResponse.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	67, // 24: skiff.sandboxd.v1.SetTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	67, // 25: skiff.sandboxd.v1.SetTimeoutRequest.max_lifetime:type_name -> google.protobuf.Duration
+	3,  // 26: skiff.sandboxd.v1.SetTimeoutResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	3,  // 27: skiff.sandboxd.v1.PauseResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	67, // 28: skiff.sandboxd.v1.ResumeRequest.timeout:type_name -> google.protobuf.Duration
+	3,  // 29: skiff.sandboxd.v1.ResumeResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	2,  // 30: skiff.sandboxd.v1.InfoResponse.capacity:type_name -> skiff.sandboxd.v1.Resources
+	2,  // 31: skiff.sandboxd.v1.InfoResponse.allocated:type_name -> skiff.sandboxd.v1.Resources
+	25, // 32: skiff.sandboxd.v1.InfoResponse.templates:type_name -> skiff.sandboxd.v1.TemplateVersion
+	35, // 33: skiff.sandboxd.v1.InfoResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	49, // 34: skiff.sandboxd.v1.InfoResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
+	66, // 35: skiff.sandboxd.v1.SandboxMetric.timestamp:type_name -> google.protobuf.Timestamp
+	28, // 36: skiff.sandboxd.v1.MetricsResponse.metrics:type_name -> skiff.sandboxd.v1.SandboxMetric
+	66, // 37: skiff.sandboxd.v1.LogsRequest.start:type_name -> google.protobuf.Timestamp
+	66, // 38: skiff.sandboxd.v1.LogsRequest.end:type_name -> google.protobuf.Timestamp
+	66, // 39: skiff.sandboxd.v1.LogEntry.timestamp:type_name -> google.protobuf.Timestamp
+	31, // 40: skiff.sandboxd.v1.LogsResponse.logs:type_name -> skiff.sandboxd.v1.LogEntry
+	63, // 41: skiff.sandboxd.v1.WatchResponse.snapshot:type_name -> skiff.sandboxd.v1.WatchResponse.Snapshot
+	65, // 42: skiff.sandboxd.v1.WatchResponse.change:type_name -> skiff.sandboxd.v1.WatchResponse.Change
+	64, // 43: skiff.sandboxd.v1.WatchResponse.host_changed:type_name -> skiff.sandboxd.v1.WatchResponse.HostChanged
+	66, // 44: skiff.sandboxd.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 45: skiff.sandboxd.v1.Snapshot.resources:type_name -> skiff.sandboxd.v1.Resources
+	35, // 46: skiff.sandboxd.v1.SnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	35, // 47: skiff.sandboxd.v1.ListSnapshotsResponse.snapshots:type_name -> skiff.sandboxd.v1.Snapshot
+	67, // 48: skiff.sandboxd.v1.ForkRequest.timeout:type_name -> google.protobuf.Duration
+	46, // 49: skiff.sandboxd.v1.ForkResponse.forks:type_name -> skiff.sandboxd.v1.ForkResult
+	35, // 50: skiff.sandboxd.v1.PullSnapshotResponse.snapshot:type_name -> skiff.sandboxd.v1.Snapshot
+	7,  // 51: skiff.sandboxd.v1.ForkResult.created:type_name -> skiff.sandboxd.v1.CreateResponse
+	6,  // 52: skiff.sandboxd.v1.UpdateNetworkRequest.egress:type_name -> skiff.sandboxd.v1.Egress
+	3,  // 53: skiff.sandboxd.v1.UpdateNetworkResponse.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	66, // 54: skiff.sandboxd.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	49, // 55: skiff.sandboxd.v1.CreateVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
+	49, // 56: skiff.sandboxd.v1.GetVolumeResponse.volume:type_name -> skiff.sandboxd.v1.Volume
+	49, // 57: skiff.sandboxd.v1.ListVolumesResponse.volumes:type_name -> skiff.sandboxd.v1.Volume
+	3,  // 58: skiff.sandboxd.v1.WatchResponse.Snapshot.sandboxes:type_name -> skiff.sandboxd.v1.Sandbox
+	1,  // 59: skiff.sandboxd.v1.WatchResponse.Change.type:type_name -> skiff.sandboxd.v1.WatchResponse.ChangeType
+	3,  // 60: skiff.sandboxd.v1.WatchResponse.Change.sandbox:type_name -> skiff.sandboxd.v1.Sandbox
+	4,  // 61: skiff.sandboxd.v1.SandboxdService.Create:input_type -> skiff.sandboxd.v1.CreateRequest
+	8,  // 62: skiff.sandboxd.v1.SandboxdService.Warm:input_type -> skiff.sandboxd.v1.WarmRequest
+	10, // 63: skiff.sandboxd.v1.SandboxdService.Claim:input_type -> skiff.sandboxd.v1.ClaimRequest
+	12, // 64: skiff.sandboxd.v1.SandboxdService.Get:input_type -> skiff.sandboxd.v1.GetRequest
+	14, // 65: skiff.sandboxd.v1.SandboxdService.List:input_type -> skiff.sandboxd.v1.ListRequest
+	16, // 66: skiff.sandboxd.v1.SandboxdService.Kill:input_type -> skiff.sandboxd.v1.KillRequest
+	18, // 67: skiff.sandboxd.v1.SandboxdService.SetTimeout:input_type -> skiff.sandboxd.v1.SetTimeoutRequest
+	20, // 68: skiff.sandboxd.v1.SandboxdService.Pause:input_type -> skiff.sandboxd.v1.PauseRequest
+	22, // 69: skiff.sandboxd.v1.SandboxdService.Resume:input_type -> skiff.sandboxd.v1.ResumeRequest
+	24, // 70: skiff.sandboxd.v1.SandboxdService.Info:input_type -> skiff.sandboxd.v1.InfoRequest
+	27, // 71: skiff.sandboxd.v1.SandboxdService.Metrics:input_type -> skiff.sandboxd.v1.MetricsRequest
+	30, // 72: skiff.sandboxd.v1.SandboxdService.Logs:input_type -> skiff.sandboxd.v1.LogsRequest
+	33, // 73: skiff.sandboxd.v1.SandboxdService.Watch:input_type -> skiff.sandboxd.v1.WatchRequest
+	36, // 74: skiff.sandboxd.v1.SandboxdService.Snapshot:input_type -> skiff.sandboxd.v1.SnapshotRequest
+	38, // 75: skiff.sandboxd.v1.SandboxdService.ListSnapshots:input_type -> skiff.sandboxd.v1.ListSnapshotsRequest
+	40, // 76: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:input_type -> skiff.sandboxd.v1.DeleteSnapshotRequest
+	42, // 77: skiff.sandboxd.v1.SandboxdService.Fork:input_type -> skiff.sandboxd.v1.ForkRequest
+	44, // 78: skiff.sandboxd.v1.SandboxdService.PullSnapshot:input_type -> skiff.sandboxd.v1.PullSnapshotRequest
+	47, // 79: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:input_type -> skiff.sandboxd.v1.UpdateNetworkRequest
+	50, // 80: skiff.sandboxd.v1.SandboxdService.CreateVolume:input_type -> skiff.sandboxd.v1.CreateVolumeRequest
+	52, // 81: skiff.sandboxd.v1.SandboxdService.GetVolume:input_type -> skiff.sandboxd.v1.GetVolumeRequest
+	54, // 82: skiff.sandboxd.v1.SandboxdService.ListVolumes:input_type -> skiff.sandboxd.v1.ListVolumesRequest
+	56, // 83: skiff.sandboxd.v1.SandboxdService.DeleteVolume:input_type -> skiff.sandboxd.v1.DeleteVolumeRequest
+	7,  // 84: skiff.sandboxd.v1.SandboxdService.Create:output_type -> skiff.sandboxd.v1.CreateResponse
+	9,  // 85: skiff.sandboxd.v1.SandboxdService.Warm:output_type -> skiff.sandboxd.v1.WarmResponse
+	11, // 86: skiff.sandboxd.v1.SandboxdService.Claim:output_type -> skiff.sandboxd.v1.ClaimResponse
+	13, // 87: skiff.sandboxd.v1.SandboxdService.Get:output_type -> skiff.sandboxd.v1.GetResponse
+	15, // 88: skiff.sandboxd.v1.SandboxdService.List:output_type -> skiff.sandboxd.v1.ListResponse
+	17, // 89: skiff.sandboxd.v1.SandboxdService.Kill:output_type -> skiff.sandboxd.v1.KillResponse
+	19, // 90: skiff.sandboxd.v1.SandboxdService.SetTimeout:output_type -> skiff.sandboxd.v1.SetTimeoutResponse
+	21, // 91: skiff.sandboxd.v1.SandboxdService.Pause:output_type -> skiff.sandboxd.v1.PauseResponse
+	23, // 92: skiff.sandboxd.v1.SandboxdService.Resume:output_type -> skiff.sandboxd.v1.ResumeResponse
+	26, // 93: skiff.sandboxd.v1.SandboxdService.Info:output_type -> skiff.sandboxd.v1.InfoResponse
+	29, // 94: skiff.sandboxd.v1.SandboxdService.Metrics:output_type -> skiff.sandboxd.v1.MetricsResponse
+	32, // 95: skiff.sandboxd.v1.SandboxdService.Logs:output_type -> skiff.sandboxd.v1.LogsResponse
+	34, // 96: skiff.sandboxd.v1.SandboxdService.Watch:output_type -> skiff.sandboxd.v1.WatchResponse
+	37, // 97: skiff.sandboxd.v1.SandboxdService.Snapshot:output_type -> skiff.sandboxd.v1.SnapshotResponse
+	39, // 98: skiff.sandboxd.v1.SandboxdService.ListSnapshots:output_type -> skiff.sandboxd.v1.ListSnapshotsResponse
+	41, // 99: skiff.sandboxd.v1.SandboxdService.DeleteSnapshot:output_type -> skiff.sandboxd.v1.DeleteSnapshotResponse
+	43, // 100: skiff.sandboxd.v1.SandboxdService.Fork:output_type -> skiff.sandboxd.v1.ForkResponse
+	45, // 101: skiff.sandboxd.v1.SandboxdService.PullSnapshot:output_type -> skiff.sandboxd.v1.PullSnapshotResponse
+	48, // 102: skiff.sandboxd.v1.SandboxdService.UpdateNetwork:output_type -> skiff.sandboxd.v1.UpdateNetworkResponse
+	51, // 103: skiff.sandboxd.v1.SandboxdService.CreateVolume:output_type -> skiff.sandboxd.v1.CreateVolumeResponse
+	53, // 104: skiff.sandboxd.v1.SandboxdService.GetVolume:output_type -> skiff.sandboxd.v1.GetVolumeResponse
+	55, // 105: skiff.sandboxd.v1.SandboxdService.ListVolumes:output_type -> skiff.sandboxd.v1.ListVolumesResponse
+	57, // 106: skiff.sandboxd.v1.SandboxdService.DeleteVolume:output_type -> skiff.sandboxd.v1.DeleteVolumeResponse
+	84, // [84:107] is the sub-list for method output_type
+	61, // [61:84] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_skiff_sandboxd_v1_sandboxd_proto_init() }
