@@ -52,23 +52,27 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		hdr.Set("Content-Disposition", "inline")
 	}
+	// A file whose size says 0 may hold more: a /proc or /sys file
+	// (ServeContent would find its size by seeking to its end, which most
+	// of them refuse, or answer it empty), and its time of change says
+	// nothing of what it holds. It is read to its end, never from a range
+	// or answered 304.
+	pseudo := fi.Size() == 0
 	if enc == encodingIdentity {
-		if fi.Size() > 0 || r.Header.Get("Range") != "" || conditional(r) {
+		if pseudo {
+			stream(w, r, f, p, fi)
+		} else {
 			http.ServeContent(w, r, name, fi.ModTime(), f)
-			return nil
 		}
-		// A file whose size says 0 may hold more: a /proc or /sys file
-		// (ServeContent would find its size by seeking to its end, which
-		// most of them refuse, or answer it empty). Read it to its end.
-		stream(w, r, f, p, fi)
 		return nil
 	}
 	// A compressed body has no byte ranges of the file: served whole, read
 	// to its end whatever its size says (as e2b's envd reads it), typed by
 	// its extension, else application/octet-stream, as e2b's types it. A
 	// conditional request is ServeContent's to answer (304).
+	hdr.Set("Content-Type", typeOf(p))
 	gw := &gzipResponseWriter{ResponseWriter: w, head: r.Method == http.MethodHead}
-	if conditional(r) {
+	if conditional(r) && !pseudo {
 		r = r.Clone(r.Context())
 		r.Header.Del("Range")
 		r.Header.Del("If-Range")
@@ -91,16 +95,22 @@ func conditional(r *http.Request) bool {
 	return false
 }
 
+// typeOf is the Content-Type of the file at p by its extension, else
+// application/octet-stream, as e2b's envd types a compressed download.
+func typeOf(p string) string {
+	if ct := mime.TypeByExtension(filepath.Ext(p)); ct != "" {
+		return ct
+	}
+	return "application/octet-stream"
+}
+
 // stream answers 200 with f, the file at p, read to its end (a HEAD: its
-// headers only).
+// headers only), with its time of change unless its size says 0 (a /proc
+// file's says nothing of what it holds).
 func stream(w http.ResponseWriter, r *http.Request, f *os.File, p string, fi fs.FileInfo) {
 	hdr := w.Header()
-	ct := mime.TypeByExtension(filepath.Ext(p))
-	if ct == "" {
-		ct = "application/octet-stream"
-	}
-	hdr.Set("Content-Type", ct)
-	if !fi.ModTime().IsZero() {
+	hdr.Set("Content-Type", typeOf(p))
+	if fi.Size() > 0 && !fi.ModTime().IsZero() {
 		hdr.Set("Last-Modified", fi.ModTime().UTC().Format(http.TimeFormat))
 	}
 	w.WriteHeader(http.StatusOK)

@@ -194,6 +194,11 @@ func TestDownload(t *testing.T) {
 			}
 		}},
 		{name: "gzip if-modified-since", path: file, headers: map[string]string{"Accept-Encoding": "gzip", "If-Modified-Since": mtime.UTC().Format(http.TimeFormat)}, status: 304},
+		{name: "gzip if-modified-since, changed since", path: noExt, headers: map[string]string{"Accept-Encoding": "gzip", "If-Modified-Since": mtime.Add(-time.Hour).UTC().Format(http.TimeFormat)}, status: 200, body: "plain words", gzip: true, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			if got := rec.Header().Get("Content-Type"); got != "application/octet-stream" {
+				t.Errorf("Content-Type = %q, want e2b's application/octet-stream", got)
+			}
+		}},
 		{name: "head gzip", method: http.MethodHead, path: file, headers: map[string]string{"Accept-Encoding": "gzip"}, status: 200, body: "", check: func(t *testing.T, rec *httptest.ResponseRecorder) {
 			if rec.Body.Len() != 0 || rec.Header().Get("Content-Encoding") != "gzip" {
 				t.Errorf("HEAD body %d bytes, encoding %q", rec.Body.Len(), rec.Header().Get("Content-Encoding"))
@@ -255,23 +260,35 @@ func TestDownloadProcFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ path, encoding, want string }{
-		{"/proc/meminfo", "gzip", "MemTotal:"},
-		{"/proc/meminfo", "", "MemTotal:"},
-		{"/proc/sys/kernel/ostype", "gzip, deflate, br", string(want)},
-		{"/proc/sys/kernel/ostype", "", string(want)},
+	// Its time of change says nothing of what it holds: none is sent, and
+	// a conditional request or a range gets it whole.
+	later := time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)
+	for _, tc := range []struct{ path, encoding, header, value, want string }{
+		{"/proc/meminfo", "gzip", "", "", "MemTotal:"},
+		{"/proc/meminfo", "", "", "", "MemTotal:"},
+		{"/proc/meminfo", "gzip", "If-Modified-Since", later, "MemTotal:"},
+		{"/proc/meminfo", "", "If-None-Match", `"x"`, "MemTotal:"},
+		{"/proc/meminfo", "", "Range", "bytes=0-3", "MemTotal:"},
+		{"/proc/sys/kernel/ostype", "gzip, deflate, br", "", "", string(want)},
+		{"/proc/sys/kernel/ostype", "", "", "", string(want)},
+		{"/proc/sys/kernel/ostype", "", "If-Modified-Since", later, string(want)},
 	} {
 		req := httptest.NewRequest(http.MethodGet, filesURL("/files", "path", tc.path), nil)
 		if tc.encoding != "" {
 			req.Header.Set("Accept-Encoding", tc.encoding)
+		}
+		if tc.header != "" {
+			req.Header.Set(tc.header, tc.value)
 		}
 		rec := do(h, req)
 		body := rec.Body.String()
 		if rec.Header().Get("Content-Encoding") == "gzip" {
 			body = gunzip(t, rec.Body.Bytes())
 		}
-		if rec.Code != http.StatusOK || !strings.Contains(body, tc.want) || (tc.encoding != "") != (rec.Header().Get("Content-Encoding") == "gzip") {
-			t.Errorf("GET %s (Accept-Encoding %q) = %d %q, encoding %q; want it whole", tc.path, tc.encoding, rec.Code, body, rec.Header().Get("Content-Encoding"))
+		gzipped := tc.encoding != "" && tc.header != "Range"
+		if rec.Code != http.StatusOK || !strings.Contains(body, tc.want) || gzipped != (rec.Header().Get("Content-Encoding") == "gzip") ||
+			rec.Header().Get("Last-Modified") != "" || rec.Header().Get("Content-Type") != "application/octet-stream" {
+			t.Errorf("GET %s (Accept-Encoding %q, %s %q) = %d %q, headers %v; want it whole", tc.path, tc.encoding, tc.header, tc.value, rec.Code, body, rec.Header())
 		}
 	}
 }

@@ -37,7 +37,7 @@ func TestCreateRunKill(t *testing.T) {
 		t.Errorf("command as user: %+v", got)
 	}
 	// e2b's files naming the sandbox, for processes envd did not start.
-	if got := h.mustRun(sb.GetId(), token, "user", "cat /run/e2b/.E2B_SANDBOX_ID; echo; cat /run/e2b/.E2B_SANDBOX"); got.Stdout != sb.GetId()+"\ntrue" {
+	if got := h.mustRun(sb.GetId(), token, "user", "cat /run/e2b/.E2B_SANDBOX_ID; echo; cat /run/e2b/.E2B_SANDBOX; echo; stat -c %U /run/e2b"); got.Stdout != sb.GetId()+"\ntrue\nroot\n" {
 		t.Errorf("/run/e2b: %+v", got)
 	}
 	// envd refuses a request without the sandbox's token.

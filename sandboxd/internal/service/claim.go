@@ -141,7 +141,7 @@ func (s *Service) rotateToken(ctx context.Context, rec *store.Record, oldToken, 
 	if err != nil {
 		return err
 	}
-	in := &wire.EnvdInit{AccessToken: &token, EnvVars: env, Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
+	in := &wire.EnvdInit{AccessToken: &token, EnvVars: sandboxEnv(rec.ID, rec.Template, env), Timestamp: s.clock.Now().UTC().Format(time.RFC3339Nano)}
 	_, err = s.envd.Init(ctx, s.envdAddr(b), oldToken, in)
 	return err
 }

@@ -65,7 +65,8 @@ func TestClaimAnyConcurrent(t *testing.T) {
 	)
 	for range 100 {
 		wg.Go(func() {
-			resp, err := h.client.Claim(t.Context(), claimReq(&pb.ClaimRequest{Pool: testPool, EnvVars: map[string]string{"OWNER": "b"}}))
+			// e2b's own names stay e2b's.
+			resp, err := h.client.Claim(t.Context(), claimReq(&pb.ClaimRequest{Pool: testPool, EnvVars: map[string]string{"OWNER": "b", "E2B_SANDBOX_ID": "mine"}}))
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -91,9 +92,9 @@ func TestClaimAnyConcurrent(t *testing.T) {
 		e := h.rt.Envd(w.id)
 		st := e.State()
 		token, inits, owner := st.Token, st.Inits, st.Env["OWNER"]
-		if token != w.token || w.token == warmTokens[w.id] || inits != 2 || owner != "b" {
-			t.Fatalf("sandbox %s: envd token matches %v, warm token reused %v, %d inits, OWNER=%q",
-				w.id, token == w.token, w.token == warmTokens[w.id], inits, owner)
+		if token != w.token || w.token == warmTokens[w.id] || inits != 2 || owner != "b" || st.Env["E2B_SANDBOX_ID"] != w.id {
+			t.Fatalf("sandbox %s: envd token matches %v, warm token reused %v, %d inits, OWNER=%q, E2B_SANDBOX_ID=%q",
+				w.id, token == w.token, w.token == warmTokens[w.id], inits, owner, st.Env["E2B_SANDBOX_ID"])
 		}
 		sb, err := h.get(w.id)
 		if err != nil || sb.GetState() != pb.SandboxState_SANDBOX_STATE_RUNNING || sb.GetTeam() != "team-b" ||

@@ -583,23 +583,31 @@ func (r *Runtime) prepareRoot(spec *sandboxrt.Spec, m *meta, userns *os.File) er
 	if err := sandboxrt.MountOverlay(rootfs, lowers, upper, work); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}
-	for name, content := range spec.Files {
-		if err := writeFile(rootfs, name, content, uid); err != nil {
+	return writeFiles(rootfs, spec.Files, uid)
+}
+
+// writeFiles writes files into the sandbox's root, owned by its root.
+func writeFiles(rootfs string, files map[string][]byte, uid int) error {
+	if len(files) == 0 {
+		return nil
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for name, content := range files {
+		if err := writeFile(root, name, content, uid); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// writeFile writes one file into the sandbox's root, owned by its root.
-func writeFile(rootfs, name string, content []byte, uid int) error {
-	root, err := os.OpenRoot(rootfs)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
+// writeFile writes one file under root.
+func writeFile(root *os.Root, name string, content []byte, uid int) error {
 	name = strings.TrimPrefix(filepath.Clean("/"+name), "/")
-	if err := root.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+	if err := makeParents(root, name, uid); err != nil {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	_ = root.Remove(name) // a symlink (resolv.conf often is) is replaced, not followed
@@ -608,6 +616,44 @@ func writeFile(rootfs, name string, content []byte, uid int) error {
 	}
 	if err := root.Lchown(name, uid, uid); err != nil {
 		return fmt.Errorf("chown %s: %w", name, err)
+	}
+	return nil
+}
+
+// makeParents makes the directories of name (relative to root) that the
+// template lacks (/run/e2b), each the sandbox root's (uid), as gVisor's
+// tar of the same files makes them. A symlink to an absolute path on the
+// way, which root cannot follow, is replaced by a directory, as gVisor
+// replaces it.
+func makeParents(root *os.Root, name string, uid int) error {
+	dir := filepath.Dir(name)
+	if dir == "." {
+		return nil
+	}
+	p := ""
+	for part := range strings.SplitSeq(dir, "/") {
+		p = filepath.Join(p, part)
+		fi, err := root.Lstat(p)
+		switch {
+		case err == nil && fi.Mode()&fs.ModeSymlink != 0:
+			target, err := root.Readlink(p)
+			if err != nil || !filepath.IsAbs(target) {
+				continue // followed within root
+			}
+			if err := root.Remove(p); err != nil {
+				return err
+			}
+		case err == nil:
+			continue
+		case !errors.Is(err, fs.ErrNotExist):
+			return err
+		}
+		if err := root.Mkdir(p, 0o755); err != nil {
+			return err
+		}
+		if err := root.Lchown(p, uid, uid); err != nil {
+			return err
+		}
 	}
 	return nil
 }
