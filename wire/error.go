@@ -13,6 +13,9 @@ type Error struct {
 	SandboxID string `json:"sandboxId,omitempty"`
 	Code      int    `json:"code"`
 	Message   string `json:"message"`
+	// Port names the sandbox's port of e2b's proxy's 502 for a port
+	// nothing answers on; 0 elsewhere.
+	Port int `json:"port,omitempty"`
 	// ErrorCode is e2b's machine-readable code (sandbox_capacity_unavailable,
 	// …); empty for most errors.
 	ErrorCode string `json:"error_code,omitempty"`

@@ -293,6 +293,16 @@ test(`${pkg}: a paused sandbox with autoResume wakes on traffic through the prox
   assert.equal(info.lifecycle?.autoResume ?? true, true)
 })
 
+// As on e2b, the SDK's isRunning (envd's /health, with the sandbox's token)
+// wakes a paused sandbox with autoResume; without autoResume it answers
+// false.
+test(`${pkg}: isRunning wakes a paused sandbox with autoResume`, { skip: legacy && 'not what 2.13 is here for' }, async () => {
+  const sbx = await create({ lifecycle: { onTimeout: 'pause', autoResume: true } })
+  assert.equal(await Sandbox.pause(sbx.sandboxId), true)
+  assert.equal(await sbx.isRunning(), true)
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'running')
+})
+
 // Rounds of the calls that once lost a stream about one time in thirty
 // (sandboxd's relay cut envd's answer when it started before the request
 // body was seen to end): a stream cut in any round fails the test.

@@ -70,7 +70,7 @@ func (s *system) checkPrivateAutoResume(t *testing.T) {
 		token  string
 		status int
 		want   string
-	}{{"", 403, "is missing"}, {strings.Repeat("0", 64), 403, "is invalid"}, {tok, 502, "not reachable"}} {
+	}{{"", 403, "is missing"}, {strings.Repeat("0", 64), 403, "is invalid"}, {tok, 502, "The sandbox is running but port is not open"}} {
 		h := map[string]string{}
 		if tc.token != "" {
 			h["E2b-Traffic-Access-Token"] = tc.token
@@ -82,10 +82,11 @@ func (s *system) checkPrivateAutoResume(t *testing.T) {
 	if code, body = s.call(s.keyA, http.MethodPost, "/sandboxes/"+id+"/pause", nil); code != http.StatusNoContent {
 		t.Fatalf("pause: %d %s", code, body)
 	}
-	// A health check does not wake it (envd takes one without a token);
-	// a request with the sandbox's access token does.
-	if status, got := s.relayGet(t, id, 49983, "/health", nil); status != http.StatusBadGateway {
-		t.Errorf("envd /health of the paused auto-resume sandbox: %d %s, want e2b's 502", status, got)
+	// A health check without the sandbox's access token does not wake it
+	// (envd takes one without a token): e2b's 403. A request with the
+	// token does.
+	if status, got := s.relayGet(t, id, 49983, "/health", nil); status != http.StatusForbidden {
+		t.Errorf("envd /health of the paused auto-resume sandbox: %d %s, want e2b's 403", status, got)
 	}
 	if status, got := s.relayGet(t, id, 49983, "/envs", map[string]string{"X-Access-Token": created.EnvdAccessToken}); status/100 != 2 {
 		t.Errorf("envd /envs of the paused auto-resume sandbox, with its token: %d %s", status, got)

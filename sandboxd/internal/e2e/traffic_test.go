@@ -144,14 +144,14 @@ func TestAutoResume(t *testing.T) {
 		t.Errorf("the sandbox without auto-resume is %s", st)
 	}
 
-	// Only a request envd would take wakes it: not a health check, not a
-	// request without the sandbox's access token.
+	// Only a request with the sandbox's access token wakes it: without
+	// it, a health check or any other request gets e2b's 403.
 	for _, probe := range []struct {
 		path    string
 		headers map[string]string
 	}{{"/health", nil}, {"/envs", nil}, {"/envs", map[string]string{"X-Access-Token": "made-up"}}} {
-		if status, _ := h.relayGet(autoID, 49983, probe.path, probe.headers); status != http.StatusBadGateway {
-			t.Errorf("%s %v to the paused sandbox with auto-resume: %d, want e2b's 502", probe.path, probe.headers, status)
+		if status, body := h.relayGet(autoID, 49983, probe.path, probe.headers); status != http.StatusForbidden || !strings.Contains(body, "can't be resumed with the credentials provided") {
+			t.Errorf("%s %v to the paused sandbox with auto-resume: %d %s, want e2b's 403", probe.path, probe.headers, status, body)
 		}
 	}
 	if st := h.get(autoID).GetSandbox().GetState(); st != sandboxdv1.SandboxState_SANDBOX_STATE_PAUSED {

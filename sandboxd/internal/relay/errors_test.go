@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,8 @@ func wantWireError(t *testing.T, resp *http.Response, status int, contains strin
 	return e
 }
 
-// The relay's 502 for a port nothing listens on is e2b's JSON, code 502.
+// The relay's 502 for a port nothing listens on is e2b's proxy's JSON:
+// {"sandboxId","message","port","code":502}.
 func TestUnreachablePortIsE2bJSON(t *testing.T) {
 	relay, _ := startRelay(t)
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
@@ -50,7 +52,10 @@ func TestUnreachablePortIsE2bJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	wantWireError(t, resp, http.StatusBadGateway, "sandbox port "+deadPort+" is not reachable")
+	e := wantWireError(t, resp, http.StatusBadGateway, "The sandbox is running but port is not open")
+	if strconv.Itoa(e.Port) != deadPort || e.SandboxID == "" {
+		t.Fatalf("the body names port %d of %q; want %s of the sandbox", e.Port, e.SandboxID, deadPort)
+	}
 }
 
 // A message that repeats a client's bytes — a quote, a backslash, bytes

@@ -228,10 +228,11 @@ func TestAutoResume(t *testing.T) {
 }
 
 // A paused sandbox wakes for a request to envd's port only if envd would
-// take it: with the sandbox's access token, or a /files URL signed with
-// it. A request without it (a /health probe, a CORS preflight, a made-up
-// token) used to resume the sandbox, with a full new timeout, before envd
-// refused it.
+// take it: with the sandbox's access token, whatever the path (a /health
+// with it wakes it, as on e2b: the SDK's isRunning), or a /files URL
+// signed with it. A request without it (a /health probe, a CORS
+// preflight, a made-up token) used to resume the sandbox, with a full new
+// timeout, before envd refused it; it gets e2b's 403.
 func TestAutoResumeOfEnvdNeedsItsToken(t *testing.T) {
 	const token = "k3x9q2m7v1p8z0c4t7fa.secret-secret-secret"
 	ip := loopbackIP()
@@ -254,8 +255,9 @@ func TestAutoResumeOfEnvdNeedsItsToken(t *testing.T) {
 		{"the access token", http.MethodPost, "/process.Process/Start", map[string]string{"X-Access-Token": token}, true},
 		{"no token", http.MethodPost, "/process.Process/Start", nil, false},
 		{"a wrong token", http.MethodPost, "/process.Process/Start", map[string]string{"X-Access-Token": token + "x"}, false},
-		{"a health check", http.MethodGet, "/health", map[string]string{"X-Access-Token": token}, false},
-		{"a CORS preflight", http.MethodOptions, "/files", map[string]string{"X-Access-Token": token}, false},
+		{"a health check", http.MethodGet, "/health", map[string]string{"X-Access-Token": token}, true},
+		{"a health check without the token", http.MethodGet, "/health", nil, false},
+		{"a CORS preflight", http.MethodOptions, "/files", nil, false},
 		{"a signed download", http.MethodGet, signed, nil, true},
 		{"a signed upload with an expiry", http.MethodPost, signedExp, nil, true},
 		{"a download signed for upload", http.MethodGet, signedExp, nil, false},
@@ -286,8 +288,35 @@ func TestAutoResumeOfEnvdNeedsItsToken(t *testing.T) {
 				t.Fatalf("woken %v, want %v (answer %d %q)", woke, tc.wake, resp.StatusCode, body)
 			}
 			if !tc.wake {
-				wantE2bError(t, relayAnswer{resp.StatusCode, string(body)}, http.StatusBadGateway, "The sandbox was not found")
+				wantE2bError(t, relayAnswer{resp.StatusCode, string(body)}, http.StatusForbidden, "This sandbox can't be resumed with the credentials provided.")
 			}
 		})
+	}
+	// A sandbox without a token to check wakes for anything but a health
+	// check or a CORS preflight, which anyone could send to keep it awake.
+	for _, tc := range []struct {
+		method, path string
+		wake         bool
+	}{{http.MethodGet, "/health", false}, {http.MethodOptions, "/files", false}, {http.MethodGet, "/envs", true}} {
+		res := newResolver()
+		res.set(id, Sandbox{Address: ip, Paused: true, AutoResume: true})
+		rs := &resumer{resolver: res}
+		srv := httptest.NewServer(New(rs))
+		req, _ := http.NewRequestWithContext(t.Context(), tc.method, srv.URL+tc.path, nil)
+		req.Header.Set(routing.HeaderSandboxID, id)
+		req.Header.Set(routing.HeaderSandboxPort, strconv.Itoa(routing.EnvdPort))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if woke := rs.resumes.Load() == 1; woke != tc.wake {
+			t.Fatalf("%s %s of a sandbox without a token: woken %v, want %v (answer %d %q)", tc.method, tc.path, woke, tc.wake, resp.StatusCode, body)
+		}
+		if !tc.wake {
+			wantE2bError(t, relayAnswer{resp.StatusCode, string(body)}, http.StatusBadGateway, "The sandbox was not found")
+		}
 	}
 }

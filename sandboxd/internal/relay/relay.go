@@ -200,8 +200,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if sb.Paused {
-		if !sb.AutoResume || h.resumer == nil || (t.IsEnvd() && !mayWakeEnvd(r, sb.EnvdAccessToken)) {
+		if !sb.AutoResume || h.resumer == nil {
 			routing.WriteSandboxNotFound(w, r, t.SandboxID)
+			return
+		}
+		if t.IsEnvd() && !mayWakeEnvd(r, sb.EnvdAccessToken) {
+			if sb.EnvdAccessToken == "" {
+				routing.WriteSandboxNotFound(w, r, t.SandboxID)
+				return
+			}
+			// e2b's edge's answer to a resume its API refuses.
+			wire.Write(w, wire.Error{SandboxID: t.SandboxID, Code: http.StatusForbidden, Message: resumeDeniedMessage})
 			return
 		}
 		if sb, err = h.resumer.AutoResume(r.Context(), t.SandboxID); err != nil {
@@ -259,19 +268,21 @@ func (h *handler) resumeFailed(w http.ResponseWriter, r *http.Request, id string
 	}
 }
 
+// resumeDeniedMessage is e2b's edge's message for a request that may not
+// wake a paused sandbox.
+const resumeDeniedMessage = "This sandbox can't be resumed with the credentials provided. Check your access token and try again."
+
 // mayWakeEnvd reports whether a request for envd's port may wake its
-// paused sandbox: only one envd would take, carrying the sandbox's access
-// token (X-Access-Token) or, for /files, a URL signed with it. A health
-// check or a CORS preflight never wakes it: envd answers those without a
-// token, so anyone could keep a sandbox awake, and resumed with a full new
-// timeout, for nothing. The token is compared in constant time, of
-// digests.
+// paused sandbox: as e2b's API decides, one carrying the sandbox's access
+// token (X-Access-Token), whatever its path (the SDK's isRunning, a
+// /health with the token, wakes it on e2b too), or, for /files, a URL
+// signed with it. Without a token to check (a sandbox made without
+// secure), a health check or a CORS preflight never wakes it: anyone
+// could keep it awake, and resumed with a full new timeout, for nothing.
+// The token is compared in constant time, of digests.
 func mayWakeEnvd(r *http.Request, token string) bool {
-	if r.Method == http.MethodOptions || r.URL.Path == "/health" {
-		return false
-	}
 	if token == "" {
-		return true // envd checks nothing either
+		return r.Method != http.MethodOptions && r.URL.Path != "/health"
 	}
 	if got := r.Header.Get(wire.AccessTokenHeader); got != "" {
 		a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(token))
@@ -341,6 +352,9 @@ func (h *handler) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
+// portClosedMessage is e2b's proxy's message for a port nothing answers on.
+const portClosedMessage = "The sandbox is running but port is not open"
+
 // proxyError answers a failure to reach the sandbox's port: the sandbox is
 // gone or the port has no listener, which e2b's edge reports as 502.
 func (h *handler) proxyError(w http.ResponseWriter, r *http.Request, err error) {
@@ -357,7 +371,8 @@ func (h *handler) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	w.Header().Set("Connection", "close")
 	// The cause (a dial error naming the sandbox's address) is logged, not
 	// sent: addresses inside the host are none of the client's business.
-	wire.WriteError(w, http.StatusBadGateway, "the sandbox port "+strconv.Itoa(int(rt.target.Port))+" is not reachable: nothing answers on it in the sandbox")
+	// The body is e2b's proxy's for a closed port.
+	wire.Write(w, wire.Error{SandboxID: rt.target.SandboxID, Code: http.StatusBadGateway, Message: portClosedMessage, Port: int(rt.target.Port)})
 }
 
 // refusedBackoff are the waits between the dials of a port that refuses:

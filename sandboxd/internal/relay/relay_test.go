@@ -345,7 +345,7 @@ func TestRefusals(t *testing.T) {
 		{"missing port header", "/", map[string]string{routing.HeaderSandboxID: sandboxID}, 400, "missing header", true},
 		{"no target", "/", nil, 400, "names no sandbox", true},
 		{"unknown sandbox", "/", map[string]string{routing.HeaderSandboxID: "gone", routing.HeaderSandboxPort: "49983"}, 502, "The sandbox was not found", false},
-		{"port not listening", "/", map[string]string{routing.HeaderSandboxID: sandboxID, routing.HeaderSandboxPort: deadPort}, 502, "is not reachable", false},
+		{"port not listening", "/", map[string]string{routing.HeaderSandboxID: sandboxID, routing.HeaderSandboxPort: deadPort}, 502, "The sandbox is running but port is not open", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := res.calls.Load()
