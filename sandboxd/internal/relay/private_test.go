@@ -258,6 +258,7 @@ func TestAutoResumeOfEnvdNeedsItsToken(t *testing.T) {
 		{"a health check", http.MethodGet, "/health", map[string]string{"X-Access-Token": token}, true},
 		{"a health check without the token", http.MethodGet, "/health", nil, false},
 		{"a CORS preflight", http.MethodOptions, "/files", nil, false},
+		{"an OPTIONS with the token", http.MethodOptions, "/files", map[string]string{"X-Access-Token": token}, true},
 		{"a signed download", http.MethodGet, signed, nil, true},
 		{"a signed upload with an expiry", http.MethodPost, signedExp, nil, true},
 		{"a download signed for upload", http.MethodGet, signedExp, nil, false},

@@ -9,9 +9,9 @@
 // for any of its ports but envd's (envd checks its own X-Access-Token) must
 // carry it in TrafficTokenHeader, else 401 (missing) or 403 (wrong). A
 // request for a paused sandbox with auto-resume resumes it (AutoResumer)
-// and is then forwarded — for envd's port, only a request envd would take
-// (its access token, or a signed /files URL; never /health or OPTIONS);
-// any other paused sandbox gets e2b's 502.
+// and is then forwarded — for envd's port, only a request with its access
+// token (any path) or a signed /files URL, else e2b's 403; any other
+// paused sandbox gets e2b's 502.
 package relay
 
 import (
@@ -276,9 +276,10 @@ const resumeDeniedMessage = "This sandbox can't be resumed with the credentials 
 // paused sandbox: as e2b's API decides, one carrying the sandbox's access
 // token (X-Access-Token), whatever its path (the SDK's isRunning, a
 // /health with the token, wakes it on e2b too), or, for /files, a URL
-// signed with it. Without a token to check (a sandbox made without
-// secure), a health check or a CORS preflight never wakes it: anyone
-// could keep it awake, and resumed with a full new timeout, for nothing.
+// signed with it. Without a token to check (a record with none: sandboxd
+// gives every sandbox one), a health check or a CORS preflight never
+// wakes it: anyone could keep it awake, and resumed with a full new
+// timeout, for nothing.
 // The token is compared in constant time, of digests.
 func mayWakeEnvd(r *http.Request, token string) bool {
 	if token == "" {

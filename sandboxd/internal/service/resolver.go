@@ -91,8 +91,10 @@ func (s *Service) toRelay(rec *store.Record) relay.Sandbox {
 		TrafficAccessToken: rec.TrafficAccessToken,
 		EnvdAccessToken:    rec.EnvdAccessToken,
 		Paused:             rec.State != registry.StateRunning,
-		AutoResume:         rec.AutoResume,
-		Boot:               rec.Boots,
-		MaskRequestHost:    rec.MaskRequestHost,
+		// A sandbox paused with its files only is booted by an explicit
+		// resume alone, as in e2b: traffic never wakes it.
+		AutoResume:      rec.AutoResume && !rec.FilesOnly,
+		Boot:            rec.Boots,
+		MaskRequestHost: rec.MaskRequestHost,
 	}
 }

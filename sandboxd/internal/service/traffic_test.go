@@ -323,3 +323,23 @@ func TestResolveNamesTheNamespace(t *testing.T) {
 		t.Fatalf("Resolve = %+v, %v; want NetNS %q", sb, err, h.net.NSPath(id))
 	}
 }
+
+// A sandbox paused with its files only is booted by an explicit resume
+// alone, as in e2b: the relay is told it does not auto-resume, so a
+// request without its token gets the 502 of a sandbox traffic cannot
+// wake, not the 403 of one the right token would.
+func TestPausedFilesOnlyDoesNotAutoResume(t *testing.T) {
+	h, _ := newSnapshotHarness(t)
+	id := h.create(func(m *pb.CreateRequest) { m.AutoPause, m.AutoResume = true, true }).GetSandbox().GetId()
+	h.pause(id, false)
+	if sb, err := h.svc.Resolve(t.Context(), id); err != nil || !sb.Paused || !sb.AutoResume {
+		t.Fatalf("paused with its memory: %+v, %v; want it to auto-resume", sb, err)
+	}
+	if _, err := h.client.Resume(t.Context(), connect.NewRequest(&pb.ResumeRequest{SandboxId: id})); err != nil {
+		t.Fatal(err)
+	}
+	h.pause(id, true)
+	if sb, err := h.svc.Resolve(t.Context(), id); err != nil || !sb.Paused || sb.AutoResume {
+		t.Fatalf("paused with its files only: %+v, %v; want it not to auto-resume", sb, err)
+	}
+}
