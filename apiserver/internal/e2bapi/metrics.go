@@ -90,9 +90,9 @@ func (s *server) metricsMany(w http.ResponseWriter, r *http.Request, team string
 	}
 	var ids []string
 	seen := map[string]bool{}
-	for id := range strings.SplitSeq(raw, ",") {
-		id, _, _ = strings.Cut(id, "-") // old SDKs' "<sandboxID>-<clientID>"
-		if !validID(id) {
+	for raw := range strings.SplitSeq(raw, ",") {
+		id, ok := shortID(raw)
+		if !ok {
 			writeError(w, http.StatusBadRequest, "", "Invalid sandbox ID")
 			return
 		}

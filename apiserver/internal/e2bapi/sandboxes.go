@@ -14,15 +14,22 @@ import (
 // sandboxHandler is a handler for one of the team's sandboxes.
 type sandboxHandler func(w http.ResponseWriter, r *http.Request, team, id string)
 
-// sandboxRoute reads {id}. Old SDKs send "<sandboxID>-<clientID>"; like
-// e2b's API the part from the first '-' on is dropped. A malformed ID
-// answers 404, exactly like a missing sandbox: the SDKs turn a 404 into
-// SandboxNotFoundError, and nothing reaches a host.
+// shortID is the sandbox ID in raw, as e2b's API reads one (ShortID): old
+// SDKs send "<sandboxID>-<clientID>", whose part from the first '-' on is
+// dropped; ok is false when what is left is not a sandbox ID.
+func shortID(raw string) (id string, ok bool) {
+	id, _, _ = strings.Cut(raw, "-")
+	return id, validID(id)
+}
+
+// sandboxRoute reads {id} (shortID). A malformed ID answers 404, exactly
+// like a missing sandbox: the SDKs turn a 404 into SandboxNotFoundError,
+// and nothing reaches a host.
 func (s *server) sandboxRoute(h sandboxHandler) teamHandler {
 	return func(w http.ResponseWriter, r *http.Request, team string) {
 		raw := r.PathValue("id")
-		id, _, _ := strings.Cut(raw, "-")
-		if !sandboxid.Valid(id) {
+		id, ok := shortID(raw)
+		if !ok {
 			writeError(w, http.StatusNotFound, "", "sandbox %s not found", echo(raw))
 			return
 		}

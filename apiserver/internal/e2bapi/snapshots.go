@@ -204,8 +204,8 @@ func (s *server) listSnapshots(w http.ResponseWriter, r *http.Request, team stri
 	}
 	var f SnapshotFilter
 	if v := q.Get("sandboxID"); v != "" {
-		id, _, _ := strings.Cut(v, "-")
-		if !validID(id) {
+		id, ok := shortID(v)
+		if !ok {
 			writeError(w, http.StatusBadRequest, "", "Invalid sandbox ID")
 			return
 		}
