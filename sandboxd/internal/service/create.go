@@ -327,18 +327,17 @@ func (s *Service) holdSnapshot(team, ref string) (_ *snapshot.Record, release fu
 func sandboxEnv(id, template string, vars map[string]string) map[string]string {
 	env := make(map[string]string, len(vars)+3)
 	maps.Copy(env, vars)
-	maps.Copy(env, idFiles(id, template, "E2B_"))
+	maps.Copy(env, idVars(id, template))
 	return env
 }
 
-// idFiles are e2b's names of sandbox id and its template, each prefix +
-// name: its envd's environment variables (prefix "E2B_") and the files it
-// writes in /run/e2b (prefix "/run/e2b/.E2B_"), for processes it did not
-// start. The template's is left out when there is none.
-func idFiles(id, template, prefix string) map[string]string {
-	out := map[string]string{prefix + "SANDBOX": "true", prefix + "SANDBOX_ID": id}
+// idVars are e2b's variables naming sandbox id and its template: its
+// envd's environment, and the files it writes for processes it did not
+// start, /run/e2b/.<name>. The template's is left out when there is none.
+func idVars(id, template string) map[string]string {
+	out := map[string]string{"E2B_SANDBOX": "true", "E2B_SANDBOX_ID": id}
 	if template != "" {
-		out[prefix+"TEMPLATE_ID"] = template
+		out["E2B_TEMPLATE_ID"] = template
 	}
 	return out
 }
@@ -433,8 +432,8 @@ func (s *Service) sandboxFiles(id, template string, block ipam.Block) map[string
 		"/etc/resolv.conf": s.net.ResolvConf(),
 		"/etc/hosts":       []byte(hosts),
 	}
-	for name, v := range idFiles(id, template, "/run/e2b/.E2B_") {
-		files[name] = []byte(v)
+	for name, v := range idVars(id, template) {
+		files["/run/e2b/."+name] = []byte(v)
 	}
 	return files
 }
