@@ -58,19 +58,24 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) error {
 	// nothing of what it holds. It is read to its end, never from a range
 	// or answered 304.
 	pseudo := fi.Size() == 0
+	if enc == encodingIdentity && !pseudo {
+		http.ServeContent(w, r, name, fi.ModTime(), f)
+		return nil
+	}
+	// Else typed by its extension, else application/octet-stream, as
+	// e2b's envd types a compressed download.
+	ct := mime.TypeByExtension(filepath.Ext(p))
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	hdr.Set("Content-Type", ct)
 	if enc == encodingIdentity {
-		if pseudo {
-			stream(w, r, f, p, fi)
-		} else {
-			http.ServeContent(w, r, name, fi.ModTime(), f)
-		}
+		stream(w, r, f, fi)
 		return nil
 	}
 	// A compressed body has no byte ranges of the file: served whole, read
-	// to its end whatever its size says (as e2b's envd reads it), typed by
-	// its extension, else application/octet-stream, as e2b's types it. A
+	// to its end whatever its size says (as e2b's envd reads it). A
 	// conditional request is ServeContent's to answer (304).
-	hdr.Set("Content-Type", typeOf(p))
 	gw := &gzipResponseWriter{ResponseWriter: w, head: r.Method == http.MethodHead}
 	if conditional(r) && !pseudo {
 		r = r.Clone(r.Context())
@@ -78,7 +83,7 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request) error {
 		r.Header.Del("If-Range")
 		http.ServeContent(gw, r, name, fi.ModTime(), f)
 	} else {
-		stream(gw, r, f, p, fi)
+		stream(gw, r, f, fi)
 	}
 	// The status line is out: a failure now can only cut the body short.
 	_ = gw.Close()
@@ -95,23 +100,12 @@ func conditional(r *http.Request) bool {
 	return false
 }
 
-// typeOf is the Content-Type of the file at p by its extension, else
-// application/octet-stream, as e2b's envd types a compressed download.
-func typeOf(p string) string {
-	if ct := mime.TypeByExtension(filepath.Ext(p)); ct != "" {
-		return ct
-	}
-	return "application/octet-stream"
-}
-
-// stream answers 200 with f, the file at p, read to its end (a HEAD: its
-// headers only), with its time of change unless its size says 0 (a /proc
-// file's says nothing of what it holds).
-func stream(w http.ResponseWriter, r *http.Request, f *os.File, p string, fi fs.FileInfo) {
-	hdr := w.Header()
-	hdr.Set("Content-Type", typeOf(p))
+// stream answers 200 with f read to its end (a HEAD: its headers only),
+// with its time of change unless its size says 0 (a /proc file's says
+// nothing of what it holds).
+func stream(w http.ResponseWriter, r *http.Request, f *os.File, fi fs.FileInfo) {
 	if fi.Size() > 0 && !fi.ModTime().IsZero() {
-		hdr.Set("Last-Modified", fi.ModTime().UTC().Format(http.TimeFormat))
+		w.Header().Set("Last-Modified", fi.ModTime().UTC().Format(http.TimeFormat))
 	}
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
