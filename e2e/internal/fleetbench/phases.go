@@ -146,13 +146,18 @@ func (b *bench) createDelete(ctx context.Context, creates, deletes *latencies) {
 		start := time.Now()
 		var out struct{ SandboxID string }
 		code, body, err := b.e2b(ctx, http.MethodPost, "/v2/sandboxes", `{"templateID":"base","timeout":600,"metadata":{"user":"u-bench"}}`, &out)
+		if err != nil && ended(ctx) {
+			return // cut by the phase's end
+		}
 		if err != nil || code != http.StatusCreated {
 			creates.fail(fmt.Sprintf("create: %d %s %v", code, body, err))
 			continue
 		}
 		creates.ok(time.Since(start))
 		start = time.Now()
-		if code, body, err := b.e2b(ctx, http.MethodDelete, "/sandboxes/"+out.SandboxID, "", nil); err != nil || code != http.StatusNoContent {
+		if code, body, err := b.e2b(ctx, http.MethodDelete, "/sandboxes/"+out.SandboxID, "", nil); err != nil && ended(ctx) {
+			return // cut by the phase's end; the sandbox ends with the fleet
+		} else if err != nil || code != http.StatusNoContent {
 			deletes.fail(fmt.Sprintf("delete %s: %d %s %v", out.SandboxID, code, body, err))
 			continue
 		}
@@ -200,7 +205,7 @@ func probe(ctx context.Context, period time.Duration, l *latencies, fn func(ctx 
 	for {
 		start := time.Now()
 		err := fn(ctx)
-		if ctx.Err() != nil {
+		if ended(ctx) {
 			return // cut by the phase's end: neither a time nor a failure
 		}
 		if err != nil {
@@ -214,6 +219,16 @@ func probe(ctx context.Context, period time.Duration, l *latencies, fn func(ctx 
 		case <-time.After(time.Until(start.Add(period))):
 		}
 	}
+}
+
+// ended reports whether ctx is done or its deadline has passed. A call
+// cut by the deadline may return before ctx says so: client-go's rate
+// limiter refuses to wait past a deadline ("would exceed context
+// deadline") once the clock passes it, before ctx's timer has fired,
+// which on a loaded machine is a while later.
+func ended(ctx context.Context) bool {
+	deadline, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(deadline)
 }
 
 // probeList asks for the first page (100) of the timed team's sandboxes.
