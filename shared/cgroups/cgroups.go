@@ -93,8 +93,9 @@ func hierarchies(rel string) ([]hierarchy, error) {
 	return hs, nil
 }
 
-// Remove removes the (empty) cgroup rel from every hierarchy; one that is
-// not there is not an error.
+// Remove removes the cgroup rel, and the cgroups below it (a sandbox's
+// workload cgroup), from every hierarchy; all must hold no process. One
+// that is not there is not an error.
 func Remove(rel string) error {
 	paths, err := Paths(rel)
 	if err != nil {
@@ -102,11 +103,34 @@ func Remove(rel string) error {
 	}
 	var errs []error
 	for _, p := range paths {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", p, err))
+		if err := removeTree(p); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeTree removes the cgroup directory dir after the cgroups below it:
+// a cgroup's files go with its directory, but a child cgroup keeps it.
+func removeTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	}
+	return nil
 }
 
 // SwapAccounted reports whether the kernel counts swap in the memory

@@ -39,6 +39,8 @@ type Service struct {
 	log    *logs.Log
 	logger *slog.Logger
 	reaper *reap.Reaper
+	// workload is the sandbox's workload cgroup's cgroup.procs, or nil.
+	workload *os.File
 
 	mu    sync.Mutex
 	procs map[uint32]*proc // running, and ended within retainEnded

@@ -34,7 +34,7 @@ func (s *Service) start(req *pb.StartRequest, u *identity.User) (*proc, *subscri
 		attrs.Setsid, attrs.Setctty = true, true
 		ws := &pty.Winsize{Cols: uint16(max(size.GetCols(), 1)), Rows: uint16(max(size.GetRows(), 1))}
 		var ptmx *os.File
-		p.release, err = s.reaper.Spawn(rankedForOOM(attrs, func() (int, error) {
+		p.release, err = s.reaper.Spawn(s.rankedForOOM(attrs, func() (int, error) {
 			f, err := pty.StartWithAttrs(cmd, ws, attrs)
 			if err != nil {
 				return 0, err
@@ -68,7 +68,7 @@ func (s *Service) start(req *pb.StartRequest, u *identity.User) (*proc, *subscri
 				return nil, nil, nil, startError(err)
 			}
 		}
-		p.release, err = s.reaper.Spawn(rankedForOOM(cmd.SysProcAttr, func() (int, error) {
+		p.release, err = s.reaper.Spawn(s.rankedForOOM(cmd.SysProcAttr, func() (int, error) {
 			if err := cmd.Start(); err != nil {
 				return 0, err
 			}
@@ -228,7 +228,10 @@ const oomScoreAdj = "1000"
 // fork made envd, at that moment, the OOM killer's pick in a sandbox at
 // its memory limit. Where tracing is refused (gVisor refuses
 // PTRACE_TRACEME), the child starts untraced and gets its score just after.
-func rankedForOOM(attrs *syscall.SysProcAttr, start func() (int, error)) func() (int, error) {
+//
+// It also moves the child into the sandbox's workload cgroup, if envd has
+// one (SetWorkloadCgroup): there, traced, before it runs.
+func (s *Service) rankedForOOM(attrs *syscall.SysProcAttr, start func() (int, error)) func() (int, error) {
 	return func() (int, error) {
 		// A tracee's tracer is the thread that forked it: the stop is
 		// waited for and the tracee let go from this one.
@@ -240,9 +243,10 @@ func rankedForOOM(attrs *syscall.SysProcAttr, start func() (int, error)) func() 
 			return pid, err
 		}
 		if attrs.Ptrace {
-			releaseAtExec(pid)
+			s.releaseAtExec(pid)
 		} else {
 			setOOMScore(pid)
+			s.toWorkload(pid)
 		}
 		return pid, nil
 	}
@@ -265,7 +269,7 @@ var canTrace = sync.OnceValue(func() bool {
 // it its OOM score and detaches from it, so it runs on untraced. A child
 // that died before its stop (killed in that instant) has been reaped here;
 // its owner's Wait then reports an error rather than its status.
-func releaseAtExec(pid int) {
+func (s *Service) releaseAtExec(pid int) {
 	var ws syscall.WaitStatus
 	for {
 		_, err := syscall.Wait4(pid, &ws, syscall.WALL, nil)
@@ -277,7 +281,29 @@ func releaseAtExec(pid int) {
 		return
 	}
 	setOOMScore(pid)
+	s.toWorkload(pid)
 	_ = syscall.PtraceDetach(pid)
+}
+
+// SetWorkloadCgroup gives envd the cgroup.procs of the sandbox's workload
+// cgroup (--workload-cgroup-fd), open for writing, which every process
+// Start starts is moved into: one whose pids.max leaves some of the
+// sandbox's pids to envd, so that a workload holding all it may have
+// cannot keep envd from the threads Go's runtime needs. Call it before
+// serving.
+func (s *Service) SetWorkloadCgroup(procs *os.File) { s.workload = procs }
+
+// toWorkload moves process pid (in envd's PID namespace, as written) into
+// the workload cgroup, if there is one. A process that has already ended is
+// left; any other failure is logged, and the process runs on in envd's
+// cgroup.
+func (s *Service) toWorkload(pid int) {
+	if s.workload == nil {
+		return
+	}
+	if _, err := s.workload.WriteString(strconv.Itoa(pid)); err != nil && !errors.Is(err, syscall.ESRCH) {
+		s.logger.Warn("move a process into the workload cgroup; it runs in envd's", "pid", pid, "error", err)
+	}
 }
 
 // setOOMScore gives process pid oomScoreAdj. Failing (envd not root, in

@@ -18,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/skiff-dev/skiff/envd"
 	"github.com/skiff-dev/skiff/envd/internal/files"
@@ -44,6 +45,11 @@ type Options struct {
 	// made before envd runs wait in its backlog, so the host needs no
 	// polling to learn when envd is up.
 	ListenFD int
+	// WorkloadCgroupFD, when above 2, is an inherited cgroup.procs of the
+	// cgroup that every process envd starts is moved into before it runs
+	// (made by sandboxd's native runtime, with a pids limit that leaves
+	// some of the sandbox's for envd).
+	WorkloadCgroupFD int
 	// MaxInitBytes bounds the body of POST /init.
 	MaxInitBytes int64
 
@@ -92,6 +98,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.ListenFD, "listen-fd", o.ListenFD, "Serve on this inherited socket that already listens, a file descriptor above 2, instead of --listen-address and --port; "+
 		"0: listen on those. sandboxd's native runtime makes it in the sandbox's network, so its first request waits for envd instead of polling it. "+
 		"Processes envd starts do not inherit it.")
+	fs.IntVar(&o.WorkloadCgroupFD, "workload-cgroup-fd", o.WorkloadCgroupFD, "Move every process envd starts, before it runs, into the cgroup whose cgroup.procs is this inherited file "+
+		"descriptor, above 2, open for writing; 0: leave them in envd's cgroup. sandboxd's native runtime makes it with a pids limit that keeps some of the sandbox's for envd. "+
+		"Processes envd starts do not inherit it.")
 	fs.BoolVar(&o.Init, "init", o.Init, "Act as the sandbox's init: reap orphaned processes. Defaults to true when envd is PID 1; "+
 		"when it is not, --init makes it a child subreaper (for tests); --init=false as PID 1 leaves orphans unreaped.")
 	fs.BoolVar(&o.LogProcessOutput, "log-process-output", o.LogProcessOutput, "Log each output line of the processes started through the process service "+
@@ -120,6 +129,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ListenFD != 0 && o.ListenFD < 3 {
 		errs = append(errs, fmt.Errorf("--listen-fd must be above 2 (0: listen on --listen-address and --port), got %d", o.ListenFD))
+	}
+	if o.WorkloadCgroupFD != 0 && o.WorkloadCgroupFD < 3 {
+		errs = append(errs, fmt.Errorf("--workload-cgroup-fd must be above 2 (0: none), got %d", o.WorkloadCgroupFD))
 	}
 	if o.ListenAddress == "" {
 		errs = append(errs, errors.New("--listen-address must not be empty"))
@@ -239,6 +251,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // Run listens on the configured address and serves until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
+	if fd := s.opts.WorkloadCgroupFD; fd > 0 {
+		// Closed on exec, so that no process envd starts can move others.
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+			return fmt.Errorf("--workload-cgroup-fd %d: %w", fd, err)
+		}
+		s.process.SetWorkloadCgroup(os.NewFile(uintptr(fd), "workload-cgroup-fd"))
+	}
 	ln, err := s.listen()
 	if err != nil {
 		return err

@@ -86,7 +86,8 @@ type Options struct {
 	// CgroupParent is the cgroup, relative to sandboxd's own, under which
 	// each sandbox gets its cgroup.
 	CgroupParent string
-	// PidsLimit caps the processes of one sandbox.
+	// PidsLimit caps the processes of one sandbox, its threads counted;
+	// those envd starts may have all but envdPids of them.
 	PidsLimit int64
 	// SpareDisks is how many emptied disks of each size the runtime keeps
 	// mounted for the next sandboxes (spare.go); 0 keeps none.
@@ -463,6 +464,11 @@ func (r *Runtime) start(ctx context.Context, spec *sandboxrt.Spec, run bool) (er
 		defer sock.Close() // envd has its own copy
 		extra = append(extra, sock)
 		args = append(args, "--listen-fd", "3")
+	}
+	if work := r.workloadCgroup(spec.ID, paths); work != nil {
+		defer work.Close() // envd has its own copy
+		extra = append(extra, work)
+		args = append(args, "--workload-cgroup-fd", strconv.Itoa(2+len(extra)))
 	}
 	p := &libcontainer.Process{
 		Args:       args,

@@ -376,12 +376,16 @@ func TestStopWaitsForEveryProcess(t *testing.T) {
 			rt, dir := newRuntime(t)
 			s := start(t, rt, dir, nil)
 			s.run(t, "root", "for i in $(seq 40); do sleep 1000 >/dev/null 2>&1 & done")
-			procs := filepath.Join("/sys/fs/cgroup/pids", ownCgroup(t, "pids"), rt.Options().CgroupParent, s.spec.ID, "cgroup.procs")
-			data, err := os.ReadFile(procs)
-			if err != nil {
-				t.Fatal(err)
+			// envd in the sandbox's cgroup, what it started in the workload
+			// cgroup below.
+			var pids []string
+			for _, dir := range []string{"", "workload"} {
+				data, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", ownCgroup(t, "pids"), rt.Options().CgroupParent, s.spec.ID, dir, "cgroup.procs"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pids = append(pids, strings.Fields(string(data))...)
 			}
-			pids := strings.Fields(string(data))
 			if len(pids) < 41 {
 				t.Fatalf("the sandbox has %d processes, want envd and 40 sleeps", len(pids))
 			}
@@ -398,9 +402,11 @@ func TestStopWaitsForEveryProcess(t *testing.T) {
 				starts[n] = st.StartTime
 			}
 			if restarted {
-				if rt, err = native.New(rt.Options()); err != nil {
+				again, err := native.New(rt.Options())
+				if err != nil {
 					t.Fatal(err)
 				}
+				rt = again
 				t.Cleanup(func() { _ = rt.Close() })
 			}
 			if err := rt.Stop(context.Background(), s.spec.ID); err != nil {

@@ -182,7 +182,7 @@ func TestSandboxesTogetherStayUnderTheHostsBound(t *testing.T) {
 	if nb < 10 {
 		t.Errorf("the second sandbox got only %d processes: the first took what was left", nb)
 	}
-	// Each still answers: its envd made its threads before the bomb.
+	// Each still answers: the pids its workload may not take are envd's.
 	for _, s := range []*sandbox{a, b} {
 		if got := s.run(t, "root", "pkill sleep; echo alive").Stdout; !strings.Contains(got, "alive") {
 			t.Errorf("after the bomb: %q", got)
