@@ -110,22 +110,26 @@ func Remove(rel string) error {
 	return errors.Join(errs...)
 }
 
-// removeTree removes the cgroup directory dir after the cgroups below it:
-// a cgroup's files go with its directory, but a child cgroup keeps it.
+// removeTree removes the cgroup directory dir, after the cgroups below it
+// when it has any: a cgroup's files go with its directory, but a child
+// cgroup keeps it.
 func removeTree(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
+	err := os.Remove(dir)
+	if err == nil || errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if err != nil {
+	entries, rerr := os.ReadDir(dir)
+	if rerr != nil {
 		return fmt.Errorf("remove cgroup %s: %w", dir, err)
 	}
+	var errs []error
 	for _, e := range entries {
 		if e.IsDir() {
-			if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
-				return err
-			}
+			errs = append(errs, removeTree(filepath.Join(dir, e.Name())))
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove cgroup %s: %w", dir, err)

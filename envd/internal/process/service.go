@@ -39,8 +39,10 @@ type Service struct {
 	log    *logs.Log
 	logger *slog.Logger
 	reaper *reap.Reaper
-	// workload is the sandbox's workload cgroup's cgroup.procs, or nil.
-	workload *os.File
+	// workload is the sandbox's workload cgroup's cgroup.procs, or nil;
+	// each warning about it is logged once.
+	workload                 *os.File
+	untracedOnce, failedMove sync.Once
 
 	mu    sync.Mutex
 	procs map[uint32]*proc // running, and ended within retainEnded

@@ -247,6 +247,12 @@ func (s *Service) rankedForOOM(attrs *syscall.SysProcAttr, start func() (int, er
 		} else {
 			setOOMScore(pid)
 			s.toWorkload(pid)
+			if s.workload != nil {
+				s.untracedOnce.Do(func() {
+					s.logger.Warn("processes start untraced (this host refuses PTRACE_TRACEME): each runs for a moment in envd's cgroup before its move into the workload cgroup, " +
+						"and what it starts in that moment stays there")
+				})
+			}
 		}
 		return pid, nil
 	}
@@ -302,7 +308,9 @@ func (s *Service) toWorkload(pid int) {
 		return
 	}
 	if _, err := s.workload.WriteString(strconv.Itoa(pid)); err != nil && !errors.Is(err, syscall.ESRCH) {
-		s.logger.Warn("move a process into the workload cgroup; it runs in envd's", "pid", pid, "error", err)
+		s.failedMove.Do(func() {
+			s.logger.Warn("move a process into the workload cgroup; it runs in envd's (said once)", "pid", pid, "error", err)
+		})
 	}
 }
 

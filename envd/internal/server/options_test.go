@@ -19,6 +19,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"no address", func(o *Options) { o.ListenAddress = "" }, true},
 		{"no output budget", func(o *Options) { o.LogOutputLimit = 0 }, true},
 		{"no log budget", func(o *Options) { o.LogLimit = 0 }, true},
+		{"listen fd 2", func(o *Options) { o.ListenFD = 2 }, true},
+		{"workload cgroup fd", func(o *Options) { o.ListenFD, o.WorkloadCgroupFD = 3, 4 }, false},
+		{"workload cgroup fd 1", func(o *Options) { o.WorkloadCgroupFD = 1 }, true},
+		{"workload cgroup fd is the listen fd", func(o *Options) { o.ListenFD, o.WorkloadCgroupFD = 3, 3 }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewOptions()

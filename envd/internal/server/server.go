@@ -133,6 +133,9 @@ func (o *Options) Validate() error {
 	if o.WorkloadCgroupFD != 0 && o.WorkloadCgroupFD < 3 {
 		errs = append(errs, fmt.Errorf("--workload-cgroup-fd must be above 2 (0: none), got %d", o.WorkloadCgroupFD))
 	}
+	if o.WorkloadCgroupFD != 0 && o.WorkloadCgroupFD == o.ListenFD {
+		errs = append(errs, fmt.Errorf("--workload-cgroup-fd and --listen-fd must differ, both are %d", o.ListenFD))
+	}
 	if o.ListenAddress == "" {
 		errs = append(errs, errors.New("--listen-address must not be empty"))
 	}

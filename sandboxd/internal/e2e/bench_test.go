@@ -214,3 +214,17 @@ func BenchmarkGet(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCommand is one command's round trip in a sandbox through the
+// relay: envd's start of it (its fork, its move into the workload cgroup,
+// its exec), its output and its end.
+func BenchmarkCommand(b *testing.B) {
+	h := newHost(b)
+	c := h.create(nil)
+	id, token := c.GetSandbox().GetId(), c.GetEnvdAccessToken()
+	for b.Loop() {
+		if got := h.mustRun(id, token, "user", "true"); got.ExitCode != 0 {
+			b.Fatalf("true: %+v", got)
+		}
+	}
+}

@@ -230,6 +230,7 @@ func New(opts Options) (*Runtime, error) {
 				"error", errors.Join(errs...))
 		}
 	}
+	warnWithoutWorkloadCgroups(opts.Logger)
 	// Spares a crash left were perhaps not emptied.
 	if err := r.discardSpares(); err != nil {
 		return nil, fmt.Errorf("native runtime: %w", err)

@@ -182,7 +182,9 @@ func TestSandboxesTogetherStayUnderTheHostsBound(t *testing.T) {
 	if nb < 10 {
 		t.Errorf("the second sandbox got only %d processes: the first took what was left", nb)
 	}
-	// Each still answers: the pids its workload may not take are envd's.
+	// Each still answers: the first by the pids its workload may not take,
+	// which stay for envd; the second, whose workload the host's bound
+	// stopped first, as its envd made its threads before the bomb.
 	for _, s := range []*sandbox{a, b} {
 		if got := s.run(t, "root", "pkill sleep; echo alive").Stdout; !strings.Contains(got, "alive") {
 			t.Errorf("after the bomb: %q", got)

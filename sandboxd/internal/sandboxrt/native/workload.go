@@ -1,9 +1,8 @@
 package native
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,17 +35,16 @@ func workloadPids(limit int64) int64 {
 // workloadCgroup makes the workload cgroup of a sandbox whose cgroups are
 // paths (before libcontainer makes the sandbox's own, which it then finds
 // made) and opens its cgroup.procs for envd. Where it cannot, the sandbox
-// runs without it, as before: its workload may then take every pid of the
-// sandbox, envd's too; a warning says so.
+// runs without it: its workload may then take every pid of the sandbox,
+// envd's too; a warning says so. On cgroup v2 there is none (see New): a
+// cgroup that holds envd and enables pids for its children becomes a
+// thread root, and its children take no process but threads.
 func (r *Runtime) workloadCgroup(id string, paths map[string]string) *os.File {
 	dir, ok := paths["pids"]
-	if !ok {
-		dir, ok = paths[""] // cgroup v2: one hierarchy
-	}
-	if !ok {
+	if !ok || r.opts.PidsLimit <= 0 {
 		return nil
 	}
-	f, err := openWorkloadCgroup(dir, workloadPids(r.opts.PidsLimit), cgroups.IsCgroup2UnifiedMode())
+	f, err := openWorkloadCgroup(dir, workloadPids(r.opts.PidsLimit))
 	if err != nil {
 		r.opts.Logger.Warn("no pids kept for envd: the sandbox's processes may take them all, and envd's next thread with them", "sandbox", id, "error", err)
 		return nil
@@ -55,26 +53,11 @@ func (r *Runtime) workloadCgroup(id string, paths map[string]string) *os.File {
 }
 
 // openWorkloadCgroup makes the cgroup workloadCgroupName below the
-// sandbox's cgroup dir with pids.max pids and opens its cgroup.procs. On
-// cgroup v2 the pids controller is enabled for the children of dir and of
-// its parent: pids is a threaded controller, so dir may hold envd itself
-// and still limit its child.
-func openWorkloadCgroup(dir string, pids int64, v2 bool) (*os.File, error) {
-	if v2 {
-		if err := os.WriteFile(filepath.Join(filepath.Dir(dir), "cgroup.subtree_control"), []byte("+pids"), 0); err != nil {
-			return nil, fmt.Errorf("enable the pids controller below %s: %w", filepath.Dir(dir), err)
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("make cgroup %s: %w", dir, err)
-	}
-	if v2 {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+pids"), 0); err != nil {
-			return nil, fmt.Errorf("enable the pids controller below %s: %w", dir, err)
-		}
-	}
+// sandbox's cgroup dir, in the (v1) pids hierarchy, with pids.max pids and
+// opens its cgroup.procs.
+func openWorkloadCgroup(dir string, pids int64) (*os.File, error) {
 	work := filepath.Join(dir, workloadCgroupName)
-	if err := os.Mkdir(work, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.MkdirAll(work, 0o755); err != nil {
 		return nil, fmt.Errorf("make cgroup %s: %w", work, err)
 	}
 	if err := os.WriteFile(filepath.Join(work, "pids.max"), []byte(strconv.FormatInt(pids, 10)), 0); err != nil {
@@ -85,4 +68,12 @@ func openWorkloadCgroup(dir string, pids int64, v2 bool) (*os.File, error) {
 		return nil, fmt.Errorf("open cgroup %s: %w", work, err)
 	}
 	return f, nil
+}
+
+// warnWithoutWorkloadCgroups says, when the runtime starts on a cgroup v2
+// host, that its sandboxes have no workload cgroup.
+func warnWithoutWorkloadCgroups(log *slog.Logger) {
+	if cgroups.IsCgroup2UnifiedMode() {
+		log.Warn("cgroup v2: a sandbox's processes may take every pid of its --pids-limit, envd's too; the pids kept for envd (a workload cgroup) need cgroup v1 for now")
+	}
 }
