@@ -93,9 +93,13 @@ func hierarchies(rel string) ([]hierarchy, error) {
 	return hs, nil
 }
 
-// Remove removes the cgroup rel, and the cgroups below it (a sandbox's
-// workload cgroup), from every hierarchy; all must hold no process. One
-// that is not there is not an error.
+// Workload is the cgroup below a sandbox's, in the pids hierarchy, that
+// its workload runs in (sandboxd's native runtime on cgroup v1).
+const Workload = "workload"
+
+// Remove removes the cgroup rel, with its Workload cgroup when it has one,
+// from every hierarchy; both must hold no process, and any other cgroup
+// below rel keeps it. One that is not there is not an error.
 func Remove(rel string) error {
 	paths, err := Paths(rel)
 	if err != nil {
@@ -103,38 +107,14 @@ func Remove(rel string) error {
 	}
 	var errs []error
 	for _, p := range paths {
-		if err := removeTree(p); err != nil {
-			errs = append(errs, err)
+		for _, dir := range []string{filepath.Join(p, Workload), p} {
+			if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dir, err))
+				break
+			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// removeTree removes the cgroup directory dir, after the cgroups below it
-// when it has any: a cgroup's files go with its directory, but a child
-// cgroup keeps it.
-func removeTree(dir string) error {
-	err := os.Remove(dir)
-	if err == nil || errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	entries, rerr := os.ReadDir(dir)
-	if rerr != nil {
-		return fmt.Errorf("remove cgroup %s: %w", dir, err)
-	}
-	var errs []error
-	for _, e := range entries {
-		if e.IsDir() {
-			errs = append(errs, removeTree(filepath.Join(dir, e.Name())))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove cgroup %s: %w", dir, err)
-	}
-	return nil
 }
 
 // SwapAccounted reports whether the kernel counts swap in the memory

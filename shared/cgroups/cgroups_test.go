@@ -29,9 +29,8 @@ func TestPaths(t *testing.T) {
 	}
 }
 
-// Remove removes the cgroup from every hierarchy (as root), with a cgroup
-// below it (a sandbox's workload cgroup), and a cgroup that is not there is
-// no error.
+// Remove removes the cgroup from every hierarchy (as root), with its
+// workload cgroup, and a cgroup that is not there is no error.
 func TestRemove(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: makes a cgroup")
@@ -48,14 +47,14 @@ func TestRemove(t *testing.T) {
 	for _, p := range paths {
 		if err := os.Mkdir(p, 0o755); err == nil {
 			made = append(made, p)
-			if err := os.Mkdir(filepath.Join(p, "child"), 0o755); err != nil {
+			if err := os.Mkdir(filepath.Join(p, Workload), 0o755); err != nil {
 				t.Errorf("a cgroup below %s: %v", p, err)
 			}
 		}
 	}
 	t.Cleanup(func() {
 		for _, p := range made {
-			_ = os.Remove(filepath.Join(p, "child"))
+			_ = os.Remove(filepath.Join(p, Workload))
 			_ = os.Remove(p)
 		}
 	})

@@ -98,7 +98,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.ListenFD, "listen-fd", o.ListenFD, "Serve on this inherited socket that already listens, a file descriptor above 2, instead of --listen-address and --port; "+
 		"0: listen on those. sandboxd's native runtime makes it in the sandbox's network, so its first request waits for envd instead of polling it. "+
 		"Processes envd starts do not inherit it.")
-	fs.IntVar(&o.WorkloadCgroupFD, "workload-cgroup-fd", o.WorkloadCgroupFD, "Move every process envd starts, before it runs, into the cgroup whose cgroup.procs is this inherited file "+
+	fs.IntVar(&o.WorkloadCgroupFD, "workload-cgroup-fd", o.WorkloadCgroupFD, "Move every process envd starts, before it runs (just after its start where the host refuses PTRACE_TRACEME), into the cgroup whose cgroup.procs is this inherited file "+
 		"descriptor, above 2, open for writing; 0: leave them in envd's cgroup. sandboxd's native runtime makes it with a pids limit that keeps some of the sandbox's for envd. "+
 		"Processes envd starts do not inherit it.")
 	fs.BoolVar(&o.Init, "init", o.Init, "Act as the sandbox's init: reap orphaned processes. Defaults to true when envd is PID 1; "+

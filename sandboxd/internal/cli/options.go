@@ -305,7 +305,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"less this (the pids.max of --cgroup-parent). At start kernel.pid_max is raised, when lower, to --max-sandboxes × --pids-limit + this (at most 4194304); "+
 		"serve refuses to start when it cannot, or when the sandboxes' share is below one --pids-limit. Not negative.")
 	fs.BoolVar(&o.CgroupFavorDynmods, "cgroup-favor-dynmods", o.CgroupFavorDynmods, "At start, set the cgroup2 option favordynmods on the host's cgroup2 hierarchy (the unified one of a hybrid host), keeping its other options: "+
-		"moving each new sandbox into its cgroups then no longer waits for an RCU grace period (5 to 17 ms a start), at the cost of slightly slower forks and exits host-wide. "+
+		"moving each new sandbox into its cgroups (and each process envd starts into its sandbox's workload cgroup) then no longer waits for an RCU grace period (5 to 17 ms a start), "+
+		"at the cost of slightly slower forks and exits host-wide. "+
 		"One setting for the whole kernel that outlives sandboxd (Linux 6.18 keeps it until reboot); false leaves the host as it is and undoes nothing. "+
 		"Where it cannot be set (no cgroup2 mount, a kernel before 6.0, no permission) serve warns and starts.")
 	fs.StringVar(&o.CgroupParent, "cgroup-parent", o.CgroupParent, "Cgroup under which each sandbox gets its own, relative: below sandboxd's cgroup on cgroup v1, beside it on v2.")

@@ -9,6 +9,8 @@ import (
 
 	"github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
+
+	skcgroups "github.com/skiff-dev/skiff/shared/cgroups"
 )
 
 // envdPids is how many of a sandbox's --pids-limit processes and threads
@@ -24,7 +26,7 @@ const envdPids = 128
 // hierarchy, that envd moves each process it starts into, before the
 // process runs (envd's --workload-cgroup-fd). Only its pids.max is set:
 // every other limit, and every count, is the sandbox's, which holds it.
-const workloadCgroupName = "workload"
+const workloadCgroupName = skcgroups.Workload
 
 // workloadPids is the pids.max of the workload cgroup of a sandbox whose
 // limit is limit.
@@ -36,9 +38,11 @@ func workloadPids(limit int64) int64 {
 // paths (before libcontainer makes the sandbox's own, which it then finds
 // made) and opens its cgroup.procs for envd. Where it cannot, the sandbox
 // runs without it: its workload may then take every pid of the sandbox,
-// envd's too; a warning says so. On cgroup v2 there is none (see New): a
-// cgroup that holds envd and enables pids for its children becomes a
-// thread root, and its children take no process but threads.
+// envd's too; a warning says so. On cgroup v2 there is none yet (New
+// warns): the sandbox's cgroup holds envd, so with pids enabled for its
+// children it becomes a thread root, and the workload cgroup would have to
+// be made threaded once libcontainer has applied the sandbox's (a domain
+// child of a thread root takes no process), which no host here can test.
 func (r *Runtime) workloadCgroup(id string, paths map[string]string) *os.File {
 	dir, ok := paths["pids"]
 	if !ok || r.opts.PidsLimit <= 0 {
