@@ -46,7 +46,7 @@ func TestEnvdOutlivesAFullPidsLimit(t *testing.T) {
 	defer cancel()
 	for {
 		got, _ := h.envd(id).ReadFile(ctx, "user", token, "/tmp/procs.out")
-		if n, ok := heldProcs(got); ok {
+		if n, _, ok := sandboxtest.ParseHog(got); ok {
 			// The hog itself and the shells that started it count too.
 			t.Logf("the sandbox's processes: %s", strings.TrimSpace(got))
 			if n > workload || n < workload-8 {
@@ -80,21 +80,11 @@ func TestEnvdOutlivesAFullPidsLimit(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Logf("envd's threads: %d before, %d after; %d reads answered, %d failed", before, threads(), ok.Load(), failed.Load())
 	if !h.envdRunning(id) {
-		t.Fatalf("the sandbox's envd is gone; sandboxd's log:\n%s", h.logTail())
+		t.Fatalf("the sandbox's envd is gone (%d reads answered, %d failed); sandboxd's log:\n%s", ok.Load(), failed.Load(), h.logTail())
 	}
+	t.Logf("envd's threads: %d before, %d after; %d reads answered, %d failed", before, threads(), ok.Load(), failed.Load())
 	if got, err := h.envd(id).ReadFile(ctx, "user", token, "/tmp/procs.out"); err != nil || !strings.Contains(got, "got=") {
 		t.Fatalf("envd, after: %q, %v", got, err)
 	}
-}
-
-// heldProcs reads the count of `hog procs`'s output, "got=<n> err=...".
-func heldProcs(out string) (int, bool) {
-	rest, ok := strings.CutPrefix(strings.TrimSpace(out), "got=")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(strings.Fields(rest)[0])
-	return n, err == nil
 }

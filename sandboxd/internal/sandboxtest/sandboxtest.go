@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -126,6 +128,20 @@ func InstallHog(t testing.TB, rootfs string) {
 	if err := os.WriteFile(filepath.Join(rootfs, "usr/bin/hog"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// hogLine is the line the hog prints for what it took.
+var hogLine = regexp.MustCompile(`got=(\d+) err=(\S+)`)
+
+// ParseHog reads the hog's line in out, "got=<n> err=<what stopped it>":
+// how much it got and what stopped it; ok is false until out has it whole.
+func ParseHog(out string) (n int, stopped string, ok bool) {
+	m := hogLine.FindStringSubmatch(out)
+	if m == nil {
+		return 0, "", false
+	}
+	n, err := strconv.Atoi(m[1])
+	return n, m[2], err == nil
 }
 
 // Dir returns a new directory that unprivileged users may search (mode

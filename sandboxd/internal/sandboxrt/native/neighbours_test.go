@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,8 +26,6 @@ func withHog(t *testing.T) func(*sandboxrt.Spec) {
 	sandboxtest.InstallHog(t, rootfs)
 	return func(sp *sandboxrt.Spec) { sp.Rootfs = rootfs }
 }
-
-var hogLine = regexp.MustCompile(`got=(\d+) err=(\S+)`)
 
 // hog runs the hog in the sandbox as user and returns how much it got and
 // what stopped it; with hold, the hog keeps what it took, in the
@@ -67,12 +64,11 @@ func hostHog(t *testing.T, what string, n int) (int, string) {
 
 func parseHog(t *testing.T, out string) (int, string) {
 	t.Helper()
-	m := hogLine.FindStringSubmatch(out)
-	if m == nil {
+	n, stopped, ok := sandboxtest.ParseHog(out)
+	if !ok {
 		t.Fatalf("hog said %q", out)
 	}
-	n, _ := strconv.Atoi(m[1])
-	return n, m[2]
+	return n, stopped
 }
 
 // The kernel's per-user counts (inotify instances, pending signals, message

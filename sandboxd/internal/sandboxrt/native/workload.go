@@ -22,19 +22,15 @@ import (
 // many requests that wait in the kernel at once.
 const envdPids = 128
 
-// workloadCgroupName is the cgroup, below a sandbox's in the pids
-// hierarchy, that envd moves each process it starts into, before the
-// process runs (envd's --workload-cgroup-fd). Only its pids.max is set:
-// every other limit, and every count, is the sandbox's, which holds it.
-const workloadCgroupName = skcgroups.Workload
-
 // workloadPids is the pids.max of the workload cgroup of a sandbox whose
 // limit is limit.
 func workloadPids(limit int64) int64 {
 	return limit - min(envdPids, limit/4)
 }
 
-// workloadCgroup makes the workload cgroup of a sandbox whose cgroups are
+// workloadCgroup makes the workload cgroup (skcgroups.Workload, below the
+// sandbox's in the pids hierarchy, that envd moves each process it starts
+// into: envd's --workload-cgroup-fd) of a sandbox whose cgroups are
 // paths (before libcontainer makes the sandbox's own, which it then finds
 // made) and opens its cgroup.procs for envd. Where it cannot, the sandbox
 // runs without it: its workload may then take every pid of the sandbox,
@@ -56,11 +52,12 @@ func (r *Runtime) workloadCgroup(id string, paths map[string]string) *os.File {
 	return f
 }
 
-// openWorkloadCgroup makes the cgroup workloadCgroupName below the
+// openWorkloadCgroup makes the cgroup skcgroups.Workload below the
 // sandbox's cgroup dir, in the (v1) pids hierarchy, with pids.max pids and
-// opens its cgroup.procs.
+// opens its cgroup.procs. Only its pids.max is set: every other limit, and
+// every count, is the sandbox's, which holds it.
 func openWorkloadCgroup(dir string, pids int64) (*os.File, error) {
-	work := filepath.Join(dir, workloadCgroupName)
+	work := filepath.Join(dir, skcgroups.Workload)
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return nil, fmt.Errorf("make cgroup %s: %w", work, err)
 	}
