@@ -135,14 +135,33 @@ func (l *lanes) creates(t *testing.T, n int) (nodes map[string]int, took []time.
 		took = append(took, d)
 		ids = append(ids, id)
 	}
+	var killed []string
 	for _, id := range ids {
 		if code, body := f.call(f.replicas[0], http.MethodDelete, "/sandboxes/"+id, nil); code != http.StatusNoContent {
 			t.Errorf("kill %s: %d %s", id, code, body)
+			continue
 		}
+		killed = append(killed, id)
 	}
 	if len(took) == 0 {
 		t.Fatal("no create succeeded")
 	}
+	// The kills are in their hosts' inventories before the lane goes on: a
+	// lane that reads an inventory next (lane A's sandboxes of B, whose
+	// DELETED it then waits for) must not find them there, one publish
+	// late.
+	f.eventually(30*time.Second, "the creates' kills published", func() string {
+		for node := range nodes {
+			if inv := f.inventory(node); inv != nil {
+				for _, sb := range inv.Spec.Sandboxes {
+					if slices.Contains(killed, sb.ID) {
+						return fmt.Sprintf("%s's inventory still has %s", node, sb.ID)
+					}
+				}
+			}
+		}
+		return ""
+	})
 	return nodes, took
 }
 

@@ -263,10 +263,13 @@ func (b *bench) probeProxy(since time.Time) func(ctx context.Context) error {
 				continue
 			}
 			code, body, _ := proxyHealth(b.proxyURL, sb.GetId())
-			if code != http.StatusNoContent {
-				return fmt.Errorf("proxy for %s on %s: %d %s", sb.GetId(), h.Name(), code, body)
+			if code == http.StatusNoContent {
+				return nil
 			}
-			return nil
+			if !h.Sandboxd().Has(sb.GetId()) {
+				continue // the churn killed it meanwhile: another pick
+			}
+			return fmt.Errorf("proxy for %s on %s: %d %s", sb.GetId(), h.Name(), code, body)
 		}
 		return fmt.Errorf("no sandbox older than the phase found in 20 picks")
 	}

@@ -234,6 +234,14 @@ func (s *Sandboxd) Random() *pb.Sandbox {
 	return s.sandboxes[s.ids[rand.IntN(len(s.ids))]].sb
 }
 
+// Has reports whether it runs sandbox id.
+func (s *Sandboxd) Has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.sandboxes[id]
+	return ok
+}
+
 // Len is how many sandboxes it runs.
 func (s *Sandboxd) Len() int {
 	s.mu.Lock()
